@@ -1,0 +1,129 @@
+"""Validation and normalization of embedding matrices (dense or SciPy sparse).
+
+Sparse input stays sparse: it is checked on its stored values only and converted to
+CSR without densifying.  Dense input is not copied unless a dtype change forces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+from .errors import InputTypeError, InputValidationError
+
+#: How many offending row indices an error message lists.
+_SHOWN = 5
+
+
+def is_sparse(matrix: Any) -> bool:
+    return sparse.issparse(matrix)
+
+
+def _first_rows(mask_rows: np.ndarray) -> str:
+    rows = np.flatnonzero(mask_rows)
+    shown = ", ".join(str(int(r)) for r in rows[:_SHOWN])
+    return f"{shown}{', ...' if rows.size > _SHOWN else ''} ({rows.size} row(s))"
+
+
+def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: int | None = None,
+                        source: str = "") -> np.ndarray | sparse.csr_matrix:
+    """Return ``matrix`` as a finite 2-D numeric ndarray or CSR matrix, or raise a clear error.
+
+    ``n_rows`` is the row count the matrix must have (the dataset size); ``source``
+    names who produced the matrix (an extractor) for the message.
+    """
+    where = f"{argument}{f' from {source}' if source else ''}"
+    if sparse.issparse(matrix):
+        if matrix.ndim != 2:
+            raise InputValidationError(f"{where} must be 2-D, got a sparse array with {matrix.ndim} dimension(s)")
+        csr = matrix.tocsr() if matrix.format != "csr" else matrix
+        if not isinstance(csr, sparse.csr_matrix):
+            csr = sparse.csr_matrix(csr)  # sparse arrays -> csr_matrix, sharing buffers where possible
+        if not np.issubdtype(csr.dtype, np.number) or np.issubdtype(csr.dtype, np.complexfloating):
+            raise InputTypeError(f"{where} must hold real numbers, got dtype {csr.dtype}; cast it with .astype(np.float32)")
+        data = csr.data
+        bad = ~np.isfinite(data) if np.issubdtype(data.dtype, np.floating) else None
+        if bad is not None and bad.any():
+            row_of = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
+            mask = np.zeros(csr.shape[0], dtype=bool)
+            mask[row_of[bad]] = True
+            raise InputValidationError(f"{where} has NaN or infinite stored values in rows {_first_rows(mask)}; "
+                                       "impute or drop those rows before benchmarking")
+        result = csr
+    else:
+        if isinstance(matrix, (list, tuple)):
+            lengths = {len(row) if hasattr(row, "__len__") else -1 for row in matrix}
+            if len(lengths) > 1:
+                raise InputValidationError(f"{where} is ragged: rows have lengths {sorted(lengths)[:5]}; "
+                                           "every row must have the same number of features")
+        try:
+            array = np.asarray(matrix)
+        except ValueError as exc:  # ragged nested sequences
+            raise InputValidationError(f"{where} is ragged or not array-like ({exc}); every row needs the same width") from None
+        if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+            raise InputTypeError(f"{where} must be numeric, got dtype {array.dtype}; convert it to a float array")
+        if np.issubdtype(array.dtype, np.complexfloating):
+            raise InputTypeError(f"{where} must hold real numbers, got dtype {array.dtype}")
+        if array.ndim != 2:
+            raise InputValidationError(f"{where} must be 2-D (rows x features), got shape {array.shape}; "
+                                       "reshape a single feature with x.reshape(-1, 1)")
+        if np.issubdtype(array.dtype, np.floating):
+            finite = np.isfinite(array)
+            if not finite.all():
+                raise InputValidationError(f"{where} has NaN or infinite values in rows "
+                                           f"{_first_rows(~finite.all(axis=1))}; impute or drop those rows")
+        result = array
+    if result.shape[0] == 0:
+        raise InputValidationError(f"{where} is empty (0 rows); a benchmark needs at least two classes with two rows each")
+    if result.shape[1] == 0:
+        raise InputValidationError(f"{where} has zero width (0 features); the extractor produced no features")
+    if n_rows is not None and result.shape[0] != n_rows:
+        raise InputValidationError(f"{where} has {result.shape[0]} rows but the dataset has {n_rows}; "
+                                   "embeddings must have exactly one row per sample, in dataset order")
+    return result
+
+
+def embedding_metadata(matrix: np.ndarray | sparse.csr_matrix) -> dict[str, Any]:
+    """Shape/dtype/sparsity facts recorded with every extractor result."""
+    sparse_input = sparse.issparse(matrix)
+    nbytes = (matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes) if sparse_input else matrix.nbytes
+    return {
+        "n_samples": int(matrix.shape[0]),
+        "embedding_dim": int(matrix.shape[1]),
+        "dtype": str(matrix.dtype),
+        "sparse": bool(sparse_input),
+        "nnz": int(matrix.nnz) if sparse_input else int(matrix.shape[0] * matrix.shape[1]),
+        "logical_bytes": int(nbytes),
+    }
+
+
+def l2_normalize(matrix: np.ndarray | sparse.csr_matrix, dtype: Any = np.float64) -> tuple[Any, np.ndarray]:
+    """Row-wise L2 normalization into ``dtype`` (one copy); zero rows stay zero.
+
+    Returns the normalized matrix and the indices of all-zero rows, which cannot be
+    normalized and are reported as a warning by the caller.
+    """
+    if sparse.issparse(matrix):
+        out = sparse.csr_matrix(matrix, dtype=dtype, copy=True)
+        norms = np.sqrt(np.asarray(out.multiply(out).sum(axis=1)).ravel())
+        zero = norms == 0
+        scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
+        out.data *= np.repeat(scale, np.diff(out.indptr)).astype(dtype, copy=False)
+        return out, np.flatnonzero(zero)
+    out = np.array(matrix, dtype=dtype, copy=True, order="C")
+    norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+    zero = norms == 0
+    np.divide(out, norms[:, None], out=out, where=~zero[:, None])
+    return out, np.flatnonzero(zero)
+
+
+def is_constant(matrix: np.ndarray | sparse.csr_matrix) -> bool:
+    """True when every row is identical (such a space separates nothing)."""
+    if matrix.shape[0] < 2:
+        return True
+    if sparse.issparse(matrix):
+        spread = matrix.max(axis=0).toarray() - matrix.min(axis=0).toarray()
+        return bool(np.all(spread == 0))
+    return bool(np.all(matrix == matrix[0]))

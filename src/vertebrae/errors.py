@@ -1,0 +1,53 @@
+"""One exception and warning hierarchy for the whole package.
+
+Every error vertebrae raises on purpose derives from :class:`VertebraeError`; the
+input errors also derive from ``ValueError`` / ``TypeError`` so callers that catch
+the built-in types keep working.  Messages name the argument, the offending
+row/class/key and the fix.
+"""
+
+from __future__ import annotations
+
+
+class VertebraeError(Exception):
+    """Base class of every error raised deliberately by vertebrae."""
+
+
+class ConfigError(VertebraeError, ValueError):
+    """A configuration field has an invalid value, or an unknown/removed field was given."""
+
+
+class InputValidationError(VertebraeError, ValueError):
+    """User input (embeddings, targets, groups, ids) is malformed; raised before any work."""
+
+
+class InputTypeError(VertebraeError, TypeError):
+    """User input has the wrong type (e.g. non-numeric embeddings, a non-callable metric)."""
+
+
+class ExtractorError(VertebraeError, ValueError):
+    """An extractor failed or returned output that cannot be scored."""
+
+
+class MetricError(VertebraeError, ValueError):
+    """A metric failed or returned a payload that breaks the metric contract."""
+
+
+class SerializationError(VertebraeError, ValueError):
+    """A result cannot be written or read as strict JSON; the message names the path."""
+
+
+class DependencyError(VertebraeError, ImportError):
+    """An optional dependency needed for the requested feature is not installed."""
+
+
+class VertebraeWarning(UserWarning):
+    """Base class of warnings emitted by vertebrae (they are also recorded in results)."""
+
+
+class ScoringWarning(VertebraeWarning):
+    """Scoring had to adapt (reduced k, zero rows, dependency warnings)."""
+
+
+class DataWarning(VertebraeWarning):
+    """Input data is usable but suspicious (unused labels, dropped columns)."""

@@ -1,0 +1,246 @@
+"""Semantic label catalog: typed labels <-> stable string keys <-> display text.
+
+Python treats ``1 == True == 1.0`` and hashes them alike, and ``str()`` maps ``1`` and
+``"1"`` to the same text.  Neither may decide class identity, so every label gets a
+*semantic key* built from its type and a canonical text (``"int:1"``, ``"str:1"``,
+``"bool:true"``).  Dependencies only ever see keys; reports translate them back.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InputTypeError, InputValidationError
+
+#: Prefix that marks a string as a semantic key when it crosses a boundary
+#: (custom metrics, workers), so it can never be confused with a user's raw string.
+KEY_MARKER = "vk:"
+
+
+def _python_scalar(value: Any) -> Any:
+    """NumPy scalars become their Python equivalent (np.int64 -> int, np.str_ -> str)."""
+    if isinstance(value, np.generic):
+        if isinstance(value, np.datetime64):
+            return value  # handled by the datetime64 branch
+        return value.item()
+    return value
+
+
+def semantic_key(value: Any) -> str:
+    """Return the stable, type-tagged key of one label value.
+
+    Raises ``InputValidationError`` for missing labels (None/NaN) and
+    ``InputTypeError`` for values with no stable identity.
+    """
+    value = _python_scalar(value)
+    if value is None:
+        raise InputValidationError("label is None; every row needs a label (drop the row or give it a class)")
+    if isinstance(value, bool):
+        return f"bool:{'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"int:{value}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputValidationError(f"label {value!r} is not a valid class (NaN/inf); drop the row or give it a class")
+        return f"float:{value!r}"
+    if isinstance(value, str):
+        return f"str:{value}"
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            raise InputValidationError(f"label {value!r} is not a valid class (NaN/inf Decimal)")
+        return f"decimal:{value}"
+    if isinstance(value, uuid.UUID):
+        return f"uuid:{value}"
+    if isinstance(value, _dt.datetime):
+        return f"datetime:{value.isoformat()}"
+    if isinstance(value, _dt.date):
+        return f"date:{value.isoformat()}"
+    if isinstance(value, np.datetime64):
+        if np.isnat(value):
+            raise InputValidationError("label is NaT; every row needs a label")
+        return f"datetime64:{value}"
+    if isinstance(value, bytes):
+        return f"bytes:{value.hex()}"
+    if isinstance(value, tuple):
+        return "tuple:(" + ",".join(semantic_key(v) for v in value) + ")"
+    raise InputTypeError(
+        f"label {value!r} of type {type(value).__name__} has no stable identity; use int, str, bool, float, "
+        "date/datetime, UUID, Decimal, bytes or tuples of those"
+    )
+
+
+def decode_key(key: str) -> Any:
+    """Rebuild the typed value of a semantic key (inverse of :func:`semantic_key`)."""
+    kind, _, text = key.partition(":")
+    if kind == "bool":
+        return text == "true"
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "str":
+        return text
+    if kind == "decimal":
+        return decimal.Decimal(text)
+    if kind == "uuid":
+        return uuid.UUID(text)
+    if kind == "datetime":
+        return _dt.datetime.fromisoformat(text)
+    if kind == "date":
+        return _dt.date.fromisoformat(text)
+    if kind == "datetime64":
+        return np.datetime64(text)
+    if kind == "bytes":
+        return bytes.fromhex(text)
+    if kind == "tuple":
+        return tuple(decode_key(part) for part in _split_tuple(text[1:-1]))
+    raise InputValidationError(f"{key!r} is not a semantic label key")
+
+
+def _split_tuple(body: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0 and _looks_like_key_start(body, i + 1):
+            parts.append(body[start:i])
+            start = i + 1
+    if body:
+        parts.append(body[start:])
+    return parts
+
+
+def _looks_like_key_start(body: str, pos: int) -> bool:
+    head = body[pos:pos + 12].split(":", 1)[0]
+    return head in {"bool", "int", "float", "str", "decimal", "uuid", "datetime", "date", "datetime64", "bytes", "tuple"}
+
+
+def _display(value: Any) -> str:
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
+def _type_name(key: str) -> str:
+    return key.partition(":")[0]
+
+
+@dataclass(frozen=True)
+class LabelEntry:
+    key: str
+    value: Any
+    display: str
+
+
+class LabelCatalog:
+    """Ordered catalog of the classes (or multi-label names) of one dataset.
+
+    Order is the sorted order of keys by (type, value), so it does not depend on row
+    order.  Display texts that would collide (``1`` vs ``"1"``) carry their type.
+    """
+
+    def __init__(self, values: Iterable[Any]) -> None:
+        by_key: dict[str, Any] = {}
+        for value in values:
+            key = semantic_key(value)
+            by_key.setdefault(key, _python_scalar(value))
+        keys = sorted(by_key, key=_sort_key)
+        plain = {key: _display(by_key[key]) for key in keys}
+        counts: dict[str, int] = {}
+        for text in plain.values():
+            counts[text] = counts.get(text, 0) + 1
+        self._entries = tuple(
+            LabelEntry(key, by_key[key], plain[key] if counts[plain[key]] == 1 else f"{plain[key]} ({_type_name(key)})")
+            for key in keys
+        )
+        self._index = {entry.key: i for i, entry in enumerate(self._entries)}
+
+    # -- lookups -------------------------------------------------------------
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(e.key for e in self._entries)
+
+    @property
+    def entries(self) -> tuple[LabelEntry, ...]:
+        return self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def index_of(self, key: str) -> int:
+        return self._index[key]
+
+    def display(self, key: str) -> str:
+        return self._entries[self._index[key]].display
+
+    def value(self, key: str) -> Any:
+        return self._entries[self._index[key]].value
+
+    def key_for(self, value: Any, *, argument: str = "label") -> str:
+        """Key of a user-typed label that must exist in this catalog."""
+        key = semantic_key(value)
+        if key not in self._index:
+            known = ", ".join(repr(e.value) for e in self._entries[:10])
+            raise InputValidationError(
+                f"{argument}: {value!r} ({type(value).__name__}) is not a class of this dataset; known classes: "
+                f"{known}{', ...' if len(self) > 10 else ''}. Note that 1, '1' and True are different classes."
+            )
+        return key
+
+    # -- serialization -------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"entries": [{"key": e.key, "display": e.display} for e in self._entries]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LabelCatalog":
+        catalog = cls.__new__(cls)
+        catalog._entries = tuple(
+            LabelEntry(item["key"], _safe_decode(item["key"]), item["display"]) for item in data["entries"]
+        )
+        catalog._index = {e.key: i for i, e in enumerate(catalog._entries)}
+        return catalog
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LabelCatalog) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"LabelCatalog({[e.display for e in self._entries]!r})"
+
+
+def _safe_decode(key: str) -> Any:
+    try:
+        return decode_key(key)
+    except (ValueError, InputValidationError):
+        return key
+
+
+def _sort_key(key: str) -> tuple:
+    kind = _type_name(key)
+    value = decode_key(key)
+    if kind in {"int", "float", "decimal", "bool"}:
+        return (kind, 0, value, key)
+    if kind in {"date", "datetime", "datetime64"}:
+        return (kind, 0, str(value), key)
+    return (kind, 1, 0, key)
+
+
+def mark(key: str) -> str:
+    """Semantic key as it crosses the custom-metric / worker boundary."""
+    return KEY_MARKER + key
+
+
+def unmark(marked: str) -> str:
+    if not marked.startswith(KEY_MARKER):
+        raise InputValidationError(f"{marked!r} is not a marked semantic label key (expected prefix {KEY_MARKER!r})")
+    return marked[len(KEY_MARKER):]

@@ -1,0 +1,488 @@
+"""OverlapIndex adapter: the only module that imports ``overlapindex``.
+
+Every overlap number vertebrae reports comes from :class:`OverlapIndexScorer`.  It
+validates the input, L2-normalizes (dense or sparse, one float64 copy that
+OverlapIndex then uses without copying again), resolves k per class, translates
+typed labels to semantic keys, calls ``OverlapIndex`` / ``ContinuousOverlapIndex``
+with the fixed MiniBatchKMeans backend under a thread limit and a deterministic
+seed, and returns an :class:`OverlapScoreResult` keyed by semantic label keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
+from ..embeddings import is_constant, validate_embeddings
+from ..errors import ConfigError, InputValidationError, ScoringWarning
+from ..labels import LabelCatalog, decode_key, semantic_key
+from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
+from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
+
+#: Seed used when the caller gives none: unseeded MiniBatchKMeans drifts between runs.
+DEFAULT_SEED = 0
+BACKEND = "MiniBatchKMeans"
+
+_KMEANS_FORBIDDEN = {
+    "n_clusters": "the prototype count is set through k / min_k / max_k",
+    "random_state": "pass the seed through random_state on the config (or seed= to score)",
+}
+
+
+def _label_key_list(owner: str, field: str, value: Any) -> tuple[str, ...]:
+    """Normalize typed labels (or serialized ``{"label_key": ...}`` items) to semantic keys."""
+    if value is None:
+        return ()
+    items = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    keys = []
+    for item in items:
+        if isinstance(item, Mapping) and set(item) == {"label_key"}:
+            decode_key(item["label_key"])  # validates the key
+            keys.append(item["label_key"])
+        else:
+            try:
+                keys.append(semantic_key(item))
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"{owner}.{field}: {exc}") from None
+    return tuple(sorted(set(keys)))
+
+
+def _check_k(owner: str, value: Any) -> Any:
+    if value == "auto" and isinstance(value, str):
+        return "auto"
+    if isinstance(value, Mapping) or (isinstance(value, list) and all(isinstance(i, Mapping) for i in value)):
+        pairs = value.items() if isinstance(value, Mapping) else [(({"label_key": i.get("label_key")}), i.get("k"))
+                                                                    for i in value]
+        out = {}
+        for label, k in pairs:
+            key = label["label_key"] if isinstance(label, Mapping) else None
+            if key is None:
+                try:
+                    key = semantic_key(label)
+                except (ValueError, TypeError) as exc:
+                    raise ConfigError(f"{owner}.k mapping key {label!r}: {exc}") from None
+            out[key] = check_int(owner, f"k[{label!r}]", k, minimum=1)
+        if not out:
+            raise ConfigError(f"{owner}.k mapping is empty; use 'auto', an integer, or a non-empty class-to-k mapping")
+        return FrozenDict(dict(sorted(out.items())))
+    try:
+        return check_int(owner, "k", value, minimum=1)
+    except ConfigError:
+        raise ConfigError(f"{owner}.k must be 'auto', a positive integer, or a mapping of class -> positive integer, "
+                          f"got {value!r}") from None
+
+
+def _validate_kmeans_kwargs(owner: str, value: Any) -> FrozenDict:
+    kwargs = check_str_mapping(owner, "kmeans_kwargs", value, forbidden=_KMEANS_FORBIDDEN)
+    if kwargs:
+        import inspect
+
+        from sklearn.cluster import MiniBatchKMeans
+
+        allowed = set(inspect.signature(MiniBatchKMeans).parameters) - set(_KMEANS_FORBIDDEN)
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
+            raise ConfigError(f"{owner}.kmeans_kwargs has unknown MiniBatchKMeans argument(s) {unknown}; "
+                              f"allowed: {sorted(allowed)}")
+    return kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class OverlapScoringConfig(Config):
+    """Settings of the fixed MiniBatchKMeans OverlapIndex backend (classification, multi-label).
+
+    ``k`` is ``"auto"``, an integer, or a mapping keyed by the user's typed class labels;
+    mapping keys and ``exclude_classes`` are stored as semantic label keys.
+    """
+
+    k: Any = "auto"
+    min_k: int = 10
+    max_k: int = 50
+    min_samples_per_cluster: int = 5
+    kmeans_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=FrozenDict)
+    offline_chunk_size: int = 10_000
+    normalize_embeddings: bool = True
+    max_dense_bytes: int | None = None
+    exclude_classes: Any = None
+    random_state: int = DEFAULT_SEED
+    thread_limit: int | None = DEFAULT_THREAD_LIMIT
+
+    def _validate(self) -> None:
+        name = type(self).__name__
+        self._set("k", _check_k(name, self.k))
+        self._set("min_k", check_int(name, "min_k", self.min_k, minimum=1))
+        self._set("max_k", check_int(name, "max_k", self.max_k, minimum=1))
+        if self.max_k < self.min_k:
+            raise ConfigError(f"{name}.max_k ({self.max_k}) must be >= min_k ({self.min_k})")
+        self._set("min_samples_per_cluster", check_int(name, "min_samples_per_cluster", self.min_samples_per_cluster, minimum=1))
+        self._set("kmeans_kwargs", _validate_kmeans_kwargs(name, self.kmeans_kwargs))
+        self._set("offline_chunk_size", check_int(name, "offline_chunk_size", self.offline_chunk_size, minimum=1))
+        self._set("normalize_embeddings", check_bool(name, "normalize_embeddings", self.normalize_embeddings))
+        self._set("max_dense_bytes", check_int(name, "max_dense_bytes", self.max_dense_bytes, minimum=1, allow_none=True))
+        self._set("exclude_classes", _label_key_list(name, "exclude_classes", self.exclude_classes))
+        self._set("random_state", check_seed(name, "random_state", self.random_state, allow_none=False))
+        self._set("thread_limit", check_int(name, "thread_limit", self.thread_limit, minimum=1, allow_none=True))
+
+    def _encode_field(self, name: str, value: Any) -> Any:
+        if name == "k" and isinstance(value, Mapping):
+            return [{"label_key": key, "k": k} for key, k in value.items()]
+        if name == "exclude_classes":
+            return [{"label_key": key} for key in value]
+        return super()._encode_field(name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuousOverlapScoringConfig(Config):
+    """Settings of ContinuousOverlapIndex for explicit regression targets.
+
+    ``null_mode`` defaults to ``"refit_permutation"``: the dependency's ``"auto"`` silently
+    switches to a fixed-structure null above rows x permutations >= 100,000, which was
+    measured to report 0.0 where the refit null gave 0.31-0.35.
+    """
+
+    k: int = 8
+    target_cover: str = "auto"
+    n_target_cells: Any = "auto"
+    target_distance: str = "auto"
+    n_null_permutations: int = 20
+    null_mode: str = "refit_permutation"
+    aggregation: str = "support_weighted"
+    target_scaling: str = "standard"
+    adjacency_mode: str = "soft_topk"
+    top_k: int = 5
+    kmeans_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=FrozenDict)
+    offline_chunk_size: int = 10_000
+    normalize_embeddings: bool = True
+    random_state: int = DEFAULT_SEED
+    thread_limit: int | None = DEFAULT_THREAD_LIMIT
+
+    def _validate(self) -> None:
+        name = type(self).__name__
+        self._set("k", check_int(name, "k", self.k, minimum=1))
+        check_choice(name, "target_cover", self.target_cover, ("auto", "quantile", "kmeans"))
+        if self.n_target_cells != "auto":
+            self._set("n_target_cells", check_int(name, "n_target_cells", self.n_target_cells, minimum=1))
+        check_choice(name, "target_distance", self.target_distance, ("auto", "wasserstein", "sliced_wasserstein"))
+        self._set("n_null_permutations", check_int(name, "n_null_permutations", self.n_null_permutations, minimum=1))
+        check_choice(name, "null_mode", self.null_mode, ("refit_permutation", "fixed_structure_permutation", "auto"))
+        check_choice(name, "aggregation", self.aggregation, ("support_weighted", "macro"))
+        check_choice(name, "target_scaling", self.target_scaling, ("standard", "none", "minmax", "robust"))
+        check_choice(name, "adjacency_mode", self.adjacency_mode, ("soft_topk", "hard_top1"))
+        self._set("top_k", check_int(name, "top_k", self.top_k, minimum=1))
+        self._set("kmeans_kwargs", _validate_kmeans_kwargs(name, self.kmeans_kwargs))
+        self._set("offline_chunk_size", check_int(name, "offline_chunk_size", self.offline_chunk_size, minimum=1))
+        self._set("normalize_embeddings", check_bool(name, "normalize_embeddings", self.normalize_embeddings))
+        self._set("random_state", check_seed(name, "random_state", self.random_state, allow_none=False))
+        self._set("thread_limit", check_int(name, "thread_limit", self.thread_limit, minimum=1, allow_none=True))
+
+
+@dataclasses.dataclass
+class OverlapScoreResult:
+    """Everything one overlap scoring call produced, keyed by semantic label keys.
+
+    ``score`` is the primary value (the macro index for classification, the configured
+    aggregation for regression); ``labels`` maps each key to its display text.
+    """
+
+    score: float
+    macro_score: float
+    weighted_score: float
+    per_class_scores: dict[str, float]
+    pairwise_scores: dict[str, dict[str, float | None]]
+    sparse_adjacency: dict[str, dict[str, int]]
+    class_counts: dict[str, int]
+    k_per_class: dict[str, int]
+    warnings: list[str]
+    metadata: dict[str, Any]
+    target_type: str
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    loss_ratio: float | None = None
+    regression: dict[str, Any] | None = None
+
+    def display(self, key: str) -> str:
+        return self.labels.get(key, key)
+
+    def weakest_class(self) -> tuple[str, float] | None:
+        """The aggregated class with the lowest per-class score (ties: first key)."""
+        included = self.metadata.get("aggregation_classes") or list(self.per_class_scores)
+        scored = [(self.per_class_scores[k], k) for k in included if k in self.per_class_scores]
+        if not scored:
+            return None
+        value, key = min(scored)
+        return key, value
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "OverlapScoreResult":
+        return cls(**data)
+
+
+# ----------------------------------------------------------------------- k resolution
+def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: LabelCatalog
+              ) -> tuple[dict[str, int], dict[str, str], list[str]]:
+    """Per-class k from class size, ``min_k``, ``max_k`` and ``min_samples_per_cluster``.
+
+    capacity(c) = max(2, n_c // min_samples_per_cluster), capped at n_c: the most
+    prototypes a class can support.  ``"auto"`` asks for clip(capacity, min_k, max_k);
+    an integer or mapping asks for that value.  When the request exceeds capacity the
+    class gets the capacity and a warning with the numbers.  Returns (k per class,
+    source per class, warnings).
+    """
+    requested: dict[str, int] = {}
+    source: dict[str, str] = {}
+    if isinstance(config.k, Mapping):
+        unknown = [key for key in config.k if key not in counts]
+        if unknown:
+            shown = ", ".join(f"{decode_key(u)!r} ({u.partition(':')[0]})" for u in unknown[:5])
+            raise InputValidationError(
+                f"OverlapScoringConfig.k mapping names class(es) {shown} that are not in the dataset; known classes: "
+                f"{[catalog.display(k) for k in list(counts)[:10]]}. Note that 1, '1' and True are different classes.")
+    for key, n in counts.items():
+        capacity = min(n, max(2, n // config.min_samples_per_cluster))
+        if isinstance(config.k, Mapping) and key in config.k:
+            requested[key], source[key] = config.k[key], "mapping"
+        elif isinstance(config.k, int):
+            requested[key], source[key] = config.k, "fixed"
+        else:
+            requested[key], source[key] = min(config.max_k, max(config.min_k, capacity)), "auto"
+    resolved, notes = {}, []
+    for key, want in requested.items():
+        n = counts[key]
+        capacity = min(n, max(2, n // config.min_samples_per_cluster))
+        resolved[key] = min(want, capacity)
+        if resolved[key] < want:
+            notes.append(
+                f"class {catalog.display(key)!r}: k reduced from {want} ({source[key]}) to {resolved[key]} because it has "
+                f"only {n} sample(s) (min_samples_per_cluster={config.min_samples_per_cluster})")
+    return resolved, source, notes
+
+
+# ----------------------------------------------------------------------- the adapter
+def _as_float64_normalized(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tuple[Any, np.ndarray]:
+    """At most one float64 copy; L2 rows in place on that copy.  Returns (matrix, zero-row indices)."""
+    from sklearn.preprocessing import normalize as sk_normalize
+
+    owned = X.dtype != np.float64
+    Xf = X.astype(np.float64) if owned else X
+    if sparse.issparse(Xf):
+        zero_rows = np.flatnonzero(np.asarray(abs(Xf).sum(axis=1)).ravel() == 0)
+    else:
+        zero_rows = np.flatnonzero(~Xf.any(axis=1))
+    if normalize:
+        Xf = sk_normalize(Xf, norm="l2", copy=not owned)
+    return Xf, zero_rows
+
+
+def _capture(caught: list[warnings.WarningMessage]) -> list[str]:
+    seen: list[str] = []
+    for item in caught:
+        text = f"overlapindex: {item.category.__name__}: {item.message}"
+        if text not in seen:
+            seen.append(text)
+    return seen
+
+
+class OverlapIndexScorer:
+    """Scores one embedding matrix against validated targets with OverlapIndex."""
+
+    def __init__(self, config: OverlapScoringConfig | None = None,
+                 continuous_config: ContinuousOverlapScoringConfig | None = None) -> None:
+        self.config = config or OverlapScoringConfig()
+        self.continuous_config = continuous_config or ContinuousOverlapScoringConfig()
+        if not isinstance(self.config, OverlapScoringConfig):
+            raise ConfigError(f"config must be an OverlapScoringConfig, got {type(self.config).__name__}")
+        if not isinstance(self.continuous_config, ContinuousOverlapScoringConfig):
+            raise ConfigError("continuous_config must be a ContinuousOverlapScoringConfig, got "
+                              f"{type(self.continuous_config).__name__}")
+
+    def score(self, embeddings: Any, targets: Targets | Any, *, seed: int | None = None,
+              target_type: str | None = None, label_names: Sequence[Any] | None = None,
+              target_names: Sequence[str] | None = None) -> OverlapScoreResult:
+        """Score ``embeddings`` (n x d, dense or sparse) against ``targets``.
+
+        ``targets`` is a validated targets object (from a dataset) or raw labels,
+        validated here with ``target_type`` / ``label_names`` / ``target_names``.
+        ``seed`` defaults to the config's ``random_state``; the seed used is recorded.
+        """
+        X = validate_embeddings(embeddings)
+        if not isinstance(targets, (SingleLabelTargets, MultiLabelTargets, RegressionTargets)):
+            targets = build_targets(targets, target_type=target_type, label_names=label_names,
+                                    target_names=target_names, argument="targets")
+        if targets.n_samples != X.shape[0]:
+            raise InputValidationError(f"targets has {targets.n_samples} rows but embeddings has {X.shape[0]}; "
+                                       "give exactly one target per embedding row")
+        if isinstance(targets, RegressionTargets):
+            return self._score_regression(X, targets, seed)
+        return self._score_categorical(X, targets, seed)
+
+    # -- classification / multi-label -----------------------------------------
+    def _score_categorical(self, X: Any, targets: SingleLabelTargets | MultiLabelTargets,
+                           seed: int | None) -> OverlapScoreResult:
+        from overlapindex import OverlapIndex
+
+        cfg = self.config
+        seed = cfg.random_state if seed is None else check_seed("score", "seed", seed, allow_none=False)
+        catalog = targets.catalog
+        counts = targets.counts()
+        for key in cfg.exclude_classes:
+            if key not in counts:
+                raise InputValidationError(
+                    f"OverlapScoringConfig.exclude_classes names {decode_key(key)!r} ({key.partition(':')[0]}), which is "
+                    f"not a class of this dataset; known classes: {[catalog.display(k) for k in list(counts)[:10]]}")
+        included = [k for k in catalog.keys if k not in cfg.exclude_classes]
+        if not included:
+            raise InputValidationError("OverlapScoringConfig.exclude_classes excludes every class; nothing would be "
+                                       "aggregated. Exclude fewer classes.")
+        k_per_class, k_source, notes = resolve_k(counts, cfg, catalog)
+        Xf, zero_rows = _as_float64_normalized(X, cfg.normalize_embeddings)
+        if is_constant(Xf):
+            raise InputValidationError(
+                "embeddings are identical in every row, so they separate nothing; OverlapIndex would report 1.0 (perfect "
+                "separation) for such a space. Check the extractor (a collapsed or untrained model?).")
+        if zero_rows.size:
+            shown = ", ".join(map(str, zero_rows[:5])) + (", ..." if zero_rows.size > 5 else "")
+            notes.append(f"{zero_rows.size} all-zero embedding row(s) (rows {shown}) cannot be L2-normalized and stay at "
+                         "the origin" if cfg.normalize_embeddings else f"{zero_rows.size} all-zero embedding row(s) (rows {shown})")
+        multilabel = isinstance(targets, MultiLabelTargets)
+        if multilabel:
+            to_oi = {key: j for j, key in enumerate(catalog.keys)}
+            y_oi = targets.indicator
+        else:
+            to_oi = {key: key for key in catalog.keys}
+            y_oi = targets.keys
+        from_oi = {v: k for k, v in to_oi.items()}
+        kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
+        excluded = [to_oi[k] for k in cfg.exclude_classes]
+        for note in notes:
+            warnings.warn(note, ScoringWarning, stacklevel=3)
+        with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            oi = OverlapIndex(model_type=BACKEND, kmeans_k={to_oi[k]: v for k, v in k_per_class.items()},
+                              kmeans_kwargs=kmeans_kwargs, offline_chunk_size=cfg.offline_chunk_size,
+                              exclude_classes=excluded or None)
+            oi.fit_offline(Xf, y_oi)
+        per_class = {from_oi[_py(label)]: float(v) for label, v in oi.singleton_index.items()}
+        pairwise: dict[str, dict[str, float | None]] = {}
+        for a in catalog.keys:
+            row = {}
+            for b in catalog.keys:
+                if a != b:
+                    value = float(oi.pairwise_index[(to_oi[a], to_oi[b])])
+                    row[b] = None if math.isnan(value) else value
+            pairwise[a] = row
+        adjacency: dict[str, dict[str, int]] = {}
+        for (a, b), hits in sorted(oi.sparse_adj.items(), key=lambda item: (str(item[0][0]), str(item[0][1]))):
+            adjacency.setdefault(from_oi[_py(a)], {})[from_oi[_py(b)]] = int(hits)
+        unevaluable = sorted(from_oi[_py(lab)] for lab in getattr(oi, "unevaluable_labels_", None) or [])
+        aggregation = [k for k in included if k not in unevaluable]
+        metadata = {
+            "backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
+            "offline_chunk_size": cfg.offline_chunk_size, "seed": seed, "kmeans_kwargs": dict(kmeans_kwargs),
+            "input_sparse": bool(sparse.issparse(X)), "input_dtype": str(X.dtype),
+            "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
+            "aggregation_classes": aggregation, "excluded_classes": list(cfg.exclude_classes),
+            "unevaluable_classes": unevaluable, "k_source": k_source, "thread_limit": cfg.thread_limit,
+            "zero_rows": int(zero_rows.size), "overlapindex_version": _version("overlapindex"),
+        }
+        return OverlapScoreResult(
+            score=float(oi.index), macro_score=float(oi.index), weighted_score=float(oi.weighted_index),
+            per_class_scores={k: per_class[k] for k in catalog.keys if k in per_class},
+            pairwise_scores=pairwise, sparse_adjacency=adjacency,
+            class_counts={k: int(counts[k]) for k in catalog.keys}, k_per_class=dict(k_per_class),
+            warnings=notes + _capture(caught), metadata=metadata, target_type=targets.target_type,
+            labels={k: catalog.display(k) for k in catalog.keys})
+
+    # -- regression -----------------------------------------------------------
+    def _score_regression(self, X: Any, targets: RegressionTargets, seed: int | None) -> OverlapScoreResult:
+        from overlapindex import ContinuousOverlapIndex
+
+        cfg = self.continuous_config
+        seed = cfg.random_state if seed is None else check_seed("score", "seed", seed, allow_none=False)
+        notes: list[str] = []
+        constant = targets.constant_targets()
+        keep = [j for j, name in enumerate(targets.target_names) if name not in constant]
+        if not keep:
+            raise InputValidationError(f"every regression target is constant ({list(targets.target_names)}); nothing to score")
+        if constant:
+            notes.append(f"constant regression target(s) {constant} carry no information and were left out of scoring")
+        Y = targets.values[:, keep]
+        Y = Y[:, 0] if Y.shape[1] == 1 else Y
+        Xf, zero_rows = _as_float64_normalized(X, cfg.normalize_embeddings)
+        if is_constant(Xf):
+            raise InputValidationError("embeddings are identical in every row, so they separate nothing; check the extractor")
+        if zero_rows.size:
+            notes.append(f"{zero_rows.size} all-zero embedding row(s) stay at the origin")
+        kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
+        with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            coi = ContinuousOverlapIndex(
+                model_type=BACKEND, kmeans_k=cfg.k, kmeans_kwargs=kmeans_kwargs,
+                offline_chunk_size=cfg.offline_chunk_size, target_cover=cfg.target_cover,
+                n_target_cells=cfg.n_target_cells, target_distance=cfg.target_distance,
+                adjacency_mode=cfg.adjacency_mode, top_k=cfg.top_k, null_mode=cfg.null_mode,
+                n_null_permutations=cfg.n_null_permutations, aggregation=cfg.aggregation,
+                target_scaling=cfg.target_scaling, random_state=seed)
+            coi.fit_offline(Xf, Y)
+        cells = {f"cell:{int(c)}": sorted(int(p) for p in protos)
+                 for c, protos in sorted(coi.target_cell_to_prototypes_.items())}
+        support = {int(p): int(v) for p, v in coi.prototype_support_.items()}
+        prototypes = {
+            str(int(p)): {
+                "index": _finite(coi.prototype_index_.get(p)), "loss": _finite(coi.prototype_loss_.get(p)),
+                "support": support.get(int(p), 0), "target_cell": int(coi.prototype_to_target_cell_[p]),
+                "target_mean": np.asarray(coi.prototype_target_mean_[p], dtype=float).ravel().tolist(),
+                "target_radius": _finite(coi.prototype_target_radius_.get(p)),
+            } for p in sorted(coi.prototype_index_)}
+        adjacency = [[int(p), int(q), float(w), int(coi.prototype_adjacency_count_.get((p, q), 0))]
+                     for (p, q), w in sorted(coi.prototype_adjacency_.items())]
+        regression = {
+            "null_calibration": {"null_mode_requested": cfg.null_mode, "null_mode_used": str(coi.null_mode_),
+                                 "null_loss": float(coi.null_loss_), "actual_loss": float(coi.actual_loss_),
+                                 "null_loss_samples": [float(v) for v in coi.null_loss_samples_],
+                                 "n_null_permutations": cfg.n_null_permutations,
+                                 "auto_null_work": int(coi.auto_null_work_)},
+            "target_cover": str(coi.target_cover_), "target_distance": str(coi.target_distance_),
+            "target_cells": cells, "prototypes": prototypes, "prototype_adjacency": adjacency,
+            "scored_targets": [targets.target_names[j] for j in keep],
+        }
+        metadata = {
+            "backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
+            "offline_chunk_size": cfg.offline_chunk_size, "seed": seed, "kmeans_kwargs": dict(kmeans_kwargs),
+            "input_sparse": bool(sparse.issparse(X)), "input_dtype": str(X.dtype),
+            "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "aggregation": cfg.aggregation,
+            "aggregation_classes": list(cells), "excluded_classes": [], "thread_limit": cfg.thread_limit,
+            "zero_rows": int(zero_rows.size), "overlapindex_version": _version("overlapindex"),
+        }
+        return OverlapScoreResult(
+            score=float(coi.index), macro_score=float(coi.macro_index_), weighted_score=float(coi.weighted_index),
+            per_class_scores={}, pairwise_scores={}, sparse_adjacency={},
+            class_counts={cell: sum(support.get(p, 0) for p in protos) for cell, protos in cells.items()},
+            k_per_class={cell: len(protos) for cell, protos in cells.items()},
+            warnings=notes + _capture(caught), metadata=metadata, target_type="regression",
+            labels={cell: cell for cell in cells}, loss_ratio=float(coi.loss_ratio_), regression=regression)
+
+
+def _py(label: Any) -> Any:
+    return label.item() if isinstance(label, np.generic) else label
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
