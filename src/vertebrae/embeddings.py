@@ -6,19 +6,18 @@ CSR without densifying.  Dense input is not copied unless a dtype change forces 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import sparse
 
+if TYPE_CHECKING:
+    from scipy import sparse
+
+from ._sparse import is_sparse, sparse_module
 from .errors import InputTypeError, InputValidationError
 
 #: How many offending row indices an error message lists.
 _SHOWN = 5
-
-
-def is_sparse(matrix: Any) -> bool:
-    return sparse.issparse(matrix)
 
 
 def _first_rows(mask_rows: np.ndarray) -> str:
@@ -35,12 +34,12 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
     names who produced the matrix (an extractor) for the message.
     """
     where = f"{argument}{f' from {source}' if source else ''}"
-    if sparse.issparse(matrix):
+    if is_sparse(matrix):
         if matrix.ndim != 2:
             raise InputValidationError(f"{where} must be 2-D, got a sparse array with {matrix.ndim} dimension(s)")
         csr = matrix.tocsr() if matrix.format != "csr" else matrix
-        if not isinstance(csr, sparse.csr_matrix):
-            csr = sparse.csr_matrix(csr)  # sparse arrays -> csr_matrix, sharing buffers where possible
+        if not isinstance(csr, sparse_module().csr_matrix):
+            csr = sparse_module().csr_matrix(csr)  # sparse arrays -> csr_matrix, sharing buffers where possible
         if not np.issubdtype(csr.dtype, np.number) or np.issubdtype(csr.dtype, np.complexfloating):
             raise InputTypeError(f"{where} must hold real numbers, got dtype {csr.dtype}; cast it with .astype(np.float32)")
         data = csr.data
@@ -87,7 +86,7 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
 
 def embedding_metadata(matrix: np.ndarray | sparse.csr_matrix) -> dict[str, Any]:
     """Shape/dtype/sparsity facts recorded with every extractor result."""
-    sparse_input = sparse.issparse(matrix)
+    sparse_input = is_sparse(matrix)
     nbytes = (matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes) if sparse_input else matrix.nbytes
     return {
         "n_samples": int(matrix.shape[0]),
@@ -99,31 +98,31 @@ def embedding_metadata(matrix: np.ndarray | sparse.csr_matrix) -> dict[str, Any]
     }
 
 
-def l2_normalize(matrix: np.ndarray | sparse.csr_matrix, dtype: Any = np.float64) -> tuple[Any, np.ndarray]:
-    """Row-wise L2 normalization into ``dtype`` (one copy); zero rows stay zero.
+def evaluated_matrix(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tuple[Any, np.ndarray]:
+    """The matrix the dependencies score: float64 (at most one copy), L2 rows when ``normalize``.
 
-    Returns the normalized matrix and the indices of all-zero rows, which cannot be
-    normalized and are reported as a warning by the caller.
+    OverlapIndex casts its input to float64 anyway, so converting here once (and
+    normalizing in place on that copy) avoids a second full copy.  Zero rows cannot be
+    normalized and stay at the origin; their indices are returned for a warning.
     """
-    if sparse.issparse(matrix):
-        out = sparse.csr_matrix(matrix, dtype=dtype, copy=True)
-        norms = np.sqrt(np.asarray(out.multiply(out).sum(axis=1)).ravel())
-        zero = norms == 0
-        scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
-        out.data *= np.repeat(scale, np.diff(out.indptr)).astype(dtype, copy=False)
-        return out, np.flatnonzero(zero)
-    out = np.array(matrix, dtype=dtype, copy=True, order="C")
-    norms = np.sqrt(np.einsum("ij,ij->i", out, out))
-    zero = norms == 0
-    np.divide(out, norms[:, None], out=out, where=~zero[:, None])
-    return out, np.flatnonzero(zero)
+    from sklearn.preprocessing import normalize as sk_normalize
+
+    owned = X.dtype != np.float64
+    Xf = X.astype(np.float64) if owned else X
+    if is_sparse(Xf):
+        zero_rows = np.flatnonzero(np.asarray(abs(Xf).sum(axis=1)).ravel() == 0)
+    else:
+        zero_rows = np.flatnonzero(~Xf.any(axis=1))
+    if normalize:
+        Xf = sk_normalize(Xf, norm="l2", copy=not owned)
+    return Xf, zero_rows
 
 
 def is_constant(matrix: np.ndarray | sparse.csr_matrix) -> bool:
     """True when every row is identical (such a space separates nothing)."""
     if matrix.shape[0] < 2:
         return True
-    if sparse.issparse(matrix):
+    if is_sparse(matrix):
         spread = matrix.max(axis=0).toarray() - matrix.min(axis=0).toarray()
         return bool(np.all(spread == 0))
     return bool(np.all(matrix == matrix[0]))

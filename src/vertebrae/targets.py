@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy import sparse
 
+from ._sparse import is_sparse, sparse_module
 from .errors import InputTypeError, InputValidationError
 from .labels import LabelCatalog, semantic_key
 
@@ -54,7 +54,7 @@ class SingleLabelTargets:
 
 @dataclass(frozen=True)
 class MultiLabelTargets:
-    indicator: sparse.csr_matrix  # (n, L) int8 0/1; column j is catalog.keys[j]
+    indicator: Any  # (n, L) int8 0/1; column j is catalog.keys[j]
     catalog: LabelCatalog
     target_type: str = field(default="multi_label", init=False)
 
@@ -145,7 +145,7 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
 
 
 def _looks_multilabel(y: Any) -> bool:
-    if sparse.issparse(y):
+    if is_sparse(y):
         return True
     if isinstance(y, np.ndarray):
         return y.ndim == 2
@@ -199,15 +199,15 @@ def _single_label(y: Any, argument: str) -> SingleLabelTargets:
 
 
 def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str) -> MultiLabelTargets:
-    if sparse.issparse(y) or (isinstance(y, np.ndarray) and y.ndim == 2):
-        indicator = sparse.csr_matrix(y)
+    if is_sparse(y) or (isinstance(y, np.ndarray) and y.ndim == 2):
+        indicator = sparse_module().csr_matrix(y)
         if indicator.shape[0] == 0:
             raise InputValidationError(f"{argument} is empty")
         data = indicator.data
         if data.size and not np.all((data == 0) | (data == 1)):
             raise InputValidationError(f"{argument} is a multi-label indicator and must hold only 0/1 values; "
                                        f"found {np.unique(data[(data != 0) & (data != 1)])[:5].tolist()}")
-        indicator = sparse.csr_matrix((np.ones(indicator.nnz, np.int8), indicator.indices, indicator.indptr),
+        indicator = sparse_module().csr_matrix((np.ones(indicator.nnz, np.int8), indicator.indices, indicator.indptr),
                                       shape=indicator.shape)
         indicator.eliminate_zeros()
         if label_names is None:
@@ -247,7 +247,7 @@ def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str) -> Mul
         indptr = np.cumsum([0] + [len(ks) for ks in row_keys])
         indices = np.fromiter((col[k] for ks in row_keys for k in sorted(ks, key=col.__getitem__)), dtype=np.int32,
                               count=int(indptr[-1]))
-        indicator = sparse.csr_matrix((np.ones(indices.size, np.int8), indices, indptr), shape=(len(rows), len(catalog)))
+        indicator = sparse_module().csr_matrix((np.ones(indices.size, np.int8), indices, indptr), shape=(len(rows), len(catalog)))
         names, keys = [catalog.value(k) for k in catalog.keys], list(catalog.keys)
     empty = np.flatnonzero(np.diff(indicator.indptr) == 0)
     if empty.size:

@@ -14,13 +14,16 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import sparse
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
-from ..embeddings import is_constant, validate_embeddings
+from .._sparse import is_sparse
+from ..embeddings import evaluated_matrix, is_constant, validate_embeddings
 from ..errors import ConfigError, InputValidationError, ScoringWarning
 from ..labels import LabelCatalog, decode_key, semantic_key
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
@@ -266,22 +269,27 @@ def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: 
     return resolved, source, notes
 
 
+def check_class_settings(config: OverlapScoringConfig, counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
+    """Check ``exclude_classes`` and a ``k`` mapping against the dataset's classes.
+
+    Called by the scorer and by ``Benchmark`` (so typos fail before any extractor
+    runs).  Returns the classes that enter the macro/weighted aggregation.
+    """
+    for key in config.exclude_classes:
+        if key not in counts:
+            raise InputValidationError(
+                f"OverlapScoringConfig.exclude_classes names {decode_key(key)!r} ({key.partition(':')[0]}), which is "
+                f"not a class of this dataset; known classes: {[catalog.display(k) for k in list(counts)[:10]]}. "
+                "Note that 1, '1' and True are different classes.")
+    included = [k for k in catalog.keys if k not in config.exclude_classes]
+    if not included:
+        raise InputValidationError("OverlapScoringConfig.exclude_classes excludes every class; nothing would be "
+                                   "aggregated. Exclude fewer classes.")
+    resolve_k(counts, config, catalog)
+    return included
+
+
 # ----------------------------------------------------------------------- the adapter
-def _as_float64_normalized(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tuple[Any, np.ndarray]:
-    """At most one float64 copy; L2 rows in place on that copy.  Returns (matrix, zero-row indices)."""
-    from sklearn.preprocessing import normalize as sk_normalize
-
-    owned = X.dtype != np.float64
-    Xf = X.astype(np.float64) if owned else X
-    if sparse.issparse(Xf):
-        zero_rows = np.flatnonzero(np.asarray(abs(Xf).sum(axis=1)).ravel() == 0)
-    else:
-        zero_rows = np.flatnonzero(~Xf.any(axis=1))
-    if normalize:
-        Xf = sk_normalize(Xf, norm="l2", copy=not owned)
-    return Xf, zero_rows
-
-
 def _capture(caught: list[warnings.WarningMessage]) -> list[str]:
     seen: list[str] = []
     for item in caught:
@@ -333,17 +341,9 @@ class OverlapIndexScorer:
         seed = cfg.random_state if seed is None else check_seed("score", "seed", seed, allow_none=False)
         catalog = targets.catalog
         counts = targets.counts()
-        for key in cfg.exclude_classes:
-            if key not in counts:
-                raise InputValidationError(
-                    f"OverlapScoringConfig.exclude_classes names {decode_key(key)!r} ({key.partition(':')[0]}), which is "
-                    f"not a class of this dataset; known classes: {[catalog.display(k) for k in list(counts)[:10]]}")
-        included = [k for k in catalog.keys if k not in cfg.exclude_classes]
-        if not included:
-            raise InputValidationError("OverlapScoringConfig.exclude_classes excludes every class; nothing would be "
-                                       "aggregated. Exclude fewer classes.")
+        included = check_class_settings(cfg, counts, catalog)
         k_per_class, k_source, notes = resolve_k(counts, cfg, catalog)
-        Xf, zero_rows = _as_float64_normalized(X, cfg.normalize_embeddings)
+        Xf, zero_rows = evaluated_matrix(X, cfg.normalize_embeddings)
         if is_constant(Xf):
             raise InputValidationError(
                 "embeddings are identical in every row, so they separate nothing; OverlapIndex would report 1.0 (perfect "
@@ -387,7 +387,7 @@ class OverlapIndexScorer:
         metadata = {
             "backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
             "offline_chunk_size": cfg.offline_chunk_size, "seed": seed, "kmeans_kwargs": dict(kmeans_kwargs),
-            "input_sparse": bool(sparse.issparse(X)), "input_dtype": str(X.dtype),
+            "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
             "aggregation_classes": aggregation, "excluded_classes": list(cfg.exclude_classes),
             "unevaluable_classes": unevaluable, "k_source": k_source, "thread_limit": cfg.thread_limit,
@@ -416,7 +416,7 @@ class OverlapIndexScorer:
             notes.append(f"constant regression target(s) {constant} carry no information and were left out of scoring")
         Y = targets.values[:, keep]
         Y = Y[:, 0] if Y.shape[1] == 1 else Y
-        Xf, zero_rows = _as_float64_normalized(X, cfg.normalize_embeddings)
+        Xf, zero_rows = evaluated_matrix(X, cfg.normalize_embeddings)
         if is_constant(Xf):
             raise InputValidationError("embeddings are identical in every row, so they separate nothing; check the extractor")
         if zero_rows.size:
@@ -457,7 +457,7 @@ class OverlapIndexScorer:
         metadata = {
             "backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
             "offline_chunk_size": cfg.offline_chunk_size, "seed": seed, "kmeans_kwargs": dict(kmeans_kwargs),
-            "input_sparse": bool(sparse.issparse(X)), "input_dtype": str(X.dtype),
+            "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "aggregation": cfg.aggregation,
             "aggregation_classes": list(cells), "excluded_classes": [], "thread_limit": cfg.thread_limit,
             "zero_rows": int(zero_rows.size), "overlapindex_version": _version("overlapindex"),

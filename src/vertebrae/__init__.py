@@ -1,0 +1,29 @@
+"""vertebrae: choose a frozen representation for your own labeled data.
+
+Embed a dataset with each candidate extractor, score how well the embedding space
+separates the targets with OverlapIndex, and get reproducible JSON / Markdown /
+DataFrame reports.  Heavy dependencies (pandas, scikit-learn, overlapindex,
+separatix) are imported lazily, so ``import vertebrae`` stays fast.
+"""
+
+from .benchmark import Benchmark
+from .datasets import BenchmarkDataset
+from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
+                     SerializationError, VertebraeError, VertebraeWarning)
+from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
+from .identity import DatasetIdentity
+from .labels import LabelCatalog
+from .results import BenchmarkResult, ExtractorResult
+from .scoring.metric_result import MetricResult
+from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer, OverlapScoreResult,
+                              OverlapScoringConfig)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Benchmark", "BenchmarkDataset", "BenchmarkResult", "CallableExtractor", "ConfigError",
+    "ContinuousOverlapScoringConfig", "DatasetIdentity", "Extractor", "ExtractorError", "ExtractorResult",
+    "InputTypeError", "InputValidationError", "LabelCatalog", "MetricError", "MetricResult", "OverlapIndexScorer",
+    "OverlapScoreResult", "OverlapScoringConfig", "PrecomputedExtractor", "SerializationError", "SklearnExtractor",
+    "VertebraeError", "VertebraeWarning", "__version__",
+]

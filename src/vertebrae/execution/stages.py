@@ -1,0 +1,85 @@
+"""Stage functions: pure functions of their inputs, so any runner can execute them."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..embeddings import embedding_metadata, validate_embeddings
+from ..errors import ExtractorError, VertebraeError
+from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
+from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
+from ..targets import MultiLabelTargets, RegressionTargets, Targets
+
+
+@dataclasses.dataclass
+class EmbeddingArtifact:
+    """The evaluated embedding matrix of one extractor plus how it was made."""
+
+    extractor: str
+    matrix: Any
+    metadata: dict[str, Any]
+    seconds: float
+
+
+@dataclasses.dataclass
+class ScoreArtifact:
+    overlap: OverlapScoreResult
+    seconds: float
+
+
+def estimator_targets(targets: Targets) -> Any:
+    """Targets in the form a supervised scikit-learn transformer accepts."""
+    if isinstance(targets, MultiLabelTargets):
+        return targets.indicator
+    if isinstance(targets, RegressionTargets):
+        return targets.values if targets.values.shape[1] > 1 else targets.values[:, 0]
+    return targets.keys.astype(str)
+
+
+def extract(dataset: Any, extractor: Any) -> EmbeddingArtifact:
+    """Fit the extractor on the dataset inputs, transform them, validate the output."""
+    start = time.perf_counter()
+    try:
+        extractor.fit(dataset.extractor_input, estimator_targets(dataset.targets))
+        output = extractor.transform(dataset.extractor_input)
+    except VertebraeError:
+        raise
+    except Exception as exc:  # an extractor is user code: name it in the error
+        raise ExtractorError(f"extractor {extractor.name!r} failed during fit/transform: "
+                             f"{type(exc).__name__}: {exc}") from exc
+    matrix = validate_embeddings(output, argument="output", n_rows=dataset.n_samples,
+                                 source=f"extractor {extractor.name!r}")
+    metadata = embedding_metadata(matrix)
+    metadata["parent_extractor_name"] = extractor.name
+    return EmbeddingArtifact(extractor.name, matrix, metadata, time.perf_counter() - start)
+
+
+def score(artifact: EmbeddingArtifact, targets: Targets, settings: Any) -> ScoreArtifact:
+    start = time.perf_counter()
+    scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
+    overlap = scorer.score(artifact.matrix, targets)
+    return ScoreArtifact(overlap, time.perf_counter() - start)
+
+
+def assemble(extractor: Any, artifacts: Mapping[str, Any], settings: Any) -> Any:
+    """Build the ExtractorResult from the stage artifacts of one extractor."""
+    from ..results import ExtractorResult, recommendation_label
+
+    embedding: EmbeddingArtifact = artifacts["extract"]
+    scored: ScoreArtifact = artifacts["score"]
+    overlap = scored.overlap
+    metrics = {OVERLAP_METRIC: overlap_metric_result(overlap)}
+    primary = metrics[settings.primary_metric]
+    weakest = overlap.weakest_class()
+    recipe = extractor.recipe()
+    return ExtractorResult(
+        name=extractor.name, extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
+        overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
+        primary_score=primary.score if primary.rankable else None, embedding=dict(embedding.metadata),
+        warnings=list(overlap.warnings), recommendation=recommendation_label(overlap.score),
+        weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
+                                                    "score": weakest[1]},
+        runtime={"extract": embedding.seconds, "score": scored.seconds})

@@ -1,0 +1,149 @@
+"""The Extractor protocol and the three built-in extractors.
+
+An extractor turns a dataset's inputs into an embedding matrix.  ``recipe()`` is a
+JSON-safe description of *what* it computes; together with the dataset identity it
+keys the embedding artifact, so two extractors with the same recipe must produce the
+same embeddings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..embeddings import validate_embeddings
+from ..errors import InputTypeError, InputValidationError
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """What vertebrae needs from a candidate representation."""
+
+    name: str
+
+    def fit(self, X: Any, y: Any = None) -> "Extractor": ...
+
+    def transform(self, X: Any) -> Any: ...
+
+    def recipe(self) -> dict[str, Any]: ...
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InputValidationError(f"extractor name must be a non-empty string, got {name!r}")
+    return name
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
+class PrecomputedExtractor:
+    """Embeddings computed elsewhere.
+
+    Without ``embeddings`` it returns the dataset's own embedding matrix (a dataset
+    built with ``BenchmarkDataset.from_embeddings``); with a matrix it returns that.
+    """
+
+    def __init__(self, name: str, embeddings: Any = None) -> None:
+        self.name = _check_name(name)
+        self.embeddings = None if embeddings is None else validate_embeddings(embeddings, argument=f"embeddings of {name!r}")
+
+    def fit(self, X: Any, y: Any = None) -> "PrecomputedExtractor":
+        return self
+
+    def transform(self, X: Any) -> Any:
+        if self.embeddings is not None:
+            return self.embeddings
+        if X is None:
+            raise InputValidationError(f"PrecomputedExtractor {self.name!r} has no embeddings and the dataset has none; "
+                                       "pass embeddings=... or build the dataset with BenchmarkDataset.from_embeddings")
+        return X
+
+    def recipe(self) -> dict[str, Any]:
+        recipe: dict[str, Any] = {"type": "precomputed", "name": self.name}
+        if self.embeddings is not None:
+            recipe["content_sha256"] = matrix_sha256(self.embeddings)
+        return recipe
+
+
+class CallableExtractor:
+    """Wraps ``fn(X) -> embeddings`` (a model's encode method, a feature function)."""
+
+    def __init__(self, name: str, fn: Callable[[Any], Any], *, params: dict[str, Any] | None = None) -> None:
+        self.name = _check_name(name)
+        if not callable(fn):
+            raise InputTypeError(f"CallableExtractor {name!r}: fn must be callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.params = dict(params or {})
+
+    def fit(self, X: Any, y: Any = None) -> "CallableExtractor":
+        return self
+
+    def transform(self, X: Any) -> Any:
+        return self.fn(X)
+
+    def recipe(self) -> dict[str, Any]:
+        return {"type": "callable", "name": self.name, "callable": _qualname(self.fn), "params": self.params}
+
+
+class SklearnExtractor:
+    """Fits a scikit-learn transformer or pipeline on the dataset inputs, then transforms them.
+
+    The estimator is cloned, so the one passed in is never mutated.  It is fitted
+    without labels unless ``supervised=True`` (label-aware transforms such as LDA leak
+    the targets into the representation they are scored on; opt in deliberately).
+    """
+
+    def __init__(self, name: str, estimator: Any, *, supervised: bool = False) -> None:
+        self.name = _check_name(name)
+        if not (hasattr(estimator, "fit") and hasattr(estimator, "transform")):
+            raise InputTypeError(f"SklearnExtractor {name!r}: estimator must have fit and transform, got "
+                                 f"{type(estimator).__name__}")
+        self.estimator = estimator
+        self.supervised = supervised
+        self.fitted_ = None
+
+    def fit(self, X: Any, y: Any = None) -> "SklearnExtractor":
+        from sklearn.base import clone
+
+        self.fitted_ = clone(self.estimator)
+        self.fitted_.fit(X, y if self.supervised else None)
+        return self
+
+    def transform(self, X: Any) -> Any:
+        if self.fitted_ is None:
+            raise InputValidationError(f"SklearnExtractor {self.name!r} must be fitted before transform")
+        return self.fitted_.transform(X)
+
+    def recipe(self) -> dict[str, Any]:
+        params = self.estimator.get_params(deep=True)
+        return {"type": "sklearn", "name": self.name, "estimator": _qualname(type(self.estimator)),
+                "supervised": self.supervised,
+                "params": {k: _param_text(v) for k, v in sorted(params.items())}}
+
+
+def _param_text(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "get_params"):
+        return _qualname(type(value))
+    return repr(value)
+
+
+def matrix_sha256(matrix: Any) -> str:
+    """Content hash of a dense or sparse matrix (shape, dtype and values)."""
+    from scipy import sparse
+
+    digest = hashlib.sha256()
+    digest.update(f"{type(matrix).__name__}|{matrix.shape}|{matrix.dtype}".encode())
+    if sparse.issparse(matrix):
+        csr = matrix.tocsr()
+        for part in (csr.indptr, csr.indices, csr.data):
+            digest.update(np.ascontiguousarray(part).tobytes())
+    else:
+        digest.update(np.ascontiguousarray(matrix).tobytes())
+    return digest.hexdigest()

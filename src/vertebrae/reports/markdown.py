@@ -1,0 +1,157 @@
+"""Markdown report rendered from a serialized BenchmarkResult (a plain dict).
+
+It never touches live objects, so an archived ``report.json`` regenerates the same
+report.  Every table cell goes through :mod:`vertebrae.reports.markdown_table`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .markdown_table import table, text
+
+Section = Callable[[Mapping[str, Any]], str]
+
+
+def _display(overlap: Mapping[str, Any], key: str) -> str:
+    return overlap.get("labels", {}).get(key, key)
+
+
+def _title(data: Mapping[str, Any]) -> str:
+    summary = data["dataset_summary"]
+    return f"# vertebrae benchmark report: {text(summary.get('name', ''))}\n"
+
+
+def _dataset_summary(data: Mapping[str, Any]) -> str:
+    s = data["dataset_summary"]
+    ident = s["identity"]
+    rows = [["identity", f"{ident['kind']}: {ident['dataset_id']}"
+             + (f" @ {ident['revision']}" if ident.get("revision") else "")
+             + (f" (sha256 {ident['content_sha256'][:12]})" if ident.get("content_sha256") else "")],
+            ["target type", s["target_type"]], ["samples", s["n_samples"]], ["input", s.get("input_kind")]]
+    if s["target_type"] == "single_label":
+        rows.append(["classes", s["n_classes"]])
+    elif s["target_type"] == "multi_label":
+        rows += [["labels", s["n_labels"]], ["label cardinality", s["label_cardinality"]],
+                 ["label density", s["label_density"]], ["distinct label sets", s["n_distinct_labelsets"]]]
+    else:
+        rows += [["targets", ", ".join(s["target_names"])],
+                 ["constant targets", ", ".join(s["constant_targets"]) or "none"]]
+    if s.get("groups"):
+        g = s["groups"]
+        rows.append(["groups", f"{g['n_groups']} (size {g['group_size_min']}–{g['group_size_max']})"])
+    return "## Dataset summary\n\n" + table(["field", "value"], rows)
+
+
+def _target_summary(data: Mapping[str, Any]) -> str:
+    s = data["dataset_summary"]
+    if s["target_type"] == "regression":
+        stats = s["target_statistics"]
+        rows = [[name, v["mean"], v["std"], v["min"], v["max"]] for name, v in stats.items()]
+        return "## Target summary\n\n" + table(["target", "mean", "std", "min", "max"], rows)
+    names = s.get("class_names") or s.get("label_names")
+    counts = list(s["class_counts"].values())
+    heading = "class" if s["target_type"] == "single_label" else "label"
+    rows = [[name, count] for name, count in zip(names, counts)]
+    return "## Target summary\n\n" + table([heading, "count"], rows)
+
+
+def _extractor_summary(data: Mapping[str, Any]) -> str:
+    rows = []
+    for r in data["extractor_results"]:
+        e = r["embedding"]
+        rows.append([r["name"], r["extractor_type"], e.get("embedding_dim"), e.get("dtype"), e.get("sparse"),
+                     e.get("nnz"), json.dumps(r["recipe"], sort_keys=True)])
+    return "## Extractors\n\n" + table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows)
+
+
+def _overlap_configuration(data: Mapping[str, Any]) -> str:
+    settings = data["metadata"]["settings"]
+    key = "continuous_config" if data["dataset_summary"]["target_type"] == "regression" else "scoring_config"
+    rows = [[name, json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value]
+            for name, value in settings[key].items()]
+    body = table(["setting", "value"], rows)
+    excluded = settings["scoring_config"].get("exclude_classes") or []
+    note = ""
+    if excluded and key == "scoring_config":
+        note = ("\nExcluded from macro/weighted aggregation (still fitted and shown per class): "
+                + ", ".join(text(e["label_key"]) for e in excluded) + "\n")
+    return "## Overlap configuration\n\nBackend: MiniBatchKMeans (fixed).\n\n" + body + note
+
+
+#: Row-builder columns shown in the ranking table (see ``vertebrae.results.result_row``).
+RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
+                              "overlap_weighted", "weakest_class", "embedding_dim", "recommendation"]
+
+
+def _ranking(data: Mapping[str, Any]) -> str:
+    from ..results import BenchmarkResult
+
+    result = BenchmarkResult.from_dict(data)
+    ranked = result.ranked_results()
+    if not ranked:
+        return "## Ranking\n\nUnavailable: no extractor has a valid primary aggregate.\n"
+    rows = result.rows(include_invalid=True)
+    valid_rows = [r for r in rows if r["rank"] is not None]
+    invalid = [r["extractor"] for r in rows if r["rank"] is None]
+    body = table(RANKING_COLUMNS, [[row.get(c) for c in RANKING_COLUMNS] for row in valid_rows])
+    tail = f"\nNot ranked (invalid primary aggregate): {', '.join(text(n) for n in invalid)}\n" if invalid else ""
+    order = "higher is better" if ranked[0].primary_metric.higher_is_better else "lower is better"
+    return (f"## Ranking\n\nRanked by `{text(ranked[0].primary_metric_name)}` ({order}).\n\n" + body + tail)
+
+
+def _extractor_details(data: Mapping[str, Any]) -> str:
+    parts = ["## Per-extractor details\n"]
+    for r in data["extractor_results"]:
+        parts.append(extractor_detail(r))
+    return "\n".join(parts)
+
+
+def extractor_detail(r: Mapping[str, Any]) -> str:
+    o = r["overlap"]
+    lines = [f"### {text(r['name'])}\n",
+             f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted {o['weighted_score']:.4f}); "
+             f"recommendation `{r['recommendation']}`.\n"]
+    meta = o["metadata"]
+    if meta.get("excluded_classes"):
+        lines.append("Excluded from aggregation: " + ", ".join(text(_display(o, k)) for k in meta["excluded_classes"])
+                     + ". Do not average the per-class scores below to reconstruct the global score.\n")
+    if o["per_class_scores"]:
+        rows = [[_display(o, k), o["class_counts"].get(k), o["k_per_class"].get(k), v,
+                 "yes" if k in meta.get("aggregation_classes", []) else "no"] for k, v in o["per_class_scores"].items()]
+        lines.append(table(["class", "count", "k", "overlap", "aggregated"], rows))
+    if o.get("loss_ratio") is not None:
+        null = o["regression"]["null_calibration"]
+        lines.append(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null {null['null_loss']:.4f}; "
+                     f"null mode `{null['null_mode_used']}`, {null['n_null_permutations']} permutations).\n")
+    weakest = r.get("weakest_class")
+    if weakest:
+        lines.append(f"Weakest class: {text(weakest['display'])} ({weakest['score']:.4f}).\n")
+    if r["warnings"]:
+        lines.append("Warnings:\n\n" + "".join(f"- {text(w)}\n" for w in r["warnings"]))
+    return "\n".join(lines)
+
+
+def _recommendations(data: Mapping[str, Any]) -> str:
+    return "## Recommendations\n\n" + "".join(f"- {text(n)}\n" for n in data["recommendations"])
+
+
+def _reproducibility(data: Mapping[str, Any]) -> str:
+    meta = data["metadata"]
+    rows = [["run key", meta["run_key"]], ["primary metric", meta["primary_metric"]],
+            ["seed", meta["settings"]["scoring_config"]["random_state"]]]
+    rows += [[f"version {name}", v] for name, v in meta["versions"].items()]
+    rows += [[f"artifact {j['stage']} {j['extractor']}", j["key"]] for j in meta["plan"]]
+    return "## Reproducibility\n\n" + table(["field", "value"], rows)
+
+
+#: Report sections in order; later features append their own section functions here.
+SECTIONS: list[Section] = [_title, _dataset_summary, _target_summary, _extractor_summary, _overlap_configuration,
+                           _ranking, _extractor_details, _recommendations, _reproducibility]
+
+
+def render_benchmark(data: Mapping[str, Any]) -> str:
+    """Render the Markdown report of a serialized benchmark result."""
+    return "\n".join(section(data) for section in SECTIONS)

@@ -1,0 +1,36 @@
+"""The one Markdown cell renderer: every table cell in every report goes through it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+def cell(value: Any, digits: int = 4) -> str:
+    """Render one value as a safe table cell (pipes, backslashes, line breaks escaped)."""
+    if value is None:
+        text = "–"
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, float):
+        text = "–" if not math.isfinite(value) else f"{value:.{digits}f}"
+    else:
+        text = str(value)
+    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "<br>")
+    return text
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 4) -> str:
+    """A GitHub-flavoured Markdown table; every header and cell is escaped."""
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |",
+             "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(cell(v, digits) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def text(value: Any) -> str:
+    """Escape free text outside tables (one line; no Markdown injection through line breaks)."""
+    return cell(value)

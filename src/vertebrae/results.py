@@ -1,0 +1,210 @@
+"""Result objects, ranking views and the one tabular row builder.
+
+Reports are rendered from ``to_dict()`` output only (see :mod:`vertebrae.reports`),
+so an archived JSON file regenerates the same report later.  Timing and host facts
+live in the top-level ``timing`` section of the JSON so everything else is
+byte-identical for the same inputs and seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import SerializationError
+from .scoring.metric_result import OVERLAP_METRIC, MetricResult
+from .scoring.overlap import OverlapScoreResult
+
+SCHEMA_VERSION = 1
+#: Recommendation thresholds on the overlap score (documented in docs/results.md).
+STRONG_OVERLAP = 0.8
+MODERATE_OVERLAP = 0.5
+
+
+def recommendation_label(overlap_score: float) -> str:
+    """Lightweight guidance from the overlap score, not a verdict."""
+    if overlap_score >= STRONG_OVERLAP:
+        return "strong_separation"
+    if overlap_score >= MODERATE_OVERLAP:
+        return "moderate_separation"
+    return "weak_separation"
+
+
+@dataclasses.dataclass
+class ExtractorResult:
+    """Everything measured for one extractor (or one named output of one)."""
+
+    name: str
+    extractor_type: str
+    recipe: dict[str, Any]
+    overlap: OverlapScoreResult
+    metrics: dict[str, MetricResult]
+    primary_metric_name: str
+    primary_score: float | None
+    embedding: dict[str, Any]
+    warnings: list[str]
+    recommendation: str
+    weakest_class: dict[str, Any] | None
+    artifact_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    runtime: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def primary_metric(self) -> MetricResult:
+        return self.metrics[self.primary_metric_name]
+
+    @property
+    def aggregate_valid(self) -> bool:
+        return self.primary_metric.rankable
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form without ``runtime`` (the benchmark result stores timings separately)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runtime"}
+        data["overlap"] = self.overlap.to_dict()
+        data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None = None) -> "ExtractorResult":
+        fields = dict(data)
+        fields["overlap"] = OverlapScoreResult.from_dict(fields["overlap"])
+        fields["metrics"] = {name: MetricResult.from_dict(m) for name, m in fields["metrics"].items()}
+        fields["runtime"] = dict(runtime or {})
+        return cls(**fields)
+
+
+@dataclasses.dataclass
+class BenchmarkResult:
+    dataset_summary: dict[str, Any]
+    extractor_results: list[ExtractorResult]
+    recommendations: list[str]
+    metadata: dict[str, Any]
+    timing: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    # -- ranking views ---------------------------------------------------------
+    def ranked_results(self) -> list[ExtractorResult]:
+        """Valid results best-first by the primary metric, respecting its direction.
+
+        Invalid aggregates are omitted; if every aggregate is invalid the ranking is
+        empty (never filled with a fallback).  Ties keep extractor order.
+        """
+        valid = [r for r in self.extractor_results if r.aggregate_valid]
+        return sorted(valid, key=lambda r: -r.primary_score if r.primary_metric.higher_is_better else r.primary_score)
+
+    @property
+    def ranking_available(self) -> bool:
+        return bool(self.ranked_results())
+
+    def quality_cohort(self, tolerance: float | None = None) -> list[ExtractorResult]:
+        """Results within an absolute ``tolerance`` of the best primary score, in ranking order."""
+        tolerance = self.metadata.get("quality_tolerance", 0.0) if tolerance is None else tolerance
+        if tolerance < 0:
+            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+        ranked = self.ranked_results()
+        if not ranked:
+            return []
+        best = ranked[0]
+        return [r for r in ranked if abs(r.primary_score - best.primary_score) <= tolerance + 1e-12]
+
+    def __getitem__(self, name: str) -> ExtractorResult:
+        for result in self.extractor_results:
+            if result.name == name:
+                return result
+        raise KeyError(f"no extractor result named {name!r}; have {[r.name for r in self.extractor_results]}")
+
+    # -- tabular ---------------------------------------------------------------
+    def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
+        """One flat dict per result (the DataFrame rows), ranked; invalid ones last with rank None."""
+        ranked = self.ranked_results()
+        rank_of = {id(r): i + 1 for i, r in enumerate(ranked)}
+        chosen = ranked + ([r for r in self.extractor_results if id(r) not in rank_of] if include_invalid else [])
+        return [result_row(r, rank_of.get(id(r))) for r in chosen]
+
+    def to_dataframe(self, include_invalid: bool = False) -> Any:
+        """A pandas DataFrame, ranked and valid-only unless ``include_invalid=True``."""
+        import pandas as pd
+
+        rows = self.rows(include_invalid)
+        frame = pd.DataFrame(rows)
+        if "rank" in frame:
+            frame["rank"] = frame["rank"].astype("Int64")
+        return frame
+
+    # -- persistence -----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "result_type": "benchmark",
+            "dataset_summary": self.dataset_summary,
+            "extractor_results": [r.to_dict() for r in self.extractor_results],
+            "recommendations": list(self.recommendations),
+            "metadata": self.metadata,
+            "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results}},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BenchmarkResult":
+        if data.get("result_type") != "benchmark" or data.get("schema_version") != SCHEMA_VERSION:
+            raise SerializationError(f"$: not a vertebrae benchmark result of schema {SCHEMA_VERSION} "
+                                     f"(result_type={data.get('result_type')!r}, schema_version={data.get('schema_version')!r})")
+        timing = dict(data.get("timing", {}))
+        runtime = timing.pop("runtime", {})
+        results = [ExtractorResult.from_dict(r, runtime.get(r["name"])) for r in data["extractor_results"]]
+        return cls(dict(data["dataset_summary"]), results, list(data["recommendations"]), dict(data["metadata"]), timing)
+
+    def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
+        from .reports import json_codec
+
+        return json_codec.write(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path: str | pathlib.Path) -> "BenchmarkResult":
+        from .reports import json_codec
+
+        return cls.from_dict(json_codec.decode(json_codec.read(path)))
+
+    def to_markdown(self) -> str:
+        from .reports import json_codec
+        from .reports.markdown import render_benchmark
+
+        return render_benchmark(json_codec.decode(json_codec.encode(self.to_dict())))
+
+    def save_markdown(self, path: str | pathlib.Path) -> pathlib.Path:
+        path = pathlib.Path(path)
+        text = self.to_markdown()
+        path.write_text(text, encoding="utf-8")
+        return path
+
+
+# --------------------------------------------------------------------- row builder
+def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
+    """The canonical flat row of one result; every tabular view uses this builder."""
+    weakest = result.weakest_class or {}
+    row: dict[str, Any] = {
+        "rank": rank,
+        "extractor": result.name,
+        "extractor_type": result.extractor_type,
+        "parent_extractor": result.embedding.get("parent_extractor_name", result.name),
+        "output_name": result.embedding.get("output_name"),
+        "primary_metric": result.primary_metric_name,
+        "primary_score": result.primary_score,
+        "aggregate_valid": result.aggregate_valid,
+        "target_type": result.overlap.target_type,
+        "overlap_score": result.overlap.score,
+        "overlap_macro": result.overlap.macro_score,
+        "overlap_weighted": result.overlap.weighted_score,
+        "weakest_class": weakest.get("display"),
+        "weakest_class_score": weakest.get("score"),
+        "recommendation": result.recommendation,
+        "embedding_dim": result.embedding.get("embedding_dim"),
+        "embedding_dtype": result.embedding.get("dtype"),
+        "embedding_sparse": result.embedding.get("sparse"),
+        "embedding_nnz": result.embedding.get("nnz"),
+        "warnings": len(result.warnings),
+    }
+    for name, metric in result.metrics.items():
+        row[f"metric.{name}"] = metric.score
+    for stage, seconds in result.runtime.items():
+        row[f"runtime.{stage}"] = seconds
+    return row
