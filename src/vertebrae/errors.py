@@ -41,6 +41,10 @@ class DependencyError(VertebraeError, ImportError):
     """An optional dependency needed for the requested feature is not installed."""
 
 
+class DensificationBudgetError(VertebraeError, MemoryError):
+    """A dense-only diagnostic would exceed the dense-memory budget and the policy is ``"fail"``."""
+
+
 class VertebraeWarning(UserWarning):
     """Base class of warnings emitted by vertebrae (they are also recorded in results)."""
 

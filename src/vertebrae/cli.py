@@ -1,0 +1,128 @@
+"""The ``vertebrae`` command: ``demo``, ``run CONFIG`` and ``report RESULT.json``.
+
+Exit codes: 0 success, 2 bad input or usage (one-line message on stderr),
+1 unexpected failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Sequence
+
+from .errors import VertebraeError
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="vertebrae", description="Compare frozen feature extractors on your labeled data with OverlapIndex.")
+    parser.add_argument("--version", action="version", version=f"vertebrae {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = sub.add_parser("demo", help="run the bundled digits benchmark (no download)",
+                          description="Benchmark five extractors on scikit-learn's bundled digits data, print the "
+                                      "ranking and write report.json and report.md.")
+    _output_options(demo)
+
+    run = sub.add_parser("run", help="run a benchmark described by a TOML/YAML config file",
+                         description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
+                                     "report.md. See `vertebrae.run_config` for the file format.")
+    run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
+    _output_options(run)
+
+    report = sub.add_parser("report", help="regenerate the Markdown report from an archived result JSON",
+                            description="Render the Markdown report of RESULT (a report.json written by vertebrae).")
+    report.add_argument("result", type=pathlib.Path, help="path to a result JSON file")
+    report.add_argument("--output", "-o", type=pathlib.Path, default=None,
+                        help="write the Markdown here (default: print to stdout)")
+    return parser
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("."),
+                        help="folder for report.json and report.md (default: current folder)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no printed ranking")
+
+
+def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    result.save_json(output / "report.json")
+    result.save_markdown(output / "report.md")
+    if not quiet:
+        print(_ranking_text(result))
+        print(f"\nWrote {output / 'report.json'} and {output / 'report.md'}")
+
+
+def _ranking_text(result) -> str:
+    ranked = result.ranked_results()
+    if not ranked:
+        return "Ranking unavailable: no extractor has a valid primary aggregate."
+    width = max(len(r.name) for r in ranked)
+    lines = [f"{'rank':>4}  {'extractor':<{width}}  {ranked[0].primary_metric_name:>10}  recommendation"]
+    for i, r in enumerate(ranked, 1):
+        lines.append(f"{i:>4}  {r.name:<{width}}  {r.primary_score:>10.4f}  {r.recommendation}")
+    return "\n".join(lines)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import demo_benchmark
+
+    result = demo_benchmark(progress=False if args.quiet else None).run()
+    _write_reports(result, args.output, args.quiet)
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .run_config import benchmark_from_config, load_run_config
+
+    config = load_run_config(args.config)
+    benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
+    _write_reports(benchmark.run(), args.output, args.quiet)
+    return EXIT_OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .reports import json_codec
+    from .results import BenchmarkResult
+
+    try:
+        data = json_codec.read(args.result)
+    except FileNotFoundError:
+        raise VertebraeError(f"result file {str(args.result)!r} does not exist") from None
+    except ValueError as exc:
+        raise VertebraeError(f"{args.result} is not valid JSON: {exc}") from None
+    try:
+        result = BenchmarkResult.from_dict(json_codec.decode(data))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise VertebraeError(f"{args.result} is not a vertebrae benchmark result (missing or malformed {exc})") from None
+    markdown = result.to_markdown()
+    if args.output is None:
+        sys.stdout.write(markdown)
+    else:
+        args.output.write_text(markdown, encoding="utf-8")
+    return EXIT_OK
+
+
+# CLI READY: subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
+COMMANDS = {"demo": _demo, "run": _run, "report": _report}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except VertebraeError as exc:
+        print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("vertebrae: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Reading embedding matrices, labels and config files from disk for the CLI.
+
+Formats: ``.npy`` (dense), ``.npz`` (SciPy sparse via ``save_npz``, or a NumPy archive
+holding one array), ``.parquet`` and ``.csv`` (numeric columns; a CSV header is
+detected).  Errors name the file and say what was expected.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from .errors import InputValidationError
+
+MATRIX_SUFFIXES = (".npy", ".npz", ".parquet", ".csv")
+
+
+def _existing(path: str | pathlib.Path, what: str) -> pathlib.Path:
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise InputValidationError(f"{what} file {str(path)!r} does not exist")
+    return path
+
+
+def load_matrix(path: str | pathlib.Path) -> Any:
+    """Load an embedding matrix (dense ndarray or CSR) from one of MATRIX_SUFFIXES."""
+    path = _existing(path, "embeddings")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return np.load(path, allow_pickle=False)
+    if suffix == ".npz":
+        from scipy import sparse
+
+        with np.load(path, allow_pickle=False) as archive:
+            names = list(archive.files)
+            if {"format", "shape", "data"} <= set(names):
+                return sparse.load_npz(path)
+            if len(names) != 1 and "embeddings" not in names:
+                raise InputValidationError(f"{path}: a .npz must be a scipy.sparse.save_npz file or hold one array "
+                                           f"(or one named 'embeddings'); found {names}")
+            return archive["embeddings" if "embeddings" in names else names[0]]
+    if suffix == ".parquet":
+        import pandas as pd
+
+        return _numeric_frame(pd.read_parquet(path), path)
+    if suffix == ".csv":
+        import pandas as pd
+
+        return _numeric_frame(pd.read_csv(path, header=0 if _csv_has_header(path) else None), path)
+    raise InputValidationError(f"{path}: unsupported embeddings format {suffix!r}; use one of {list(MATRIX_SUFFIXES)}")
+
+
+def _csv_has_header(path: pathlib.Path) -> bool:
+    with path.open(encoding="utf-8") as handle:
+        first = handle.readline().strip().split(",")
+    try:
+        [float(field) for field in first]
+    except ValueError:
+        return True
+    return False
+
+
+def _numeric_frame(frame: Any, path: pathlib.Path) -> np.ndarray:
+    bad = [str(c) for c, dtype in frame.dtypes.items() if not (dtype.kind in "biuf")]
+    if bad:
+        raise InputValidationError(f"{path}: embedding columns must be numeric; non-numeric column(s) {bad[:5]}")
+    return frame.to_numpy()
+
+
+def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
+    """Load labels / groups / regression targets: one value per row.
+
+    ``.npy`` arrays are used as they are (2-D allowed for indicators and multi-output
+    regression); ``.txt`` is one string per line; ``.csv`` / ``.parquet`` need
+    ``column`` unless the table has exactly one column (a list of columns is allowed
+    for multi-output regression).
+    """
+    path = _existing(path, what)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return np.load(path, allow_pickle=False)
+    if suffix == ".txt":
+        return [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines()]
+    if suffix in (".csv", ".parquet"):
+        import pandas as pd
+
+        frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+        if column is None:
+            if frame.shape[1] != 1:
+                raise InputValidationError(f"{path} has columns {list(frame.columns)}; name the {what} column in the config")
+            return frame.iloc[:, 0].tolist()
+        columns = [column] if isinstance(column, str) else list(column)
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise InputValidationError(f"{path}: {what} column(s) {missing} not found; columns are {list(frame.columns)}")
+        return frame[columns[0]].tolist() if isinstance(column, str) else frame[columns].to_numpy()
+    raise InputValidationError(f"{path}: unsupported {what} format {suffix!r}; use .npy, .txt, .csv or .parquet")
+
+
+def load_config_file(path: str | pathlib.Path) -> dict[str, Any]:
+    """Parse a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run configuration."""
+    path = _existing(path, "config")
+    suffix = path.suffix.lower()
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".toml":
+        import tomllib
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputValidationError(f"{path}: invalid TOML: {exc}") from None
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InputValidationError(f"{path}: invalid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise InputValidationError(f"{path}: the YAML document must be a mapping of sections")
+        return data
+    raise InputValidationError(f"{path}: config must be .toml, .yaml or .yml, got {suffix!r}")

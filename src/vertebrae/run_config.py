@@ -1,0 +1,116 @@
+"""Build a Benchmark from a TOML/YAML run configuration (what ``vertebrae run`` reads).
+
+Example (TOML)::
+
+    [dataset]
+    id = "support-tickets"        # with revision: a declared identity
+    revision = "2026-11"
+    labels = "labels.csv"         # .npy, .txt, .csv or .parquet
+    labels_column = "label"
+    # target_type = "multi_label" | "regression"; label_names = [...]; target_names = [...]
+    # groups = "groups.csv"; groups_column = "customer"
+
+    [[extractors]]
+    name = "minilm"
+    embeddings = "minilm.npy"     # .npy, .npz, .parquet or .csv
+
+    [scoring]                     # OverlapScoringConfig fields
+    k = "auto"
+
+    [benchmark]
+    quality_tolerance = 0.02
+
+Relative paths are resolved against the config file's folder.  Unknown sections and
+keys are rejected with the list of allowed ones.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from .benchmark import Benchmark
+from .datasets import BenchmarkDataset
+from .errors import ConfigError
+from .extractors import PrecomputedExtractor
+from .identity import DatasetIdentity
+from .io import load_column, load_config_file, load_matrix
+from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
+
+DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target_type", "label_names", "target_names",
+                "groups", "groups_column", "name"}
+EXTRACTOR_KEYS = {"name", "embeddings"}
+BENCHMARK_KEYS = {"primary_metric", "quality_tolerance"}
+#: Top-level sections a run configuration may contain.
+SECTIONS = {"dataset", "extractors", "scoring", "continuous", "benchmark", "output"}
+
+
+def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config section {where} must be a table/mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"config section {where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return data
+
+
+def _identity(section: Mapping[str, Any]) -> DatasetIdentity:
+    kind = section.get("identity", "declared")
+    if "id" not in section:
+        raise ConfigError("config [dataset] needs id = \"...\" (and revision = \"...\" for a declared identity)")
+    if kind == "declared":
+        if "revision" not in section:
+            raise ConfigError("config [dataset] needs revision = \"...\" for a declared identity "
+                              "(or identity = \"content\" to hash the data)")
+        return DatasetIdentity.declared(str(section["id"]), str(section["revision"]))
+    if kind == "content":
+        return DatasetIdentity.content_hash(str(section["id"]))
+    raise ConfigError(f"config [dataset] identity must be 'declared' or 'content', got {kind!r}")
+
+
+def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``Benchmark`` from the config sections other than dataset/extractors."""
+    kwargs: dict[str, Any] = {}
+    if "scoring" in config:
+        kwargs["scoring_config"] = OverlapScoringConfig.from_dict(config["scoring"])
+    if "continuous" in config:
+        kwargs["continuous_config"] = ContinuousOverlapScoringConfig.from_dict(config["continuous"])
+    kwargs.update(_check_keys("[benchmark]", config.get("benchmark", {}), BENCHMARK_KEYS))
+    return kwargs
+
+
+def load_run_config(path: str | pathlib.Path) -> dict[str, Any]:
+    config = load_config_file(path)
+    unknown = sorted(set(config) - SECTIONS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {unknown}; allowed: {sorted(SECTIONS)}")
+    return config
+
+
+def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
+                          progress: bool | None = None) -> Benchmark:
+    """Validate every section (and load the files) before anything is scored."""
+    section = _check_keys("[dataset]", config.get("dataset"), DATASET_KEYS)
+    if "labels" not in section:
+        raise ConfigError("config [dataset] needs labels = \"path\" (labels, indicator or regression targets)")
+    extractors_cfg = config.get("extractors")
+    if not isinstance(extractors_cfg, list) or not extractors_cfg:
+        raise ConfigError("config needs at least one [[extractors]] entry with name and embeddings")
+    kwargs = benchmark_kwargs(config)  # config errors before loading large files
+    resolve = lambda p: (base_dir / p) if not pathlib.Path(p).is_absolute() else pathlib.Path(p)  # noqa: E731
+    y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
+    extractors = []
+    for i, entry in enumerate(extractors_cfg):
+        entry = _check_keys(f"[[extractors]] #{i + 1}", entry, EXTRACTOR_KEYS)
+        if "name" not in entry or "embeddings" not in entry:
+            raise ConfigError(f"config [[extractors]] #{i + 1} needs name and embeddings")
+        extractors.append(PrecomputedExtractor(str(entry["name"]), load_matrix(resolve(entry["embeddings"]))))
+    first = extractors[0].embeddings
+    dataset = BenchmarkDataset.from_embeddings(
+        first, y, identity=_identity(section), target_type=section.get("target_type"),
+        label_names=section.get("label_names"), target_names=section.get("target_names"),
+        name=section.get("name"))
+    if "groups" in section:
+        dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))
+    return Benchmark(dataset, extractors, progress=progress, **kwargs)

@@ -1,0 +1,377 @@
+"""Stability analysis: how far an overlap score moves when only chance moves.
+
+*Prototype* mode (the default) re-scores the same embeddings and targets with a
+different MiniBatchKMeans seed per repeat, isolating clustering sensitivity.
+*Subsample* mode also draws a target-preserving subset of rows per repeat.  Every
+repeat goes through :class:`OverlapIndexScorer`; the whole plan (seeds and rows) is
+drawn and checked before anything is scored, so an infeasible request fails before
+any work.  Summaries report *stability intervals*: percentile ranges of the repeat
+scores, not confidence intervals.  The rules are spelled out in docs/stability.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import warnings
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import numpy as np
+from scipy.stats import kendalltau, rankdata
+
+from .._config import Config, check_choice, check_float, check_int, check_seed
+from ..embeddings import validate_embeddings
+from ..errors import ConfigError, InputValidationError, ScoringWarning
+from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
+from .overlap import OverlapIndexScorer
+
+MODES = ("prototype", "subsample")
+#: The three repeat values kept and summarized: OverlapScoreResult score / macro_score / weighted_score.
+METRICS = ("score", "macro", "weighted")
+#: Standard deviations use ddof=1: the repeats are a sample of the possible seeds/subsets.
+STD_DDOF = 1
+#: numpy.percentile method of the stability interval.
+INTERVAL_METHOD = "linear"
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilityConfig(Config):
+    """How to repeat overlap scoring.
+
+    ``subsample_fraction`` is read in subsample mode only.  ``random_state`` seeds two
+    independent streams (scoring seeds, sampling seeds).  ``n_jobs > 1`` runs repeats in
+    that many worker processes, with results identical to ``n_jobs=1``.
+    """
+
+    mode: str = "prototype"
+    repeats: int = 20
+    interval_level: float = 0.95
+    subsample_fraction: float = 0.8
+    random_state: int = 0
+    n_jobs: int = 1
+
+    _removed_fields = {
+        "stratified": "categorical subsampling cannot opt out of target preservation; subsample mode always samples "
+                      "single-label targets per class and keeps every multi-label label, so there is nothing to switch "
+                      "off (see docs/stability.md)",
+    }
+
+    def _validate(self) -> None:
+        name = type(self).__name__
+        check_choice(name, "mode", self.mode, MODES)
+        self._set("repeats", check_int(name, "repeats", self.repeats, minimum=2))
+        self._set("interval_level", check_float(name, "interval_level", self.interval_level, low=0.0, high=1.0,
+                                                low_open=True, high_open=True))
+        self._set("subsample_fraction", check_float(name, "subsample_fraction", self.subsample_fraction, low=0.0,
+                                                    high=1.0, low_open=True))
+        self._set("random_state", check_seed(name, "random_state", self.random_state, allow_none=False))
+        self._set("n_jobs", check_int(name, "n_jobs", self.n_jobs, minimum=1))
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilitySummary:
+    """Spread of one score over the repeats.
+
+    ``std`` uses ddof=1; the stability interval is the central ``interval_level`` range
+    of the repeat values: numpy percentiles at (1-l)/2 and (1+l)/2, linear interpolation.
+    """
+
+    mean: float
+    std: float
+    min: float
+    max: float
+    interval_low: float
+    interval_high: float
+
+    @property
+    def interval_width(self) -> float:
+        return self.interval_high - self.interval_low
+
+    @classmethod
+    def of(cls, values: Sequence[float], interval_level: float) -> StabilitySummary:
+        v = np.asarray(values, dtype=np.float64)
+        low, high = np.percentile(v, [50 * (1 - interval_level), 50 * (1 + interval_level)], method=INTERVAL_METHOD)
+        return cls(mean=float(v.mean()), std=float(v.std(ddof=STD_DDOF)), min=float(v.min()), max=float(v.max()),
+                   interval_low=float(low), interval_high=float(high))
+
+
+@dataclasses.dataclass
+class StabilityResult:
+    """Everything a stability analysis produced, including the plan needed to reproduce it.
+
+    Per-repeat lists are aligned by repeat index.  ``sampling_seeds`` and
+    ``repeat_class_counts`` are empty in prototype mode (nothing is sampled);
+    ``repeat_class_counts`` is also empty for regression (there are no classes).
+    ``scoring_config`` is the scorer config that applies to ``target_type``.
+    """
+
+    config: StabilityConfig
+    target_type: str
+    n_samples: int
+    scoring_config: dict[str, Any]
+    scoring_seeds: list[int]
+    sampling_seeds: list[int]
+    effective_sample_counts: list[int]
+    effective_subsample_fractions: list[float]
+    repeat_class_counts: list[dict[str, int]]
+    repeat_scores: dict[str, list[float]]
+    summaries: dict[str, StabilitySummary]
+    warnings: list[str]
+
+    @property
+    def summary(self) -> StabilitySummary:
+        """Summary of the primary score (the one extractors are ranked by)."""
+        return self.summaries["score"]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)  # deep copy; summaries become plain dicts
+        data["config"] = self.config.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StabilityResult:
+        return cls(**{**data, "config": StabilityConfig.from_dict(data["config"]),
+                      "summaries": {name: StabilitySummary(**s) for name, s in data["summaries"].items()}})
+
+
+# ----------------------------------------------------------------------- sampling plan
+def subsample_size(count: int, fraction: float) -> int:
+    """``floor(count * fraction)``, reading ``fraction`` as the decimal it prints as.
+
+    Binary floating point makes ``100 * 0.57`` equal 56.999..., whose floor is 56; users
+    who asked for 0.57 of 100 rows mean 57.
+    """
+    return math.floor(count * Fraction(str(fraction)))
+
+
+def _infeasible(message: str) -> ConfigError:
+    return ConfigError(f"StabilityConfig(mode='subsample'): {message}. The subset is never expanded silently: use a "
+                       "larger subsample_fraction, or mode='prototype' (no sampling).")
+
+
+class _SingleLabelSampler:
+    """``floor(n_c * fraction)`` rows of every class c, drawn without replacement."""
+
+    def __init__(self, targets: SingleLabelTargets, fraction: float) -> None:
+        keys = targets.catalog.keys
+        self.groups = [np.flatnonzero(targets.keys == key) for key in keys]
+        self.sizes = [subsample_size(g.size, fraction) for g in self.groups]
+        short = [(key, g.size, s) for key, g, s in zip(keys, self.groups, self.sizes) if s < 2]
+        if short:
+            shown = ", ".join(f"{targets.catalog.display(k)!r}: floor({n} x {fraction}) = {s}" for k, n, s in short[:5])
+            smallest = min(g.size for g in self.groups)
+            raise _infeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; every class "
+                              f"must keep at least 2 rows (subsample_fraction >= {2 / smallest:.4g} would do)")
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        return np.sort(np.concatenate([rng.choice(g, s, replace=False) for g, s in zip(self.groups, self.sizes)]))
+
+
+class _MultiLabelSampler:
+    """``floor(n * fraction)`` rows in which every label keeps at least 2 positive rows.
+
+    In a random row order, each label's first two positive rows are required; the
+    remaining budget is filled uniformly from the other rows.  Always feasible when the
+    budget is at least twice the label count; below that it depends on the draw.
+    """
+
+    def __init__(self, targets: MultiLabelTargets, fraction: float) -> None:
+        self.n = targets.n_samples
+        self.fraction = fraction
+        self.size = subsample_size(self.n, fraction)
+        csc = targets.indicator.tocsc()
+        self.positives = [csc.indices[csc.indptr[j]:csc.indptr[j + 1]] for j in range(csc.shape[1])]
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        position = np.empty(self.n, dtype=np.int64)
+        position[rng.permutation(self.n)] = np.arange(self.n)
+        required = np.unique(np.concatenate([rows[np.argsort(position[rows])[:2]] for rows in self.positives]))
+        if required.size > self.size:
+            raise _infeasible(
+                f"keeping 2 positive rows of each of the {len(self.positives)} labels needs {required.size} rows in this "
+                f"draw, but floor({self.n} x {self.fraction}) = {self.size}")
+        others = np.setdiff1d(np.arange(self.n), required, assume_unique=True)
+        return np.sort(np.concatenate([required, rng.choice(others, self.size - required.size, replace=False)]))
+
+
+class _RegressionSampler:
+    """``floor(n * fraction)`` uniform rows (at least 3) in which some target varies.
+
+    If a draw leaves every target constant, its last row is swapped for the first
+    unchosen row (in the same random order) with different target values.
+    """
+
+    def __init__(self, targets: RegressionTargets, fraction: float) -> None:
+        self.values = targets.values
+        self.size = subsample_size(targets.n_samples, fraction)
+        if self.size < 3:
+            raise _infeasible(f"subsample_fraction={fraction} keeps floor({targets.n_samples} x {fraction}) = "
+                              f"{self.size} rows; regression repeats need at least 3 (subsample_fraction >= "
+                              f"{3 / targets.n_samples:.4g} would do)")
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        order = rng.permutation(self.values.shape[0])
+        rows, rest = order[: self.size].copy(), order[self.size:]
+        if np.ptp(self.values[rows], axis=0).max() == 0:
+            rows[-1] = rest[(self.values[rest] != self.values[rows[0]]).any(axis=1)][0]
+        return np.sort(rows)
+
+
+_SAMPLERS = {"single_label": _SingleLabelSampler, "multi_label": _MultiLabelSampler, "regression": _RegressionSampler}
+
+
+class _Repeat(NamedTuple):
+    scoring_seed: int
+    rows: np.ndarray | None  # None: every row (prototype mode)
+
+
+def _plan(targets: Targets, config: StabilityConfig) -> tuple[list[_Repeat], list[int]]:
+    """Draw every repeat's scoring seed and rows; returns (repeats, sampling seeds).
+
+    ``SeedSequence(random_state).spawn(2)`` gives two independent streams: the first
+    yields the scoring seeds, the second the sampling seeds (one ``default_rng`` per
+    repeat), so changing the mode never changes the scoring seeds.
+    """
+    scoring_stream, sampling_stream = np.random.SeedSequence(config.random_state).spawn(2)
+    scoring_seeds = scoring_stream.generate_state(config.repeats).tolist()
+    if config.mode == "prototype":
+        return [_Repeat(seed, None) for seed in scoring_seeds], []
+    sampler = _SAMPLERS[targets.target_type](targets, config.subsample_fraction)
+    sampling_seeds = sampling_stream.generate_state(config.repeats).tolist()
+    repeats = [_Repeat(seed, sampler.draw(np.random.default_rng(s))) for seed, s in zip(scoring_seeds, sampling_seeds)]
+    return repeats, sampling_seeds
+
+
+# ----------------------------------------------------------------------- scoring
+class _Outcome(NamedTuple):
+    values: tuple[float, float, float]  # in METRICS order
+    warnings: list[str]
+
+
+def _score_repeat(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeat: _Repeat) -> _Outcome:
+    if repeat.rows is not None:
+        X, targets = X[repeat.rows], targets.subset(repeat.rows)
+    with warnings.catch_warnings():
+        # The scorer records its warnings in the result; re-emitting them once per repeat is noise.
+        warnings.simplefilter("ignore", ScoringWarning)
+        result = scorer.score(X, targets, seed=repeat.scoring_seed)
+    return _Outcome((result.score, result.macro_score, result.weighted_score), result.warnings)
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(X: Any, targets: Targets, scorer: OverlapIndexScorer) -> None:
+    """Receive the data once per worker process and pin it to one BLAS/OpenMP thread.
+
+    The scorer limits threads per call already; the process-wide limit also covers a
+    ``thread_limit=None`` scorer, which would otherwise oversubscribe the cores.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    _WORKER.update(X=X, targets=targets, scorer=scorer)
+
+
+def _score_in_worker(repeat: _Repeat) -> _Outcome:
+    return _score_repeat(_WORKER["X"], _WORKER["targets"], _WORKER["scorer"], repeat)
+
+
+def _score_all(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeats: list[_Repeat],
+               n_jobs: int) -> list[_Outcome]:
+    if n_jobs == 1:
+        return [_score_repeat(X, targets, scorer, repeat) for repeat in repeats]
+    # 'spawn' rather than fork: forking a process whose OpenMP runtime is initialized can hang.
+    with ProcessPoolExecutor(max_workers=min(n_jobs, len(repeats)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_init_worker, initargs=(X, targets, scorer)) as pool:
+        return list(pool.map(_score_in_worker, repeats))
+
+
+def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: StabilityConfig | None = None,
+                           scorer: OverlapIndexScorer | None = None,
+                           target_type: str | None = None) -> StabilityResult:
+    """Score ``embeddings`` ``config.repeats`` times and summarize the spread.
+
+    ``targets`` is a validated targets object or raw labels (validated here with
+    ``target_type``; regression must be requested).  ``scorer`` carries the overlap
+    settings (default ``OverlapIndexScorer()``).  Dense and sparse (CSR) embeddings
+    reach the scorer in their own format in every repeat.
+    """
+    config = StabilityConfig() if config is None else config
+    if not isinstance(config, StabilityConfig):
+        raise ConfigError(f"config must be a StabilityConfig, got {type(config).__name__}")
+    scorer = OverlapIndexScorer() if scorer is None else scorer
+    if not isinstance(scorer, OverlapIndexScorer):
+        raise ConfigError(f"scorer must be an OverlapIndexScorer, got {type(scorer).__name__}")
+    X = validate_embeddings(embeddings)
+    if not isinstance(targets, (SingleLabelTargets, MultiLabelTargets, RegressionTargets)):
+        targets = build_targets(targets, target_type=target_type, n_samples=X.shape[0], argument="targets")
+    elif targets.n_samples != X.shape[0]:
+        raise InputValidationError(f"targets has {targets.n_samples} rows but embeddings has {X.shape[0]}; "
+                                   "give exactly one target per embedding row")
+    repeats, sampling_seeds = _plan(targets, config)
+    outcomes = _score_all(X, targets, scorer, repeats, config.n_jobs)
+
+    n = targets.n_samples
+    counts = [n if r.rows is None else int(r.rows.size) for r in repeats]
+    categorical = not isinstance(targets, RegressionTargets)
+    class_counts = [targets.subset(r.rows).counts() for r in repeats if r.rows is not None and categorical]
+    values = {name: [float(o.values[i]) for o in outcomes] for i, name in enumerate(METRICS)}
+    scoring_config = scorer.config if categorical else scorer.continuous_config
+    return StabilityResult(
+        config=config, target_type=targets.target_type, n_samples=n, scoring_config=scoring_config.to_dict(),
+        scoring_seeds=[r.scoring_seed for r in repeats], sampling_seeds=sampling_seeds,
+        effective_sample_counts=counts, effective_subsample_fractions=[c / n for c in counts],
+        repeat_class_counts=class_counts, repeat_scores=values,
+        summaries={name: StabilitySummary.of(v, config.interval_level) for name, v in values.items()},
+        warnings=list(dict.fromkeys(w for o in outcomes for w in o.warnings)))
+
+
+# ----------------------------------------------------------------------- ranking stability
+def ranking_stability(per_extractor_repeat_scores: Mapping[str, Sequence[float]], *,
+                      higher_is_better: bool = True) -> dict[str, Any]:
+    """How stable the extractor ranking is across stability repeats.
+
+    Repeat r of every extractor forms one ranking, so every extractor must have been
+    analysed with the same repeat count and the same seeds (the same StabilityConfig).
+    The reference ranking ranks the mean repeat scores.  Ranks are competition ranks
+    (ties share the best rank, 1 = best).  Returns, JSON-safe: ``reference_ranks``,
+    ``mean_ranks``, ``rank_retention`` (share of repeats in which an extractor holds
+    its reference rank), ``top_extractor`` (best mean; ties: first given) and
+    ``top_retention`` (share of repeats in which it ranks first), and
+    ``mean_kendall_tau``: Kendall's tau-b between the rankings of every pair of repeats,
+    averaged; pairs where tau is undefined (all scores of a repeat tied) are left out,
+    and it is None when no pair is defined.
+    """
+    names = list(per_extractor_repeat_scores)
+    if len(names) < 2:
+        raise InputValidationError(f"ranking stability needs at least 2 extractors, got {len(names)}")
+    lengths = {name: len(v) for name, v in per_extractor_repeat_scores.items()}
+    if len(set(lengths.values())) != 1:
+        raise InputValidationError(f"every extractor needs the same number of stability repeats (run them with the same "
+                                   f"StabilityConfig), got {lengths}")
+    scores = np.array([[float(x) for x in v] for v in per_extractor_repeat_scores.values()])  # (extractor, repeat)
+    n_repeats = scores.shape[1]
+    if n_repeats < 2 or not np.isfinite(scores).all():
+        raise InputValidationError(f"ranking stability needs at least 2 finite repeat scores per extractor, got "
+                                   f"{n_repeats} repeat(s){'' if np.isfinite(scores).all() else ' with NaN/inf'}")
+    better_first = -scores if higher_is_better else scores
+    ranks = rankdata(better_first, method="min", axis=0)
+    means = scores.mean(axis=1)
+    reference = rankdata(better_first.mean(axis=1), method="min")
+    top = int(np.argmin(reference))
+    taus = [kendalltau(scores[:, r], scores[:, s]).statistic for r in range(n_repeats) for s in range(r + 1, n_repeats)]
+    defined = [float(t) for t in taus if not math.isnan(t)]
+    return {
+        "reference": "mean_score", "higher_is_better": higher_is_better, "n_repeats": n_repeats, "extractors": names,
+        "mean_scores": {n: float(m) for n, m in zip(names, means)},
+        "reference_ranks": {n: int(r) for n, r in zip(names, reference)},
+        "mean_ranks": {n: float(r) for n, r in zip(names, ranks.mean(axis=1))},
+        "rank_retention": {n: float(v) for n, v in zip(names, (ranks == reference[:, None]).mean(axis=1))},
+        "top_extractor": names[top], "top_retention": float((ranks[top] == 1).mean()),
+        "mean_kendall_tau": float(np.mean(defined)) if defined else None, "kendall_tau_pairs": len(defined),
+    }
