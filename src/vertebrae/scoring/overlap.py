@@ -57,20 +57,40 @@ def _label_key_list(owner: str, field: str, value: Any) -> tuple[str, ...]:
     return tuple(sorted(set(keys)))
 
 
+def _k_pairs(value: Any) -> list[tuple[Any, Any]] | None:
+    """The (label, k) pairs of a k mapping, or None when ``value`` is not a mapping form.
+
+    Accepted: a dict of typed label -> k; a list of ``(label, k)`` pairs (needed when
+    labels such as ``1`` and ``True`` must both appear: a Python dict merges them);
+    the serialized form ``[{"label_key": ..., "k": ...}]``.
+    """
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, (list, tuple)) and value:
+        if all(isinstance(i, Mapping) and set(i) == {"label_key", "k"} for i in value):
+            return [({"label_key": i["label_key"]}, i["k"]) for i in value]
+        if all(isinstance(i, (list, tuple)) and len(i) == 2 for i in value):
+            return [tuple(i) for i in value]
+    return None
+
+
 def _check_k(owner: str, value: Any) -> Any:
-    if value == "auto" and isinstance(value, str):
+    if isinstance(value, str) and value == "auto":
         return "auto"
-    if isinstance(value, Mapping) or (isinstance(value, list) and all(isinstance(i, Mapping) for i in value)):
-        pairs = value.items() if isinstance(value, Mapping) else [(({"label_key": i.get("label_key")}), i.get("k"))
-                                                                    for i in value]
-        out = {}
+    pairs = _k_pairs(value)
+    if pairs is not None:
+        out: dict[str, int] = {}
         for label, k in pairs:
-            key = label["label_key"] if isinstance(label, Mapping) else None
-            if key is None:
+            if isinstance(label, Mapping):
+                key = label["label_key"]
+                decode_key(key)
+            else:
                 try:
                     key = semantic_key(label)
                 except (ValueError, TypeError) as exc:
                     raise ConfigError(f"{owner}.k mapping key {label!r}: {exc}") from None
+            if key in out:
+                raise ConfigError(f"{owner}.k gives class {label!r} twice")
             out[key] = check_int(owner, f"k[{label!r}]", k, minimum=1)
         if not out:
             raise ConfigError(f"{owner}.k mapping is empty; use 'auto', an integer, or a non-empty class-to-k mapping")

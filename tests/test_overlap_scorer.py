@@ -1,0 +1,262 @@
+"""OverlapIndexScorer: fidelity to direct OverlapIndex / ContinuousOverlapIndex calls, k resolution,
+typed labels, exclusions, sparse input, determinism and degenerate input."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from overlapindex import ContinuousOverlapIndex, OverlapIndex
+from scipy import sparse
+from sklearn.preprocessing import normalize
+
+from vertebrae import (ContinuousOverlapScoringConfig, InputTypeError, InputValidationError, OverlapIndexScorer,
+                       OverlapScoringConfig)
+from vertebrae.errors import ScoringWarning
+
+from .conftest import gaussian_classes
+
+
+def direct_oi(X, y, k, seed=0, exclude=None, normalize_rows=True):
+    """Reference: the dependency called directly on the same (normalized) data."""
+    Xr = normalize(np.asarray(X, dtype=np.float64) if not sparse.issparse(X) else X.astype(np.float64)) \
+        if normalize_rows else X
+    oi = OverlapIndex(model_type="MiniBatchKMeans", kmeans_k=k, kmeans_kwargs={"random_state": seed},
+                      offline_chunk_size=10_000, exclude_classes=exclude)
+    oi.fit_offline(Xr, y)
+    return oi
+
+
+def test_single_label_matches_direct_overlapindex_exactly():
+    X, y = gaussian_classes(n_per_class=80, n_classes=4, seed=1)
+    result = OverlapIndexScorer(OverlapScoringConfig(k=7)).score(X, y, seed=11)
+    oi = direct_oi(X, y, 7, seed=11)
+    assert result.score == oi.index and result.macro_score == oi.index
+    assert result.weighted_score == oi.weighted_index
+    assert result.per_class_scores == {f"int:{c}": float(oi.singleton_index[c]) for c in range(4)}
+    assert result.class_counts == {f"int:{c}": int(oi.cluster_cardinality[c]) for c in range(4)}
+    assert result.k_per_class == {f"int:{c}": len(oi.rev_map[c]) for c in range(4)}
+    for a in range(4):
+        for b in range(4):
+            if a != b:
+                assert result.pairwise_scores[f"int:{a}"][f"int:{b}"] == oi.pairwise_index[(a, b)]
+                assert result.sparse_adjacency.get(f"int:{a}", {}).get(f"int:{b}", 0) == oi.sparse_adj.get((a, b), 0)
+    assert result.metadata["seed"] == 11 and result.metadata["kmeans_kwargs"] == {"random_state": 11}
+    assert result.metadata["normalize_embeddings"] is True and result.metadata["thread_limit"] == 1
+    json.dumps(result.to_dict())
+
+
+def test_multilabel_indicator_and_label_sets_match_direct_call():
+    X, y = gaussian_classes(n_per_class=60, n_classes=3, seed=2)
+    rng = np.random.default_rng(0)
+    Y = np.zeros((len(y), 4), dtype=np.int8)
+    Y[np.arange(len(y)), y] = 1
+    Y[rng.random(len(y)) < 0.3, 3] = 1
+    names = ["cat", "dog", "owl", "night"]
+    by_indicator = OverlapIndexScorer(OverlapScoringConfig(k=5)).score(X, sparse.csr_matrix(Y), label_names=names)
+    by_sets = OverlapIndexScorer(OverlapScoringConfig(k=5)).score(
+        X, [{names[j] for j in np.flatnonzero(row)} for row in Y], target_type="multi_label")
+    # the catalog orders labels: cat, dog, night, owl -> direct call on the same column order
+    order = [0, 1, 3, 2]
+    oi = direct_oi(X, sparse.csr_matrix(Y[:, order]), 5)
+    keys = ["str:cat", "str:dog", "str:night", "str:owl"]
+    for result in (by_indicator, by_sets):
+        assert result.target_type == "multi_label"
+        assert result.score == oi.index and result.weighted_score == oi.weighted_index
+        assert result.per_class_scores == {keys[j]: float(oi.singleton_index[j]) for j in range(4)}
+        assert result.class_counts == {keys[j]: int(Y[:, order[j]].sum()) for j in range(4)}
+        assert result.pairwise_scores["str:cat"]["str:night"] == pytest.approx(oi.pairwise_index[(0, 2)], abs=0) \
+            or math.isnan(oi.pairwise_index[(0, 2)])
+
+
+def test_regression_matches_direct_continuous_overlapindex():
+    X, _ = gaussian_classes(n_per_class=50, n_classes=3, seed=3)
+    y = X[:, 0] * 2 + np.random.default_rng(0).normal(0, 0.1, len(X))
+    cfg = ContinuousOverlapScoringConfig(k=4, n_null_permutations=3)
+    result = OverlapIndexScorer(continuous_config=cfg).score(X, y, target_type="regression", seed=5)
+    coi = ContinuousOverlapIndex(model_type="MiniBatchKMeans", kmeans_k=4, kmeans_kwargs={"random_state": 5},
+                                 null_mode="refit_permutation", n_null_permutations=3, random_state=5)
+    coi.fit_offline(normalize(X.astype(np.float64)), y)
+    assert result.score == coi.index and result.macro_score == coi.macro_index_
+    assert result.weighted_score == coi.weighted_index and result.loss_ratio == coi.loss_ratio_
+    null = result.regression["null_calibration"]
+    assert null["null_mode_used"] == "refit_permutation" and null["null_loss"] == coi.null_loss_
+    assert null["null_loss_samples"] == [float(v) for v in coi.null_loss_samples_]
+    assert {int(p): v["support"] for p, v in result.regression["prototypes"].items()} == {
+        int(p): int(s) for p, s in coi.prototype_support_.items()}
+    assert 0.0 <= result.score <= 1.0
+    json.dumps(result.to_dict())
+
+
+def test_auto_k_resolution_and_reduction_warning():
+    # class sizes 200, 40, 12 with defaults min_k=10, max_k=50, min_samples_per_cluster=5:
+    # capacity = max(2, n // 5) capped at n -> 40, 8, 2; auto asks clip(capacity, 10, 50) -> 40, 10, 10
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(252, 6)).astype(np.float32)
+    y = np.array(["big"] * 200 + ["mid"] * 40 + ["tiny"] * 12)
+    with pytest.warns(ScoringWarning, match="tiny"):
+        result = OverlapIndexScorer().score(X, y)
+    assert result.k_per_class == {"str:big": 40, "str:mid": 8, "str:tiny": 2}
+    assert any("'mid': k reduced from 10 (auto) to 8" in w and "40 sample" in w for w in result.warnings)
+    assert any("'tiny': k reduced from 10 (auto) to 2" in w for w in result.warnings)
+    fixed = OverlapIndexScorer(OverlapScoringConfig(k=30, min_samples_per_cluster=1)).score(X, y)
+    assert fixed.k_per_class == {"str:big": 30, "str:mid": 30, "str:tiny": 12}
+    assert any("'tiny': k reduced from 30 (fixed) to 12" in w for w in fixed.warnings)
+
+
+def test_typed_labels_stay_distinct_and_k_mapping_uses_typed_values():
+    X, _ = gaussian_classes(n_per_class=40, n_classes=3, seed=4)
+    y = [1] * 40 + ["1"] * 40 + [True] * 40
+    cfg = OverlapScoringConfig(k=[(1, 3), ("1", 4), (True, 5)])
+    result = OverlapIndexScorer(cfg).score(X, y)
+    assert result.k_per_class == {"bool:true": 5, "int:1": 3, "str:1": 4}
+    assert result.labels == {"bool:true": "True", "int:1": "1 (int)", "str:1": "1 (str)"}
+    assert result.class_counts == {"bool:true": 40, "int:1": 40, "str:1": 40}
+    dates = [datetime.date(2024, 1, d) for d in (1, 2, 3) for _ in range(40)]
+    by_date = OverlapIndexScorer(OverlapScoringConfig(k=[(datetime.date(2024, 1, 2), 6)])).score(X, dates)
+    assert by_date.k_per_class["date:2024-01-02"] == 6
+    with pytest.raises(InputValidationError, match="not in the dataset"):
+        OverlapIndexScorer(OverlapScoringConfig(k={"2024-01-02": 6})).score(X, dates)
+
+
+def test_excluded_classes_are_fitted_but_not_aggregated():
+    X, y = gaussian_classes(n_per_class=50, n_classes=4, seed=5)
+    y = y.copy()
+    y[:10] = 3  # unequal counts so macro and weighted differ: 40, 50, 50, 60
+    result = OverlapIndexScorer(OverlapScoringConfig(k=5, exclude_classes=[0])).score(X, y)
+    per_class, counts = result.per_class_scores, result.class_counts
+    assert set(per_class) == {"int:0", "int:1", "int:2", "int:3"}  # still reported
+    assert "int:0" in result.pairwise_scores
+    included = ["int:1", "int:2", "int:3"]
+    assert result.metadata["aggregation_classes"] == included
+    assert result.metadata["excluded_classes"] == ["int:0"]
+    assert result.macro_score == pytest.approx(sum(per_class[k] for k in included) / 3, abs=1e-12)
+    weighted = sum(per_class[k] * counts[k] for k in included) / sum(counts[k] for k in included)
+    assert result.weighted_score == pytest.approx(weighted, abs=1e-12)
+    assert result.macro_score != pytest.approx(sum(per_class.values()) / 4, abs=1e-6)
+    with pytest.raises(InputValidationError, match="excludes every class"):
+        OverlapIndexScorer(OverlapScoringConfig(exclude_classes=[0, 1, 2, 3])).score(X, y)
+    with pytest.raises(InputValidationError, match="not a class"):
+        OverlapIndexScorer(OverlapScoringConfig(exclude_classes=["0"])).score(X, y)
+
+
+def test_deterministic_without_a_seed_in_process_and_across_processes():
+    X, y = gaussian_classes(n_per_class=60, n_classes=3, seed=6)
+    first = OverlapIndexScorer().score(X, y)
+    second = OverlapIndexScorer().score(X, y)
+    assert first.to_dict() == second.to_dict() and first.metadata["seed"] == 0
+    code = ("import json,sys;from tests.conftest import gaussian_classes;from vertebrae import OverlapIndexScorer;"
+            "X,y=gaussian_classes(n_per_class=60,n_classes=3,seed=6);"
+            "r=OverlapIndexScorer().score(X,y);print(json.dumps([r.score,r.weighted_score,r.per_class_scores]))")
+    outputs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+               for _ in range(2)]
+    assert outputs[0] == outputs[1] == json.dumps([first.score, first.weighted_score, first.per_class_scores]) + "\n"
+
+
+def test_sparse_input_stays_sparse_and_matches_dense():
+    X, y = gaussian_classes(n_per_class=50, n_classes=3, seed=7)
+    X[np.abs(X) < 1.0] = 0.0
+    dense = OverlapIndexScorer(OverlapScoringConfig(k=4)).score(X, y)
+    for matrix in (sparse.csr_matrix(X), sparse.coo_matrix(X), sparse.csr_array(X)):
+        result = OverlapIndexScorer(OverlapScoringConfig(k=4)).score(matrix, y)
+        assert result.metadata["input_sparse"] is True
+        assert result.score == pytest.approx(dense.score, abs=1e-12)
+        assert result.per_class_scores == pytest.approx(dense.per_class_scores, abs=1e-12)
+
+
+def test_large_sparse_matrix_scores_far_below_its_dense_size():
+    """50,000 x 20,000 CSR at 0.5% density: dense float64 would be 7.5 GiB; peak RSS must stay far below."""
+    code = """
+import resource, numpy as np
+from scipy import sparse
+from vertebrae import OverlapIndexScorer, OverlapScoringConfig
+rng = np.random.default_rng(0)
+n, d = 50_000, 20_000
+per_row = 100  # 0.5% density; built directly (sparse.random allocates n*d indices)
+indices = np.sort(rng.choice(d, size=(n, per_row), replace=True), axis=1).ravel().astype(np.int32)
+X = sparse.csr_matrix((rng.random(n * per_row, dtype=np.float32), indices, np.arange(0, n * per_row + 1, per_row)),
+                      shape=(n, d))
+X.sum_duplicates()
+y = rng.integers(0, 10, n)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+r = OverlapIndexScorer(OverlapScoringConfig(k=20)).score(X, y)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(before * 1024, after * 1024, r.metadata["input_sparse"], r.score)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    before, peak = int(out[0]), int(out[1])
+    dense_bytes = 50_000 * 20_000 * 8
+    assert before < 1.5 * 2**30  # the fixture itself stays small
+    assert out[2] == "True" and 0.0 <= float(out[3]) <= 1.0
+    assert peak < dense_bytes / 10, f"peak RSS {peak / 2**20:.0f} MiB vs dense {dense_bytes / 2**30:.1f} GiB"
+
+
+# ----------------------------------------------------------------------------- degenerate input
+@pytest.mark.parametrize("embeddings, error, match", [
+    (np.array([[0.0, np.nan], [1.0, 2.0]] * 4), InputValidationError, "NaN or infinite values in rows 0"),
+    (np.array([[0.0, np.inf], [1.0, 2.0]] * 4), InputValidationError, "NaN or infinite"),
+    (np.arange(8.0), InputValidationError, "must be 2-D"),
+    (np.zeros((8, 0)), InputValidationError, "zero width"),
+    (np.array([["a", "b"]] * 8), InputTypeError, "numeric"),
+    (np.zeros((0, 3)), InputValidationError, "empty"),
+    (np.zeros((5, 3)) + np.arange(3), InputValidationError, "rows but embeddings has 5|has 8 rows"),
+])
+def test_bad_embeddings_raise_before_fitting(embeddings, error, match):
+    y = [0, 1] * 4
+    with pytest.raises(error, match=match):
+        OverlapIndexScorer().score(embeddings, y)
+
+
+def test_sparse_nonfinite_values_name_the_row():
+    X = sparse.csr_matrix(np.eye(8))
+    X.data[3] = np.nan
+    with pytest.raises(InputValidationError, match="rows 3"):
+        OverlapIndexScorer().score(X, [0, 1] * 4)
+
+
+def test_label_problems_raise_before_fitting():
+    X = np.random.default_rng(0).normal(size=(8, 3))
+    with pytest.raises(InputValidationError, match="single class"):
+        OverlapIndexScorer().score(X, [1] * 8)
+    with pytest.raises(InputValidationError, match="'c' \\(1 sample\\)"):
+        OverlapIndexScorer().score(X, ["a"] * 4 + ["b"] * 3 + ["c"])
+    with pytest.raises(InputValidationError, match="rows 2"):
+        OverlapIndexScorer().score(X, [0, 1, None, 1, 0, 1, 0, 1])
+
+
+def test_identical_embeddings_are_rejected_instead_of_scoring_perfect():
+    # OverlapIndex itself reports 1.0 (perfect separation) for a constant space.
+    X = np.ones((20, 4))
+    y = [0, 1] * 10
+    assert direct_oi(X, y, 3).index == 1.0
+    with pytest.raises(InputValidationError, match="identical in every row"):
+        OverlapIndexScorer().score(X, y)
+
+
+def test_zero_rows_under_normalization_warn_and_are_counted():
+    X, y = gaussian_classes(n_per_class=30, n_classes=2, seed=8)
+    X[[3, 40]] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScoringWarning)
+        result = OverlapIndexScorer(OverlapScoringConfig(k=3)).score(X, y)
+    assert result.metadata["zero_rows"] == 2
+    assert any("2 all-zero embedding row(s) (rows 3, 40)" in w for w in result.warnings)
+    assert result.score == direct_oi(X, y, 3).index
+
+
+def test_float32_input_is_copied_once_to_float64():
+    from vertebrae.embeddings import evaluated_matrix
+
+    X = np.ones((4, 3), dtype=np.float32)
+    Xf, _ = evaluated_matrix(X, normalize=True)
+    assert Xf.dtype == np.float64
+    X64 = np.ones((4, 3))
+    Xn, _ = evaluated_matrix(X64, normalize=True)
+    assert np.all(X64 == 1.0)  # the caller's float64 matrix is never modified in place
+    assert np.allclose(np.linalg.norm(Xn, axis=1), 1.0)
