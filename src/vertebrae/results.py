@@ -16,6 +16,7 @@ from typing import Any
 from .errors import SerializationError
 from .scoring.metric_result import OVERLAP_METRIC, MetricResult
 from .scoring.overlap import OverlapScoreResult
+from .scoring.separatix import SeparatixResult
 
 SCHEMA_VERSION = 1
 #: Recommendation thresholds on the overlap score (documented in docs/results.md).
@@ -49,6 +50,8 @@ class ExtractorResult:
     weakest_class: dict[str, Any] | None
     artifact_keys: dict[str, str] = dataclasses.field(default_factory=dict)
     runtime: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Descriptive Separatix diagnostic (None when not configured); never used for ranking.
+    separatix: SeparatixResult | None = None
 
     @property
     def primary_metric(self) -> MetricResult:
@@ -63,6 +66,7 @@ class ExtractorResult:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runtime"}
         data["overlap"] = self.overlap.to_dict()
         data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
+        data["separatix"] = None if self.separatix is None else self.separatix.to_dict()
         return data
 
     @classmethod
@@ -70,6 +74,8 @@ class ExtractorResult:
         fields = dict(data)
         fields["overlap"] = OverlapScoreResult.from_dict(fields["overlap"])
         fields["metrics"] = {name: MetricResult.from_dict(m) for name, m in fields["metrics"].items()}
+        if fields.get("separatix") is not None:
+            fields["separatix"] = SeparatixResult.from_dict(fields["separatix"])
         fields["runtime"] = dict(runtime or {})
         return cls(**fields)
 
@@ -122,11 +128,18 @@ class BenchmarkResult:
         return [result_row(r, rank_of.get(id(r))) for r in chosen]
 
     def to_dataframe(self, include_invalid: bool = False) -> Any:
-        """A pandas DataFrame, ranked and valid-only unless ``include_invalid=True``."""
+        """A pandas DataFrame, ranked and valid-only unless ``include_invalid=True``.
+
+        With no valid aggregate the default frame is empty (the ranking is unavailable)
+        but keeps the canonical columns, so column access still works.
+        """
         import pandas as pd
 
         rows = self.rows(include_invalid)
-        frame = pd.DataFrame(rows)
+        if rows or not self.extractor_results:
+            frame = pd.DataFrame(rows)
+        else:
+            frame = pd.DataFrame(columns=list(result_row(self.extractor_results[0], None)))
         if "rank" in frame:
             frame["rank"] = frame["rank"].astype("Int64")
         return frame
@@ -165,10 +178,13 @@ class BenchmarkResult:
         return cls.from_dict(json_codec.decode(json_codec.read(path)))
 
     def to_markdown(self) -> str:
+        """Rendered from exactly what ``save_json`` writes, so archived JSON gives the same report."""
+        import json
+
         from .reports import json_codec
         from .reports.markdown import render_benchmark
 
-        return render_benchmark(json_codec.decode(json_codec.encode(self.to_dict())))
+        return render_benchmark(json_codec.decode(json.loads(json_codec.dumps(self.to_dict()))))
 
     def save_markdown(self, path: str | pathlib.Path) -> pathlib.Path:
         path = pathlib.Path(path)
@@ -181,6 +197,8 @@ class BenchmarkResult:
 def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
     """The canonical flat row of one result; every tabular view uses this builder."""
     weakest = result.weakest_class or {}
+    separatix = result.separatix
+    probes = separatix.probe_summary if separatix is not None else {}
     row: dict[str, Any] = {
         "rank": rank,
         "extractor": result.name,
@@ -196,7 +214,13 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "overlap_weighted": result.overlap.weighted_score,
         "weakest_class": weakest.get("display"),
         "weakest_class_score": weakest.get("score"),
+        "best_probe": probes.get("best_probe"),
+        "probe_metric": probes.get("probe_metric"),
+        "probe_score": probes.get("probe_score"),
         "recommendation": result.recommendation,
+        "separatix_status": None if separatix is None else separatix.status,
+        "separatix_recommendation": None if separatix is None else separatix.recommendation,
+        "separatix_confidence": None if separatix is None else separatix.confidence,
         "embedding_dim": result.embedding.get("embedding_dim"),
         "embedding_dtype": result.embedding.get("dtype"),
         "embedding_sparse": result.embedding.get("sparse"),

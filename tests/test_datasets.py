@@ -1,0 +1,122 @@
+"""BenchmarkDataset, targets, groups, identity and the label catalog: every rejection is tested."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import uuid
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from vertebrae import BenchmarkDataset, DatasetIdentity, InputTypeError, InputValidationError, LabelCatalog
+from vertebrae.labels import decode_key, semantic_key
+
+
+def test_label_catalog_keeps_typed_values_distinct_and_disambiguates_display():
+    values = [1, "1", True, 1.5, datetime.date(2024, 1, 1), uuid.UUID(int=7), decimal.Decimal("1.50"), np.int64(2)]
+    catalog = LabelCatalog(values)
+    assert len(catalog) == 8
+    assert catalog.display("int:1") == "1 (int)" and catalog.display("str:1") == "1 (str)"
+    assert catalog.display("bool:true") == "True" and catalog.display("int:2") == "2"
+    for entry in catalog.entries:
+        assert semantic_key(decode_key(entry.key)) == entry.key
+    assert LabelCatalog.from_dict(catalog.to_dict()) == catalog
+    assert semantic_key(np.int64(1)) == semantic_key(1) != semantic_key(True) != semantic_key(1.0)
+
+
+def test_single_label_dataset_summary(identity):
+    X = np.random.default_rng(0).normal(size=(6, 3))
+    ds = BenchmarkDataset.from_embeddings(X, ["b", "a", "b", "a", "c", "c"], identity=identity)
+    s = ds.summary()
+    assert s["target_type"] == "single_label" and s["n_classes"] == 3
+    assert s["class_names"] == ["a", "b", "c"] and s["class_counts"] == {"str:a": 2, "str:b": 2, "str:c": 2}
+
+
+def test_multilabel_forms_agree(identity):
+    X = np.random.default_rng(0).normal(size=(6, 3))
+    sets = [{"x"}, {"x", "y"}, {"y"}, {"z", "x"}, {"z"}, {"y", "z"}]
+    names = ["x", "y", "z"]
+    dense = np.array([[n in s for n in names] for s in sets], dtype=int)
+    a = BenchmarkDataset.from_embeddings(X, sets, identity=identity)
+    b = BenchmarkDataset.from_embeddings(X, dense, label_names=names, identity=identity)
+    c = BenchmarkDataset.from_embeddings(X, sparse.csr_matrix(dense), label_names=names, identity=identity)
+    for ds in (a, b, c):
+        s = ds.summary()
+        assert s["target_type"] == "multi_label" and s["label_names"] == names
+        assert s["class_counts"] == {"str:x": 3, "str:y": 3, "str:z": 3}
+        assert s["label_cardinality"] == pytest.approx(1.5) and s["label_density"] == pytest.approx(0.5)
+        assert (ds.targets.indicator.toarray() == dense).all()
+
+
+def test_regression_summary_and_constant_targets(identity):
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    y = np.array([[1.0, 3.0], [2.0, 3.0], [3.0, 3.0], [4.0, 3.0], [5.0, 3.0]])
+    ds = BenchmarkDataset.from_embeddings(X, y, target_type="regression", target_names=["price", "const"],
+                                          identity=identity)
+    s = ds.summary()
+    assert s["target_names"] == ["price", "const"] and s["constant_targets"] == ["const"]
+    assert s["target_statistics"]["price"] == {"mean": 3.0, "std": pytest.approx(np.std([1, 2, 3, 4, 5])),
+                                               "min": 1.0, "max": 5.0}
+
+
+def test_identity_forms(identity):
+    X = np.arange(12.0).reshape(6, 2)
+    y = [0, 1] * 3
+    a = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.content_hash("d"))
+    b = BenchmarkDataset.from_embeddings(X.copy(), list(y), identity=DatasetIdentity.content_hash("d"))
+    c = BenchmarkDataset.from_embeddings(X + 1, y, identity=DatasetIdentity.content_hash("d"))
+    assert a.identity.fingerprint == b.identity.fingerprint != c.identity.fingerprint
+    e = DatasetIdentity.ephemeral()
+    assert not e.cache_eligible and e.fingerprint != DatasetIdentity.ephemeral().fingerprint
+    assert identity.fingerprint == DatasetIdentity.declared("test-data", "1").fingerprint
+    with pytest.raises(InputValidationError, match="identity is required"):
+        BenchmarkDataset.from_embeddings(X, y)
+    with pytest.raises(InputValidationError, match="revision"):
+        DatasetIdentity.declared("d", "")
+
+
+def test_groups(identity):
+    X = np.arange(12.0).reshape(6, 2)
+    ds = BenchmarkDataset.from_embeddings(X, [0, 1] * 3, identity=identity).with_groups([1, 1, "1", "1", 2, 2])
+    assert ds.summary()["groups"]["n_groups"] == 3  # 1 and "1" are different groups
+    with pytest.raises(InputValidationError, match="groups has 2 entries"):
+        ds.with_groups([1, 2])
+    with pytest.raises(InputValidationError, match=r"groups\[1\]"):
+        ds.with_groups([1, None, 1, 1, 1, 1])
+
+
+X6 = np.random.default_rng(1).normal(size=(6, 3))
+
+
+@pytest.mark.parametrize("embeddings, y, kwargs, error, match", [
+    (np.array([[1.0, np.nan, 0]] * 6), [0, 1] * 3, {}, InputValidationError, "NaN or infinite values in rows 0"),
+    ([[1.0, 2.0], [1.0]] * 3, [0, 1] * 3, {}, InputValidationError, "ragged"),
+    (np.arange(6.0), [0, 1] * 3, {}, InputValidationError, "2-D"),
+    (np.zeros((6, 0)), [0, 1] * 3, {}, InputValidationError, "zero width"),
+    (np.array([["a"]] * 6), [0, 1] * 3, {}, InputTypeError, "numeric"),
+    (X6, [0, 1] * 2, {}, InputValidationError, "has 4 rows but the embeddings/inputs have 6"),
+    (np.zeros((0, 3)), [], {}, InputValidationError, "empty"),
+    (X6, [7] * 6, {}, InputValidationError, "single class"),
+    (X6, [0, 0, 0, 1, 1, 2], {}, InputValidationError, r"class\(es\) '2' \(1 sample\)"),
+    (X6, [0, 1, None, 1, 0, 1], {}, InputValidationError, r"rows 2 \(1 row"),
+    (X6, [0.0, 1.0, np.nan, 1.0, 0.0, 1.0], {}, InputValidationError, "missing labels"),
+    (X6, [{0}, {1}, set(), {0}, {1}, {0, 1}], {}, InputValidationError, "rows 2 .* have no label"),
+    (X6, [1.0, 2.0, np.inf, 1.0, 2.0, 3.0], {"target_type": "regression"}, InputValidationError, "NaN/inf regression"),
+    (X6, [3.0] * 6, {"target_type": "regression"}, InputValidationError, "every regression target is constant"),
+    (X6, np.eye(6, 3, dtype=int), {"label_names": ["a", "b"]}, InputValidationError, "label_names has 2 names"),
+    (X6, [0, 1] * 3, {"target_type": "ordinal"}, InputValidationError, "target_type must be one of"),
+])
+def test_bad_input_is_rejected_with_a_clear_message(identity, embeddings, y, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        BenchmarkDataset.from_embeddings(embeddings, y, identity=identity, **kwargs)
+
+
+def test_multilabel_rare_and_unused_labels(identity):
+    Y = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0], [1, 0, 0]])
+    with pytest.raises(InputValidationError, match="never occur"):
+        BenchmarkDataset.from_embeddings(X6, Y, label_names=["a", "b", "c"], identity=identity)
+    Y[0, 2] = 1
+    with pytest.raises(InputValidationError, match="'c' \\(1\\)"):
+        BenchmarkDataset.from_embeddings(X6, Y, label_names=["a", "b", "c"], identity=identity)
