@@ -30,21 +30,27 @@ def _rows_text(rows: Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class SingleLabelTargets:
-    keys: np.ndarray  # object array of semantic keys, one per row
+    """One class per row, stored as int32 codes into the label catalog (code j = catalog.keys[j])."""
+
+    codes: np.ndarray
     catalog: LabelCatalog
     target_type: str = field(default="single_label", init=False)
 
     @property
+    def keys(self) -> np.ndarray:
+        """Semantic key of every row (object array of str)."""
+        return np.asarray(self.catalog.keys, dtype=object)[self.codes]
+
+    @property
     def n_samples(self) -> int:
-        return int(self.keys.shape[0])
+        return int(self.codes.shape[0])
 
     def counts(self) -> dict[str, int]:
-        uniq, counts = np.unique(self.keys, return_counts=True)
-        found = dict(zip(uniq.tolist(), counts.tolist()))
-        return {key: int(found.get(key, 0)) for key in self.catalog.keys}
+        per_class = np.bincount(self.codes, minlength=len(self.catalog))
+        return {key: int(c) for key, c in zip(self.catalog.keys, per_class)}
 
     def subset(self, rows: np.ndarray) -> "SingleLabelTargets":
-        return SingleLabelTargets(self.keys[rows], self.catalog)
+        return SingleLabelTargets(self.codes[rows], self.catalog)
 
     def summary(self) -> dict[str, Any]:
         counts = self.counts()
@@ -185,7 +191,8 @@ def _single_label(y: Any, argument: str) -> SingleLabelTargets:
             raise type(exc)(f"{argument}[{i}]: {exc}") from None
         keys[i] = key
     catalog = LabelCatalog(first.values())
-    targets = SingleLabelTargets(keys, catalog)
+    position = {key: i for i, key in enumerate(catalog.keys)}
+    targets = SingleLabelTargets(np.fromiter((position[k] for k in keys), dtype=np.int32, count=len(keys)), catalog)
     counts = targets.counts()
     if len(counts) < 2:
         raise InputValidationError(f"{argument} has a single class ({catalog.display(catalog.keys[0])!r}); "

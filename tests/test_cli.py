@@ -1,0 +1,139 @@
+"""The `vertebrae` command: demo, run (TOML/YAML, every embedding format), report, --help, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import sparse
+
+from vertebrae.cli import main
+
+from .conftest import gaussian_classes
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["run", "--help"], ["report", "--help"]])
+def test_help_everywhere(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    assert "usage: vertebrae" in capsys.readouterr().out
+
+
+def test_demo_prints_ranking_and_writes_reports(tmp_path, capsys):
+    assert main(["demo", "--output", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "raw_pixels" in out and "pca_2" in out and "report.json" in out
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert len(data["extractor_results"]) == 5
+    ranking = out.splitlines()[1:6]
+    assert ranking[-1].split()[1] == "pca_2"  # two PCA components separate ten digits worst
+    assert (tmp_path / "report.md").read_text().startswith("# vertebrae benchmark report")
+
+
+@pytest.fixture
+def project(tmp_path):
+    X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=5, seed=9)
+    np.save(tmp_path / "a.npy", X)
+    sparse.save_npz(tmp_path / "b.npz", sparse.csr_matrix(np.where(np.abs(X) > 1, X, 0)))
+    np.savez(tmp_path / "c.npz", embeddings=X[:, :3])
+    pd.DataFrame(X[:, ::-1], columns=[f"f{i}" for i in range(5)]).to_parquet(tmp_path / "d.parquet")
+    np.savetxt(tmp_path / "e.csv", X[:, :2], delimiter=",", header="u,v", comments="")
+    pd.DataFrame({"id": range(len(y)), "label": [f"class-{c}" for c in y]}).to_csv(tmp_path / "labels.csv", index=False)
+    return tmp_path
+
+
+TOML = """
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "labels.csv"
+labels_column = "label"
+
+[[extractors]]
+name = "dense"
+embeddings = "a.npy"
+[[extractors]]
+name = "sparse"
+embeddings = "b.npz"
+[[extractors]]
+name = "archive"
+embeddings = "c.npz"
+[[extractors]]
+name = "parquet"
+embeddings = "d.parquet"
+[[extractors]]
+name = "csv"
+embeddings = "e.csv"
+
+[scoring]
+k = 4
+"""
+
+
+def test_run_toml_with_every_embedding_format(project, capsys):
+    (project / "run.toml").write_text(TOML)
+    out = project / "out"
+    assert main(["run", str(project / "run.toml"), "--output", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+    data = json.loads((out / "report.json").read_text())
+    results = {r["name"]: r for r in data["extractor_results"]}
+    assert set(results) == {"dense", "sparse", "archive", "parquet", "csv"}
+    assert results["sparse"]["embedding"]["sparse"] is True
+    assert results["archive"]["embedding"]["embedding_dim"] == 3 and results["csv"]["embedding"]["embedding_dim"] == 2
+    assert results["dense"]["overlap"]["k_per_class"] == {"str:class-0": 4, "str:class-1": 4, "str:class-2": 4}
+
+
+def test_run_yaml(project):
+    import yaml
+
+    config = {"dataset": {"id": "blobs", "revision": "1", "labels": "labels.csv", "labels_column": "label"},
+              "extractors": [{"name": "dense", "embeddings": "a.npy"}]}
+    (project / "run.yaml").write_text(yaml.safe_dump(config))
+    assert main(["run", str(project / "run.yaml"), "-o", str(project / "y"), "-q"]) == 0
+    assert (project / "y" / "report.md").exists()
+
+
+@pytest.mark.parametrize("config, message", [
+    (TOML.replace("[scoring]", "[scorin]"), "unknown section(s) ['scorin']"),
+    (TOML.replace("k = 4", "k = 4\nmodel_type = 'KMeans'"), "unknown field 'model_type'"),
+    (TOML.replace('revision = "1"\n', ""), "revision"),
+    (TOML.replace('"a.npy"', '"missing.npy"'), "does not exist"),
+    (TOML.replace('labels_column = "label"', 'labels_column = "nope"'), "column(s) ['nope'] not found"),
+    (TOML.replace('name = "sparse"', 'name = "dense"'), "both named 'dense'"),
+    (TOML.replace("k = 4", "k = 0"), "k must be"),
+])
+def test_run_bad_input_gives_one_line_error_and_exit_2(project, capsys, config, message):
+    (project / "run.toml").write_text(config)
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "out"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("vertebrae run: error:")
+    assert not (project / "out" / "report.json").exists()
+
+
+def test_report_regenerates_markdown_from_json(project, capsys):
+    (project / "run.toml").write_text(TOML)
+    main(["run", str(project / "run.toml"), "-o", str(project / "out"), "-q"])
+    assert main(["report", str(project / "out" / "report.json"), "-o", str(project / "again.md")]) == 0
+    assert (project / "again.md").read_text() == (project / "out" / "report.md").read_text()
+    assert main(["report", str(project / "out" / "report.json")]) == 0
+    assert capsys.readouterr().out == (project / "out" / "report.md").read_text()
+    (project / "bad.json").write_text('{"x": 1}')
+    assert main(["report", str(project / "bad.json")]) == 2
+    assert main(["report", str(project / "nothing.json")]) == 2
+
+
+def test_console_script_exit_code_on_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "vertebrae.cli", "run"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "the following arguments are required: config" in proc.stderr
+
+
+def test_import_is_light():
+    code = ("import sys, vertebrae; heavy = [m for m in ('pandas', 'sklearn', 'overlapindex', 'separatix', 'torch', "
+            "'scipy', 'tqdm') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
