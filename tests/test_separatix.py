@@ -152,6 +152,16 @@ def test_every_reported_probe_metric_has_a_direction(single):
     assert reported and {m for m in reported if not m.startswith("stability_")} <= set(METRIC_DIRECTIONS)
 
 
+def test_mlp_evidence_stays_apart_from_the_baseline_summary():
+    X, y = _blobs(n_per=40)
+    result = SeparatixScorer(SeparatixConfig(mlp_probes=True)).diagnose(X, y, overlap_score=0.9)
+    mlp = result.report["metrics"]["mlp_probes"]
+    assert result.report["config"]["mlp_probes"] is True
+    assert result.probe_summary["mlp"]["status"] == mlp["status"] and mlp["status"] != "not_requested"
+    assert result.probe_summary["best_probe"] == result.report["metrics"]["baseline"]["best_probe"]
+    assert set(result.probe_summary["probes"]) == set(result.report["metrics"]["probes"])
+
+
 # ----------------------------------------------------------------------- gate
 def test_gated_run_never_calls_separatix(monkeypatch):
     def forbidden(*args, **kwargs):
@@ -318,6 +328,13 @@ def _imports_separatix(path: pathlib.Path) -> bool:
     return False
 
 
+def test_public_exports():
+    import vertebrae
+
+    assert (vertebrae.SeparatixConfig, vertebrae.SeparatixScorer, vertebrae.SeparatixResult) == (
+        SeparatixConfig, SeparatixScorer, SeparatixResult)
+
+
 def test_only_the_adapter_imports_separatix():
     root = pathlib.Path(__file__).resolve().parents[1] / "src" / "vertebrae"
     assert [p.relative_to(root).as_posix() for p in root.rglob("*.py") if _imports_separatix(p)] == [
@@ -401,8 +418,9 @@ def test_markdown_shows_compact_separatix_details(benchmark_pair):
     assert "best_probe | probe_metric | probe_score" in ranking and "probe_accuracy" not in report
     detail = report.split("### clean")[1]
     for expected in ("#### Separatix diagnostic", f"`{diagnosed['clean'].separatix.recommendation}`",
-                     "Decision path:", "| Separatix score | value |", "Best probe:", "Linear vs nonlinear on balanced_accuracy",
-                     "Evaluation: stratified, 3 folds", "probe kernel_approx: kernel probe disabled", "Dense budget 512 MiB"):
+                     "Decision path:", "| Separatix score | value |", "Best probe:",
+                     "Linear vs nonlinear on balanced_accuracy", "Evaluation: stratified, 3 folds",
+                     "probe kernel_approx: kernel probe disabled", "Dense budget 512 MiB"):
         assert expected in detail, expected
 
 

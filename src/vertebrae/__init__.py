@@ -14,9 +14,13 @@ from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, Skle
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from .results import BenchmarkResult, ExtractorResult
+from .scoring.label_retrieval import LabelRetrievalMetric
 from .scoring.metric_result import MetricResult
+from .scoring.metrics import CallableMetric, Metric, OverlapMetric, load_metric
 from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer, OverlapScoreResult,
                               OverlapScoringConfig)
+from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
+from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
 
 __version__ = "0.1.0"
 
@@ -24,6 +28,9 @@ __all__ = [
     "Benchmark", "BenchmarkDataset", "BenchmarkResult", "CallableExtractor", "ConfigError",
     "ContinuousOverlapScoringConfig", "DatasetIdentity", "Extractor", "ExtractorError", "ExtractorResult",
     "InputTypeError", "InputValidationError", "LabelCatalog", "MetricError", "MetricResult", "OverlapIndexScorer",
-    "OverlapScoreResult", "OverlapScoringConfig", "PrecomputedExtractor", "SerializationError", "SklearnExtractor",
+    "OverlapScoreResult", "OverlapScoringConfig", "PrecomputedExtractor", "SeparatixConfig", "SeparatixResult",
+    "SeparatixScorer", "SerializationError", "SklearnExtractor", "StabilityConfig", "StabilityResult",
+    "run_stability_analysis",
+    "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
     "VertebraeError", "VertebraeWarning", "__version__",
 ]

@@ -22,7 +22,10 @@ from .execution.plan import StageJob, artifact_key, build_plan
 from .extractors.base import Extractor
 from .results import BenchmarkResult, ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
+from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics, run_metrics
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
+from .scoring.separatix import SeparatixConfig
+from .scoring.stability import StabilityConfig
 
 # BACKBONE READY: extension points: BenchmarkSettings fields + analysis_stages(), the `functions`
 # dict in Benchmark.run, stages.assemble, ExtractorResult fields, results.result_row, reports.markdown.SECTIONS.
@@ -38,6 +41,10 @@ class BenchmarkSettings:
     continuous_config: ContinuousOverlapScoringConfig
     primary_metric: str = OVERLAP_METRIC
     quality_tolerance: float = DEFAULT_QUALITY_TOLERANCE
+    #: Custom metrics (the built-in overlap metric is not listed here: it always runs in the score stage).
+    metrics: tuple[Metric, ...] = ()
+    separatix_config: SeparatixConfig | None = None
+    stability_config: StabilityConfig | None = None
 
     def scoring_fingerprint(self) -> dict[str, Any]:
         return {"overlap": self.scoring_config.to_dict(), "continuous": self.continuous_config.to_dict()}
@@ -48,11 +55,20 @@ class BenchmarkSettings:
     def analysis_stages(self) -> list[tuple[str, dict[str, Any]]]:
         """Optional per-extractor stages after scoring: (stage name, config fingerprint)."""
         stages: list[tuple[str, dict[str, Any]]] = []
+        if self.stability_config is not None:
+            stages.append(("stability", self.stability_config.fingerprint()))
+        if self.metrics:
+            stages.append(("metrics", metrics_fingerprint(self.metrics)))
+        if self.separatix_config is not None and self.separatix_config.enabled:
+            stages.append(("diagnose", self.separatix_config.to_dict()))
         return stages
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
-                "primary_metric": self.primary_metric, "quality_tolerance": self.quality_tolerance}
+                "primary_metric": self.primary_metric, "quality_tolerance": self.quality_tolerance,
+                "metrics": metrics_fingerprint(self.metrics)["metrics"],
+                "separatix_config": None if self.separatix_config is None else self.separatix_config.to_dict(),
+                "stability_config": None if self.stability_config is None else self.stability_config.to_dict()}
 
 
 class Benchmark:
@@ -61,14 +77,19 @@ class Benchmark:
     def __init__(self, dataset: BenchmarkDataset, extractors: Sequence[Extractor], *,
                  scoring_config: OverlapScoringConfig | None = None,
                  continuous_config: ContinuousOverlapScoringConfig | None = None,
+                 metrics: Sequence[Any] | None = None,
                  primary_metric: str = OVERLAP_METRIC,
                  quality_tolerance: float = DEFAULT_QUALITY_TOLERANCE,
+                 separatix_config: SeparatixConfig | None = None,
+                 stability_config: StabilityConfig | None = None,
                  progress: bool | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
         self.dataset = dataset
         self.extractors = _validate_extractors(extractors)
+        scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
+                                                                            dataset.target_type)
         scoring_config = scoring_config or OverlapScoringConfig()
         continuous_config = continuous_config or ContinuousOverlapScoringConfig()
         if not isinstance(scoring_config, OverlapScoringConfig):
@@ -76,12 +97,16 @@ class Benchmark:
         if not isinstance(continuous_config, ContinuousOverlapScoringConfig):
             raise ConfigError("continuous_config must be a ContinuousOverlapScoringConfig, got "
                               f"{type(continuous_config).__name__}")
-        known_metrics = [OVERLAP_METRIC]
-        if primary_metric not in known_metrics:
-            raise ConfigError(f"primary_metric {primary_metric!r} is not a configured metric; choose one of {known_metrics}")
+        if separatix_config is not None and not isinstance(separatix_config, SeparatixConfig):
+            raise ConfigError(f"separatix_config must be a SeparatixConfig or None, got {type(separatix_config).__name__}")
+        if stability_config is not None and not isinstance(stability_config, StabilityConfig):
+            raise ConfigError(f"stability_config must be a StabilityConfig or None, "
+                              f"got {type(stability_config).__name__}")
+        check_primary_metric(primary_metric, custom_metrics)
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,
-            check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0))
+            check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
+            separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config)
         self._check_labels_against_config()
         self.progress = progress
 
@@ -102,6 +127,12 @@ class Benchmark:
         functions = {
             "extract": lambda job, inputs: stages.extract(dataset, by_name[job.extractor]),
             "score": lambda job, inputs: stages.score(inputs["extract"], dataset.targets, settings),
+            "stability": lambda job, inputs: stages.stability(inputs["extract"], dataset.targets, settings),
+            "diagnose": lambda job, inputs: stages.diagnose(inputs["extract"], inputs["score"], dataset.targets,
+                                                            dataset.groups, settings),
+            "metrics": lambda job, inputs: run_metrics(settings.metrics, inputs["extract"].matrix, dataset.targets,
+                                                       dataset.groups, seed=inputs["score"].overlap.metadata["seed"],
+                                                       extractor=job.extractor),
             "assemble": lambda job, inputs: stages.assemble(by_name[job.extractor], inputs, settings),
         }
         jobs = self.plan()
@@ -144,7 +175,8 @@ def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], set
         "label_catalog": None if dataset.target_type == "regression" else dataset.targets.catalog.to_dict(),
         "plan": [{"stage": j.stage, "extractor": j.extractor, "key": j.key} for j in jobs],
         "run_key": artifact_key("run", dataset.identity.fingerprint, [j.key for j in jobs]),
-        "versions": {name: version(name) for name in ("vertebrae", "overlapindex", "numpy", "scipy", "scikit-learn")},
+        "versions": {name: version(name)
+                     for name in ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")},
     }
     result = BenchmarkResult(dataset.summary(), results, [], metadata,
                              timing={"started_at": started.isoformat(),

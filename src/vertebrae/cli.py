@@ -33,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
                          description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
                                      "report.md. See `vertebrae.run_config` for the file format.")
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
+    run.add_argument("--metric", action="append", default=[], metavar="MODULE:FUNCTION[:NAME]",
+                     help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
+                          "the module must be importable (installed or on PYTHONPATH); higher is better; lower-is-better "
+                          "metrics go in the config's [[metrics]] with higher_is_better = false")
+    run.add_argument("--primary-metric", metavar="NAME", default=None,
+                     help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
     _output_options(run)
 
     report = sub.add_parser("report", help="regenerate the Markdown report from an archived result JSON",
@@ -80,10 +86,28 @@ def _demo(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .run_config import benchmark_from_config, load_run_config
 
-    config = load_run_config(args.config)
+    config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     _write_reports(benchmark.run(), args.output, args.quiet)
     return EXIT_OK
+
+
+def _with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:
+    """``--metric`` specs join the config's [[metrics]]; ``--primary-metric`` overrides [benchmark]."""
+    config = dict(config)
+    if specs:
+        config["metrics"] = [*config.get("metrics", []), *map(_metric_entry, specs)]
+    if primary_metric is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "primary_metric": primary_metric}
+    return config
+
+
+def _metric_entry(spec: str) -> dict[str, str]:
+    """``module:function`` or ``module:function:name`` as a [[metrics]] entry (load_metric checks the path)."""
+    if spec.count(":") == 2:
+        path, name = spec.rsplit(":", 1)
+        return {"path": path, "name": name}
+    return {"path": spec}
 
 
 def _report(args: argparse.Namespace) -> int:

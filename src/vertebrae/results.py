@@ -17,6 +17,7 @@ from .errors import SerializationError
 from .scoring.metric_result import OVERLAP_METRIC, MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
+from .scoring.stability import StabilityResult, ranking_stability
 
 SCHEMA_VERSION = 1
 #: Recommendation thresholds on the overlap score (documented in docs/results.md).
@@ -52,6 +53,8 @@ class ExtractorResult:
     runtime: dict[str, float] = dataclasses.field(default_factory=dict)
     #: Descriptive Separatix diagnostic (None when not configured); never used for ranking.
     separatix: SeparatixResult | None = None
+    #: Repeated overlap scoring (None when no StabilityConfig was given).
+    stability: StabilityResult | None = None
 
     @property
     def primary_metric(self) -> MetricResult:
@@ -67,6 +70,7 @@ class ExtractorResult:
         data["overlap"] = self.overlap.to_dict()
         data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
         data["separatix"] = None if self.separatix is None else self.separatix.to_dict()
+        data["stability"] = None if self.stability is None else self.stability.to_dict()
         return data
 
     @classmethod
@@ -76,6 +80,8 @@ class ExtractorResult:
         fields["metrics"] = {name: MetricResult.from_dict(m) for name, m in fields["metrics"].items()}
         if fields.get("separatix") is not None:
             fields["separatix"] = SeparatixResult.from_dict(fields["separatix"])
+        if fields.get("stability") is not None:
+            fields["stability"] = StabilityResult.from_dict(fields["stability"])
         fields["runtime"] = dict(runtime or {})
         return cls(**fields)
 
@@ -97,6 +103,17 @@ class BenchmarkResult:
         """
         valid = [r for r in self.extractor_results if r.aggregate_valid]
         return sorted(valid, key=lambda r: -r.primary_score if r.primary_metric.higher_is_better else r.primary_score)
+
+    @property
+    def ranking_stability(self) -> dict[str, Any] | None:
+        """How stable the overlap-score ranking is across stability repeats (see docs/stability.md).
+
+        Derived from the extractors' repeat scores, which share seeds because a benchmark
+        gives every extractor the same StabilityConfig; None with fewer than two analysed.
+        """
+        repeats = {r.name: r.stability.repeat_scores["score"]
+                   for r in self.extractor_results if r.stability is not None}
+        return ranking_stability(repeats) if len(repeats) >= 2 else None
 
     @property
     def ranking_available(self) -> bool:
@@ -152,6 +169,7 @@ class BenchmarkResult:
             "dataset_summary": self.dataset_summary,
             "extractor_results": [r.to_dict() for r in self.extractor_results],
             "recommendations": list(self.recommendations),
+            "ranking_stability": self.ranking_stability,
             "metadata": self.metadata,
             "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results}},
         }
@@ -226,9 +244,25 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "embedding_sparse": result.embedding.get("sparse"),
         "embedding_nnz": result.embedding.get("nnz"),
         "warnings": len(result.warnings),
+        **_stability_columns(result.stability),
     }
     for name, metric in result.metrics.items():
         row[f"metric.{name}"] = metric.score
     for stage, seconds in result.runtime.items():
         row[f"runtime.{stage}"] = seconds
     return row
+
+
+#: StabilitySummary fields flattened into rows as ``stability_<field>`` (primary overlap score).
+STABILITY_SUMMARY_FIELDS = ("mean", "std", "min", "max", "interval_low", "interval_high", "interval_width")
+
+
+def _stability_columns(stability: StabilityResult | None) -> dict[str, Any]:
+    """The stability row columns; all None when no stability analysis ran."""
+    names = ["mode", "repeats", "interval_level", *STABILITY_SUMMARY_FIELDS]
+    if stability is None:
+        return {f"stability_{name}": None for name in names}
+    config, summary = stability.config, stability.summary
+    values = [config.mode, config.repeats, config.interval_level,
+              *(getattr(summary, field) for field in STABILITY_SUMMARY_FIELDS)]
+    return {f"stability_{name}": value for name, value in zip(names, values)}

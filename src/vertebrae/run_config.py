@@ -19,6 +19,12 @@ Example (TOML)::
 
     [benchmark]
     quality_tolerance = 0.02
+    # primary_metric = "my_metric"
+
+    [[metrics]]                   # custom metrics, loaded with vertebrae.load_metric
+    path = "my_project.metrics:label_aware_metric"
+    name = "my_metric"            # optional: defaults to the function name
+    higher_is_better = true       # optional; also aggregate_valid, params = {...}
 
 Relative paths are resolved against the config file's folder.  Unknown sections and
 keys are rejected with the list of allowed ones.
@@ -36,6 +42,7 @@ from .errors import ConfigError
 from .extractors import PrecomputedExtractor
 from .identity import DatasetIdentity
 from .io import load_column, load_config_file, load_matrix
+from .scoring.metrics import metrics_from_config
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 
 DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target_type", "label_names", "target_names",
@@ -43,7 +50,7 @@ DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target
 EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance"}
 #: Top-level sections a run configuration may contain.
-SECTIONS = {"dataset", "extractors", "scoring", "continuous", "benchmark", "output"}
+SECTIONS = {"dataset", "extractors", "scoring", "continuous", "benchmark", "output", "metrics"}
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
@@ -76,6 +83,8 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["scoring_config"] = OverlapScoringConfig.from_dict(config["scoring"])
     if "continuous" in config:
         kwargs["continuous_config"] = ContinuousOverlapScoringConfig.from_dict(config["continuous"])
+    if "metrics" in config:
+        kwargs["metrics"] = metrics_from_config(config["metrics"])
     kwargs.update(_check_keys("[benchmark]", config.get("benchmark", {}), BENCHMARK_KEYS))
     return kwargs
 

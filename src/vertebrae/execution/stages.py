@@ -10,7 +10,10 @@ from typing import Any
 from ..embeddings import embedding_metadata, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
+from ..scoring.metrics import MetricsArtifact
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
+from ..scoring.separatix import SeparatixResult, SeparatixScorer
+from ..scoring.stability import StabilityResult, run_stability_analysis
 from ..targets import MultiLabelTargets, RegressionTargets, Targets
 
 
@@ -64,14 +67,43 @@ def score(artifact: EmbeddingArtifact, targets: Targets, settings: Any) -> Score
     return ScoreArtifact(overlap, time.perf_counter() - start)
 
 
+@dataclasses.dataclass
+class StabilityArtifact:
+    stability: StabilityResult
+    seconds: float
+
+
+def stability(artifact: EmbeddingArtifact, targets: Targets, settings: Any) -> StabilityArtifact:
+    """Repeated overlap scoring of the matrix the score stage scored, with the same scorer settings.
+
+    Every extractor gets the same StabilityConfig, hence the same seeds (and rows), which
+    is what makes the ranking-stability comparison meaningful.
+    """
+    start = time.perf_counter()
+    scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
+    result = run_stability_analysis(artifact.matrix, targets, config=settings.stability_config, scorer=scorer)
+    return StabilityArtifact(result, time.perf_counter() - start)
+
+
+def diagnose(artifact: EmbeddingArtifact, scored: ScoreArtifact, targets: Targets, groups: Any,
+             settings: Any) -> SeparatixResult:
+    """Separatix on the matrix the score stage scored, gated by that overlap score."""
+    scorer = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config)
+    return scorer.diagnose(artifact.matrix, targets, overlap_score=scored.overlap.score, groups=groups,
+                           source=f"extractor {artifact.extractor!r}")
+
+
 def assemble(extractor: Any, artifacts: Mapping[str, Any], settings: Any) -> Any:
     """Build the ExtractorResult from the stage artifacts of one extractor."""
     from ..results import ExtractorResult, recommendation_label
 
     embedding: EmbeddingArtifact = artifacts["extract"]
     scored: ScoreArtifact = artifacts["score"]
+    separatix: SeparatixResult | None = artifacts.get("diagnose")
+    repeated: StabilityArtifact | None = artifacts.get("stability")
+    measured: MetricsArtifact = artifacts.get("metrics", MetricsArtifact())
     overlap = scored.overlap
-    metrics = {OVERLAP_METRIC: overlap_metric_result(overlap)}
+    metrics = {OVERLAP_METRIC: overlap_metric_result(overlap), **{m.name: m for m in measured.results}}
     primary = metrics[settings.primary_metric]
     weakest = overlap.weakest_class()
     recipe = extractor.recipe()
@@ -79,7 +111,10 @@ def assemble(extractor: Any, artifacts: Mapping[str, Any], settings: Any) -> Any
         name=extractor.name, extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
         primary_score=primary.score if primary.rankable else None, embedding=dict(embedding.metadata),
-        warnings=list(overlap.warnings), recommendation=recommendation_label(overlap.score),
+        warnings=list(overlap.warnings) + measured.warnings(), recommendation=recommendation_label(overlap.score),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},
-        runtime={"extract": embedding.seconds, "score": scored.seconds})
+        separatix=separatix, stability=None if repeated is None else repeated.stability,
+        runtime={"extract": embedding.seconds, "score": scored.seconds, **measured.runtime(),
+                 **({} if repeated is None else {"stability": repeated.seconds}),
+                 **({} if separatix is None else {"separatix": separatix.runtime_seconds})})

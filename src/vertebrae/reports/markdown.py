@@ -10,6 +10,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .markdown_separatix import separatix_detail
+from .markdown_stability import interval_text, stability_section
+from .markdown_metrics import metrics_detail
 from .markdown_table import table, text
 
 Section = Callable[[Mapping[str, Any]], str]
@@ -83,7 +86,16 @@ def _overlap_configuration(data: Mapping[str, Any]) -> str:
 
 #: Row-builder columns shown in the ranking table (see ``vertebrae.results.result_row``).
 RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
-                              "overlap_weighted", "weakest_class", "embedding_dim", "recommendation"]
+                              "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
+                              "probe_score",
+                              "embedding_dim", "recommendation", "separatix_recommendation", "separatix_confidence"]
+
+
+def _ranking_cell(row: Mapping[str, Any], column: str) -> Any:
+    """A row-builder value; ``stability_interval`` is rendered from the row's interval bounds."""
+    if column == "stability_interval":
+        return interval_text(row["stability_interval_low"], row["stability_interval_high"])
+    return row.get(column)
 
 
 def _ranking(data: Mapping[str, Any]) -> str:
@@ -96,7 +108,7 @@ def _ranking(data: Mapping[str, Any]) -> str:
     rows = result.rows(include_invalid=True)
     valid_rows = [r for r in rows if r["rank"] is not None]
     invalid = [r["extractor"] for r in rows if r["rank"] is None]
-    body = table(RANKING_COLUMNS, [[row.get(c) for c in RANKING_COLUMNS] for row in valid_rows])
+    body = table(RANKING_COLUMNS, [[_ranking_cell(row, c) for c in RANKING_COLUMNS] for row in valid_rows])
     tail = f"\nNot ranked (invalid primary aggregate): {', '.join(text(n) for n in invalid)}\n" if invalid else ""
     order = "higher is better" if ranked[0].primary_metric.higher_is_better else "lower is better"
     return (f"## Ranking\n\nRanked by `{text(ranked[0].primary_metric_name)}` ({order}).\n\n" + body + tail)
@@ -126,11 +138,15 @@ def extractor_detail(r: Mapping[str, Any]) -> str:
         null = o["regression"]["null_calibration"]
         lines.append(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null {null['null_loss']:.4f}; "
                      f"null mode `{null['null_mode_used']}`, {null['n_null_permutations']} permutations).\n")
+    if len(r["metrics"]) > 1:  # only overlap: its numbers are already in the line above
+        lines.append(metrics_detail(r))
     weakest = r.get("weakest_class")
     if weakest:
         lines.append(f"Weakest class: {text(weakest['display'])} ({weakest['score']:.4f}).\n")
     if r["warnings"]:
         lines.append("Warnings:\n\n" + "".join(f"- {text(w)}\n" for w in r["warnings"]))
+    if r.get("separatix"):
+        lines.append(separatix_detail(r["separatix"]))
     return "\n".join(lines)
 
 
@@ -149,7 +165,7 @@ def _reproducibility(data: Mapping[str, Any]) -> str:
 
 #: Report sections in order; later features append their own section functions here.
 SECTIONS: list[Section] = [_title, _dataset_summary, _target_summary, _extractor_summary, _overlap_configuration,
-                           _ranking, _extractor_details, _recommendations, _reproducibility]
+                           _ranking, stability_section, _extractor_details, _recommendations, _reproducibility]
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:

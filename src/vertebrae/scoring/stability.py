@@ -21,7 +21,6 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy.stats import kendalltau, rankdata
 
 from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
@@ -70,6 +69,10 @@ class StabilityConfig(Config):
                                                     high=1.0, low_open=True))
         self._set("random_state", check_seed(name, "random_state", self.random_state, allow_none=False))
         self._set("n_jobs", check_int(name, "n_jobs", self.n_jobs, minimum=1))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The fields that shape the results (artifact keys): ``n_jobs`` changes only the speed."""
+        return {name: value for name, value in self.to_dict().items() if name != "n_jobs"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +127,7 @@ class StabilityResult:
 
     @property
     def summary(self) -> StabilitySummary:
-        """Summary of the primary score (the one extractors are ranked by)."""
+        """Summary of the scorer's primary ``score`` (what the DataFrame stability columns show)."""
         return self.summaries["score"]
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,8 +167,8 @@ class _SingleLabelSampler:
         if short:
             shown = ", ".join(f"{targets.catalog.display(k)!r}: floor({n} x {fraction}) = {s}" for k, n, s in short[:5])
             smallest = min(g.size for g in self.groups)
-            raise _infeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; every class "
-                              f"must keep at least 2 rows (subsample_fraction >= {2 / smallest:.4g} would do)")
+            raise _infeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; every "
+                              f"class must keep at least 2 rows (subsample_fraction >= {2 / smallest:.4g} would do)")
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         return np.sort(np.concatenate([rng.choice(g, s, replace=False) for g, s in zip(self.groups, self.sizes)]))
@@ -174,9 +177,11 @@ class _SingleLabelSampler:
 class _MultiLabelSampler:
     """``floor(n * fraction)`` rows in which every label keeps at least 2 positive rows.
 
-    In a random row order, each label's first two positive rows are required; the
-    remaining budget is filled uniformly from the other rows.  Always feasible when the
-    budget is at least twice the label count; below that it depends on the draw.
+    Required rows first: labels are visited from rarest to most common, and each gets
+    random positive rows until two of its positives are required (rows picked for rarer
+    labels count, so common labels rarely add any).  The remaining budget is filled
+    uniformly from the other rows.  Always feasible when the budget is at least twice
+    the label count; below that it can depend on the draw.
     """
 
     def __init__(self, targets: MultiLabelTargets, fraction: float) -> None:
@@ -184,16 +189,20 @@ class _MultiLabelSampler:
         self.fraction = fraction
         self.size = subsample_size(self.n, fraction)
         csc = targets.indicator.tocsc()
-        self.positives = [csc.indices[csc.indptr[j]:csc.indptr[j + 1]] for j in range(csc.shape[1])]
+        positives = [csc.indices[csc.indptr[j]:csc.indptr[j + 1]] for j in range(csc.shape[1])]
+        self.positives = sorted(positives, key=len)  # rarest first (stable: ties keep column order)
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
-        position = np.empty(self.n, dtype=np.int64)
-        position[rng.permutation(self.n)] = np.arange(self.n)
-        required = np.unique(np.concatenate([rows[np.argsort(position[rows])[:2]] for rows in self.positives]))
+        chosen = np.zeros(self.n, dtype=bool)
+        for rows in self.positives:
+            missing = 2 - int(chosen[rows].sum())
+            if missing > 0:
+                chosen[rng.choice(rows[~chosen[rows]], missing, replace=False)] = True
+        required = np.flatnonzero(chosen)
         if required.size > self.size:
             raise _infeasible(
-                f"keeping 2 positive rows of each of the {len(self.positives)} labels needs {required.size} rows in this "
-                f"draw, but floor({self.n} x {self.fraction}) = {self.size}")
+                f"keeping 2 positive rows of each of the {len(self.positives)} labels needs {required.size} rows in "
+                f"this draw, but floor({self.n} x {self.fraction}) = {self.size}")
         others = np.setdiff1d(np.arange(self.n), required, assume_unique=True)
         return np.sort(np.concatenate([required, rng.choice(others, self.size - required.size, replace=False)]))
 
@@ -347,13 +356,15 @@ def ranking_stability(per_extractor_repeat_scores: Mapping[str, Sequence[float]]
     averaged; pairs where tau is undefined (all scores of a repeat tied) are left out,
     and it is None when no pair is defined.
     """
+    from scipy.stats import kendalltau, rankdata  # scipy.stats is slow to import; keep `import vertebrae` fast
+
     names = list(per_extractor_repeat_scores)
     if len(names) < 2:
         raise InputValidationError(f"ranking stability needs at least 2 extractors, got {len(names)}")
     lengths = {name: len(v) for name, v in per_extractor_repeat_scores.items()}
     if len(set(lengths.values())) != 1:
-        raise InputValidationError(f"every extractor needs the same number of stability repeats (run them with the same "
-                                   f"StabilityConfig), got {lengths}")
+        raise InputValidationError(f"every extractor needs the same number of stability repeats (run them with the "
+                                   f"same StabilityConfig), got {lengths}")
     scores = np.array([[float(x) for x in v] for v in per_extractor_repeat_scores.values()])  # (extractor, repeat)
     n_repeats = scores.shape[1]
     if n_repeats < 2 or not np.isfinite(scores).all():

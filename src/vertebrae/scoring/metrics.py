@@ -1,0 +1,417 @@
+"""Custom embedding metrics: the metric protocol, the built-in wrappers and the metrics stage.
+
+A metric scores the same evaluated embedding matrix that OverlapIndex scores and
+returns a small payload (one finite ``score`` plus optional JSON-safe extras).  The
+built-in overlap metric always runs in the score stage; every other metric runs in
+the ``metrics`` analysis stage through :func:`run_metrics`, which owns the label
+boundary (categorical labels and groups cross it as marked semantic-key strings) and
+the failure rule (a failing metric is recorded as an invalid aggregate, the run
+goes on).  The contract is spelled out in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import math
+import numbers
+import re
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from .._config import check_bool
+from .._sparse import is_sparse, sparse_module
+from ..errors import ConfigError, InputTypeError, MetricError, ScoringWarning, SerializationError
+from ..labels import LabelCatalog, mark
+from ..reports import json_codec
+from ..targets import TARGET_TYPES, MultiLabelTargets, RegressionTargets, Targets
+from .metric_result import OVERLAP_METRIC, MetricResult
+from .overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
+
+#: Keys a metric payload may contain; anything else is a contract violation.
+PAYLOAD_KEYS = ("score", "aggregate_valid", "diagnostics", "warnings", "metadata")
+#: Keyword arguments vertebrae passes to every metric (``params`` may not reuse them).
+CALL_ARGUMENTS = ("target_metadata", "groups", "seed")
+#: Metric names become ``metric.<name>`` columns and CLI ``PATH:NAME`` suffixes: no spaces or colons.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*")
+_METRIC_ATTRIBUTES = ("name", "higher_is_better", "aggregate_valid", "supported_target_types", "identity")
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """What vertebrae needs from a custom embedding metric.
+
+    ``aggregate_valid=False`` declares a descriptive metric: it is computed and
+    reported but never ranked (and cannot be the primary metric).  A single call can
+    also return ``aggregate_valid: False`` to mark one extractor's score invalid.
+    ``identity()`` is a JSON-safe description of everything that changes the score;
+    it keys the metrics artifact.
+    """
+
+    name: str
+    higher_is_better: bool
+    aggregate_valid: bool
+    supported_target_types: tuple[str, ...]
+
+    def identity(self) -> dict[str, Any]: ...
+
+    def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
+                 groups: Any = None, seed: int | None = None) -> Mapping[str, Any]: ...
+
+
+def check_metric_name(name: Any, owner: str) -> str:
+    """Names become columns and CLI suffixes, and ``overlap`` belongs to the built-in metric."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(f"{owner}: metric name must be a non-empty string of letters, digits and _ . @ - "
+                          f"(no spaces or colons), got {name!r}")
+    if name == OVERLAP_METRIC:
+        raise ConfigError(f"{owner}: the metric name {OVERLAP_METRIC!r} is reserved for the built-in OverlapIndex "
+                          "metric; configure it with OverlapMetric(config=...) and give your metric another name")
+    return name
+
+
+def _callable_path(fn: Any) -> str:
+    """``module:qualname`` of a function, or of the type of a callable object."""
+    target = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(target, '__module__', '?')}:{target.__qualname__}"
+
+
+def _json_safe(value: Any, what: str, error: type[Exception] = MetricError) -> Any:
+    """``value`` as it will read back from a result JSON, or ``error`` naming ``what``."""
+    try:
+        encoded = json_codec.encode(value)
+        json.dumps(encoded, allow_nan=False)
+    except (SerializationError, TypeError, ValueError) as exc:
+        raise error(f"{what} is not JSON-safe ({exc}); use numbers, strings, lists and dicts") from None
+    return json_codec.decode(encoded)
+
+
+# --------------------------------------------------------------------------- metrics
+@dataclasses.dataclass(frozen=True)
+class OverlapMetric:
+    """The built-in OverlapIndex metric, listed in ``metrics=`` to set its configuration.
+
+    It is the same setting as ``Benchmark(scoring_config=..., continuous_config=...)``;
+    giving both with different values is an error.  Overlap always runs, listed or not.
+    """
+
+    config: OverlapScoringConfig | None = None
+    continuous_config: ContinuousOverlapScoringConfig | None = None
+    name: ClassVar[str] = OVERLAP_METRIC
+    higher_is_better: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.config is not None and not isinstance(self.config, OverlapScoringConfig):
+            raise ConfigError(f"OverlapMetric.config must be an OverlapScoringConfig, got {type(self.config).__name__}")
+        continuous = self.continuous_config
+        if continuous is not None and not isinstance(continuous, ContinuousOverlapScoringConfig):
+            raise ConfigError("OverlapMetric.continuous_config must be a ContinuousOverlapScoringConfig, got "
+                              f"{type(continuous).__name__}")
+
+
+class CallableMetric:
+    """A plain function as a metric.
+
+    ``fn(embeddings, labels, *, target_metadata=None, groups=None, seed=None, **params)``
+    returns ``{"score": float, "diagnostics"?: {...}, "warnings"?: [...], "metadata"?: {...},
+    "aggregate_valid"?: bool}``.  ``params`` (JSON-safe) are passed as keyword arguments
+    and, with the name and the function's ``module:qualname``, identify the metric.
+    """
+
+    supported_target_types: tuple[str, ...] = TARGET_TYPES
+
+    def __init__(self, name: str, fn: Callable[..., Mapping[str, Any]], *, higher_is_better: bool = True,
+                 aggregate_valid: bool = True, params: Mapping[str, Any] | None = None) -> None:
+        self.name = check_metric_name(name, "CallableMetric")
+        if not callable(fn) or isinstance(fn, type):
+            raise InputTypeError(f"CallableMetric {name!r}: fn must be a function (or callable object), got "
+                                 f"{fn!r:.80}")
+        self.fn = fn
+        self.higher_is_better = check_bool(f"CallableMetric {name!r}", "higher_is_better", higher_is_better)
+        self.aggregate_valid = check_bool(f"CallableMetric {name!r}", "aggregate_valid", aggregate_valid)
+        params = dict(params or {})
+        clash = sorted(set(params) & {*CALL_ARGUMENTS, "embeddings", "labels"})
+        if clash or not all(isinstance(k, str) for k in params):
+            raise ConfigError(f"CallableMetric {name!r}: params must have string keys other than "
+                              f"{['embeddings', 'labels', *CALL_ARGUMENTS]}, got {sorted(map(repr, params))}")
+        self.params = _json_safe(params, f"CallableMetric {name!r} params", ConfigError)
+
+    def identity(self) -> dict[str, Any]:
+        return {"type": "callable", "name": self.name, "callable": _callable_path(self.fn), "params": self.params,
+                "higher_is_better": self.higher_is_better, "aggregate_valid": self.aggregate_valid}
+
+    def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
+                 groups: Any = None, seed: int | None = None) -> Mapping[str, Any]:
+        return self.fn(embeddings, labels, target_metadata=target_metadata, groups=groups, seed=seed, **self.params)
+
+    def __repr__(self) -> str:
+        return f"CallableMetric({self.name!r}, {_callable_path(self.fn)})"
+
+
+def load_metric(path: str, name: str | None = None, higher_is_better: bool | None = None, *,
+                aggregate_valid: bool | None = None, params: Mapping[str, Any] | None = None) -> Metric:
+    """Load ``"package.module:function"`` (what the CLI and distributed runs use).
+
+    A function is wrapped in :class:`CallableMetric` (``name`` defaults to the
+    function's name, ``higher_is_better`` and ``aggregate_valid`` to True).  An
+    attribute that already is a metric object (e.g. ``retrieval = LabelRetrievalMetric(...)``)
+    is returned as is: its own settings apply, so the arguments may only repeat them.
+    """
+    module_name, _, attribute = path.partition(":") if isinstance(path, str) else ("", "", "")
+    parts = module_name.split(".") + attribute.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise ConfigError(f"metric path {path!r} is malformed; write 'package.module:function', "
+                          "e.g. 'my_project.metrics:label_aware_metric'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ConfigError(f"metric path {path!r}: module {module_name!r} cannot be found; check the spelling and "
+                              "that it is installed or on PYTHONPATH") from None
+        raise ConfigError(f"metric path {path!r}: importing {module_name!r} failed: {exc}") from exc
+    except Exception as exc:  # the module is user code: report whatever broke its import
+        raise ConfigError(f"metric path {path!r}: importing {module_name!r} failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"metric path {path!r}: {module_name!r} has no attribute {attribute!r}")
+        obj = getattr(obj, part)
+    if _is_metric(obj):
+        for field, given in (("name", name), ("higher_is_better", higher_is_better),
+                             ("aggregate_valid", aggregate_valid), ("params", params)):
+            if given is not None and given != getattr(obj, field, None):
+                raise ConfigError(f"metric path {path!r} names a metric object, whose {field} cannot be overridden "
+                                  f"(got {field}={given!r}); change it where the object is defined")
+        return obj
+    if isinstance(obj, type) or not callable(obj):
+        raise InputTypeError(f"metric path {path!r} names a {type(obj).__name__}, not a metric function or metric "
+                             "object; point it at fn(embeddings, labels, *, target_metadata, groups, seed)")
+    return CallableMetric(name or attribute.rsplit(".", 1)[-1], obj,
+                          higher_is_better=True if higher_is_better is None else higher_is_better,
+                          aggregate_valid=True if aggregate_valid is None else aggregate_valid, params=params)
+
+
+#: Keys of one ``metrics`` entry in a run configuration (the arguments of :func:`load_metric`).
+CONFIG_ENTRY_KEYS = ("path", "name", "higher_is_better", "aggregate_valid", "params")
+
+
+def metrics_from_config(entries: Any) -> list[Metric]:
+    """``metrics = [{path = "pkg.module:function", name = ..., higher_is_better = ..., params = {...}}]``."""
+    if not isinstance(entries, list):
+        raise ConfigError('config metrics must be a list of tables such as [{path = "my_pkg.metrics:fn"}], got '
+                          f"{type(entries).__name__}")
+    loaded = []
+    for i, entry in enumerate(entries, 1):
+        if not isinstance(entry, Mapping) or "path" not in entry:
+            raise ConfigError(f'config metrics #{i} must be a table with path = "package.module:function", '
+                              f"got {entry!r}")
+        unknown = sorted(set(entry) - set(CONFIG_ENTRY_KEYS))
+        if unknown:
+            raise ConfigError(f"config metrics #{i} has unknown key(s) {unknown}; allowed: {list(CONFIG_ENTRY_KEYS)}")
+        loaded.append(load_metric(entry["path"], entry.get("name"), entry.get("higher_is_better"),
+                                  aggregate_valid=entry.get("aggregate_valid"), params=entry.get("params")))
+    return loaded
+
+
+def _is_metric(obj: Any) -> bool:
+    return not isinstance(obj, type) and callable(obj) and all(hasattr(obj, a) for a in _METRIC_ATTRIBUTES)
+
+
+# ---------------------------------------------------------------- benchmark settings
+def resolve_metrics(metrics: Sequence[Any] | None, scoring_config: OverlapScoringConfig | None,
+                    continuous_config: ContinuousOverlapScoringConfig | None, target_type: str
+                    ) -> tuple[OverlapScoringConfig | None, ContinuousOverlapScoringConfig | None, tuple[Metric, ...]]:
+    """Split ``Benchmark(metrics=...)`` into the overlap configs and the custom metrics.
+
+    Fails before any extractor runs: unknown objects, duplicate or reserved names,
+    conflicting overlap configs, metrics that do not support the target type.
+    """
+    if metrics is None:
+        return scoring_config, continuous_config, ()
+    if isinstance(metrics, (str, bytes)) or not isinstance(metrics, Sequence):
+        raise InputTypeError("metrics must be a list such as [OverlapMetric(...), CallableMetric('name', fn)], got "
+                             f"{type(metrics).__name__}")
+    overlap_seen = False
+    custom: dict[str, Metric] = {}
+    for i, metric in enumerate(metrics):
+        if isinstance(metric, OverlapMetric):
+            if overlap_seen:
+                raise ConfigError(f"metrics[{i}] is a second OverlapMetric; list the built-in overlap metric once")
+            overlap_seen = True
+            scoring_config = _merge_config("scoring_config", scoring_config, "config", metric.config)
+            continuous_config = _merge_config("continuous_config", continuous_config, "continuous_config",
+                                              metric.continuous_config)
+            continue
+        if not _is_metric(metric):
+            missing = [a for a in _METRIC_ATTRIBUTES if not hasattr(metric, a)]
+            hint = "wrap a function as CallableMetric('name', fn)" if callable(metric) else "see vertebrae.Metric"
+            raise InputTypeError(f"metrics[{i}] ({type(metric).__name__}) is not a metric "
+                                 f"(missing {missing or 'a call'}); {hint}")
+        name = check_metric_name(metric.name, f"metrics[{i}]")
+        if name in custom:
+            raise ConfigError(f"metrics has two metrics named {name!r}; give every metric a unique name")
+        for flag in ("higher_is_better", "aggregate_valid"):
+            check_bool(f"metric {name!r}", flag, getattr(metric, flag))
+        if target_type not in metric.supported_target_types:
+            raise MetricError(f"metric {name!r} supports {list(metric.supported_target_types)} targets, but this "
+                              f"dataset is {target_type}; it is not defined there, so remove it from metrics")
+        _json_safe(metric.identity(), f"metric {name!r} identity()", ConfigError)
+        custom[name] = metric
+    return scoring_config, continuous_config, tuple(custom.values())
+
+
+def _merge_config(argument: str, given: Any, field: str, listed: Any) -> Any:
+    if listed is None or given is None or given == listed:
+        return listed if listed is not None else given
+    raise ConfigError(f"Benchmark got {argument}=... and OverlapMetric({field}=...) with different values; they set "
+                      "the same built-in overlap config, so give it in one place")
+
+
+def check_primary_metric(primary_metric: Any, metrics: Sequence[Metric]) -> str:
+    """The primary metric must be configured and rankable."""
+    by_name = {m.name: m for m in metrics}
+    known = [OVERLAP_METRIC, *by_name]
+    if primary_metric not in known:
+        raise ConfigError(f"primary_metric {primary_metric!r} is not a configured metric; choose one of {known}")
+    if primary_metric in by_name and not by_name[primary_metric].aggregate_valid:
+        raise ConfigError(f"primary_metric {primary_metric!r} declares aggregate_valid=False (a descriptive metric "
+                          "that is never ranked); pick a rankable metric as primary")
+    return primary_metric
+
+
+def metrics_fingerprint(metrics: Sequence[Metric]) -> dict[str, Any]:
+    return {"metrics": [m.identity() for m in metrics]}
+
+
+# ------------------------------------------------------------------ label boundary
+def _marked(keys: Sequence[str]) -> np.ndarray:
+    return np.array([mark(k) for k in keys], dtype=str)
+
+
+def _catalog_payload(catalog: LabelCatalog) -> dict[str, Any]:
+    """The catalog's ``to_dict`` (unmarked keys, for provenance) plus marked key -> display text."""
+    return {**catalog.to_dict(), "display": {mark(k): catalog.display(k) for k in catalog.keys}}
+
+
+def _read_only(matrix: Any) -> Any:
+    """A view the metric cannot write through, so one metric cannot corrupt the next stage's input."""
+    if is_sparse(matrix):
+        parts = []
+        for part in (matrix.data, matrix.indices, matrix.indptr):
+            view = part.view()
+            view.flags.writeable = False
+            parts.append(view)
+        return sparse_module().csr_matrix(tuple(parts), shape=matrix.shape, copy=False)
+    view = matrix.view()
+    view.flags.writeable = False
+    return view
+
+
+def metric_inputs(targets: Targets, groups: Any = None) -> tuple[Any, dict[str, Any], np.ndarray | None]:
+    """``(labels, target_metadata, groups)`` exactly as every metric receives them.
+
+    Single-label: a str array of marked keys.  Multi-label: the CSR 0/1 indicator,
+    column j named ``target_metadata["label_names"][j]``.  Regression: float64 (n,)
+    or (n, T).  Groups: a str array of marked keys, or None.
+    """
+    metadata: dict[str, Any] = {"target_type": targets.target_type}
+    if isinstance(targets, RegressionTargets):
+        labels = targets.values[:, 0] if targets.values.shape[1] == 1 else targets.values
+        metadata.update(target_names=list(targets.target_names), label_catalog=None)
+    elif isinstance(targets, MultiLabelTargets):
+        labels = targets.indicator
+        metadata.update(label_names=[mark(k) for k in targets.catalog.keys],
+                        label_catalog=_catalog_payload(targets.catalog))
+    else:
+        labels = _marked(targets.keys.tolist())
+        metadata["label_catalog"] = _catalog_payload(targets.catalog)
+    metadata["group_catalog"] = None if groups is None else _catalog_payload(groups.catalog)
+    group_keys = None if groups is None else _read_only(_marked(groups.keys.tolist()))
+    return _read_only(labels), metadata, group_keys
+
+
+# -------------------------------------------------------------------- metrics stage
+def metric_result(metric: Metric, payload: Any, extractor: str) -> MetricResult:
+    """Check one payload against the contract and normalize it into a MetricResult."""
+    where = f"metric {metric.name!r} on extractor {extractor!r}"
+    if not isinstance(payload, Mapping):
+        raise MetricError(f"{where} returned {type(payload).__name__}; a metric returns a mapping such as "
+                          "{'score': 0.9, 'diagnostics': {...}}")
+    unknown = sorted(map(repr, set(payload) - set(PAYLOAD_KEYS)))
+    if unknown:
+        raise MetricError(f"{where} returned unknown key(s) {', '.join(unknown)}; allowed keys are "
+                          f"{list(PAYLOAD_KEYS)} (put extra values under 'diagnostics' or 'metadata')")
+    score = payload.get("score")
+    if isinstance(score, (bool, np.bool_)) or not isinstance(score, numbers.Real) or not math.isfinite(score):
+        raise MetricError(f"{where} returned score={score!r}; 'score' must be one finite real number "
+                          "(the only value eligible for ranking)")
+    valid = payload.get("aggregate_valid", True)
+    if not isinstance(valid, (bool, np.bool_)):
+        raise MetricError(f"{where} returned aggregate_valid={valid!r}; it must be True or False")
+    extras = {}
+    for field in ("diagnostics", "metadata"):
+        value = payload.get(field, {})
+        if not isinstance(value, Mapping):
+            raise MetricError(f"{where} returned {field} of type {type(value).__name__}; it must be a mapping")
+        extras[field] = _json_safe(dict(value), f"{where}: {field}")
+    notes = payload.get("warnings", [])
+    if isinstance(notes, str) or not isinstance(notes, Sequence) or not all(isinstance(w, str) for w in notes):
+        raise MetricError(f"{where} returned warnings={notes!r:.80}; it must be a list of strings")
+    return MetricResult(name=metric.name, score=float(score), higher_is_better=metric.higher_is_better,
+                        aggregate_valid=bool(metric.aggregate_valid and valid), warnings=list(notes), **extras)
+
+
+def failed_result(metric: Metric, exc: BaseException, extractor: str) -> MetricResult:
+    """A failing metric keeps the run going: its aggregate is invalid and the error is recorded."""
+    error = f"{type(exc).__name__}: {exc}"
+    return MetricResult(name=metric.name, score=None, higher_is_better=metric.higher_is_better, aggregate_valid=False,
+                        error=error, warnings=[f"failed on extractor {extractor!r} ({error}); its aggregate is "
+                                               "invalid, so this metric does not rank that extractor"])
+
+
+@dataclasses.dataclass
+class MetricsArtifact:
+    """Output of the metrics stage for one extractor; ``seconds`` per metric name."""
+
+    results: list[MetricResult] = dataclasses.field(default_factory=list)
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def warnings(self) -> list[str]:
+        return [f"metric {r.name!r}: {w}" for r in self.results for w in r.warnings]
+
+    def runtime(self) -> dict[str, float]:
+        """``metrics`` (the stage) plus ``metric.<name>`` entries for ExtractorResult.runtime."""
+        if not self.seconds:
+            return {}
+        return {"metrics": sum(self.seconds.values()), **{f"metric.{k}": v for k, v in self.seconds.items()}}
+
+
+def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, groups: Any, *, seed: int,
+                extractor: str) -> MetricsArtifact:
+    """Run every custom metric on one extractor's evaluated embeddings (the extractor output).
+
+    ``seed`` is the seed the overlap score used.  A metric that raises or breaks the
+    payload contract becomes an invalid aggregate with ``error`` set, plus a warning.
+    """
+    labels, target_metadata, group_keys = metric_inputs(targets, groups)
+    matrix = _read_only(embeddings)
+    artifact = MetricsArtifact()
+    for metric in metrics:
+        start = time.perf_counter()
+        try:
+            payload = metric(matrix, labels, target_metadata=copy.deepcopy(target_metadata), groups=group_keys,
+                             seed=seed)
+            result = metric_result(metric, payload, extractor)
+        except Exception as exc:  # a metric is user code: keep the other metrics and extractors
+            result = failed_result(metric, exc, extractor)
+        artifact.seconds[metric.name] = time.perf_counter() - start
+        artifact.results.append(result)
+    for note in artifact.warnings():
+        warnings.warn(note, ScoringWarning, stacklevel=2)
+    return artifact

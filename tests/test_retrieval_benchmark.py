@@ -1,0 +1,300 @@
+"""RetrievalBenchmark: extractor forms, configuration, validation before work, progress."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.decomposition import TruncatedSVD
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.preprocessing import StandardScaler
+
+from vertebrae import DatasetIdentity
+from vertebrae.errors import ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError
+from vertebrae.extractors import CallableExtractor, PrecomputedExtractor, SklearnExtractor
+from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
+                                 RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
+
+IDENTITY = DatasetIdentity.declared("retrieval-benchmark", "1")
+
+
+def problem(n_queries: int = 12, n_gallery: int = 30, dim: int = 6, seed: int = 0):
+    """Gallery items 0..n_queries-1 are noisy copies of the queries and relevant to them."""
+    rng = np.random.default_rng(seed)
+    queries = rng.normal(size=(n_queries, dim))
+    gallery = rng.normal(size=(n_gallery, dim))
+    gallery[:n_queries] = queries + 0.3 * rng.normal(size=(n_queries, dim))
+    relevance = [(i, i, 2) for i in range(n_queries)] + [(i, n_queries + i % 5, 1) for i in range(n_queries)]
+    return queries, gallery, relevance
+
+
+def dataset(**kwargs) -> RetrievalDataset:
+    queries, gallery, relevance = problem(**kwargs)
+    return RetrievalDataset.from_embeddings(queries, gallery, relevance=relevance, identity=IDENTITY)
+
+
+def run(data, extractors, **config) -> RetrievalBenchmarkResult:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        return RetrievalBenchmark(data, extractors, retrieval_config=RetrievalConfig(cutoffs=[1, 5, 10], **config),
+                                  progress=False).run()
+
+
+# ----------------------------------------------------------------------------- the spec example
+def test_spec_example_runs():
+    rng = np.random.default_rng(0)
+    query_embeddings, gallery_embeddings = rng.normal(size=(1, 4)), rng.normal(size=(1, 4))
+    dataset = RetrievalDataset.from_embeddings(query_embeddings, gallery_embeddings,
+                                               relevance=[("query-1", "document-9", 2.0)], query_ids=["query-1"],
+                                               gallery_ids=["document-9"],
+                                               identity=DatasetIdentity.declared("example-dataset", "1"))
+    with pytest.warns(DataWarning, match="exceeds the gallery size"):
+        result = RetrievalBenchmark(dataset, [PrecomputedExtractor("candidate")],
+                                    retrieval_config=RetrievalConfig(primary_metric="ndcg@10")).run()
+    entry = result["candidate"]
+    assert entry.primary_score == 1.0 and entry.forward.metrics["mrr"] == 1.0 and entry.reverse is None
+    assert result.protocol["fingerprint"] == dataset.fingerprint
+
+
+# ----------------------------------------------------------------------------- extractor forms
+def test_precomputed_dataset_embeddings_and_pair_extractor_agree():
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_embeddings(queries, gallery, relevance=relevance, identity=IDENTITY)
+    result = run(data, [PrecomputedExtractor("own"), PrecomputedPairExtractor("pair", queries, gallery),
+                        PrecomputedPairExtractor("noise", np.random.default_rng(5).normal(size=queries.shape), gallery)])
+    assert result["own"].forward == result["pair"].forward
+    assert result["own"].forward.metrics["mrr"] > result["noise"].forward.metrics["mrr"]
+    assert result["pair"].recipe["type"] == "precomputed_pair"
+    assert result["own"].recipe == {"type": "shared_space", "fit_on": "gallery",
+                                    "extractor": {"type": "precomputed", "name": "own"}}
+
+
+def test_standard_extractor_is_fitted_once_on_the_gallery_only():
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_inputs(queries + 100.0, gallery, relevance=relevance, identity=IDENTITY)
+    scaler = SklearnExtractor("scaled", StandardScaler())
+    fits = []
+    original_fit = scaler.fit
+    scaler.fit = lambda X, y=None: (fits.append(np.array(X)), original_fit(X, y))[1]
+    run(data, [scaler])
+    assert len(fits) == 1 and np.array_equal(fits[0], gallery)
+    assert np.allclose(scaler.fitted_.mean_, gallery.mean(axis=0))  # not shifted by the +100 queries
+
+
+def test_two_branch_extractor_encodes_each_endpoint_with_its_own_function():
+    queries, gallery, relevance = problem()
+    rng = np.random.default_rng(3)
+    w_query, w_gallery = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
+    seen = {}
+
+    def encode_queries(X):
+        seen["queries"] = X
+        return X @ w_query
+
+    def encode_gallery(X):
+        seen["gallery"] = X
+        return X @ w_gallery
+
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    result = run(data, [TwoBranchExtractor("dual", encode_queries, encode_gallery, params={"dim": 4}),
+                        PrecomputedPairExtractor("same", queries @ w_query, gallery @ w_gallery)])
+    assert seen["queries"] is queries and seen["gallery"] is gallery
+    assert result["dual"].forward == result["same"].forward
+    assert result["dual"].recipe["query_callable"].endswith("encode_queries")
+    assert result["dual"].recipe["params"] == {"dim": 4}
+
+
+def test_text_retrieval_with_sparse_tfidf_and_a_callable_extractor():
+    queries = ["red apple pie", "green tea", "fast red car", "blue ocean waves"]
+    gallery = ["apple pie recipe with red apples", "a cup of green tea", "red sports car, very fast",
+               "waves of the blue ocean", "tax forms", "garden tools"]
+    relevance = [(i, i, 1) for i in range(4)]
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    tfidf = SklearnExtractor("tfidf", TfidfVectorizer())
+    lsa = SklearnExtractor("lsa", _pipeline())
+    lengths = CallableExtractor("length", lambda texts: np.array([[len(t), 1.0] for t in texts]))
+    result = run(data, [tfidf, lsa, lengths])
+    assert result["tfidf"].embeddings["gallery"]["sparse"] is True
+    assert result["tfidf"].forward.metrics["mrr"] == 1.0  # every query shares its words only with its document
+    assert result.ranked_results()[0].extractor == "tfidf"
+    assert result["lsa"].embeddings["query"]["embedding_dim"] == 3
+
+
+def _pipeline():
+    from sklearn.pipeline import make_pipeline
+
+    return make_pipeline(TfidfVectorizer(), TruncatedSVD(n_components=3, random_state=0))
+
+
+def test_endpoint_metadata_is_recorded_separately_per_side():
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_embeddings(queries, gallery, relevance=relevance, identity=IDENTITY)
+    result = run(data, [PrecomputedPairExtractor("mixed", queries.astype(np.float32), gallery)])
+    meta = result["mixed"].embeddings
+    assert meta["query"]["dtype"] == "float32" and meta["gallery"]["dtype"] == "float64"
+    assert meta["query"]["n_samples"] == 12 and meta["gallery"]["n_samples"] == 30
+    assert set(result["mixed"].runtime) == {"fit", "encode_queries", "encode_gallery", "rank_forward"}
+
+
+def test_bidirectional_entries_have_reverse_and_an_averaged_primary_score():
+    with pytest.warns(DataWarning, match=r"reverse direction: 13 of 30 gallery item\(s\) have no relevant query"):
+        result = RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")],
+                                    retrieval_config=RetrievalConfig(bidirectional=True, cutoffs=[1, 5]),
+                                    progress=False).run()
+    entry = result["own"]
+    assert entry.reverse.n_queries == 17 and entry.forward.n_queries == 12
+    assert entry.primary_score == pytest.approx((entry.forward.metrics["ndcg@10"] + entry.reverse.metrics["ndcg@10"]) / 2)
+    assert result.protocol["reverse"] == {"n_queries": 17, "n_skipped": 13}
+    assert "rank_reverse" in entry.runtime
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "squared_l2"])
+def test_every_similarity_ranks_the_noisy_copies_first(similarity):
+    entry = run(dataset(), [PrecomputedExtractor("own")], similarity=similarity)["own"]
+    assert entry.forward.metrics["hit_rate@10"] == 1.0
+    assert entry.forward.diagnostics["similarity_margin"] > 0
+
+
+# ----------------------------------------------------------------------------- rejections
+def test_duplicate_extractor_names_are_rejected():
+    with pytest.raises(InputValidationError, match=r"extractors\[1\] and extractors\[0\] are both named 'x'"):
+        RetrievalBenchmark(dataset(), [PrecomputedExtractor("x"), SklearnExtractor("x", StandardScaler())])
+
+
+def test_single_matrix_precomputed_extractor_is_rejected():
+    with pytest.raises(InputValidationError, match="use PrecomputedPairExtractor"):
+        RetrievalBenchmark(dataset(), [PrecomputedExtractor("one", np.ones((12, 6)))])
+
+
+def test_dataset_embeddings_extractor_needs_an_embeddings_dataset():
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    with pytest.raises(InputValidationError, match="built from raw inputs"):
+        RetrievalBenchmark(data, [PrecomputedExtractor("own")])
+
+
+@pytest.mark.parametrize("extractors, error, message", [
+    ("not a list", InputTypeError, "extractors must be a list"),
+    ([], InputValidationError, "extractors is empty"),
+    ([object()], InputTypeError, r"extractors\[0\] \(object\) lacks"),
+])
+def test_bad_extractor_lists_are_rejected(extractors, error, message):
+    with pytest.raises(error, match=message):
+        RetrievalBenchmark(dataset(), extractors)
+
+
+def test_bad_dataset_and_config_types_are_rejected():
+    with pytest.raises(InputTypeError, match="dataset must be a RetrievalDataset"):
+        RetrievalBenchmark(np.ones((2, 2)), [PrecomputedExtractor("own")])
+    with pytest.raises(ConfigError, match="retrieval_config must be a RetrievalConfig"):
+        RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")], retrieval_config={"similarity": "dot"})
+
+
+def test_zero_norm_row_under_cosine_is_rejected_before_any_work_naming_the_row():
+    queries, gallery, relevance = problem()
+    gallery[7] = 0.0
+    ids = [f"doc-{i}" for i in range(30)]
+    data = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(q, f"doc-{g}", r) for q, g, r in relevance],
+                                            gallery_ids=ids, identity=IDENTITY)
+    calls = []
+    never = TwoBranchExtractor("later", lambda X: calls.append(1) or X, lambda X: X)
+    with pytest.raises(InputValidationError, match=r"gallery embedding row 7 \(id 'doc-7'\) has zero norm"):
+        RetrievalBenchmark(data, [never, PrecomputedExtractor("own")])
+    assert calls == []
+    assert run(data, [PrecomputedExtractor("own")], similarity="dot")["own"].forward.n_queries == 12
+
+
+def test_zero_norm_rows_from_an_extractor_are_rejected_naming_the_extractor():
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    zeros = TwoBranchExtractor("collapsed", lambda X: np.zeros_like(X), lambda X: X)
+    with pytest.raises(InputValidationError, match=r"extractor 'collapsed': query embedding row 0 \(id 0\) has zero"):
+        run(data, [zeros])
+
+
+def test_extractor_output_with_wrong_shape_is_rejected():
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    short = TwoBranchExtractor("short", lambda X: X[:5], lambda X: X)
+    narrow = TwoBranchExtractor("narrow", lambda X: X, lambda X: X[:, :3])
+    with pytest.raises(InputValidationError, match="query embeddings from extractor 'short' has 5 rows"):
+        run(data, [short])
+    with pytest.raises(InputValidationError, match="extractor 'narrow': query embeddings have 6 columns but gallery"):
+        run(data, [narrow])
+
+
+def test_pair_extractor_with_wrong_rows_is_rejected_at_construction():
+    queries, gallery, _ = problem()
+    with pytest.raises(InputValidationError, match="gallery embeddings from extractor 'pair' has 29 rows"):
+        RetrievalBenchmark(dataset(), [PrecomputedPairExtractor("pair", queries, gallery[:29])])
+
+
+def test_failing_extractor_is_reported_with_its_stage():
+    def broken(X):
+        raise RuntimeError("model not loaded")
+
+    with pytest.raises(ExtractorError, match=r"extractor 'broken' failed in encode_gallery: RuntimeError: model not"):
+        run(dataset(), [TwoBranchExtractor("broken", lambda X: X, broken)])
+
+
+def test_two_branch_functions_must_be_callable():
+    with pytest.raises(InputTypeError, match="gallery_fn must be callable"):
+        TwoBranchExtractor("x", lambda X: X, "not callable")
+
+
+def test_unserializable_recipe_is_rejected_at_construction():
+    from vertebrae.errors import SerializationError
+
+    with pytest.raises(SerializationError, match="recipe of 'odd' is not JSON-serializable"):
+        RetrievalBenchmark(dataset(), [TwoBranchExtractor("odd", lambda X: X, lambda X: X, params={"f": object()})])
+
+
+def test_too_small_memory_budget_is_a_config_error_before_work():
+    with pytest.raises(ConfigError, match="memory_budget_bytes=100 is too small to rank against 30 items"):
+        RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")],
+                           retrieval_config=RetrievalConfig(memory_budget_bytes=100))
+
+
+# ----------------------------------------------------------------------------- config
+def test_config_normalizes_cutoffs_and_adds_the_primary_cutoff():
+    config = RetrievalConfig(primary_metric="recall@20", cutoffs=[10, 1, 10])
+    assert config.cutoffs == (1, 10, 20)
+    assert RetrievalConfig.from_dict(config.to_dict()) == config
+    assert RetrievalConfig(primary_metric="map").cutoffs == (1, 5, 10, 100)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.similarity = "dot"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"primary_metric": "ndcg"}, "primary_metric must be one of"),
+    ({"primary_metric": "mean_positive_similarity"}, "diagnostics cannot be primary"),
+    ({"primary_metric": "ndcg@0"}, "primary_metric must be one of"),
+    ({"cutoffs": 10}, "cutoffs must be a list of positive integers"),
+    ({"cutoffs": [5, 0]}, r"cutoffs\[1\] must be >= 1"),
+    ({"cutoffs": [2.5]}, r"cutoffs\[0\] must be an integer"),
+    ({"similarity": "euclidean"}, "similarity must be one of"),
+    ({"bidirectional": "yes"}, "bidirectional must be True or False"),
+    ({"memory_budget_bytes": 0}, "memory_budget_bytes must be >= 1"),
+    ({"block_size": 0}, "block_size must be >= 1"),
+    ({"thread_limit": 1.5}, "thread_limit must be an integer"),
+])
+def test_bad_config_fields_are_rejected(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        RetrievalConfig(**fields)
+
+
+def test_config_from_dict_rejects_unknown_fields():
+    with pytest.raises(ConfigError, match="unknown field 'k'"):
+        RetrievalConfig.from_dict({"k": 10})
+
+
+# ----------------------------------------------------------------------------- progress
+def test_progress_bar_only_when_asked(capsys):
+    config = RetrievalConfig(cutoffs=[1, 5, 10])
+    RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")], retrieval_config=config, progress=True).run()
+    assert "vertebrae retrieval" in capsys.readouterr().err
+    RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")], retrieval_config=config, progress=False).run()
+    RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")], retrieval_config=config).run()  # stderr: no terminal
+    assert "vertebrae retrieval" not in capsys.readouterr().err

@@ -1,0 +1,115 @@
+"""Stability as a benchmark stage: results, rows, JSON, Markdown and ranking stability."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, ConfigError, DatasetIdentity,
+                       OverlapIndexScorer, OverlapScoringConfig, PrecomputedExtractor, StabilityConfig,
+                       run_stability_analysis)
+from vertebrae.reports import json_codec
+from vertebrae.scoring.stability import ranking_stability
+
+from .conftest import gaussian_classes
+
+IDENTITY = DatasetIdentity.declared("stability-test", "1")
+STABILITY_COLUMNS = ["stability_mode", "stability_repeats", "stability_interval_level", "stability_mean",
+                     "stability_std", "stability_min", "stability_max", "stability_interval_low",
+                     "stability_interval_high", "stability_interval_width"]
+
+
+def half(X):
+    return X[:, :3]
+
+
+@pytest.fixture(scope="module")
+def run():
+    X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=6, seed=4)
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY)
+    extractors = [PrecomputedExtractor("raw", X), CallableExtractor("half", half)]
+    config = StabilityConfig(mode="subsample", repeats=3, interval_level=0.9)
+    benchmark = Benchmark(dataset, extractors, scoring_config=OverlapScoringConfig(k=3), stability_config=config)
+    return benchmark, benchmark.run(), X, y
+
+
+def test_stage_runs_after_scoring_on_the_evaluated_embeddings(run) -> None:
+    benchmark, result, X, y = run
+    stages = [job.stage for job in benchmark.plan() if job.extractor == "half"]
+    assert stages.index("stability") == stages.index("score") + 1 and stages[-1] == "assemble"
+    half_result = result["half"]
+    assert "stability" in half_result.runtime
+    direct = run_stability_analysis(half(X), y, config=benchmark.settings.stability_config,
+                                    scorer=OverlapIndexScorer(OverlapScoringConfig(k=3)))
+    assert half_result.stability == direct
+    raw = result["raw"].stability
+    assert (raw.scoring_seeds, raw.sampling_seeds) == (direct.scoring_seeds, direct.sampling_seeds)
+
+
+def test_n_jobs_does_not_change_the_stability_artifact_key(run) -> None:
+    benchmark, *_ = run
+    config = benchmark.settings.stability_config
+    faster = Benchmark(benchmark.dataset, benchmark.extractors, scoring_config=OverlapScoringConfig(k=3),
+                       stability_config=config.replace(n_jobs=2))
+    keys = [[job.key for job in b.plan() if job.stage == "stability"] for b in (benchmark, faster)]
+    assert keys[0] == keys[1]
+
+
+def test_rows_carry_the_stability_columns(run) -> None:
+    _, result, *_ = run
+    frame = result.to_dataframe()
+    assert set(STABILITY_COLUMNS) <= set(frame.columns)
+    row = frame.set_index("extractor").loc["raw"]
+    summary = result["raw"].stability.summary
+    assert (row["stability_mode"], row["stability_repeats"], row["stability_interval_level"]) == ("subsample", 3, 0.9)
+    assert row["stability_mean"] == summary.mean and row["stability_interval_width"] == summary.interval_width
+    assert "runtime.stability" in frame.columns
+
+
+def test_without_stability_the_columns_are_empty(run) -> None:
+    benchmark, *_ = run
+    plain = Benchmark(benchmark.dataset, benchmark.extractors, scoring_config=OverlapScoringConfig(k=3)).run()
+    assert all(plain.rows()[0][column] is None for column in STABILITY_COLUMNS)
+    assert plain.ranking_stability is None and plain.to_dict()["ranking_stability"] is None
+    assert "## Stability" not in plain.to_markdown()
+
+
+def test_json_round_trip_and_ranking_stability(run) -> None:
+    _, result, *_ = run
+    data = json_codec.decode(json.loads(json.dumps(json_codec.encode(result.to_dict()))))
+    assert data["ranking_stability"] == ranking_stability(
+        {name: result[name].stability.repeat_scores["score"] for name in ("raw", "half")})
+    restored = BenchmarkResult.from_dict(data)
+    assert restored["raw"].stability == result["raw"].stability
+    assert restored.ranking_stability == result.ranking_stability
+
+
+def test_markdown_interval_column_and_sections(run) -> None:
+    _, result, *_ = run
+    text = result.to_markdown()
+    header = next(line for line in text.splitlines() if line.startswith("| rank"))
+    assert "stability_interval" in header
+    summary = result["raw"].stability.summary
+    assert f"[{summary.interval_low:.4f}, {summary.interval_high:.4f}]" in text
+    assert "## Stability" in text and "### Ranking stability" in text
+    assert "subsample mode" in text
+
+
+def test_benchmark_rejects_a_foreign_stability_config(run) -> None:
+    benchmark, *_ = run
+    with pytest.raises(ConfigError, match="stability_config must be a StabilityConfig"):
+        Benchmark(benchmark.dataset, benchmark.extractors, stability_config={"repeats": 3})  # type: ignore[arg-type]
+
+
+def test_dense_and_sparse_extractors_share_seeds() -> None:
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=5, seed=5)
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+    extractors = [PrecomputedExtractor("dense", X), PrecomputedExtractor("sparse", sparse.csr_matrix(X))]
+    result = Benchmark(dataset, extractors, scoring_config=OverlapScoringConfig(k=3),
+                       stability_config=StabilityConfig(repeats=2)).run()
+    dense, sparse_result = result["dense"].stability, result["sparse"].stability
+    assert dense.scoring_seeds == sparse_result.scoring_seeds
+    np.testing.assert_allclose(dense.repeat_scores["score"], sparse_result.repeat_scores["score"])
