@@ -117,6 +117,15 @@ class BenchmarkDataset:
         return dataclasses.replace(self, groups=build_groups(groups, self.n_samples))
 
     @property
+    def fingerprint(self) -> str:
+        """Identity plus groups: group-aware stages must not reuse artifacts across groupings."""
+        if self.groups is None:
+            return self.identity.fingerprint
+        digest = hashlib.sha256(self.identity.fingerprint.encode())
+        digest.update("\x00".join(self.groups.keys.tolist()).encode())
+        return digest.hexdigest()[:16]
+
+    @property
     def extractor_input(self) -> Any:
         """What extractors receive: raw inputs if given, else the embedding matrix."""
         return self.inputs if self.inputs is not None else self.embeddings

@@ -50,7 +50,7 @@ DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target
 EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance"}
 #: Top-level sections a run configuration may contain.
-SECTIONS = {"dataset", "extractors", "scoring", "continuous", "benchmark", "output", "metrics"}
+SECTIONS = {"dataset", "extractors", "scoring", "continuous", "benchmark", "metrics"}
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
