@@ -97,14 +97,14 @@ def pytrec_comparison(dataset: RetrievalDataset, top_ids: np.ndarray, top_scores
     plan = plan_blocks(dataset.n_queries, dataset.n_gallery, config.memory_budget_bytes, None)
     ranked = rank_relevant(endpoints, dataset.relevance, dataset.exclusions, plan)
     relevance = dataset.relevance
-    ranking_metrics(relevance.indptr, relevance.data, ranked.ranks, config.cutoffs)  # warm-up, like building the evaluator
+    ranking_metrics(relevance.indptr, relevance.data, ranked.ranks, config.cutoffs)  # warm-up (pytrec: evaluator)
     started = time.perf_counter()
     per_query = ranking_metrics(relevance.indptr, relevance.data, ranked.ranks, config.cutoffs)
     ours_metrics = {name: float(v.mean()) for name, v in per_query.items()}
     similarity_diagnostics(relevance.indptr, ranked.similarities, ranked.eligible_similarity_sums, ranked.n_eligible)
     ours_seconds = time.perf_counter() - started
 
-    qrels = {str(q): {str(g): int(relevance[q, g]) for g in relevance.indices[relevance.indptr[q]:relevance.indptr[q + 1]]}
+    qrels = {str(q): {str(g): int(grade) for g, grade in zip(relevance[q].indices, relevance[q].data)}
              for q in range(dataset.n_queries)}
     run = {str(q): {str(int(g)): float(s) for g, s in zip(top_ids[q], top_scores[q])} for q in range(dataset.n_queries)}
     cut = ",".join(str(k) for k in CUTOFFS)

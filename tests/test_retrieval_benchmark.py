@@ -12,7 +12,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import StandardScaler
 
 from vertebrae import DatasetIdentity
-from vertebrae.errors import ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError
+from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
+                              ScoringWarning)
 from vertebrae.extractors import CallableExtractor, PrecomputedExtractor, SklearnExtractor
 from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
                                  RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
@@ -62,8 +63,9 @@ def test_spec_example_runs():
 def test_precomputed_dataset_embeddings_and_pair_extractor_agree():
     queries, gallery, relevance = problem()
     data = RetrievalDataset.from_embeddings(queries, gallery, relevance=relevance, identity=IDENTITY)
+    random_queries = np.random.default_rng(5).normal(size=queries.shape)
     result = run(data, [PrecomputedExtractor("own"), PrecomputedPairExtractor("pair", queries, gallery),
-                        PrecomputedPairExtractor("noise", np.random.default_rng(5).normal(size=queries.shape), gallery)])
+                        PrecomputedPairExtractor("noise", random_queries, gallery)])
     assert result["own"].forward == result["pair"].forward
     assert result["own"].forward.metrics["mrr"] > result["noise"].forward.metrics["mrr"]
     assert result["pair"].recipe["type"] == "precomputed_pair"
@@ -145,7 +147,8 @@ def test_bidirectional_entries_have_reverse_and_an_averaged_primary_score():
                                     progress=False).run()
     entry = result["own"]
     assert entry.reverse.n_queries == 17 and entry.forward.n_queries == 12
-    assert entry.primary_score == pytest.approx((entry.forward.metrics["ndcg@10"] + entry.reverse.metrics["ndcg@10"]) / 2)
+    forward, reverse = entry.forward.metrics["ndcg@10"], entry.reverse.metrics["ndcg@10"]
+    assert entry.primary_score == pytest.approx((forward + reverse) / 2)
     assert result.protocol["reverse"] == {"n_queries": 17, "n_skipped": 13}
     assert "rank_reverse" in entry.runtime
 
@@ -155,6 +158,19 @@ def test_every_similarity_ranks_the_noisy_copies_first(similarity):
     entry = run(dataset(), [PrecomputedExtractor("own")], similarity=similarity)["own"]
     assert entry.forward.metrics["hit_rate@10"] == 1.0
     assert entry.forward.diagnostics["similarity_margin"] > 0
+
+
+def test_collapsed_gallery_embeddings_are_warned_about_and_score_worst_case():
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    collapsed = TwoBranchExtractor("collapsed", lambda X: X, lambda X: np.ones_like(X))
+    with pytest.warns(ScoringWarning, match="collapsed: all 30 gallery embeddings are identical"):
+        result = RetrievalBenchmark(data, [collapsed], retrieval_config=RetrievalConfig(cutoffs=[1, 5, 10]),
+                                    progress=False).run()
+    entry = result["collapsed"]
+    assert entry.forward.metrics["hit_rate@10"] == 0.0  # 30 tied items, 2 relevant: ranks 29 and 30
+    assert entry.forward.metrics["mrr"] == pytest.approx(1 / 29)
+    assert entry.warnings and "identical" in entry.warnings[0]
 
 
 # ----------------------------------------------------------------------------- rejections

@@ -45,8 +45,8 @@ def test_spec_example_builds():
 
 
 def test_ids_default_to_row_positions():
-    dataset = RetrievalDataset.from_embeddings(embeddings(3), embeddings(4), relevance=[(0, 3, 1), (1, 0, 1), (2, 2, 5)],
-                                               identity=IDENTITY)
+    records = [(0, 3, 1), (1, 0, 1), (2, 2, 5)]
+    dataset = RetrievalDataset.from_embeddings(embeddings(3), embeddings(4), relevance=records, identity=IDENTITY)
     assert dataset.query_ids == (0, 1, 2) and dataset.gallery_ids == (0, 1, 2, 3)
     assert dataset.relevance[2, 2] == 5
 

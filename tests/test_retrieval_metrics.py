@@ -22,7 +22,7 @@ from sklearn.metrics import ndcg_score
 from vertebrae import DatasetIdentity
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
-from vertebrae.retrieval.ranking import plan_blocks, prepare_endpoints, rank_relevant
+from vertebrae.retrieval.ranking import SORT_THRESHOLD, plan_blocks, prepare_endpoints, rank_relevant
 
 CUTOFFS = (1, 5, 10)  # trec_eval's success measure exists for exactly these cutoffs
 IDENTITY = DatasetIdentity.declared("retrieval-metrics", "1")
@@ -140,8 +140,8 @@ def test_squared_l2_metrics_match_pytrec_eval():
 
 
 def test_rows_with_many_relevant_items_use_the_sort_path_and_still_match():
-    queries, gallery, grades = tie_free_integers(3, n_queries=12, n_gallery=80, relevant_share=0.6)
-    assert (np.count_nonzero(grades, axis=1) > 24).all()  # every row above SORT_THRESHOLD
+    queries, gallery, grades = tie_free_integers(3, n_queries=12, n_gallery=130, relevant_share=0.6)
+    assert (np.count_nonzero(grades, axis=1) > SORT_THRESHOLD).all()  # precondition: every row is sorted
     scores = queries.astype(np.float64) @ gallery.astype(np.float64).T
     entry = evaluate(dataset_of(queries, gallery, grades), similarity="dot")
     assert_metrics_match(entry.forward.metrics, trec(scores, grades))
@@ -196,15 +196,25 @@ def test_ranking_never_holds_more_than_the_memory_budget():
     assert peak <= budget + 2**20  # budget plus per-pair bookkeeping
 
 
+def test_sparse_endpoints_get_smaller_blocks_for_the_product_built_first():
+    dense, sparse_plan = plan_blocks(400, 8000, 4 * 2**20, None), plan_blocks(400, 8000, 4 * 2**20, None, sparse=True)
+    assert sparse_plan.rows_per_block * 3 == pytest.approx(dense.rows_per_block, abs=3)
+    assert sparse_plan.peak_bytes <= 4 * 2**20
+
+
 # ----------------------------------------------------------------------------- ties
 def test_ties_follow_the_pessimistic_rule_like_pytrec_eval_with_ordered_docids():
     """With docid = (max grade - grade, index), trec_eval's docid-descending tie break *is* our rule."""
     rng = np.random.default_rng(9)
     queries = rng.integers(-1, 2, (30, 2)).astype(np.float32)
-    gallery = rng.integers(-1, 2, (70, 2)).astype(np.float32)
-    grades = random_grades(rng, 30, 70, 0.5, 3)  # many relevant rows: the sort path sees ties too
+    gallery = rng.integers(-1, 2, (140, 2)).astype(np.float32)
+    share = np.where(np.arange(30) % 2 == 0, 0.5, 0.05)[:, None]  # alternate heavy and light rows
+    grades = rng.integers(1, 4, (30, 140)) * (rng.random((30, 140)) < share)
+    grades[:, 0] = np.maximum(grades[:, 0], 1)
+    per_row = np.count_nonzero(grades, axis=1)
     scores = queries.astype(np.float64) @ gallery.astype(np.float64).T
-    assert min_gap(scores) == 0  # precondition: heavy ties
+    assert min_gap(scores) == 0  # precondition: heavy ties...
+    assert per_row.min() <= SORT_THRESHOLD < per_row.max()  # ...on the counted and on the sorted path
     entry = evaluate(dataset_of(queries, gallery, grades), similarity="dot")
     expected = trec(scores, grades, docid=lambda i, j: f"{3 - grades[i, j]}_{j:04d}")
     assert_metrics_match(entry.forward.metrics, {k: v for k, v in expected.items() if not k.startswith("mrr@")})
@@ -287,3 +297,11 @@ def test_sparse_embeddings_rank_like_their_dense_form():
     scores = queries.astype(np.float64) @ gallery.astype(np.float64).T
     dataset = dataset_of(sparse.csr_matrix(queries), sparse.csr_matrix(gallery), grades)
     assert_metrics_match(evaluate(dataset, similarity="dot").forward.metrics, trec(scores, grades))
+
+
+def test_mixed_dense_queries_and_sparse_gallery_rank_like_dense():
+    queries, gallery, grades = tie_free_integers(14)
+    scores = queries.astype(np.float64) @ gallery.astype(np.float64).T
+    dataset = dataset_of(queries, sparse.csr_matrix(gallery), grades)
+    assert_metrics_match(evaluate(dataset, similarity="dot").forward.metrics,
+                         trec(scores, grades))

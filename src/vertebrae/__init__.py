@@ -14,6 +14,8 @@ from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, Skle
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from .results import BenchmarkResult, ExtractorResult
+from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
+                        RetrievalDataset, TwoBranchExtractor)
 from .scoring.label_retrieval import LabelRetrievalMetric
 from .scoring.metric_result import MetricResult
 from .scoring.metrics import CallableMetric, Metric, OverlapMetric, load_metric
@@ -32,5 +34,7 @@ __all__ = [
     "SeparatixScorer", "SerializationError", "SklearnExtractor", "StabilityConfig", "StabilityResult",
     "run_stability_analysis",
     "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
+    "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
+    "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
 ]

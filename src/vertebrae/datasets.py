@@ -108,7 +108,7 @@ class BenchmarkDataset:
         targets = build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names,
                                 n_samples=n)
         if identity.kind == "content":
-            identity = identity.with_content(_content_hash(_inputs_sha256(X), targets))
+            identity = identity.with_content(_content_hash(inputs_sha256(X), targets))
         dataset = cls(identity, targets, inputs=X, name=name or identity.dataset_id)
         return dataset.with_groups(groups) if groups is not None else dataset
 
@@ -138,7 +138,7 @@ class BenchmarkDataset:
         return summary
 
 
-def _inputs_sha256(X: Any) -> str:
+def inputs_sha256(X: Any) -> str:
     if hasattr(X, "shape") and hasattr(X, "dtype"):
         return matrix_sha256(X)
     digest = hashlib.sha256()

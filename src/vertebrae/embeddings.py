@@ -75,7 +75,7 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
                                            f"{_first_rows(~finite.all(axis=1))}; impute or drop those rows")
         result = array
     if result.shape[0] == 0:
-        raise InputValidationError(f"{where} is empty (0 rows); a benchmark needs at least two classes with two rows each")
+        raise InputValidationError(f"{where} is empty (0 rows); there is nothing to evaluate")
     if result.shape[1] == 0:
         raise InputValidationError(f"{where} has zero width (0 features); the extractor produced no features")
     if n_rows is not None and result.shape[0] != n_rows:

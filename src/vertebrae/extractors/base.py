@@ -31,13 +31,13 @@ class Extractor(Protocol):
     def recipe(self) -> dict[str, Any]: ...
 
 
-def _check_name(name: Any) -> str:
+def check_extractor_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise InputValidationError(f"extractor name must be a non-empty string, got {name!r}")
     return name
 
 
-def _qualname(obj: Any) -> str:
+def qualname(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
 
 
@@ -49,7 +49,7 @@ class PrecomputedExtractor:
     """
 
     def __init__(self, name: str, embeddings: Any = None) -> None:
-        self.name = _check_name(name)
+        self.name = check_extractor_name(name)
         self.embeddings = None if embeddings is None else validate_embeddings(embeddings, argument=f"embeddings of {name!r}")
 
     def fit(self, X: Any, y: Any = None) -> "PrecomputedExtractor":
@@ -74,7 +74,7 @@ class CallableExtractor:
     """Wraps ``fn(X) -> embeddings`` (a model's encode method, a feature function)."""
 
     def __init__(self, name: str, fn: Callable[[Any], Any], *, params: dict[str, Any] | None = None) -> None:
-        self.name = _check_name(name)
+        self.name = check_extractor_name(name)
         if not callable(fn):
             raise InputTypeError(f"CallableExtractor {name!r}: fn must be callable, got {type(fn).__name__}")
         self.fn = fn
@@ -87,7 +87,7 @@ class CallableExtractor:
         return self.fn(X)
 
     def recipe(self) -> dict[str, Any]:
-        return {"type": "callable", "name": self.name, "callable": _qualname(self.fn), "params": self.params}
+        return {"type": "callable", "name": self.name, "callable": qualname(self.fn), "params": self.params}
 
 
 class SklearnExtractor:
@@ -99,7 +99,7 @@ class SklearnExtractor:
     """
 
     def __init__(self, name: str, estimator: Any, *, supervised: bool = False) -> None:
-        self.name = _check_name(name)
+        self.name = check_extractor_name(name)
         if not (hasattr(estimator, "fit") and hasattr(estimator, "transform")):
             raise InputTypeError(f"SklearnExtractor {name!r}: estimator must have fit and transform, got "
                                  f"{type(estimator).__name__}")
@@ -121,7 +121,7 @@ class SklearnExtractor:
 
     def recipe(self) -> dict[str, Any]:
         params = self.estimator.get_params(deep=True)
-        return {"type": "sklearn", "name": self.name, "estimator": _qualname(type(self.estimator)),
+        return {"type": "sklearn", "name": self.name, "estimator": qualname(type(self.estimator)),
                 "supervised": self.supervised,
                 "params": {k: _param_text(v) for k, v in sorted(params.items())}}
 
@@ -130,7 +130,7 @@ def _param_text(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if hasattr(value, "get_params"):
-        return _qualname(type(value))
+        return qualname(type(value))
     return repr(value)
 
 

@@ -18,13 +18,13 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..embeddings import embedding_metadata, validate_embeddings
+from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
-                      SerializationError)
+                      ScoringWarning, SerializationError)
 from ..execution.local import progress_enabled
 from ..reports import json_codec
 from ..threads import limited_threads
@@ -53,16 +53,8 @@ class RetrievalBenchmark:
         self.dataset, self.config, self.progress = dataset, config, progress
         self.extractors = _validate_extractors(extractors, dataset)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
-        relevance_t = dataset.relevance.T.tocsr()
-        relevance_t.sort_indices()
-        self._reverse_rows = np.flatnonzero(np.diff(relevance_t.indptr) > 0)
-        self._reverse_relevance = relevance_t[self._reverse_rows]
-        self._reverse_exclusions = dataset.exclusions.T.tocsr()[self._reverse_rows]
-        self._plans = {"forward": plan_blocks(dataset.n_queries, dataset.n_gallery, config.memory_budget_bytes,
-                                              config.block_size)}
-        if config.bidirectional:
-            self._plans["reverse"] = plan_blocks(self._reverse_rows.size, dataset.n_queries,
-                                                 config.memory_budget_bytes, config.block_size)
+        self._reverse = _reverse_protocol(dataset) if config.bidirectional else None
+        self._plan(sparse=False)  # a budget too small for one row fails here, before any extractor runs
         for extractor in self.extractors:
             if _precomputed(extractor):
                 self._encode(extractor)  # validates rows, widths, norms before any extractor runs
@@ -71,11 +63,10 @@ class RetrievalBenchmark:
     def protocol(self) -> dict[str, Any]:
         """The complete protocol stored in the result: config, dataset summary, tie rule, block plans."""
         reverse = None
-        if self.config.bidirectional:
-            reverse = {"n_queries": int(self._reverse_rows.size),
-                       "n_skipped": int(self.dataset.n_gallery - self._reverse_rows.size)}
-        return {"config": self.config.to_dict(), **self.dataset.summary(), "tie_rule": TIE_RULE, "reverse": reverse,
-                "block_plan": {name: plan.to_dict() for name, plan in self._plans.items()}}
+        if self._reverse is not None:
+            reverse = {"n_queries": int(self._reverse.rows.size),
+                       "n_skipped": int(self.dataset.n_gallery - self._reverse.rows.size)}
+        return {"config": self.config.to_dict(), **self.dataset.summary(), "tie_rule": TIE_RULE, "reverse": reverse}
 
     def protocol_warnings(self) -> list[str]:
         notes = list(self.dataset.warnings)
@@ -86,8 +77,8 @@ class RetrievalBenchmark:
             if largest > size:
                 notes.append(f"cutoff {largest} exceeds the {what} size ({size}); precision@{largest} still divides "
                              f"by {largest} (trec_eval convention), so it cannot reach 1")
-        skipped = self.dataset.n_gallery - self._reverse_rows.size
-        if self.config.bidirectional and skipped:
+        skipped = 0 if self._reverse is None else self.dataset.n_gallery - self._reverse.rows.size
+        if skipped:
             notes.append(f"reverse direction: {skipped} of {self.dataset.n_gallery} gallery item(s) have no relevant "
                          "query and were skipped as reverse queries")
         return notes
@@ -110,8 +101,8 @@ class RetrievalBenchmark:
         return RetrievalBenchmarkResult(self.protocol(), entries, notes, {"runs": [run]})
 
     def _encode(self, extractor: RetrievalExtractor,
-                runtime: dict[str, float] | None = None) -> tuple[Endpoints, dict[str, Any]]:
-        """Fit on the gallery, embed both endpoints, validate them; returns scoring input and per-endpoint metadata."""
+                runtime: dict[str, float] | None = None) -> tuple[Endpoints, dict[str, Any], list[str]]:
+        """Fit on the gallery, embed and validate both endpoints: scoring input, per-endpoint metadata, warnings."""
         runtime = {} if runtime is None else runtime
         queries_in, gallery_in = self.dataset.endpoint_data()
         with _stage(runtime, "fit"):
@@ -127,23 +118,39 @@ class RetrievalBenchmark:
         metadata = {"query": embedding_metadata(queries), "gallery": embedding_metadata(gallery)}
         endpoints = prepare_endpoints(queries, gallery, self.config.similarity, query_ids=self.dataset.query_ids,
                                       gallery_ids=self.dataset.gallery_ids, source=f"extractor {extractor.name!r}")
-        return endpoints, metadata
+        notes = []
+        if self.dataset.n_gallery > 1 and is_constant(gallery):
+            notes.append(f"all {self.dataset.n_gallery} gallery embeddings are identical, so every query sees tied "
+                         "similarities and scores by the pessimistic tie rule (worst case); check the extractor")
+        return endpoints, metadata, notes
 
     def _evaluate(self, extractor: RetrievalExtractor) -> RetrievalEntry:
         runtime: dict[str, float] = {}
-        endpoints, metadata = self._encode(extractor, runtime)
-        dataset, plans = self.dataset, self._plans
+        endpoints, metadata, notes = self._encode(extractor, runtime)
+        for note in notes:
+            warnings.warn(f"{extractor.name}: {note}", ScoringWarning, stacklevel=3)
+        dataset, plans = self.dataset, self._plan(endpoints.sparse)
         with _stage(runtime, "rank_forward"):
             forward = self._direction(endpoints, dataset.relevance, dataset.exclusions, plans["forward"])
         reverse = None
-        if self.config.bidirectional:
+        if self._reverse is not None:
             with _stage(runtime, "rank_reverse"):
-                reverse = self._direction(endpoints.reversed(self._reverse_rows), self._reverse_relevance,
-                                          self._reverse_exclusions, plans["reverse"])
+                reverse = self._direction(endpoints.reversed(self._reverse.rows), self._reverse.relevance,
+                                          self._reverse.exclusions, plans["reverse"])
         primary = self.config.primary_metric
         scores = [forward.metrics[primary]] + ([reverse.metrics[primary]] if reverse is not None else [])
         return RetrievalEntry(extractor.name, self.recipes[extractor.name], float(np.mean(scores)), forward, reverse,
-                              metadata, [], runtime)
+                              metadata, notes, runtime)
+
+    def _plan(self, sparse: bool) -> dict[str, BlockPlan]:
+        """Block plans per direction under the memory budget (sparse endpoints need more room per row)."""
+        budget, block_size = self.config.memory_budget_bytes, self.config.block_size
+        plans = {"forward": plan_blocks(self.dataset.n_queries, self.dataset.n_gallery, budget, block_size,
+                                        sparse=sparse)}
+        if self._reverse is not None:
+            plans["reverse"] = plan_blocks(self._reverse.rows.size, self.dataset.n_queries, budget, block_size,
+                                           sparse=sparse)
+        return plans
 
     def _direction(self, endpoints: Endpoints, relevance: Any, exclusions: Any, plan: BlockPlan) -> DirectionResult:
         with limited_threads(self.config.thread_limit):
@@ -152,7 +159,24 @@ class RetrievalBenchmark:
         metrics = {name: float(values.mean()) for name, values in per_query.items()}
         diagnostics = similarity_diagnostics(relevance.indptr, ranked.similarities, ranked.eligible_similarity_sums,
                                              ranked.n_eligible)
-        return DirectionResult(int(relevance.shape[0]), metrics, diagnostics)
+        return DirectionResult(int(relevance.shape[0]), metrics, diagnostics, plan.to_dict())
+
+
+class _ReverseProtocol(NamedTuple):
+    """Gallery -> query: gallery items with a positive become queries; relevance and exclusions transposed."""
+
+    rows: np.ndarray
+    relevance: Any
+    exclusions: Any
+
+
+def _reverse_protocol(dataset: RetrievalDataset) -> _ReverseProtocol:
+    relevance = dataset.relevance.T.tocsr()
+    relevance.sort_indices()
+    rows = np.flatnonzero(np.diff(relevance.indptr) > 0)
+    exclusions = dataset.exclusions.T.tocsr()
+    exclusions.sort_indices()
+    return _ReverseProtocol(rows, relevance[rows], exclusions[rows])
 
 
 def _validate_extractors(extractors: Any, dataset: RetrievalDataset) -> list[RetrievalExtractor]:

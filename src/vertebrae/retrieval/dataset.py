@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ..datasets import inputs_sha256
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..datasets import _inputs_sha256
 from ..identity import DatasetIdentity, require_identity
 from .relevance import build_ids, read_exclusions, read_relevance, shown
 
@@ -149,7 +149,7 @@ class RetrievalDataset:
         if identity.kind == "content":
             digest = hashlib.sha256(fingerprint.encode())
             for data in (queries, gallery):
-                digest.update(_inputs_sha256(data).encode())
+                digest.update(inputs_sha256(data).encode())
             identity = identity.with_content(digest.hexdigest())
         q_emb, g_emb = embeddings or (None, None)
         q_in, g_in = inputs or (None, None)

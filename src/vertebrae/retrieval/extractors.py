@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..extractors.base import PrecomputedExtractor, _check_name, _qualname, matrix_sha256
+from ..extractors.base import PrecomputedExtractor, check_extractor_name, qualname, matrix_sha256
 
 
 @runtime_checkable
@@ -66,10 +66,11 @@ class TwoBranchExtractor:
 
     def __init__(self, name: str, query_fn: Callable[[Any], Any], gallery_fn: Callable[[Any], Any], *,
                  params: dict[str, Any] | None = None) -> None:
-        self.name = _check_name(name)
+        self.name = check_extractor_name(name)
         for argument, fn in (("query_fn", query_fn), ("gallery_fn", gallery_fn)):
             if not callable(fn):
-                raise InputTypeError(f"TwoBranchExtractor {name!r}: {argument} must be callable, got {type(fn).__name__}")
+                raise InputTypeError(f"TwoBranchExtractor {name!r}: {argument} must be callable, got "
+                                     f"{type(fn).__name__}")
         self.query_fn, self.gallery_fn = query_fn, gallery_fn
         self.params = dict(params or {})
 
@@ -83,15 +84,15 @@ class TwoBranchExtractor:
         return self.gallery_fn(inputs)
 
     def recipe(self) -> dict[str, Any]:
-        return {"type": "two_branch", "name": self.name, "query_callable": _qualname(self.query_fn),
-                "gallery_callable": _qualname(self.gallery_fn), "params": self.params}
+        return {"type": "two_branch", "name": self.name, "query_callable": qualname(self.query_fn),
+                "gallery_callable": qualname(self.gallery_fn), "params": self.params}
 
 
 class PrecomputedPairExtractor:
     """Precomputed embeddings of both endpoints, rows in the dataset's query / gallery order."""
 
     def __init__(self, name: str, query_embeddings: Any, gallery_embeddings: Any) -> None:
-        self.name = _check_name(name)
+        self.name = check_extractor_name(name)
         self.query_embeddings = validate_embeddings(query_embeddings, argument=f"query_embeddings of {name!r}")
         self.gallery_embeddings = validate_embeddings(gallery_embeddings, argument=f"gallery_embeddings of {name!r}")
 
@@ -127,7 +128,7 @@ def as_retrieval_extractor(extractor: Any, position: int, has_embeddings: bool) 
                 "gallery_embeddings)")
         if not has_embeddings:
             raise InputValidationError(
-                f"extractors[{position}] PrecomputedExtractor {extractor.name!r} uses the dataset's own embeddings, but "
-                "the dataset was built from raw inputs; build it with RetrievalDataset.from_embeddings or use "
+                f"extractors[{position}] PrecomputedExtractor {extractor.name!r} uses the dataset's own embeddings, "
+                "but the dataset was built from raw inputs; build it with RetrievalDataset.from_embeddings or use "
                 "PrecomputedPairExtractor")
     return SharedSpaceExtractor(extractor)

@@ -46,7 +46,7 @@ def ranking_metrics(indptr: np.ndarray, grades: np.ndarray, ranks: np.ndarray,
         values[f"precision@{k}"] = hits / k
         values[f"recall@{k}"] = hits / n_relevant
         values[f"hit_rate@{k}"] = (hits > 0).astype(np.float64)
-        values[f"map@{k}"] = per_query(within * found / rank) / np.minimum(n_relevant, k)
+        values[f"map@{k}"] = per_query(within * found / rank) / n_relevant
         values[f"mrr@{k}"] = np.where(first <= k, 1.0 / first, 0.0)
     values["map"] = per_query(found / rank) / n_relevant
     values["mrr"] = 1.0 / first

@@ -33,12 +33,18 @@ from ..errors import ConfigError, InputValidationError
 from .relevance import shown
 
 #: Rows with more relevant items than this are sorted instead of counted once per item.
-#: Measured on 100,000-item rows: a counting pass costs ~1 ns per gallery item, an
-#: in-place float32 row sort ~25 ns, so sorting wins above ~24 relevant items.
-SORT_THRESHOLD = 24
+#: Measured on 100,000-item rows: a counting pass costs ~0.5 ns per gallery item, an
+#: in-place float32 row sort ~24 ns, so sorting wins above ~50 relevant items.
+SORT_THRESHOLD = 50
+#: Counting works on chunks of about this size: cache-sized chunks count ~2.5x faster
+#: than budget-sized ones (measured 0.46 vs 1.3 ns per item on 100,000-item rows).
+_CHUNK_BYTES = 4 * 2**20
 #: Largest accepted row norm: products of two such rows stay far inside float32 range.
 MAX_ROW_NORM = 1e18
 _SCORE_BYTES = 4  # float32 similarity
+#: With a sparse endpoint the product is built outside the block first: a dense float32
+#: array or a sparse one (float32 value + int32 index per entry), then copied in.
+_SPARSE_SCORE_BYTES = _SCORE_BYTES + 8
 _COUNT_BYTES = 5  # float32 copy of a row + its boolean comparison
 
 
@@ -55,16 +61,24 @@ class BlockPlan:
         return dataclasses.asdict(self)
 
 
-def plan_blocks(n_rows: int, n_cols: int, memory_budget_bytes: int, block_size: int | None) -> BlockPlan:
-    """Split the budget: half for the similarity block, half for counting or sorting chunks."""
+def plan_blocks(n_rows: int, n_cols: int, memory_budget_bytes: int, block_size: int | None, *,
+                sparse: bool = False) -> BlockPlan:
+    """Split the budget: half for the similarity block, half for counting or sorting chunks.
+
+    ``sparse``: an endpoint is sparse, so the block also needs room for the product
+    built before it is copied in.
+    """
     half = memory_budget_bytes // 2
-    if half < _COUNT_BYTES * n_cols:
+    score_bytes = _SPARSE_SCORE_BYTES if sparse else _SCORE_BYTES
+    needed = 2 * max(score_bytes, _COUNT_BYTES) * n_cols
+    if memory_budget_bytes < needed:
         raise ConfigError(f"RetrievalConfig.memory_budget_bytes={memory_budget_bytes} is too small to rank against "
-                          f"{n_cols} items; it needs at least {2 * _COUNT_BYTES * n_cols} bytes. Raise the budget.")
-    rows = min(n_rows, half // (_SCORE_BYTES * n_cols), block_size or n_rows)
-    pairs = min(half // (_COUNT_BYTES * n_cols), rows * SORT_THRESHOLD)  # counted rows hold <= SORT_THRESHOLD each
-    sort_rows = min(half // (_SCORE_BYTES * n_cols), rows)
-    peak = rows * _SCORE_BYTES * n_cols + max(pairs * _COUNT_BYTES, sort_rows * _SCORE_BYTES) * n_cols
+                          f"{n_cols} items{' with sparse embeddings' if sparse else ''}; it needs at least {needed} "
+                          "bytes. Raise the budget.")
+    rows = min(n_rows, half // (score_bytes * n_cols), block_size or n_rows)
+    pairs = max(1, min(half // (_COUNT_BYTES * n_cols), _CHUNK_BYTES // (_COUNT_BYTES * n_cols)))
+    sort_rows = max(1, min(half // (_SCORE_BYTES * n_cols), _CHUNK_BYTES // (_SCORE_BYTES * n_cols), rows))
+    peak = rows * score_bytes * n_cols + max(pairs * _COUNT_BYTES, sort_rows * _SCORE_BYTES) * n_cols
     return BlockPlan(rows, pairs, sort_rows, peak)
 
 
@@ -81,6 +95,10 @@ class Endpoints:
     similarity: str
     query_sq_norms: np.ndarray
     gallery_sq_norms: np.ndarray
+
+    @property
+    def sparse(self) -> bool:
+        return is_sparse(self.queries) or is_sparse(self.gallery)
 
     def reversed(self, rows: np.ndarray) -> "Endpoints":
         """Gallery rows ``rows`` become the queries, the queries become the gallery."""

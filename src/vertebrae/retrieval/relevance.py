@@ -44,7 +44,8 @@ def build_ids(ids: Any, n: int, argument: str) -> tuple[tuple[Any, ...], dict[An
             raise InputTypeError(f"{argument} must be a sequence of ids (str or int), got {type(ids).__name__}")
         values = [_plain_id(v) for v in (ids.tolist() if isinstance(ids, np.ndarray) else ids)]
     if len(values) != n:
-        raise InputValidationError(f"{argument} has {len(values)} ids but there are {n} rows; give exactly one id per row")
+        raise InputValidationError(f"{argument} has {len(values)} ids but there are {n} rows; give exactly one id "
+                                   "per row")
     for position, value in enumerate(values):
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise InputTypeError(f"{argument}[{position}] is {value!r} of type {type(value).__name__}; ids must be "
@@ -68,23 +69,21 @@ def _describe(argument: str, query_ids: Sequence[Any], gallery_ids: Sequence[Any
 
 
 def _read_matrix(matrix: Any, query_ids: Sequence[Any], gallery_ids: Sequence[Any], argument: str) -> Coordinates:
-    """Stored entries of a sparse matrix, or nonzero entries of a dense one (plus invalid ones)."""
+    """Stored entries of a sparse matrix, or nonzero entries (NaN and inf included) of a dense one."""
     shape = (len(query_ids), len(gallery_ids))
-    if is_sparse(matrix):
-        coo = matrix.tocoo()
-        rows, cols, values = coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data
-    else:
-        values = np.asarray(matrix)
-    if values.dtype == object or not (np.issubdtype(values.dtype, np.number) or values.dtype == np.bool_) \
-            or np.issubdtype(values.dtype, np.complexfloating):
-        raise InputTypeError(f"{argument} must hold real numbers, got dtype {values.dtype}")
     if matrix.shape != shape:
         raise InputValidationError(f"{argument} has shape {tuple(matrix.shape)} but there are {shape[0]} queries and "
                                    f"{shape[1]} gallery items; it must be queries x gallery {shape}")
-    values = values.astype(np.float64)
-    if not is_sparse(matrix):
-        rows, cols = np.nonzero(values)  # NaN and inf are nonzero, so the shared check still sees them
-        values = values[rows, cols]
+    dtype = matrix.dtype
+    if dtype == object or not (np.issubdtype(dtype, np.number) or dtype == np.bool_) \
+            or np.issubdtype(dtype, np.complexfloating):
+        raise InputTypeError(f"{argument} must hold real numbers, got dtype {dtype}")
+    if is_sparse(matrix):
+        coo = matrix.tocoo()
+        rows, cols, values = coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data.astype(np.float64)
+    else:
+        rows, cols = np.nonzero(matrix)
+        values = matrix[rows, cols].astype(np.float64)
     return rows, cols, values, _describe(argument, query_ids, gallery_ids, rows, cols, by_record=False)
 
 
@@ -126,8 +125,8 @@ def _to_csr(coordinates: Coordinates, shape: tuple[int, int], what: str) -> Any:
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         i = int(bad[0])
-        raise InputValidationError(f"{describe(i)} has {what} {float(values[i])!r}; {what}s must be finite and non-negative "
-                                   f"({bad.size} bad entr{'y' if bad.size == 1 else 'ies'})")
+        raise InputValidationError(f"{describe(i)} has {what} {float(values[i])!r}; {what}s must be finite and "
+                                   f"non-negative ({bad.size} bad entr{'y' if bad.size == 1 else 'ies'})")
     keys = rows * shape[1] + cols
     order = np.argsort(keys, kind="stable")
     repeated = np.flatnonzero(np.diff(keys[order]) == 0)

@@ -46,10 +46,10 @@ def _cutoff_metrics(data: Mapping[str, Any], directions: list[str]) -> str:
 
 def _full_ranking(data: Mapping[str, Any], directions: list[str]) -> str:
     rows = [[e["extractor"], d, e[d]["n_queries"]] + [e[d]["metrics"][m] for m in FULL_RANKING_METRICS]
-            + [e[d]["diagnostics"][name] for name in _DIAGNOSTICS]
+            + [e[d]["diagnostics"][name] for name in _DIAGNOSTICS] + [e[d]["block_plan"]["rows_per_block"]]
             for e in data["entries"] for d in directions]
     headers = ["extractor", "direction", "queries", *FULL_RANKING_METRICS, "mean positive sim",
-               "mean negative sim", "margin"]
+               "mean negative sim", "margin", "rows per block"]
     return ("## Full-ranking metrics and similarity diagnostics\n\n"
             "`map` and `mrr` use the whole ranking; similarities are in the configured similarity's units.\n\n"
             + table(headers, rows))
@@ -76,13 +76,12 @@ def _protocol(protocol: Mapping[str, Any]) -> str:
         ["excluded pairs", protocol["n_excluded_pairs"]],
         ["tie rule", protocol["tie_rule"]],
         ["memory budget (bytes)", config["memory_budget_bytes"]],
-        ["block plan (forward)", json.dumps(protocol["block_plan"]["forward"], sort_keys=True)],
+        ["block size cap (rows)", config["block_size"] if config["block_size"] is not None else "none"],
         ["BLAS thread limit", config["thread_limit"] if config["thread_limit"] is not None else "library default"],
     ]
     if reverse is not None:
         rows += [["reverse queries (gallery items with a positive)", reverse["n_queries"]],
-                 ["gallery items skipped in reverse (no positive)", reverse["n_skipped"]],
-                 ["block plan (reverse)", json.dumps(protocol["block_plan"]["reverse"], sort_keys=True)]]
+                 ["gallery items skipped in reverse (no positive)", reverse["n_skipped"]]]
     return "## Protocol\n\n" + table(["field", "value"], rows)
 
 

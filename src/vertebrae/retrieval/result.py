@@ -25,11 +25,15 @@ DIRECTIONS = ("forward", "reverse")
 
 @dataclasses.dataclass
 class DirectionResult:
-    """Mean metrics of one ranking direction (forward: query -> gallery; reverse: gallery -> query)."""
+    """Mean metrics of one ranking direction (forward: query -> gallery; reverse: gallery -> query).
+
+    ``block_plan`` records how the memory budget was split (rows per block etc.).
+    """
 
     n_queries: int
     metrics: dict[str, float]
     diagnostics: dict[str, Any]
+    block_plan: dict[str, int]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -113,21 +117,23 @@ class RetrievalBenchmarkResult:
             if not isinstance(result, RetrievalBenchmarkResult):
                 raise InputTypeError(f"results[{i}] is a {type(result).__name__}, not a RetrievalBenchmarkResult")
         first = results[0].protocol
+        checks = (("config", "retrieval configuration"), ("identity", "dataset identity"),
+                  ("fingerprint", "protocol fingerprint (ids, relevance, exclusions)"))
         for i, result in enumerate(results[1:], start=1):
-            for key, what in (("config", "retrieval configuration"), ("fingerprint", "protocol fingerprint (ids, "
-                              "relevance, exclusions)"), ("identity", "dataset identity")):
+            for key, what in checks:
                 if result.protocol[key] != first[key]:
+                    difference = _difference(first[key], result.protocol[key])
                     raise InputValidationError(
-                        f"results[{i}] has a different {what} than results[0] ({_difference(first[key], result.protocol[key])}); "
-                        "only results of the identical protocol can be combined — rerun with the same dataset and "
-                        "RetrievalConfig")
+                        f"results[{i}] has a different {what} than results[0] ({difference}); only results of the "
+                        "identical protocol can be combined — rerun with the same dataset and RetrievalConfig")
         entries = [entry for result in results for entry in result.entries]
         seen: dict[str, int] = {}
         for i, result in enumerate(results):
             for entry in result.entries:
                 if entry.extractor in seen:
-                    raise InputValidationError(f"extractor {entry.extractor!r} appears in results[{seen[entry.extractor]}] "
-                                               f"and results[{i}]; each extractor may appear once in a combined result")
+                    raise InputValidationError(f"extractor {entry.extractor!r} appears in "
+                                               f"results[{seen[entry.extractor]}] and results[{i}]; each extractor "
+                                               "may appear once in a combined result")
                 seen[entry.extractor] = i
         warnings = list(dict.fromkeys(w for result in results for w in result.warnings))
         runs = [run for result in results for run in result.timing.get("runs", [])]
