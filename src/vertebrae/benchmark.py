@@ -118,7 +118,7 @@ class Benchmark:
 
     def plan(self) -> list[StageJob]:
         recipes = [(e.name, e.recipe()) for e in self.extractors]
-        return build_plan(self.dataset.identity.fingerprint, recipes, self.settings)
+        return build_plan(self.dataset.fingerprint, recipes, self.settings)
 
     def run(self) -> BenchmarkResult:
         started = _dt.datetime.now(_dt.timezone.utc)
