@@ -43,7 +43,7 @@ def test_run_ranks_by_overlap_and_matches_direct_scores(four_way):
     assert raw.metrics["overlap"].score == raw.overlap.score == raw.primary_score
     assert raw.embedding == {"n_samples": 240, "embedding_dim": 10, "dtype": "float32", "sparse": False,
                              "nnz": 2400, "logical_bytes": 9600, "parent_extractor_name": "raw"}
-    assert set(raw.runtime) == {"extract", "score"}
+    assert set(raw.runtime) == {"extract", "score", "separatix"}  # Separatix runs by default (gated)
     assert raw.weakest_class["score"] == min(raw.overlap.per_class_scores.values())
     assert result.dataset_summary["class_counts"] == {f"int:{c}": 60 for c in range(4)}
 
@@ -171,3 +171,26 @@ def test_benchmark_argument_validation(blob_dataset):
         Benchmark(blob_dataset, [PrecomputedExtractor("a")], scoring_config=OverlapScoringConfig(exclude_classes=["0"]))
     with pytest.raises(ConfigError, match="quality_tolerance"):
         Benchmark(blob_dataset, [PrecomputedExtractor("a")], quality_tolerance=-1)
+
+
+def test_json_is_byte_identical_with_separatix_and_stability(identity, tmp_path):
+    from vertebrae import SeparatixConfig, StabilityConfig
+
+    X, y = gaussian_classes(n_per_class=50, n_classes=3, dim=6, seed=5)
+    ds = BenchmarkDataset.from_embeddings(X, y, identity=identity)
+    texts, results = [], []
+    for i in range(2):
+        result = Benchmark(ds, [PrecomputedExtractor("a")], scoring_config=OverlapScoringConfig(k=4),
+                           separatix_config=SeparatixConfig(), stability_config=StabilityConfig(repeats=3)).run()
+        assert result["a"].separatix.status == "completed" and result["a"].stability is not None
+        path = tmp_path / f"{i}.json"
+        result.save_json(path)
+        data = json.loads(path.read_text())
+        assert data["timing"]["separatix"]["a"]  # the diagnostic's wall-clock fields live here
+        del data["timing"]
+        texts.append(json.dumps(data, sort_keys=True))
+        results.append(result)
+    assert texts[0] == texts[1]
+    loaded = BenchmarkResult.load(tmp_path / "0.json")
+    assert loaded.to_dict() == results[0].to_dict()
+    assert loaded["a"].separatix.report == results[0]["a"].separatix.report  # the full report, timings restored

@@ -88,6 +88,17 @@ def test_run_toml_with_every_embedding_format(project, capsys):
     assert results["dense"]["overlap"]["k_per_class"] == {"str:class-0": 4, "str:class-1": 4, "str:class-2": 4}
 
 
+def test_run_with_stability_and_separatix_sections(project):
+    config = TOML + "\n[stability]\nrepeats = 3\n\n[separatix]\nenabled = false\n"
+    (project / "run.toml").write_text(config)
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "s"), "-q"]) == 0
+    data = json.loads((project / "s" / "report.json").read_text())
+    assert all(len(r["stability"]["repeat_scores"]["score"]) == 3 for r in data["extractor_results"])
+    assert all(r["separatix"] is None for r in data["extractor_results"])
+    (project / "run.toml").write_text(TOML + "\n[stability]\nstratified = true\n")
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "s2"), "-q"]) == 2
+
+
 def test_run_yaml(project):
     import yaml
 

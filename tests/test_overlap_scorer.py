@@ -260,3 +260,13 @@ def test_float32_input_is_copied_once_to_float64():
     Xn, _ = evaluated_matrix(X64, normalize=True)
     assert np.all(X64 == 1.0)  # the caller's float64 matrix is never modified in place
     assert np.allclose(np.linalg.norm(Xn, axis=1), 1.0)
+
+
+def test_subset_targets_missing_a_catalog_class_are_rejected_clearly(identity):
+    from vertebrae import BenchmarkDataset
+
+    X, y = gaussian_classes(n_per_class=10, n_classes=3, seed=9)
+    targets = BenchmarkDataset.from_embeddings(X, y, identity=identity).targets
+    rows = np.flatnonzero(y != 2)
+    with pytest.raises(InputValidationError, match="'2' \\(0 row\\(s\\)\\)"):
+        OverlapIndexScorer().score(X[rows], targets.subset(rows))

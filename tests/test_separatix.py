@@ -362,7 +362,8 @@ def _run(dataset, noisy, separatix_config=None):
 @pytest.fixture(scope="module")
 def benchmark_pair():
     dataset, noisy = _benchmark_dataset()
-    return _run(dataset, noisy), _run(dataset, noisy, SeparatixConfig(run_when="always"))
+    return (_run(dataset, noisy, SeparatixConfig(enabled=False)),
+            _run(dataset, noisy, SeparatixConfig(run_when="always")))
 
 
 def test_separatix_never_changes_the_ranking(benchmark_pair):
@@ -370,6 +371,9 @@ def test_separatix_never_changes_the_ranking(benchmark_pair):
     rank = lambda result: [(r.name, r.primary_score) for r in result.ranked_results()]  # noqa: E731
     assert rank(plain) == rank(diagnosed) and [n for n, _ in rank(plain)] == ["clean", "noisy"]
     assert all(r.separatix is None and "separatix" not in r.runtime for r in plain.extractor_results)
+    by_default = _run(*_benchmark_dataset())  # Separatix runs by default, gated on the overlap score
+    assert all(r.separatix is not None for r in by_default.extractor_results)
+    assert rank(by_default) == rank(plain)
     assert diagnosed.quality_cohort() == [] or [r.name for r in diagnosed.quality_cohort()] == [
         r.name for r in plain.quality_cohort()]
 

@@ -97,7 +97,10 @@ class Benchmark:
         if not isinstance(continuous_config, ContinuousOverlapScoringConfig):
             raise ConfigError("continuous_config must be a ContinuousOverlapScoringConfig, got "
                               f"{type(continuous_config).__name__}")
-        if separatix_config is not None and not isinstance(separatix_config, SeparatixConfig):
+        # Separatix is the default complexity diagnostic (gated on the overlap score);
+        # SeparatixConfig(enabled=False) turns it off.
+        separatix_config = SeparatixConfig() if separatix_config is None else separatix_config
+        if not isinstance(separatix_config, SeparatixConfig):
             raise ConfigError(f"separatix_config must be a SeparatixConfig or None, got {type(separatix_config).__name__}")
         if stability_config is not None and not isinstance(stability_config, StabilityConfig):
             raise ConfigError(f"stability_config must be a StabilityConfig or None, "

@@ -8,6 +8,7 @@ byte-identical for the same inputs and seeds.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import pathlib
 from collections.abc import Mapping
@@ -163,15 +164,23 @@ class BenchmarkResult:
 
     # -- persistence -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """JSON form; every wall-clock measurement is moved into the top-level ``timing`` section."""
+        results = [r.to_dict() for r in self.extractor_results]
+        diagnostic_timings = {}
+        for data in results:
+            if data.get("separatix") is not None:
+                data["separatix"] = copy.deepcopy(data["separatix"])
+                diagnostic_timings[data["name"]] = sorted(pop_timings(data["separatix"]), key=lambda t: str(t[0]))
         return {
             "schema_version": SCHEMA_VERSION,
             "result_type": "benchmark",
             "dataset_summary": self.dataset_summary,
-            "extractor_results": [r.to_dict() for r in self.extractor_results],
+            "extractor_results": results,
             "recommendations": list(self.recommendations),
             "ranking_stability": self.ranking_stability,
             "metadata": self.metadata,
-            "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results}},
+            "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results},
+                       "separatix": diagnostic_timings},
         }
 
     @classmethod
@@ -181,7 +190,13 @@ class BenchmarkResult:
                                      f"(result_type={data.get('result_type')!r}, schema_version={data.get('schema_version')!r})")
         timing = dict(data.get("timing", {}))
         runtime = timing.pop("runtime", {})
-        results = [ExtractorResult.from_dict(r, runtime.get(r["name"])) for r in data["extractor_results"]]
+        diagnostic_timings = timing.pop("separatix", {})
+        results = []
+        for item in data["extractor_results"]:
+            if item.get("separatix") is not None and item["name"] in diagnostic_timings:
+                item = {**item, "separatix": copy.deepcopy(item["separatix"])}
+                put_timings(item["separatix"], diagnostic_timings[item["name"]])
+            results.append(ExtractorResult.from_dict(item, runtime.get(item["name"])))
         return cls(dict(data["dataset_summary"]), results, list(data["recommendations"]), dict(data["metadata"]), timing)
 
     def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
@@ -209,6 +224,38 @@ class BenchmarkResult:
         text = self.to_markdown()
         path.write_text(text, encoding="utf-8")
         return path
+
+
+# --------------------------------------------------------------------- timings
+#: Keys that hold wall-clock measurements wherever they occur inside a diagnostic payload.
+TIMING_KEYS = frozenset({"runtime_seconds", "total_seconds"})
+
+
+def pop_timings(payload: Any, path: tuple = ()) -> list[list[Any]]:
+    """Remove timing values from ``payload`` in place; return them as ``[path segments, value]`` pairs.
+
+    Keeping them in the ``timing`` section makes the rest of the JSON byte-identical
+    for the same inputs and seeds; :func:`put_timings` restores them on load.
+    """
+    found: list[list[Any]] = []
+    if isinstance(payload, dict):
+        for key in list(payload):
+            if key in TIMING_KEYS and isinstance(payload[key], (int, float)) and not isinstance(payload[key], bool):
+                found.append([[*path, key], payload.pop(key)])
+            else:
+                found += pop_timings(payload[key], (*path, key))
+    elif isinstance(payload, list):
+        for i, item in enumerate(payload):
+            found += pop_timings(item, (*path, i))
+    return found
+
+
+def put_timings(payload: Any, timings: list[list[Any]]) -> None:
+    for segments, value in timings:
+        target = payload
+        for segment in segments[:-1]:
+            target = target[segment]
+        target[segments[-1]] = value
 
 
 # --------------------------------------------------------------------- row builder

@@ -17,6 +17,13 @@ Example (TOML)::
     [scoring]                     # OverlapScoringConfig fields
     k = "auto"
 
+    [stability]                   # StabilityConfig fields (optional)
+    mode = "prototype"
+    repeats = 20
+
+    [separatix]                   # SeparatixConfig fields (optional; enabled and gated by default)
+    overlap_threshold = 0.8
+
     [benchmark]
     quality_tolerance = 0.02
     # primary_metric = "my_metric"
@@ -44,13 +51,15 @@ from .identity import DatasetIdentity
 from .io import load_column, load_config_file, load_matrix
 from .scoring.metrics import metrics_from_config
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
+from .scoring.separatix import SeparatixConfig
+from .scoring.stability import StabilityConfig
 
 DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target_type", "label_names", "target_names",
                 "groups", "groups_column", "name"}
 EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance"}
 #: Top-level sections a run configuration may contain.
-SECTIONS = {"dataset", "extractors", "scoring", "continuous", "benchmark", "metrics"}
+SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics"}
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
@@ -83,6 +92,10 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["scoring_config"] = OverlapScoringConfig.from_dict(config["scoring"])
     if "continuous" in config:
         kwargs["continuous_config"] = ContinuousOverlapScoringConfig.from_dict(config["continuous"])
+    if "stability" in config:
+        kwargs["stability_config"] = StabilityConfig.from_dict(config["stability"])
+    if "separatix" in config:
+        kwargs["separatix_config"] = SeparatixConfig.from_dict(config["separatix"])
     if "metrics" in config:
         kwargs["metrics"] = metrics_from_config(config["metrics"])
     kwargs.update(_check_keys("[benchmark]", config.get("benchmark", {}), BENCHMARK_KEYS))

@@ -361,6 +361,12 @@ class OverlapIndexScorer:
         seed = cfg.random_state if seed is None else check_seed("score", "seed", seed, allow_none=False)
         catalog = targets.catalog
         counts = targets.counts()
+        sparse_classes = {key: n for key, n in counts.items() if n < 2}
+        if sparse_classes:  # e.g. targets.subset() of a dataset: the catalog keeps classes the rows lack
+            shown = ", ".join(f"{catalog.display(k)!r} ({n} row(s))" for k, n in list(sparse_classes.items())[:5])
+            raise InputValidationError(
+                f"targets: class(es) {shown} have fewer than 2 rows here; every catalog class needs at least 2 rows "
+                "to be scored: subsample per class (as subsample stability does) or drop the class")
         included = check_class_settings(cfg, counts, catalog)
         k_per_class, k_source, notes = resolve_k(counts, cfg, catalog)
         Xf, zero_rows = evaluated_matrix(X, cfg.normalize_embeddings)
