@@ -110,7 +110,10 @@ def evaluated_matrix(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tupl
     owned = X.dtype != np.float64
     Xf = X.astype(np.float64) if owned else X
     if is_sparse(Xf):
-        zero_rows = np.flatnonzero(np.asarray(abs(Xf).sum(axis=1)).ravel() == 0)
+        if (Xf.data == 0).any():  # explicit stored zeros: count what is really non-zero
+            zero_rows = np.flatnonzero(np.asarray(abs(Xf).sum(axis=1)).ravel() == 0)
+        else:
+            zero_rows = np.flatnonzero(np.diff(Xf.indptr) == 0)
     else:
         zero_rows = np.flatnonzero(~Xf.any(axis=1))
     if normalize:
@@ -119,10 +122,19 @@ def evaluated_matrix(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tupl
 
 
 def is_constant(matrix: np.ndarray | sparse.csr_matrix) -> bool:
-    """True when every row is identical (such a space separates nothing)."""
+    """True when every row is identical (such a space separates nothing).
+
+    Almost every real matrix differs between its first rows, so those are compared
+    first; only when they agree is the full column-spread check run.
+    """
     if matrix.shape[0] < 2:
         return True
     if is_sparse(matrix):
+        first = matrix[0]
+        if any((matrix[i] != first).nnz for i in range(1, min(8, matrix.shape[0]))):
+            return False
         spread = matrix.max(axis=0).toarray() - matrix.min(axis=0).toarray()
         return bool(np.all(spread == 0))
+    if not np.all(matrix[:8] == matrix[0]):
+        return False
     return bool(np.all(matrix == matrix[0]))

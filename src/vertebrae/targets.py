@@ -21,6 +21,8 @@ from .labels import LabelCatalog, semantic_key
 TargetType = Literal["single_label", "multi_label", "regression"]
 TARGET_TYPES: tuple[str, ...] = ("single_label", "multi_label", "regression")
 _SHOWN = 5
+#: NumPy dtype kinds whose labels are encoded vectorized (bool, ints, floats, fixed-width strings).
+_TYPED_KINDS = "biufUS"
 
 
 def _rows_text(rows: Sequence[int]) -> str:
@@ -161,19 +163,42 @@ def _looks_multilabel(y: Any) -> bool:
 
 
 def _single_label(y: Any, argument: str) -> SingleLabelTargets:
-    values = list(y.tolist() if isinstance(y, np.ndarray) and y.ndim == 1 else y) if not isinstance(y, str) else None
-    if values is None or (isinstance(y, np.ndarray) and y.ndim != 1):
+    if isinstance(y, str) or (isinstance(y, np.ndarray) and y.ndim != 1):
         raise InputValidationError(f"{argument} must be a 1-D sequence of class labels")
-    if len(values) == 0:
+    typed = isinstance(y, np.ndarray) and y.dtype.kind in _TYPED_KINDS
+    values = [] if typed else list(y.tolist() if isinstance(y, np.ndarray) else y)
+    if len(y) == 0:
         raise InputValidationError(f"{argument} is empty; a benchmark needs at least two classes with two rows each")
-    if isinstance(y, np.ndarray) and y.dtype.kind in "fc":
-        # np.ndarray.tolist() already turns float rows into Python floats; check NaNs vectorized.
-        missing = np.flatnonzero(~np.isfinite(y))
+    if typed:  # only float arrays can hold a missing label (NaN)
+        missing = np.flatnonzero(~np.isfinite(y)) if y.dtype.kind == "f" else []
     else:
         missing = [i for i, v in enumerate(values) if _is_missing(v)]
     if len(missing):
         raise InputValidationError(f"{argument} has missing labels (None/NaN) at rows {_rows_text(missing)}; "
                                    "drop those rows or assign them a class")
+    codes, catalog = _encode_labels(y, values, argument)
+    targets = SingleLabelTargets(codes, catalog)
+    counts = targets.counts()
+    if len(counts) < 2:
+        raise InputValidationError(f"{argument} has a single class ({catalog.display(catalog.keys[0])!r}); "
+                                   "class separation needs at least two classes")
+    small = {k: c for k, c in counts.items() if c < 2}
+    if small:
+        names = ", ".join(f"{catalog.display(k)!r} ({c} sample)" for k, c in list(small.items())[:_SHOWN])
+        raise InputValidationError(f"{argument}: class(es) {names} have fewer than 2 samples; a class needs at least 2 "
+                                   "samples to be scored: drop those rows or merge the class")
+    return targets
+
+
+def _encode_labels(y: Any, values: list[Any], argument: str) -> tuple[np.ndarray, LabelCatalog]:
+    """Catalog codes of every row; typed NumPy arrays take a vectorized path (one key per distinct value)."""
+    if isinstance(y, np.ndarray) and y.dtype.kind in _TYPED_KINDS:
+        uniques, inverse = np.unique(y, return_inverse=True)
+        distinct = uniques.tolist()
+        catalog = LabelCatalog(distinct)
+        position = {key: i for i, key in enumerate(catalog.keys)}
+        remap = np.array([position[semantic_key(v)] for v in distinct], dtype=np.int32)
+        return remap[inverse.ravel()], catalog
     keys = np.empty(len(values), dtype=object)
     cache: dict[tuple[type, Any], str] = {}
     first: dict[str, Any] = {}
@@ -192,17 +217,7 @@ def _single_label(y: Any, argument: str) -> SingleLabelTargets:
         keys[i] = key
     catalog = LabelCatalog(first.values())
     position = {key: i for i, key in enumerate(catalog.keys)}
-    targets = SingleLabelTargets(np.fromiter((position[k] for k in keys), dtype=np.int32, count=len(keys)), catalog)
-    counts = targets.counts()
-    if len(counts) < 2:
-        raise InputValidationError(f"{argument} has a single class ({catalog.display(catalog.keys[0])!r}); "
-                                   "class separation needs at least two classes")
-    small = {k: c for k, c in counts.items() if c < 2}
-    if small:
-        names = ", ".join(f"{catalog.display(k)!r} ({c} sample)" for k, c in list(small.items())[:_SHOWN])
-        raise InputValidationError(f"{argument}: class(es) {names} have fewer than 2 samples; a class needs at least 2 "
-                                   "samples to be scored: drop those rows or merge the class")
-    return targets
+    return np.fromiter((position[k] for k in keys), dtype=np.int32, count=len(keys)), catalog
 
 
 def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str) -> MultiLabelTargets:
