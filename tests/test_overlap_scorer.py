@@ -24,12 +24,11 @@ from .conftest import gaussian_classes
 
 
 def direct_oi(X, y, k, seed=0, exclude=None, normalize_rows=True):
-    """Reference: the dependency called directly on the same (normalized) data."""
-    Xr = normalize(np.asarray(X, dtype=np.float64) if not sparse.issparse(X) else X.astype(np.float64)) \
-        if normalize_rows else X
+    """Reference: the dependency called directly on the same data with the same settings."""
     oi = OverlapIndex(model_type="MiniBatchKMeans", kmeans_k=k, kmeans_kwargs={"random_state": seed},
-                      offline_chunk_size=10_000, exclude_classes=exclude)
-    oi.fit_offline(Xr, y)
+                      offline_chunk_size=10_000, exclude_classes=exclude,
+                      feature_normalization="l2" if normalize_rows else None)
+    oi.fit_offline(X, y)
     return oi
 
 
@@ -270,3 +269,16 @@ def test_subset_targets_missing_a_catalog_class_are_rejected_clearly(identity):
     rows = np.flatnonzero(y != 2)
     with pytest.raises(InputValidationError, match="'2' \\(0 row\\(s\\)\\)"):
         OverlapIndexScorer().score(X[rows], targets.subset(rows))
+
+
+def test_rows_pointing_one_way_are_constant_after_normalization():
+    base = np.random.default_rng(0).normal(size=6)
+    X = np.outer(np.arange(1.0, 21.0), base)  # every row a positive multiple of one vector
+    y = [0, 1] * 10
+    # after normalization the rows differ only by rounding, so any score OverlapIndex gives is noise
+    with pytest.raises(InputValidationError, match="identical in every row after L2 normalization"):
+        OverlapIndexScorer().score(X, y)
+    raw = OverlapIndexScorer(OverlapScoringConfig(k=3, normalize_embeddings=False)).score(X, y)
+    assert raw.score == direct_oi(X, y, 3, normalize_rows=False).index  # without normalization the rows differ
+    with pytest.raises(InputValidationError, match="identical"):
+        OverlapIndexScorer().score(sparse.csr_matrix(X), y)

@@ -98,43 +98,58 @@ def embedding_metadata(matrix: np.ndarray | sparse.csr_matrix) -> dict[str, Any]
     }
 
 
-def evaluated_matrix(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tuple[Any, np.ndarray]:
-    """The matrix the dependencies score: float64 (at most one copy), L2 rows when ``normalize``.
+def zero_rows(X: np.ndarray | sparse.csr_matrix) -> np.ndarray:
+    """Indices of all-zero rows (they cannot be L2-normalized and stay at the origin)."""
+    if is_sparse(X):
+        if (X.data == 0).any():  # explicit stored zeros: count what is really non-zero
+            return np.flatnonzero(np.asarray(abs(X).sum(axis=1)).ravel() == 0)
+        return np.flatnonzero(np.diff(X.indptr) == 0)
+    return np.flatnonzero(~X.any(axis=1))
 
-    OverlapIndex casts its input to float64 anyway, so converting here once (and
-    normalizing in place on that copy) avoids a second full copy.  Zero rows cannot be
-    normalized and stay at the origin; their indices are returned for a warning.
+
+def evaluated_matrix(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tuple[Any, np.ndarray]:
+    """The matrix a dependency scores: float64 (at most one copy), L2 rows when ``normalize``.
+
+    For dependencies that cast to float64 anyway, converting here once (and normalizing
+    in place on that copy) avoids a second full copy.  Returns the matrix and its zero rows.
     """
     from sklearn.preprocessing import normalize as sk_normalize
 
     owned = X.dtype != np.float64
     Xf = X.astype(np.float64) if owned else X
-    if is_sparse(Xf):
-        if (Xf.data == 0).any():  # explicit stored zeros: count what is really non-zero
-            zero_rows = np.flatnonzero(np.asarray(abs(Xf).sum(axis=1)).ravel() == 0)
-        else:
-            zero_rows = np.flatnonzero(np.diff(Xf.indptr) == 0)
-    else:
-        zero_rows = np.flatnonzero(~Xf.any(axis=1))
+    zeros = zero_rows(Xf)
     if normalize:
         Xf = sk_normalize(Xf, norm="l2", copy=not owned)
-    return Xf, zero_rows
+    return Xf, zeros
 
 
-def is_constant(matrix: np.ndarray | sparse.csr_matrix) -> bool:
-    """True when every row is identical (such a space separates nothing).
+#: Rows closer than this (after optional normalization) count as the same point.
+_SAME_ROW_RTOL, _SAME_ROW_ATOL = 1e-9, 1e-12
 
-    Almost every real matrix differs between its first rows, so those are compared
-    first; only when they agree is the full column-spread check run.
+
+def is_constant(matrix: np.ndarray | sparse.csr_matrix, *, normalize: bool = False) -> bool:
+    """True when every row is the same point — after L2 normalization when ``normalize``
+    (rows that are positive multiples of one vector then collapse too).  Such a space
+    separates nothing, yet OverlapIndex reports it as perfectly separated.
+
+    Almost every real matrix differs within its first rows, so those are compared first;
+    only when they agree is the whole matrix checked.
     """
     if matrix.shape[0] < 2:
         return True
-    if is_sparse(matrix):
-        first = matrix[0]
-        if any((matrix[i] != first).nnz for i in range(1, min(8, matrix.shape[0]))):
-            return False
-        spread = matrix.max(axis=0).toarray() - matrix.min(axis=0).toarray()
-        return bool(np.all(spread == 0))
-    if not np.all(matrix[:8] == matrix[0]):
+    head = matrix[:8].toarray() if is_sparse(matrix) else np.asarray(matrix[:8], dtype=np.float64)
+    if normalize:
+        head = _unit_rows(head)
+    if not np.allclose(head, head[0], rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL):
         return False
-    return bool(np.all(matrix == matrix[0]))
+    full, _ = evaluated_matrix(matrix, normalize)
+    if is_sparse(full):
+        low, high = full.min(axis=0).toarray().ravel(), full.max(axis=0).toarray().ravel()
+    else:
+        low, high = full.min(axis=0), full.max(axis=0)
+    return bool(np.allclose(low, high, rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL))
+
+
+def _unit_rows(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
 from .._sparse import is_sparse
-from ..embeddings import evaluated_matrix, is_constant, validate_embeddings
+from ..embeddings import evaluated_matrix, is_constant, validate_embeddings, zero_rows
 from ..errors import ConfigError, InputValidationError, ScoringWarning
 from ..labels import LabelCatalog, decode_key, semantic_key
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
@@ -369,15 +369,16 @@ class OverlapIndexScorer:
                 "to be scored: subsample per class (as subsample stability does) or drop the class")
         included = check_class_settings(cfg, counts, catalog)
         k_per_class, k_source, notes = resolve_k(counts, cfg, catalog)
-        Xf, zero_rows = evaluated_matrix(X, cfg.normalize_embeddings)
-        if is_constant(Xf):
+        zeros = zero_rows(X)
+        if is_constant(X, normalize=cfg.normalize_embeddings):
             raise InputValidationError(
-                "embeddings are identical in every row, so they separate nothing; OverlapIndex would report 1.0 (perfect "
-                "separation) for such a space. Check the extractor (a collapsed or untrained model?).")
-        if zero_rows.size:
-            shown = ", ".join(map(str, zero_rows[:5])) + (", ..." if zero_rows.size > 5 else "")
-            notes.append(f"{zero_rows.size} all-zero embedding row(s) (rows {shown}) cannot be L2-normalized and stay at "
-                         "the origin" if cfg.normalize_embeddings else f"{zero_rows.size} all-zero embedding row(s) (rows {shown})")
+                "embeddings are identical in every row" + (" after L2 normalization" if cfg.normalize_embeddings else "")
+                + ", so they separate nothing; OverlapIndex would report 1.0 (perfect separation) for such a space. "
+                "Check the extractor (a collapsed or untrained model?).")
+        if zeros.size:
+            shown = ", ".join(map(str, zeros[:5])) + (", ..." if zeros.size > 5 else "")
+            notes.append(f"{zeros.size} all-zero embedding row(s) (rows {shown}) cannot be L2-normalized and stay at "
+                         "the origin" if cfg.normalize_embeddings else f"{zeros.size} all-zero embedding row(s) (rows {shown})")
         # OverlapIndex sees integer codes into the label catalog: column j of the multi-label
         # indicator, or code j of a single-label row, is catalog.keys[j].  Integer labels also
         # keep OverlapIndex's per-row label bookkeeping ~10% cheaper than string keys.
@@ -390,10 +391,13 @@ class OverlapIndexScorer:
             warnings.warn(note, ScoringWarning, stacklevel=3)
         with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            # OverlapIndex casts to float64 and L2-normalizes on its own copy, so the input goes
+            # in as it is: no extra copy here (regression has no such option; see below).
             oi = OverlapIndex(model_type=BACKEND, kmeans_k={to_oi[k]: v for k, v in k_per_class.items()},
                               kmeans_kwargs=kmeans_kwargs, offline_chunk_size=cfg.offline_chunk_size,
-                              exclude_classes=excluded or None)
-            oi.fit_offline(Xf, y_oi)
+                              exclude_classes=excluded or None,
+                              feature_normalization="l2" if cfg.normalize_embeddings else None)
+            oi.fit_offline(X, y_oi)
         per_class = {from_oi[_py(label)]: float(v) for label, v in oi.singleton_index.items()}
         pairwise: dict[str, dict[str, float | None]] = {}
         for a in catalog.keys:
@@ -415,7 +419,7 @@ class OverlapIndexScorer:
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
             "aggregation_classes": aggregation, "excluded_classes": list(cfg.exclude_classes),
             "unevaluable_classes": unevaluable, "k_source": k_source, "thread_limit": cfg.thread_limit,
-            "zero_rows": int(zero_rows.size), "overlapindex_version": _version("overlapindex"),
+            "zero_rows": int(zeros.size), "overlapindex_version": _version("overlapindex"),
         }
         return OverlapScoreResult(
             score=float(oi.index), macro_score=float(oi.index), weighted_score=float(oi.weighted_index),
@@ -440,11 +444,12 @@ class OverlapIndexScorer:
             notes.append(f"constant regression target(s) {constant} carry no information and were left out of scoring")
         Y = targets.values[:, keep]
         Y = Y[:, 0] if Y.shape[1] == 1 else Y
-        Xf, zero_rows = evaluated_matrix(X, cfg.normalize_embeddings)
+        # ContinuousOverlapIndex has no normalization option: normalize on one float64 copy here.
+        Xf, zeros = evaluated_matrix(X, cfg.normalize_embeddings)
         if is_constant(Xf):
             raise InputValidationError("embeddings are identical in every row, so they separate nothing; check the extractor")
-        if zero_rows.size:
-            notes.append(f"{zero_rows.size} all-zero embedding row(s) stay at the origin")
+        if zeros.size:
+            notes.append(f"{zeros.size} all-zero embedding row(s) stay at the origin")
         kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
         with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -484,7 +489,7 @@ class OverlapIndexScorer:
             "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "aggregation": cfg.aggregation,
             "aggregation_classes": list(cells), "excluded_classes": [], "thread_limit": cfg.thread_limit,
-            "zero_rows": int(zero_rows.size), "overlapindex_version": _version("overlapindex"),
+            "zero_rows": int(zeros.size), "overlapindex_version": _version("overlapindex"),
         }
         return OverlapScoreResult(
             score=float(coi.index), macro_score=float(coi.macro_index_), weighted_score=float(coi.weighted_index),
