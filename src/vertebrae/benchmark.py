@@ -27,8 +27,9 @@ from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfi
 from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig
 
-# BACKBONE READY: extension points: BenchmarkSettings fields + analysis_stages(), the `functions`
-# dict in Benchmark.run, stages.assemble, ExtractorResult fields, results.result_row, reports.markdown.SECTIONS.
+# Adding a per-extractor stage: a BenchmarkSettings field + an analysis_stages() entry, a `functions`
+# entry in Benchmark.run, its artifact in stages.assemble, then ExtractorResult, results.result_row
+# and reports.markdown.SECTIONS for the reports.
 
 DEFAULT_QUALITY_TOLERANCE = 0.02
 

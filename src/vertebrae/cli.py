@@ -132,7 +132,7 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# CLI READY: subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
+# Subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
 COMMANDS = {"demo": _demo, "run": _run, "report": _report}
 
 
