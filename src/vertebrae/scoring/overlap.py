@@ -260,27 +260,17 @@ def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: 
     class gets the capacity and a warning with the numbers.  Returns (k per class,
     source per class, warnings).
     """
-    requested: dict[str, int] = {}
+    resolved: dict[str, int] = {}
     source: dict[str, str] = {}
-    if isinstance(config.k, Mapping):
-        unknown = [key for key in config.k if key not in counts]
-        if unknown:
-            shown = ", ".join(f"{decode_key(u)!r} ({u.partition(':')[0]})" for u in unknown[:5])
-            raise InputValidationError(
-                f"OverlapScoringConfig.k mapping names class(es) {shown} that are not in the dataset; known classes: "
-                f"{[catalog.display(k) for k in list(counts)[:10]]}. Note that 1, '1' and True are different classes.")
+    notes: list[str] = []
     for key, n in counts.items():
         capacity = min(n, max(2, n // config.min_samples_per_cluster))
         if isinstance(config.k, Mapping) and key in config.k:
-            requested[key], source[key] = config.k[key], "mapping"
+            want, source[key] = config.k[key], "mapping"
         elif isinstance(config.k, int):
-            requested[key], source[key] = config.k, "fixed"
+            want, source[key] = config.k, "fixed"
         else:
-            requested[key], source[key] = min(config.max_k, max(config.min_k, capacity)), "auto"
-    resolved, notes = {}, []
-    for key, want in requested.items():
-        n = counts[key]
-        capacity = min(n, max(2, n // config.min_samples_per_cluster))
+            want, source[key] = min(config.max_k, max(config.min_k, capacity)), "auto"
         resolved[key] = min(want, capacity)
         if resolved[key] < want:
             notes.append(
@@ -290,7 +280,7 @@ def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: 
 
 
 def check_class_settings(config: OverlapScoringConfig, counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
-    """Check ``exclude_classes`` and a ``k`` mapping against the dataset's classes.
+    """Check ``exclude_classes`` and the keys of a ``k`` mapping against the dataset's classes.
 
     Called by the scorer and by ``Benchmark`` (so typos fail before any extractor
     runs).  Returns the classes that enter the macro/weighted aggregation.
@@ -305,7 +295,12 @@ def check_class_settings(config: OverlapScoringConfig, counts: Mapping[str, int]
     if not included:
         raise InputValidationError("OverlapScoringConfig.exclude_classes excludes every class; nothing would be "
                                    "aggregated. Exclude fewer classes.")
-    resolve_k(counts, config, catalog)
+    unknown = [key for key in config.k if key not in counts] if isinstance(config.k, Mapping) else []
+    if unknown:
+        shown = ", ".join(f"{decode_key(u)!r} ({u.partition(':')[0]})" for u in unknown[:5])
+        raise InputValidationError(
+            f"OverlapScoringConfig.k mapping names class(es) {shown} that are not in the dataset; known classes: "
+            f"{[catalog.display(k) for k in list(counts)[:10]]}. Note that 1, '1' and True are different classes.")
     return included
 
 
