@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import SerializationError
-from .scoring.metric_result import OVERLAP_METRIC, MetricResult
+from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
 from .scoring.stability import StabilityResult, ranking_stability

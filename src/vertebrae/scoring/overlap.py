@@ -14,12 +14,9 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from scipy import sparse
 
 from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
 from .._sparse import is_sparse
