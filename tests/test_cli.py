@@ -16,7 +16,8 @@ from vertebrae.cli import main
 from .conftest import gaussian_classes
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["run", "--help"], ["report", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["run", "--help"], ["score", "--help"],
+                                  ["report", "--help"]])
 def test_help_everywhere(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -97,6 +98,12 @@ def test_run_with_stability_and_separatix_sections(project):
     assert all(r["separatix"] is None for r in data["extractor_results"])
     (project / "run.toml").write_text(TOML + "\n[stability]\nstratified = true\n")
     assert main(["run", str(project / "run.toml"), "-o", str(project / "s2"), "-q"]) == 2
+
+
+def test_score_is_an_alias_of_run(project):
+    (project / "run.toml").write_text(TOML)
+    assert main(["score", str(project / "run.toml"), "-o", str(project / "sc"), "-q"]) == 0
+    assert (project / "sc" / "report.json").exists()
 
 
 def test_run_yaml(project):

@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
                                       "ranking and write report.json and report.md.")
     _output_options(demo)
 
-    run = sub.add_parser("run", help="run a benchmark described by a TOML/YAML config file",
+    run = sub.add_parser("run", aliases=["score"], help="run a benchmark described by a TOML/YAML config file",
                          description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
                                      "report.md. See `vertebrae.run_config` for the file format.")
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
@@ -133,7 +133,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 # Subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
-COMMANDS = {"demo": _demo, "run": _run, "report": _report}
+COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
