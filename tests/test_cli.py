@@ -155,3 +155,22 @@ def test_import_is_light():
             "'scipy', 'tqdm') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_parquet_without_pyarrow_names_the_extra(project, monkeypatch):
+    # pyarrow is installed in the test environment; hiding it is the only way to cause this failure for real
+    import builtins
+
+    from vertebrae.errors import DependencyError
+    from vertebrae.io import load_matrix
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name.startswith(("pyarrow", "fastparquet")):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    with pytest.raises(DependencyError, match=r"vertebrae\[parquet\]"):
+        load_matrix(project / "d.parquet")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputValidationError
+from .errors import DependencyError, InputValidationError
 
 MATRIX_SUFFIXES = (".npy", ".npz", ".parquet", ".csv")
 
@@ -42,14 +42,22 @@ def load_matrix(path: str | pathlib.Path) -> Any:
                                            f"(or one named 'embeddings'); found {names}")
             return archive["embeddings" if "embeddings" in names else names[0]]
     if suffix == ".parquet":
-        import pandas as pd
-
-        return _numeric_frame(pd.read_parquet(path), path)
+        return _numeric_frame(_read_parquet(path), path)
     if suffix == ".csv":
         import pandas as pd
 
         return _numeric_frame(pd.read_csv(path, header=0 if _csv_has_header(path) else None), path)
     raise InputValidationError(f"{path}: unsupported embeddings format {suffix!r}; use one of {list(MATRIX_SUFFIXES)}")
+
+
+def _read_parquet(path: pathlib.Path) -> Any:
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except ImportError as exc:  # pandas needs pyarrow (or fastparquet) for parquet
+        raise DependencyError(f"{path}: reading parquet needs pyarrow; install it with "
+                              f"pip install 'vertebrae[parquet]' ({exc})") from None
 
 
 def _csv_has_header(path: pathlib.Path) -> bool:
@@ -86,7 +94,7 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
     if suffix in (".csv", ".parquet"):
         import pandas as pd
 
-        frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+        frame = pd.read_csv(path) if suffix == ".csv" else _read_parquet(path)
         if column is None:
             if frame.shape[1] != 1:
                 raise InputValidationError(f"{path} has columns {list(frame.columns)}; name the {what} column in the config")
