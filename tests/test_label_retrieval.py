@@ -17,7 +17,8 @@ CUTOFFS = (1, 3, 10, 200)
 
 
 def reference(X: np.ndarray, labels: np.ndarray, similarity: str, cutoffs=CUTOFFS) -> dict[str, float]:
-    """Each row queries all other rows; ties go to the lower row index; relevant = same label."""
+    """Each row queries all other rows; relevant = same label; at equal similarity other-label rows
+    rank first (pessimistic), then the lower row index."""
     X = np.asarray(X, dtype=np.float64)
     if similarity == "cosine":
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
@@ -27,7 +28,7 @@ def reference(X: np.ndarray, labels: np.ndarray, similarity: str, cutoffs=CUTOFF
     for q in range(n):
         gallery = [j for j in range(n) if j != q]
         sims = {j: float(X[q] @ X[j]) for j in gallery}
-        ranking = sorted(gallery, key=lambda j: (-sims[j], j))
+        ranking = sorted(gallery, key=lambda j: (-sims[j], labels[j] == labels[q], j))
         relevant = [labels[j] == labels[q] for j in ranking]
         total = sum(relevant)
         if total == 0:
@@ -84,7 +85,7 @@ def test_sparse_input_matches_the_dense_reference(similarity):
     assert out["score"] == out["diagnostics"]["recall@10"]
 
 
-def test_ties_are_broken_by_row_index():
+def test_ties_are_broken_pessimistically():
     # Integer embeddings: every dot product is exact in float32, so the ties are real.
     X = np.array([[1, 0], [1, 0], [1, 0], [0, 1], [1, 0], [0, 1]], dtype=np.float32)
     labels = _labels([0, 1, 0, 1, 1, 0])
@@ -92,9 +93,22 @@ def test_ties_are_broken_by_row_index():
     expected = reference(X, labels, "dot", cutoffs=(1, 2))
     for name, value in expected.items():
         assert out["diagnostics"][name] == pytest.approx(value, abs=1e-12), name
-    # query 0 ranks 1, 2, 4 (tied, ascending index) then 3, 5: its first relevant row (2) is at rank 2
+    # query 0's gallery 1, 2 ties: the other-label row 1 ranks first, its relevant row 2 second (AP 1/2);
+    # query 2's gallery 0, 1 ties: row 1 first again, relevant row 0 second (AP 1/2)
     single = LabelRetrievalMetric(cutoffs=(1,), similarity="dot")(X[[0, 1, 2]], labels[[0, 1, 2]])
-    assert single["diagnostics"]["per_class_map"]["vk:int:0"] == pytest.approx(0.5 * (1 / 2 + 1 / 1))
+    assert single["diagnostics"]["per_class_map"]["vk:int:0"] == pytest.approx(0.5)
+
+
+def test_collapsed_embeddings_earn_no_credit_from_row_order():
+    X = np.ones((12, 3), dtype=np.float32)
+    sorted_labels = _labels([0] * 6 + [1] * 6)
+    alternating = _labels([0, 1] * 6)
+    metric = LabelRetrievalMetric(cutoffs=(1,))
+    by_sorted, by_alternating = metric(X, sorted_labels), metric(X, alternating)
+    assert by_sorted["score"] == pytest.approx(by_alternating["score"], abs=1e-12)
+    # pessimistic ranks: the 6 other-label rows come first, the 5 relevant rows at ranks 7..11
+    expected = np.mean([k / (6 + k) for k in range(1, 6)])
+    assert by_sorted["score"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_diagnostics_and_defensive_singleton_class(blobs):
@@ -106,7 +120,7 @@ def test_diagnostics_and_defensive_singleton_class(blobs):
     assert out["warnings"] == ["1 query row(s) have no other row with their label and were left out"]
     assert "vk:int:99" not in out["diagnostics"]["per_class_map"]
     assert out["score"] == out["diagnostics"]["mrr"]
-    assert out["metadata"]["tie_rule"] == "similarity descending, ties broken by row index ascending"
+    assert out["metadata"]["tie_rule"].startswith("similarity descending; at equal similarity other-label rows")
     with pytest.raises(MetricError, match="no query has another row with its label"):
         LabelRetrievalMetric()(X[:3], _labels([0, 1, 2]))
 
@@ -168,7 +182,7 @@ def test_config_normalizes_and_round_trips():
                                  "primary": "precision@10", "block_size": 256, "name": "label_retrieval"}
 
 
-def test_fast_ranking_equals_a_stable_argsort():
+def test_fast_ranking_equals_a_lexsort():
     from vertebrae.scoring.label_retrieval import _ranked_columns
 
     rng = np.random.default_rng(4)
@@ -176,4 +190,6 @@ def test_fast_ranking_equals_a_stable_argsort():
     sims[sims == 0] = np.where(rng.random(int((sims == 0).sum())) < 0.5, -0.0, 0.0)  # -0.0 ties with 0.0
     sims[:, :5] = rng.normal(size=(40, 5))
     sims[0], sims[1, :7] = np.float32(3e38), np.float32(-3e38)
-    assert np.array_equal(_ranked_columns(sims), np.argsort(-sims, axis=1, kind="stable"))
+    relevant = rng.random(sims.shape) < 0.3
+    expected = np.array([np.lexsort((np.arange(sims.shape[1]), relevant[i], -sims[i])) for i in range(len(sims))])
+    assert np.array_equal(_ranked_columns(sims, relevant), expected)

@@ -164,6 +164,7 @@ def test_mlp_evidence_stays_apart_from_the_baseline_summary():
 
 # ----------------------------------------------------------------------- gate
 def test_gated_run_never_calls_separatix(monkeypatch):
+    # A tripwire, not a mock: it fakes no result and only fails the test if separatix is called at all.
     def forbidden(*args, **kwargs):
         raise AssertionError("separatix must not run when the gate fails")
 
@@ -444,3 +445,30 @@ def test_benchmark_rejects_a_wrong_separatix_config(blob_dataset):
 
     with pytest.raises(ConfigError, match="separatix_config must be a SeparatixConfig"):
         Benchmark(blob_dataset, [PrecomputedExtractor("x")], separatix_config={"enabled": True})
+
+
+@pytest.mark.parametrize("grouping, expected", [("one_class_in_one_group", "completed"),
+                                                ("too_few_supported_classes", "skipped")])
+def test_benchmark_on_wine_with_group_support_gaps(grouping, expected):
+    """Real data (sklearn's wine) through BenchmarkDataset.with_groups and Benchmark, never a row-level retry."""
+    from sklearn.datasets import load_wine
+
+    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, PrecomputedExtractor
+
+    X, y = load_wine(return_X_y=True)
+    groups = np.array([f"batch-{i % 5}" for i in range(len(y))], dtype=object)
+    groups[y == 2] = "batch-class-2"  # class 2 lives in one group
+    if grouping == "too_few_supported_classes":
+        groups[y == 1] = "batch-class-1"  # now only class 0 spans groups: separatix itself raises
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.declared("wine", "1")).with_groups(groups)
+    result = Benchmark(dataset, [PrecomputedExtractor("raw")],
+                       separatix_config=SeparatixConfig(run_when="always")).run()
+    diagnostic = result["raw"].separatix
+    assert diagnostic.status == expected
+    if expected == "completed":
+        skipped = [s for s in diagnostic.skipped_diagnostics if s["name"] == "unsupported_group_classes"]
+        assert skipped and skipped[0]["classes"] == ["int:2"]
+        assert diagnostic.report["grouping"]["group_count"] == 6  # batch-0..4 plus the class-2 group
+    else:
+        assert diagnostic.report is None and "row-level" in diagnostic.reason
+    assert result.ranked_results()[0].name == "raw"

@@ -68,6 +68,8 @@ def test_removed_stratified_field_is_rejected_with_reason() -> None:
     with pytest.raises(ConfigError, match="'stratified' was removed: categorical subsampling cannot opt out of "
                                           "target preservation"):
         StabilityConfig.from_dict({"mode": "subsample", "stratified": False})
+    with pytest.raises(ConfigError, match="'stratified' was removed: categorical subsampling"):
+        StabilityConfig(mode="subsample", stratified=True)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="unknown field 'bootstrap'"):
         StabilityConfig.from_dict({"bootstrap": True})
 

@@ -113,3 +113,45 @@ def test_dense_and_sparse_extractors_share_seeds() -> None:
     dense, sparse_result = result["dense"].stability, result["sparse"].stability
     assert dense.scoring_seeds == sparse_result.scoring_seeds
     np.testing.assert_allclose(dense.repeat_scores["score"], sparse_result.repeat_scores["score"])
+
+
+def test_infeasible_subsample_fails_when_the_benchmark_is_built():
+    import numpy as np
+
+    from vertebrae import Benchmark, BenchmarkDataset, CallableExtractor, ConfigError, DatasetIdentity, StabilityConfig
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4))
+    y = np.repeat([0, 1], 20)
+    calls = []
+
+    def counting(A):
+        calls.append(1)
+        return A
+
+    ds = BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("d", "1"))
+    with pytest.raises(ConfigError, match="prototype"):
+        Benchmark(ds, [CallableExtractor("a", counting)],
+                  stability_config=StabilityConfig(mode="subsample", subsample_fraction=0.05))
+    assert calls == []
+
+
+def test_ranking_stability_says_it_follows_overlap_when_another_metric_is_primary():
+    import numpy as np
+
+    from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdentity, PrecomputedExtractor,
+                           SeparatixConfig, StabilityConfig)
+
+    rng = np.random.default_rng(1)
+    X = np.vstack([rng.normal(0, 1, (30, 4)), rng.normal(2, 1, (30, 4))])
+    y = np.repeat([0, 1], 30)
+
+    def spread(embeddings, labels, *, target_metadata=None, groups=None, seed=None):
+        return {"score": float(np.std(embeddings))}
+
+    ds = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.declared("d", "1"))
+    result = Benchmark(ds, [PrecomputedExtractor("a"), PrecomputedExtractor("b", X * 2 + rng.normal(0, 1, X.shape))],
+                       metrics=[CallableMetric("spread", spread)], primary_metric="spread",
+                       separatix_config=SeparatixConfig(enabled=False),
+                       stability_config=StabilityConfig(repeats=3)).run()
+    assert "not of the `spread` ranking" in result.to_markdown()

@@ -67,6 +67,13 @@ class Config:
     #: Fields that existed once and were removed on purpose: name -> explanation.
     _removed_fields = {}
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Config":
+        """Reject removed fields given as keywords with the same explanation ``from_dict`` gives."""
+        for name in kwargs:
+            if name in cls._removed_fields:
+                raise ConfigError(f"{cls.__name__} field {name!r} was removed: {cls._removed_fields[name]}")
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         self._validate()
 

@@ -25,7 +25,7 @@ from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics, run_metrics
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from .scoring.separatix import SeparatixConfig
-from .scoring.stability import StabilityConfig
+from .scoring.stability import StabilityConfig, plan_repeats
 
 # Adding a per-extractor stage: a BenchmarkSettings field + an analysis_stages() entry, a `functions`
 # entry in Benchmark.run, its artifact in stages.assemble, then ExtractorResult, results.result_row
@@ -115,10 +115,13 @@ class Benchmark:
         self.progress = progress
 
     def _check_labels_against_config(self) -> None:
-        """Typed k-mapping keys and exclusions must name real classes: fail before any extractor runs."""
+        """Label-dependent settings must fit the dataset: fail before any extractor runs."""
         targets = self.dataset.targets
         if targets.target_type != "regression":
             check_class_settings(self.settings.scoring_config, targets.counts(), targets.catalog)
+        stability = self.settings.stability_config
+        if stability is not None and stability.mode == "subsample":
+            plan_repeats(targets, stability)  # an infeasible subsample fails here, before any extractor runs
 
     def plan(self) -> list[StageJob]:
         recipes = [(e.name, e.recipe()) for e in self.extractors]

@@ -178,25 +178,11 @@ class LabelCatalog:
     def __contains__(self, key: object) -> bool:
         return key in self._index
 
-    def index_of(self, key: str) -> int:
-        return self._index[key]
-
     def display(self, key: str) -> str:
         return self._entries[self._index[key]].display
 
     def value(self, key: str) -> Any:
         return self._entries[self._index[key]].value
-
-    def key_for(self, value: Any, *, argument: str = "label") -> str:
-        """Key of a user-typed label that must exist in this catalog."""
-        key = semantic_key(value)
-        if key not in self._index:
-            known = ", ".join(repr(e.value) for e in self._entries[:10])
-            raise InputValidationError(
-                f"{argument}: {value!r} ({type(value).__name__}) is not a class of this dataset; known classes: "
-                f"{known}{', ...' if len(self) > 10 else ''}. Note that 1, '1' and True are different classes."
-            )
-        return key
 
     # -- serialization -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

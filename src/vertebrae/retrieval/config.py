@@ -70,7 +70,3 @@ class RetrievalConfig(Config):
         self._set("memory_budget_bytes", check_int(name, "memory_budget_bytes", self.memory_budget_bytes, minimum=1))
         self._set("block_size", check_int(name, "block_size", self.block_size, minimum=1, allow_none=True))
         self._set("thread_limit", check_int(name, "thread_limit", self.thread_limit, minimum=1, allow_none=True))
-
-    def metric_names(self) -> list[str]:
-        """Every ranking metric a result reports, in report order."""
-        return [f"{m}@{k}" for k in self.cutoffs for m in CUTOFF_METRICS] + list(FULL_RANKING_METRICS)

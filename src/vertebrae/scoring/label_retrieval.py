@@ -22,7 +22,8 @@ from .metrics import check_metric_name
 
 SIMILARITIES = ("cosine", "dot")
 #: Ranking order of a query's gallery; documented in docs/metrics.md.
-TIE_RULE = "similarity descending, ties broken by row index ascending"
+TIE_RULE = ("similarity descending; at equal similarity other-label rows before same-label rows (pessimistic), "
+            "then row index ascending")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +129,7 @@ class LabelRetrievalMetric(Config):
         if not np.isfinite(sims).all():
             raise MetricError(f"metric {self.name!r}: similarities of query rows {start}-{stop - 1} overflow float32; "
                               "scale the embeddings down or use similarity='cosine'")
-        order = _ranked_columns(sims)
+        order = _ranked_columns(sims, codes == codes[rows, None])
         del sims
         order = order[order != rows[:, None]].reshape(len(rows), n - 1)  # leave the query itself out
         hits = codes[order] == codes[rows, None]
@@ -146,17 +147,23 @@ class LabelRetrievalMetric(Config):
         per_query["map"][rows] = np.bincount(query, weights=precision_at_hit, minlength=len(rows)) / relevant
 
 
-def _ranked_columns(sims: np.ndarray) -> np.ndarray:
-    """Column indices of each row by similarity descending, ties by column index ascending.
+def _ranked_columns(sims: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+    """Column indices of each row by similarity descending; at equal similarity non-relevant
+    columns come first (pessimistic: a collapsed space cannot earn credit from row order),
+    then column index ascending.
 
-    Same as ``np.argsort(-sims, axis=1, kind="stable")``, about 2.5x faster: each entry becomes
-    one int64 key, the order-preserving integer image of ``-similarity`` in the high 32 bits and
-    the column index in the low 32, so an ordinary (unstable) sort of these distinct keys gives
-    the tie rule.  ``0 - s`` never produces ``-0.0``, so equal similarities get equal high bits.
+    Same order as ``np.lexsort((index, relevant, -sims))`` per row, faster: each entry becomes
+    one int64 key — the order-preserving integer image of ``-similarity`` in the high 32 bits,
+    the relevance bit at bit 31, the column index in the low 31 bits — so an ordinary sort of
+    these distinct keys gives the tie rule.  ``0 - s`` never produces ``-0.0``, so equal
+    similarities get equal high bits.
     """
+    if sims.shape[1] >= 2**31:
+        raise MetricError(f"LabelRetrievalMetric supports at most 2**31 - 1 rows, got {sims.shape[1]}")
     bits = (np.float32(0) - sims).view(np.int32)
     keys = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).astype(np.int64) << 32
+    keys |= relevant.astype(np.int64) << 31
     keys |= np.arange(sims.shape[1], dtype=np.int64)
     keys.sort(axis=1)
-    keys &= 0xFFFFFFFF
+    keys &= 0x7FFFFFFF
     return keys

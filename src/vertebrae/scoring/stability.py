@@ -238,7 +238,7 @@ class _Repeat(NamedTuple):
     rows: np.ndarray | None  # None: every row (prototype mode)
 
 
-def _plan(targets: Targets, config: StabilityConfig) -> tuple[list[_Repeat], list[int]]:
+def plan_repeats(targets: Targets, config: StabilityConfig) -> tuple[list[_Repeat], list[int]]:
     """Draw every repeat's scoring seed and rows; returns (repeats, sampling seeds).
 
     ``SeedSequence(random_state).spawn(2)`` gives two independent streams: the first
@@ -322,7 +322,7 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
     elif targets.n_samples != X.shape[0]:
         raise InputValidationError(f"targets has {targets.n_samples} rows but embeddings has {X.shape[0]}; "
                                    "give exactly one target per embedding row")
-    repeats, sampling_seeds = _plan(targets, config)
+    repeats, sampling_seeds = plan_repeats(targets, config)
     outcomes = _score_all(X, targets, scorer, repeats, config.n_jobs)
 
     n = targets.n_samples
