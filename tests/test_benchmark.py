@@ -139,21 +139,24 @@ def test_multilabel_and_regression_benchmarks_run(identity):
     (CallableExtractor("short", lambda X: X[:5]), "has 5 rows but the dataset has"),
     (CallableExtractor("nan", lambda X: np.full_like(X, np.nan)), "NaN or infinite"),
     (CallableExtractor("boom", lambda X: 1 / 0), "'boom' failed during fit/transform: ZeroDivisionError"),
-    (CallableExtractor("const", lambda X: np.ones_like(X)), "identical in every row"),
+    (CallableExtractor("const", lambda X: np.ones_like(X)), "'const' returned the same embedding for every row"),
 ])
-def test_bad_extractor_output_is_reported_before_any_scoring(identity, extractor, match):
+def test_bad_extractor_output_is_reported_before_any_scoring(identity, extractor, match, monkeypatch):
+    from vertebrae.execution import stages
+
     X, y = gaussian_classes(n_per_class=20, n_classes=2, dim=3)
     ds = BenchmarkDataset.from_arrays(X, y, identity=identity)
     scored = []
+    real_score = stages.score
 
-    def spy(A):
-        scored.append(1)
-        return A
+    def counting_score(*args, **kwargs):  # the real stage, counted
+        scored.append(args[0].extractor)
+        return real_score(*args, **kwargs)
 
+    monkeypatch.setattr(stages, "score", counting_score)
     with pytest.raises((ExtractorError, InputValidationError), match=match):
-        Benchmark(ds, [CallableExtractor("good", spy), extractor]).run()
-    if "identical" not in match:  # output validation happens in the extract stage, before scoring anything
-        assert scored == [1]
+        Benchmark(ds, [CallableExtractor("good", lambda A: A), extractor]).run()
+    assert scored == []  # output validation happens in the extract stage, before anything is scored
 
 
 def test_benchmark_argument_validation(blob_dataset):
@@ -194,3 +197,28 @@ def test_json_is_byte_identical_with_separatix_and_stability(identity, tmp_path)
     loaded = BenchmarkResult.load(tmp_path / "0.json")
     assert loaded.to_dict() == results[0].to_dict()
     assert loaded["a"].separatix.report == results[0]["a"].separatix.report  # the full report, timings restored
+
+
+def test_sklearn_pipeline_with_nan_parameters_runs(identity):
+    """SimpleImputer's default missing_values is NaN: the recipe must still key the artifact."""
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+
+    X, y = gaussian_classes(n_per_class=30, n_classes=2, dim=4, seed=6)
+    ds = BenchmarkDataset.from_arrays(X, y, identity=identity)
+    extractor = SklearnExtractor("imputed_pca", make_pipeline(SimpleImputer(), PCA(2, random_state=0)))
+    result = Benchmark(ds, [extractor], scoring_config=OverlapScoringConfig(k=3)).run()
+    assert result["imputed_pca"].recipe["params"]["simpleimputer__missing_values"] == "nan"
+    assert result["imputed_pca"].embedding["embedding_dim"] == 2
+
+
+def test_markdown_shows_typed_settings_by_display_label_and_escapes_html(identity):
+    X, _ = gaussian_classes(n_per_class=30, n_classes=3, dim=4, seed=7)
+    y = [1] * 30 + ["1"] * 30 + ["<b>x</b>"] * 30
+    ds = BenchmarkDataset.from_embeddings(X, y, identity=identity)
+    config = OverlapScoringConfig(k=[(1, 3), ("1", 4)], exclude_classes=["<b>x</b>"])
+    md = Benchmark(ds, [PrecomputedExtractor("a`b")], scoring_config=config).run().to_markdown()
+    section = md[md.index("## Overlap configuration"):md.index("## Ranking")]
+    assert '{"1 (int)": 3, "1 (str)": 4}' in section
+    assert "Excluded from macro/weighted aggregation (still fitted and shown per class): &lt;b&gt;x&lt;/b&gt;" in section
+    assert "<b>" not in md and "a\\`b" in md

@@ -174,3 +174,16 @@ def test_parquet_without_pyarrow_names_the_extra(project, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
     with pytest.raises(DependencyError, match=r"vertebrae\[parquet\]"):
         load_matrix(project / "d.parquet")
+
+
+def test_csv_readers_keep_text_labels_and_detect_numeric_headers(tmp_path):
+    from vertebrae.io import load_column, load_matrix
+
+    X = np.arange(12.0).reshape(4, 3) + 0.5
+    pd.DataFrame(X).to_csv(tmp_path / "unnamed.csv", index=False)  # header line "0,1,2"
+    np.savetxt(tmp_path / "plain.csv", X, delimiter=",")
+    assert np.array_equal(load_matrix(tmp_path / "unnamed.csv"), X)
+    assert np.array_equal(load_matrix(tmp_path / "plain.csv"), X)
+    pd.DataFrame({"label": ["NA", "None", "cat", ""]}).to_csv(tmp_path / "labels.csv", index=False)
+    values = load_column(tmp_path / "labels.csv", "label", "labels")
+    assert values[:3] == ["NA", "None", "cat"] and np.isnan(values[3])  # only the empty cell is missing

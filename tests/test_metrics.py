@@ -77,7 +77,7 @@ def test_primary_custom_metric_ranks_and_overlap_stays_available(small):
     assert list(frame["primary_score"]) == [r.metrics["spread"].score for r in ranked]
     assert {"metric.overlap", "metric.spread", "runtime.metrics", "runtime.metric.spread"} <= set(frame.columns)
     markdown = result.to_markdown()
-    assert "Ranked by `spread` (higher is better)" in markdown
+    assert "Ranked by **spread** (higher is better)" in markdown
     assert "| spread (primary) |" in markdown and "higher is better" in markdown
 
 

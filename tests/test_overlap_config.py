@@ -27,6 +27,7 @@ def test_defaults_match_the_spec():
     ({"offline_chunk_size": 0}, "offline_chunk_size"), ({"normalize_embeddings": "yes"}, "normalize_embeddings"),
     ({"max_dense_bytes": -1}, "max_dense_bytes"), ({"kmeans_kwargs": {"n_clusters": 3}}, "kmeans_kwargs"),
     ({"kmeans_kwargs": {"random_state": 3}}, "kmeans_kwargs"), ({"kmeans_kwargs": {"bogus": 1}}, "kmeans_kwargs"),
+    ({"kmeans_kwargs": {"batch_size": -1}}, "kmeans_kwargs has an invalid value.*batch_size"),
     ({"random_state": -1}, "random_state"), ({"thread_limit": 0}, "thread_limit"),
     ({"exclude_classes": [None]}, "exclude_classes"), ({"k": [(1, 2), (1, 3)]}, "twice"),
 ])

@@ -70,8 +70,14 @@ def test_multilabel_indicator_and_label_sets_match_direct_call():
         assert result.score == oi.index and result.weighted_score == oi.weighted_index
         assert result.per_class_scores == {keys[j]: float(oi.singleton_index[j]) for j in range(4)}
         assert result.class_counts == {keys[j]: int(Y[:, order[j]].sum()) for j in range(4)}
-        assert result.pairwise_scores["str:cat"]["str:night"] == pytest.approx(oi.pairwise_index[(0, 2)], abs=0) \
-            or math.isnan(oi.pairwise_index[(0, 2)])
+        assert result.k_per_class == {keys[j]: len(oi.rev_map[j]) for j in range(4)}
+        for a in range(4):
+            for b in range(4):
+                if a != b:
+                    expected = oi.pairwise_index[(a, b)]
+                    got = result.pairwise_scores[keys[a]][keys[b]]
+                    assert got is None if math.isnan(expected) else got == expected
+                    assert result.sparse_adjacency.get(keys[a], {}).get(keys[b], 0) == oi.sparse_adj.get((a, b), 0)
 
 
 def test_regression_matches_direct_continuous_overlapindex():
@@ -87,8 +93,20 @@ def test_regression_matches_direct_continuous_overlapindex():
     null = result.regression["null_calibration"]
     assert null["null_mode_used"] == "refit_permutation" and null["null_loss"] == coi.null_loss_
     assert null["null_loss_samples"] == [float(v) for v in coi.null_loss_samples_]
-    assert {int(p): v["support"] for p, v in result.regression["prototypes"].items()} == {
-        int(p): int(s) for p, s in coi.prototype_support_.items()}
+    prototypes = result.regression["prototypes"]
+    assert set(prototypes) == {str(int(p)) for p in coi.prototype_index_}
+    for p in coi.prototype_index_:
+        mine = prototypes[str(int(p))]
+        assert mine["index"] == coi.prototype_index_[p] and mine["loss"] == coi.prototype_loss_[p]
+        assert mine["support"] == int(coi.prototype_support_.get(p, 0))
+        assert mine["target_cell"] == int(coi.prototype_to_target_cell_[p])
+        assert mine["target_mean"] == np.asarray(coi.prototype_target_mean_[p], dtype=float).ravel().tolist()
+        assert mine["target_radius"] == coi.prototype_target_radius_[p]
+    assert result.regression["target_cells"] == {
+        f"cell:{int(c)}": sorted(int(p) for p in protos) for c, protos in coi.target_cell_to_prototypes_.items()}
+    assert result.regression["prototype_adjacency"] == [
+        [int(p), int(q), float(w), int(coi.prototype_adjacency_count_.get((p, q), 0))]
+        for (p, q), w in sorted(coi.prototype_adjacency_.items())]
     assert 0.0 <= result.score <= 1.0
     json.dumps(result.to_dict())
 
@@ -162,11 +180,13 @@ def test_sparse_input_stays_sparse_and_matches_dense():
     X, y = gaussian_classes(n_per_class=50, n_classes=3, seed=7)
     X[np.abs(X) < 1.0] = 0.0
     dense = OverlapIndexScorer(OverlapScoringConfig(k=4)).score(X, y)
+    oi = direct_oi(sparse.csr_matrix(X), y, 4)
     for matrix in (sparse.csr_matrix(X), sparse.coo_matrix(X), sparse.csr_array(X)):
         result = OverlapIndexScorer(OverlapScoringConfig(k=4)).score(matrix, y)
         assert result.metadata["input_sparse"] is True
-        assert result.score == pytest.approx(dense.score, abs=1e-12)
-        assert result.per_class_scores == pytest.approx(dense.per_class_scores, abs=1e-12)
+        assert result.score == oi.index and result.weighted_score == oi.weighted_index  # exact vs the direct call
+        assert result.per_class_scores == {f"int:{c}": float(oi.singleton_index[c]) for c in range(3)}
+        assert result.score == pytest.approx(dense.score, abs=1e-12)  # and sparse agrees with dense
 
 
 def test_large_sparse_matrix_scores_far_below_its_dense_size():
@@ -282,3 +302,15 @@ def test_rows_pointing_one_way_are_constant_after_normalization():
     assert raw.score == direct_oi(X, y, 3, normalize_rows=False).index  # without normalization the rows differ
     with pytest.raises(InputValidationError, match="identical"):
         OverlapIndexScorer().score(sparse.csr_matrix(X), y)
+
+
+def test_boolean_embeddings_are_accepted_dense_and_sparse():
+    rng = np.random.default_rng(0)
+    X = rng.random((60, 10)) < 0.5
+    y = np.repeat([0, 1], 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScoringWarning)
+        dense = OverlapIndexScorer(OverlapScoringConfig(k=3)).score(X, y)
+        sparse_result = OverlapIndexScorer(OverlapScoringConfig(k=3)).score(sparse.csr_matrix(X), y)
+    assert dense.score == direct_oi(X.astype(np.float64), y, 3).index
+    assert sparse_result.score == pytest.approx(dense.score, abs=1e-12)

@@ -136,7 +136,7 @@ def test_markdown_is_rendered_from_the_serialized_dict(result, tmp_path):
     for heading in ("## Ranking", "## Metrics per cutoff", "## Full-ranking metrics and similarity diagnostics",
                     "## Protocol", "## Extractors", "## Warnings"):
         assert heading in text
-    assert "Ranked by `ndcg@10`" in text and "mean of forward and reverse" in text
+    assert "Ranked by **ndcg@10**" in text and "mean of forward and reverse" in text
     assert "| 1 | own \\| best |" in text  # pipes in names are escaped by the shared cell renderer
     assert "reverse direction: 11 of 20 gallery item(s)" in text
     assert result.save_markdown(tmp_path / "r.md").read_text(encoding="utf-8") == text

@@ -154,4 +154,4 @@ def test_ranking_stability_says_it_follows_overlap_when_another_metric_is_primar
                        metrics=[CallableMetric("spread", spread)], primary_metric="spread",
                        separatix_config=SeparatixConfig(enabled=False),
                        stability_config=StabilityConfig(repeats=3)).run()
-    assert "not of the `spread` ranking" in result.to_markdown()
+    assert "not of the **spread** ranking" in result.to_markdown()

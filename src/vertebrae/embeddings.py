@@ -40,7 +40,7 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
         csr = matrix.tocsr() if matrix.format != "csr" else matrix
         if not isinstance(csr, sparse_module().csr_matrix):
             csr = sparse_module().csr_matrix(csr)  # sparse arrays -> csr_matrix, sharing buffers where possible
-        if not np.issubdtype(csr.dtype, np.number) or np.issubdtype(csr.dtype, np.complexfloating):
+        if not (np.issubdtype(csr.dtype, np.number) or csr.dtype == np.bool_) or np.issubdtype(csr.dtype, np.complexfloating):
             raise InputTypeError(f"{where} must hold real numbers, got dtype {csr.dtype}; cast it with .astype(np.float32)")
         data = csr.data
         bad = ~np.isfinite(data) if np.issubdtype(data.dtype, np.floating) else None
@@ -137,7 +137,7 @@ def is_constant(matrix: np.ndarray | sparse.csr_matrix, *, normalize: bool = Fal
     """
     if matrix.shape[0] < 2:
         return True
-    head = matrix[:8].toarray() if is_sparse(matrix) else np.asarray(matrix[:8], dtype=np.float64)
+    head = (matrix[:8].toarray() if is_sparse(matrix) else matrix[:8]).astype(np.float64)
     if normalize:
         head = _unit_rows(head)
     if not np.allclose(head, head[0], rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL):

@@ -61,13 +61,15 @@ def _read_parquet(path: pathlib.Path) -> Any:
 
 
 def _csv_has_header(path: pathlib.Path) -> bool:
+    """A first line that is not all numbers, or is exactly 0, 1, ..., d-1 (what ``DataFrame.to_csv`` writes
+    for unnamed columns), is a header."""
     with path.open(encoding="utf-8") as handle:
         first = handle.readline().strip().split(",")
     try:
-        [float(field) for field in first]
+        values = [float(field) for field in first]
     except ValueError:
         return True
-    return False
+    return values == [float(i) for i in range(len(values))]
 
 
 def _numeric_frame(frame: Any, path: pathlib.Path) -> np.ndarray:
@@ -94,7 +96,8 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
     if suffix in (".csv", ".parquet"):
         import pandas as pd
 
-        frame = pd.read_csv(path) if suffix == ".csv" else _read_parquet(path)
+        # labels are text: "NA" or "None" are class names here; only an empty cell is missing
+        frame = pd.read_csv(path, keep_default_na=False, na_values=[""]) if suffix == ".csv" else _read_parquet(path)
         if column is None:
             if frame.shape[1] != 1:
                 raise InputValidationError(f"{path} has columns {list(frame.columns)}; name the {what} column in the config")

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..embeddings import embedding_metadata, validate_embeddings
+from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
 from ..scoring.metrics import MetricsArtifact
@@ -55,6 +55,9 @@ def extract(dataset: Any, extractor: Any) -> EmbeddingArtifact:
                              f"{type(exc).__name__}: {exc}") from exc
     matrix = validate_embeddings(output, argument="output", n_rows=dataset.n_samples,
                                  source=f"extractor {extractor.name!r}")
+    if is_constant(matrix):
+        raise ExtractorError(f"extractor {extractor.name!r} returned the same embedding for every row, so it separates "
+                             "nothing; check the extractor (a collapsed or untrained model?)")
     metadata = embedding_metadata(matrix)
     metadata["parent_extractor_name"] = extractor.name
     return EmbeddingArtifact(extractor.name, matrix, metadata, time.perf_counter() - start)

@@ -9,6 +9,7 @@ same embeddings.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -127,8 +128,11 @@ class SklearnExtractor:
 
 
 def _param_text(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """A JSON-safe stand-in for one estimator parameter (NaN defaults such as SimpleImputer's become text)."""
+    if value is None or isinstance(value, (bool, int, str)):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
     if hasattr(value, "get_params"):
         return qualname(type(value))
     return repr(value)

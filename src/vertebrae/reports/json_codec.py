@@ -22,7 +22,7 @@ import numpy as np
 from .._sparse import is_sparse, sparse_module
 from ..errors import SerializationError
 
-_MARKERS = ("__ndarray__", "__sparse__", "__mapping__", "__set__", "__tuple__")
+_MARKERS = ("__ndarray__", "__sparse__", "__mapping__", "__set__")
 
 
 def encode(obj: Any, path: str = "$", _active: set[int] | None = None) -> Any:

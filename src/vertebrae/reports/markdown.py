@@ -73,14 +73,23 @@ def _extractor_summary(data: Mapping[str, Any]) -> str:
 def _overlap_configuration(data: Mapping[str, Any]) -> str:
     settings = data["metadata"]["settings"]
     key = "continuous_config" if data["dataset_summary"]["target_type"] == "regression" else "scoring_config"
-    rows = [[name, json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value]
-            for name, value in settings[key].items()]
-    body = table(["setting", "value"], rows)
+    catalog = data["metadata"].get("label_catalog") or {"entries": []}
+    display = {entry["key"]: entry["display"] for entry in catalog["entries"]}
+
+    def shown(name: str, value: Any) -> Any:
+        """Typed labels in ``k`` and ``exclude_classes`` are shown by their display text."""
+        if name == "k" and isinstance(value, list):
+            value = {display.get(item["label_key"], item["label_key"]): item["k"] for item in value}
+        elif name == "exclude_classes":
+            value = [display.get(item["label_key"], item["label_key"]) for item in value]
+        return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
+
+    body = table(["setting", "value"], [[name, shown(name, value)] for name, value in settings[key].items()])
     excluded = settings["scoring_config"].get("exclude_classes") or []
     note = ""
     if excluded and key == "scoring_config":
         note = ("\nExcluded from macro/weighted aggregation (still fitted and shown per class): "
-                + ", ".join(text(e["label_key"]) for e in excluded) + "\n")
+                + ", ".join(text(display.get(e["label_key"], e["label_key"])) for e in excluded) + "\n")
     return "## Overlap configuration\n\nBackend: MiniBatchKMeans (fixed).\n\n" + body + note
 
 
@@ -111,7 +120,7 @@ def _ranking(data: Mapping[str, Any]) -> str:
     body = table(RANKING_COLUMNS, [[_ranking_cell(row, c) for c in RANKING_COLUMNS] for row in valid_rows])
     tail = f"\nNot ranked (invalid primary aggregate): {', '.join(text(n) for n in invalid)}\n" if invalid else ""
     order = "higher is better" if ranked[0].primary_metric.higher_is_better else "lower is better"
-    return (f"## Ranking\n\nRanked by `{text(ranked[0].primary_metric_name)}` ({order}).\n\n" + body + tail)
+    return (f"## Ranking\n\nRanked by **{text(ranked[0].primary_metric_name)}** ({order}).\n\n" + body + tail)
 
 
 def _extractor_details(data: Mapping[str, Any]) -> str:

@@ -40,7 +40,7 @@ def stability_section(data: Mapping[str, Any]) -> str:
         primary = data["metadata"].get("primary_metric", "overlap")
         if primary != "overlap":
             lines.append(f"These repeats re-score the overlap metric, so this is the stability of the overlap-score "
-                         f"ranking, not of the `{text(primary)}` ranking in the table above.\n")
+                         f"ranking, not of the **{text(primary)}** ranking in the table above.\n")
         lines.append(f"Reference ranking: mean repeat overlap score. {text(ranking['top_extractor'])} ranks first in "
                      f"{ranking['top_retention']:.0%} of the {ranking['n_repeats']} repeats; mean Kendall tau "
                      f"between repeat rankings {'–' if tau is None else f'{tau:.4f}'} "

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def cell(value: Any, digits: int = 4) -> str:
-    """Render one value as a safe table cell (pipes, backslashes, line breaks escaped)."""
+    """Render one value as a safe cell: HTML, pipes, backslashes and backticks escaped, line breaks as <br>."""
     if value is None:
         text = "–"
     elif isinstance(value, bool):
@@ -17,7 +17,8 @@ def cell(value: Any, digits: int = 4) -> str:
         text = "–" if not math.isfinite(value) else f"{value:.{digits}f}"
     else:
         text = str(value)
-    text = text.replace("\\", "\\\\").replace("|", "\\|")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # no raw HTML from labels
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "<br>")
     return text
 

@@ -1,16 +1,17 @@
 """OverlapIndex adapter: the only module that imports ``overlapindex``.
 
 Every overlap number vertebrae reports comes from :class:`OverlapIndexScorer`.  It
-validates the input, L2-normalizes (dense or sparse, one float64 copy that
-OverlapIndex then uses without copying again), resolves k per class, translates
-typed labels to semantic keys, calls ``OverlapIndex`` / ``ContinuousOverlapIndex``
-with the fixed MiniBatchKMeans backend under a thread limit and a deterministic
-seed, and returns an :class:`OverlapScoreResult` keyed by semantic label keys.
+validates the input, resolves k per class, translates typed labels to catalog codes,
+calls ``OverlapIndex`` (which L2-normalizes on its own float64 copy) or
+``ContinuousOverlapIndex`` (normalized here on one float64 copy) with the fixed
+MiniBatchKMeans backend under a thread limit and a deterministic seed, and returns an
+:class:`OverlapScoreResult` keyed by semantic label keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from ..labels import LabelCatalog, decode_key, semantic_key
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
 
+_LOG = logging.getLogger(__name__)
 #: Seed used when the caller gives none: unseeded MiniBatchKMeans drifts between runs.
 DEFAULT_SEED = 0
 BACKEND = "MiniBatchKMeans"
@@ -111,6 +113,10 @@ def _validate_kmeans_kwargs(owner: str, value: Any) -> FrozenDict:
         if unknown:
             raise ConfigError(f"{owner}.kmeans_kwargs has unknown MiniBatchKMeans argument(s) {unknown}; "
                               f"allowed: {sorted(allowed)}")
+        try:  # value checks now, not at fit time after every extractor has run
+            MiniBatchKMeans(**kwargs)._validate_params()
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{owner}.kmeans_kwargs has an invalid value: {exc}") from None
     return kwargs
 
 
@@ -443,6 +449,9 @@ class OverlapIndexScorer:
         if zeros.size:
             notes.append(f"{zeros.size} all-zero embedding row(s) stay at the origin")
         kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
+        _LOG.info("ContinuousOverlapIndex on %d x %d with %d %s null permutation(s); this is slow (about 70 s at "
+                  "20,000 x 384 with 20 permutations on 2 cores)", X.shape[0], X.shape[1], cfg.n_null_permutations,
+                  cfg.null_mode)
         with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             coi = ContinuousOverlapIndex(
