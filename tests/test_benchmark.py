@@ -109,6 +109,9 @@ def test_markdown_has_the_sections_and_escapes_cells(identity):
     header_cells = rows[0].count(" | ")
     assert all(row.replace("\\|", "").count(" | ") == header_cells for row in rows if row != rows[1])
     assert "cat\\|dog" in md and "line<br>break\\\\x" in md
+    pairwise = md[md.index("Pairwise overlap (row vs column)"):]
+    a_vs_b = result["a|b\nc"].overlap.pairwise_scores["str:cat|dog"]["str:line\nbreak\\x"]
+    assert f"| cat\\|dog | – | {a_vs_b:.4f} |" in pairwise
 
 
 def test_excluded_classes_appear_in_reports(identity):

@@ -130,6 +130,19 @@ def _extractor_details(data: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
+#: Largest class count whose pairwise matrix is printed; larger matrices stay in the JSON.
+MAX_PAIRWISE_CLASSES = 12
+
+
+def _pairwise(o: Mapping[str, Any]) -> str:
+    """Pairwise overlap (row class a against column class b); '–' on the diagonal and where unevaluable."""
+    keys = list(o["pairwise_scores"])
+    if len(keys) > MAX_PAIRWISE_CLASSES:
+        return f"Pairwise overlap of {len(keys)} classes: see `pairwise_scores` in the JSON.\n"
+    rows = [[_display(o, a)] + [o["pairwise_scores"][a].get(b) for b in keys] for a in keys]
+    return "Pairwise overlap (row vs column):\n\n" + table(["class", *(_display(o, b) for b in keys)], rows)
+
+
 def extractor_detail(r: Mapping[str, Any]) -> str:
     o = r["overlap"]
     lines = [f"### {text(r['name'])}\n",
@@ -143,6 +156,7 @@ def extractor_detail(r: Mapping[str, Any]) -> str:
         rows = [[_display(o, k), o["class_counts"].get(k), o["k_per_class"].get(k), v,
                  "yes" if k in meta.get("aggregation_classes", []) else "no"] for k, v in o["per_class_scores"].items()]
         lines.append(table(["class", "count", "k", "overlap", "aggregated"], rows))
+        lines.append(_pairwise(o))
     if o.get("loss_ratio") is not None:
         null = o["regression"]["null_calibration"]
         lines.append(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null {null['null_loss']:.4f}; "
