@@ -367,16 +367,7 @@ class OverlapIndexScorer:
                 "to be scored: subsample per class (as subsample stability does) or drop the class")
         included = check_class_settings(cfg, counts, catalog)
         k_per_class, k_source, notes = resolve_k(counts, cfg, catalog)
-        zeros = zero_rows(X)
-        if is_constant(X, normalize=cfg.normalize_embeddings):
-            raise InputValidationError(
-                "embeddings are identical in every row" + (" after L2 normalization" if cfg.normalize_embeddings else "")
-                + ", so they separate nothing; OverlapIndex would report 1.0 (perfect separation) for such a space. "
-                "Check the extractor (a collapsed or untrained model?).")
-        if zeros.size:
-            shown = ", ".join(map(str, zeros[:5])) + (", ..." if zeros.size > 5 else "")
-            notes.append(f"{zeros.size} all-zero embedding row(s) (rows {shown}) cannot be L2-normalized and stay at "
-                         "the origin" if cfg.normalize_embeddings else f"{zeros.size} all-zero embedding row(s) (rows {shown})")
+        zeros = _check_geometry(X, cfg.normalize_embeddings, notes)
         # OverlapIndex sees integer codes into the label catalog: column j of the multi-label
         # indicator, or code j of a single-label row, is catalog.keys[j].  Integer labels also
         # keep OverlapIndex's per-row label bookkeeping ~10% cheaper than string keys.
@@ -411,13 +402,9 @@ class OverlapIndexScorer:
         unevaluable = sorted(from_oi[_py(lab)] for lab in getattr(oi, "unevaluable_labels_", None) or [])
         aggregation = [k for k in included if k not in unevaluable]
         metadata = {
-            "backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
-            "offline_chunk_size": cfg.offline_chunk_size, "seed": seed, "kmeans_kwargs": dict(kmeans_kwargs),
-            "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
-            "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
+            **_backend_metadata(cfg, X, kmeans_kwargs, zeros),
             "aggregation_classes": aggregation, "excluded_classes": list(cfg.exclude_classes),
-            "unevaluable_classes": unevaluable, "k_source": k_source, "thread_limit": cfg.thread_limit,
-            "zero_rows": int(zeros.size), "overlapindex_version": _version("overlapindex"),
+            "unevaluable_classes": unevaluable, "k_source": k_source,
         }
         return OverlapScoreResult(
             score=float(oi.index), macro_score=float(oi.index), weighted_score=float(oi.weighted_index),
@@ -443,11 +430,8 @@ class OverlapIndexScorer:
         Y = targets.values[:, keep]
         Y = Y[:, 0] if Y.shape[1] == 1 else Y
         # ContinuousOverlapIndex has no normalization option: normalize on one float64 copy here.
-        Xf, zeros = evaluated_matrix(X, cfg.normalize_embeddings)
-        if is_constant(Xf):
-            raise InputValidationError("embeddings are identical in every row, so they separate nothing; check the extractor")
-        if zeros.size:
-            notes.append(f"{zeros.size} all-zero embedding row(s) stay at the origin")
+        zeros = _check_geometry(X, cfg.normalize_embeddings, notes)
+        Xf, _ = evaluated_matrix(X, cfg.normalize_embeddings)
         kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
         _LOG.info("ContinuousOverlapIndex on %d x %d with %d %s null permutation(s); this is slow (about 70 s at "
                   "20,000 x 384 with 20 permutations on 2 cores)", X.shape[0], X.shape[1], cfg.n_null_permutations,
@@ -485,12 +469,8 @@ class OverlapIndexScorer:
             "scored_targets": [targets.target_names[j] for j in keep],
         }
         metadata = {
-            "backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
-            "offline_chunk_size": cfg.offline_chunk_size, "seed": seed, "kmeans_kwargs": dict(kmeans_kwargs),
-            "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
-            "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "aggregation": cfg.aggregation,
-            "aggregation_classes": list(cells), "excluded_classes": [], "thread_limit": cfg.thread_limit,
-            "zero_rows": int(zeros.size), "overlapindex_version": _version("overlapindex"),
+            **_backend_metadata(cfg, X, kmeans_kwargs, zeros), "aggregation": cfg.aggregation,
+            "aggregation_classes": list(cells), "excluded_classes": [],
         }
         return OverlapScoreResult(
             score=float(coi.index), macro_score=float(coi.macro_index_), weighted_score=float(coi.weighted_index),
@@ -499,6 +479,33 @@ class OverlapIndexScorer:
             k_per_class={cell: len(protos) for cell, protos in cells.items()},
             warnings=notes + _capture(caught), metadata=metadata, target_type="regression",
             labels={cell: cell for cell in cells}, loss_ratio=float(coi.loss_ratio_), regression=regression)
+
+
+def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> np.ndarray:
+    """Reject a space with one point (OverlapIndex calls it perfectly separated); note zero rows.
+
+    Returns the indices of all-zero rows; their warning is appended to ``notes``.
+    """
+    if is_constant(X, normalize=normalize):
+        raise InputValidationError(
+            "embeddings are identical in every row" + (" after L2 normalization" if normalize else "")
+            + ", so they separate nothing; OverlapIndex would report 1.0 (perfect separation) for such a space. "
+            "Check the extractor (a collapsed or untrained model?).")
+    zeros = zero_rows(X)
+    if zeros.size:
+        shown = ", ".join(map(str, zeros[:5])) + (", ..." if zeros.size > 5 else "")
+        notes.append(f"{zeros.size} all-zero embedding row(s) (rows {shown})"
+                     + (" cannot be L2-normalized and stay at the origin" if normalize else ""))
+    return zeros
+
+
+def _backend_metadata(cfg: Any, X: Any, kmeans_kwargs: Mapping[str, Any], zeros: np.ndarray) -> dict[str, Any]:
+    """Backend facts every overlap result records, classification or regression."""
+    return {"backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
+            "offline_chunk_size": cfg.offline_chunk_size, "seed": kmeans_kwargs["random_state"],
+            "kmeans_kwargs": dict(kmeans_kwargs), "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
+            "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "thread_limit": cfg.thread_limit,
+            "zero_rows": int(zeros.size), "overlapindex_version": _version("overlapindex")}
 
 
 def _py(label: Any) -> Any:
