@@ -44,7 +44,8 @@ def test_run_ranks_by_overlap_and_matches_direct_scores(four_way):
     raw = result["raw"]
     assert raw.metrics["overlap"].score == raw.overlap.score == raw.primary_score
     assert raw.embedding == {"n_samples": 240, "embedding_dim": 10, "dtype": "float32", "sparse": False,
-                             "nnz": 2400, "logical_bytes": 9600, "parent_extractor_name": "raw"}
+                             "nnz": 2400, "logical_bytes": 9600, "parent_extractor_name": "raw",
+                             "cache_eligible": True, "cache_status": "disabled"}
     assert set(raw.runtime) == {"extract", "score", "separatix"}  # Separatix runs by default (gated)
     assert raw.weakest_class["score"] == min(raw.overlap.per_class_scores.values())
     assert result.dataset_summary["class_counts"] == {f"int:{c}": 60 for c in range(4)}

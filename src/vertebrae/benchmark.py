@@ -131,13 +131,14 @@ class Benchmark:
         plan = self.plan(context)
         runner = LocalRunner(self.progress) if runner is None else runner
         outcome = runner.run(plan.jobs, context, on_error=self.on_error)
-        results = [_chain_result(chain, keys, outcome, self.settings)
+        eligible = {job.key: job.cache_eligible for job in plan.jobs}
+        results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]])
                    for chain, keys in zip(plan.chains, plan.chain_keys)]
         return _build_result(self.dataset, results, self.settings, plan, started)
 
 
-def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome,
-                  settings: BenchmarkSettings) -> ExtractorResult:
+def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, settings: BenchmarkSettings,
+                  cache_eligible: bool) -> ExtractorResult:
     """The assembled result of one chain, with its keys, runtimes and cache facts; or its failure."""
     assembled = outcome.artifacts.get(keys["assemble"])
     if assembled is None:
@@ -145,7 +146,10 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome,
         return ExtractorResult.failed(chain.name, settings.primary_metric,
                                       {**failure.to_dict(), "extractor": chain.parent},
                                       artifact_keys=dict(keys))
-    result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings))
+    embedding = {**assembled.embedding, "cache_eligible": cache_eligible,
+                 "cache_status": outcome.statuses[keys["extract"]]}
+    result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
+                                 embedding=embedding)
     result.runtime = _runtime(keys, outcome, result)
     return result
 

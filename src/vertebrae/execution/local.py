@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from .context import BYPASSED_UNSAFE_IDENTITY
 from .plan import StageJob
 from .registry import get_stage
 
@@ -55,6 +56,8 @@ class RunOutcome:
     #: key -> {"seconds": wall seconds of the job, plus sub-step seconds the stage recorded}.
     timings: dict[str, dict[str, float]]
     failures: dict[str, JobFailure]
+    #: key -> cache status of the artifact: hit, miss, disabled (no cache) or bypassed_unsafe_identity.
+    statuses: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def run_job(job: StageJob, inputs: dict[str, Any], context: Any) -> tuple[Any, dict[str, float]]:
@@ -102,6 +105,7 @@ class LocalRunner:
                     else:
                         memory[job.key] = artifact
                         outcome.timings[job.key] = timings
+                        outcome.statuses[job.key] = "disabled" if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY
                 for key in job.needs.values():
                     remaining_reads[key] -= 1
                     if remaining_reads[key] == 0 and key not in final:

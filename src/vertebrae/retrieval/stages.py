@@ -83,7 +83,7 @@ def _similarity(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
     return {"similarity": settings.config.similarity}
 
 
-@stage(PIPELINE, "endpoints", version=1, reads=("encode",), context=("relevance",), config=_similarity)
+@stage(PIPELINE, "endpoints", version=1, reads=("encode",), config=_similarity)
 def endpoints(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Endpoints:
     """Both endpoints in the similarity's geometry (checked: same width, bounded norms)."""
     dataset = context.dataset
