@@ -32,3 +32,16 @@ def identity() -> DatasetIdentity:
 def blob_dataset(blobs, identity) -> BenchmarkDataset:
     X, y = blobs
     return BenchmarkDataset.from_embeddings(X, y, identity=identity)
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """One LocalCluster for the session (components.md section 5): 2 single-threaded worker processes."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        yield client

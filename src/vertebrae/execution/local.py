@@ -70,6 +70,11 @@ def run_job(job: StageJob, inputs: dict[str, Any], context: Any) -> tuple[Any, d
     return artifact, timings
 
 
+def uncached_status(job: StageJob) -> str:
+    """Cache status of an artifact computed without a cache: disabled, or bypassed for an unsafe identity."""
+    return "disabled" if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY
+
+
 class LocalRunner:
     """Runs jobs one after another in this process."""
 
@@ -105,7 +110,7 @@ class LocalRunner:
                     else:
                         memory[job.key] = artifact
                         outcome.timings[job.key] = timings
-                        outcome.statuses[job.key] = "disabled" if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY
+                        outcome.statuses[job.key] = uncached_status(job)
                 for key in job.needs.values():
                     remaining_reads[key] -= 1
                     if remaining_reads[key] == 0 and key not in final:

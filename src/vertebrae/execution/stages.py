@@ -9,10 +9,14 @@ it adds to :class:`~vertebrae.results.ExtractorResult` — see docs/architecture
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
+from .._sparse import is_sparse, sparse_module
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
@@ -68,29 +72,67 @@ def scoring_fingerprint(settings: Any, chain: Any = None) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- stages
 @stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",))
 def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
-    """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate."""
+    """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate.
+
+    The three steps are separate functions so a distributed runner can fit once and
+    transform row shards in parallel (:mod:`vertebrae.execution.dask`); run here they
+    are one call each on the whole dataset.
+    """
+    extractor = fit_extractor(job, context)
+    return embedding_set(job, context, [transform_rows(job, extractor, context.dataset.extractor_input)])
+
+
+def fit_extractor(job: Any, context: Any) -> Any:
+    """Step 1 of extract: the job's extractor fitted on every dataset row (returned, so it can travel)."""
     extractor, dataset = context.extractor(job), context.dataset
-    name = job.params["parent"]
     supervised = bool(getattr(extractor, "supervised", False))
-    try:
+    with _user_code(job):
         extractor.fit(dataset.extractor_input, estimator_targets(dataset.targets) if supervised else None)
+    return extractor
+
+
+def transform_rows(job: Any, extractor: Any, rows: Any) -> dict[str | None, Any]:
+    """Step 2 of extract: the fitted extractor's raw output(s) for some input rows."""
+    with _user_code(job):
         if hasattr(extractor, "transform_many"):
-            outputs = dict(extractor.transform_many(dataset.extractor_input))
-        else:
-            outputs = {None: extractor.transform(dataset.extractor_input)}
-    except VertebraeError:
-        raise
-    except Exception as exc:  # an extractor is user code: name it in the error
-        raise ExtractorError(f"extractor {name!r} failed during fit/transform: {type(exc).__name__}: {exc}") from exc
+            return dict(extractor.transform_many(rows))
+        return {None: extractor.transform(rows)}
+
+
+def embedding_set(job: Any, context: Any, parts: list[dict[str | None, Any]]) -> EmbeddingSet:
+    """Step 3 of extract: stack the row parts (in row order) of every output, then validate each matrix."""
+    dataset, name = context.dataset, job.params["parent"]
     matrices, metadata = {}, {}
-    for output, raw in outputs.items():
+    for output in parts[0]:
         source = f"extractor {name!r}" + ("" if output is None else f" output {output!r}")
+        raw = parts[0][output] if len(parts) == 1 else stack_rows([part[output] for part in parts], source)
         matrix = validate_embeddings(raw, argument="output", n_rows=dataset.n_samples, source=source)
         if is_constant(matrix):
             raise ExtractorError(f"{source} returned the same embedding for every row, so it separates nothing; "
                                  "check the extractor (a collapsed or untrained model?)")
         matrices[output], metadata[output] = matrix, embedding_metadata(matrix)
     return EmbeddingSet(matrices, metadata)
+
+
+def stack_rows(parts: list[Any], source: str) -> Any:
+    """One matrix from row shards: sparse shards stack as CSR, dense ones as one array."""
+    checked = [validate_embeddings(part, argument=f"output shard {i}", source=source) for i, part in enumerate(parts)]
+    if any(is_sparse(part) for part in checked):
+        sparse = sparse_module()
+        return sparse.csr_matrix(sparse.vstack([sparse.csr_matrix(part) for part in checked], format="csr"))
+    return np.concatenate(checked, axis=0)
+
+
+@contextlib.contextmanager
+def _user_code(job: Any) -> Iterator[None]:
+    """An extractor is user code: name it in the error (vertebrae's own errors pass through)."""
+    try:
+        yield
+    except VertebraeError:
+        raise
+    except Exception as exc:
+        raise ExtractorError(f"extractor {job.params['parent']!r} failed during fit/transform: "
+                             f"{type(exc).__name__}: {exc}") from exc
 
 
 @stage(PIPELINE, "embedding", version=1, reads=("extract",), context=("output",))

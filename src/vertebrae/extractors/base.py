@@ -59,6 +59,9 @@ class PrecomputedExtractor:
         self.name = check_extractor_name(name)
         self.embeddings = None if embeddings is None else validate_embeddings(embeddings, argument=f"embeddings of {name!r}")
 
+    #: Nothing to compute, and ``transform`` ignores its rows when given a matrix: never sharded by rows.
+    shardable = False
+
     def fit(self, X: Any, y: Any = None) -> "PrecomputedExtractor":
         return self
 

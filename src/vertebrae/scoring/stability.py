@@ -25,6 +25,7 @@ import numpy as np
 from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
 from ..errors import ConfigError, InputValidationError, ScoringWarning
+from ..execution.fanout import fanout_map
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
 
@@ -292,6 +293,9 @@ def _score_in_worker(repeat: _Repeat) -> _Outcome:
 
 def _score_all(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeats: list[_Repeat],
                n_jobs: int) -> list[_Outcome]:
+    fanned = fanout_map(_score_repeat, (X, targets, scorer), repeats)  # a distributed runner's workers
+    if fanned is not None:
+        return fanned
     if n_jobs == 1:
         return [_score_repeat(X, targets, scorer, repeat) for repeat in repeats]
     # 'spawn' rather than fork: forking a process whose OpenMP runtime is initialized can hang.

@@ -1,0 +1,361 @@
+"""The dask.distributed runner: a plan's jobs as cluster tasks, running the same stage code as the local runner.
+
+Every job becomes one task that calls :func:`~vertebrae.execution.local.run_job` on a
+worker; its inputs are the futures of the jobs it reads, so independent chains run in
+parallel and artifacts stay on the workers (only the final ``assemble`` artifacts and
+each job's timings come back to the driver).  Two kinds of work fan out further:
+
+- an ``extract`` job over more than ``shard_rows`` rows fits its extractor once, then
+  transforms row shards as separate tasks and stacks them on a worker (the steps of the
+  extract stage, :func:`~vertebrae.execution.stages.fit_extractor` and friends);
+- a stage that maps independent repeats (stability) sends them to the cluster through
+  :mod:`vertebrae.execution.fanout`, the embedding matrix shipped once.
+
+User errors behave as in the local runner (``on_error="raise"`` re-raises the stage's
+exception with the same note, ``"record"`` returns a :class:`JobFailure`).  A job whose
+worker dies is retried by the scheduler; when it runs out of retries
+(``distributed.scheduler.allowed-failures``) the run raises :class:`ExecutionError`
+naming the job and extractor in either mode: a partial result is never returned
+silently.  dask is imported only when a runner connects (the ``[dask]`` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._config import check_int
+from ..errors import ConfigError, DependencyError, ExecutionError
+from . import fanout
+from .local import JobFailure, LocalRunner, RunOutcome, check_on_error, progress_enabled, run_job, uncached_status
+from .plan import StageJob
+from .registry import get_stage
+
+#: Rows per extract shard: 100,000 rows x 768 float32 dimensions is 307 MB per shard.
+DEFAULT_SHARD_ROWS = 100_000
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise DependencyError("DaskRunner needs dask.distributed; install it with pip install 'vertebrae[dask]'") from None
+    return distributed
+
+
+class DaskRunner:
+    """Runs a plan on a dask.distributed cluster.
+
+    Give exactly one of ``client`` (a connected ``distributed.Client``, left open),
+    ``address`` (a scheduler address such as ``tcp://10.0.0.5:8786``; the runner
+    connects and disconnects per run) or ``n_workers`` (a private ``LocalCluster`` of
+    that many single-threaded worker processes on 127.0.0.1, started per run, but only
+    when the plan has at least ``min_parallel_jobs`` parallel scoring units: smaller
+    runs stay on the sequential :class:`LocalRunner`).  ``shard_rows`` is the row count
+    of one extract shard (``None``: never shard).
+    """
+
+    def __init__(self, client: Any = None, *, address: str | None = None, n_workers: int | None = None,
+                 shard_rows: int | None = DEFAULT_SHARD_ROWS, min_parallel_jobs: int = 4,
+                 progress: bool | None = None) -> None:
+        given = [name for name, value in (("client", client), ("address", address), ("n_workers", n_workers))
+                 if value is not None]
+        if len(given) != 1:
+            raise ConfigError(f"DaskRunner needs exactly one of client=, address= or n_workers=, got "
+                              f"{given or 'none'}; e.g. DaskRunner(address='tcp://scheduler:8786') or "
+                              "DaskRunner(n_workers=2) for a local process cluster")
+        if address is not None and (not isinstance(address, str) or not address.strip()):
+            raise ConfigError(f"DaskRunner: address must be a scheduler address string such as "
+                              f"'tcp://10.0.0.5:8786', got {address!r}")
+        self.client, self.address = client, address
+        self.n_workers = check_int("DaskRunner", "n_workers", n_workers, minimum=1, allow_none=True)
+        self.shard_rows = check_int("DaskRunner", "shard_rows", shard_rows, minimum=1, allow_none=True)
+        self.min_parallel_jobs = check_int("DaskRunner", "min_parallel_jobs", min_parallel_jobs, minimum=1)
+        self.progress = progress
+        #: "dask" or "sequential": which path the last run took (a private cluster skips small runs).
+        self.last_path: str | None = None
+
+    def run(self, jobs: Sequence[StageJob], context: Any, *, on_error: str = "raise",
+            description: str = "vertebrae") -> RunOutcome:
+        check_on_error("DaskRunner.run", on_error)
+        if self.n_workers is not None and parallel_units(jobs, context) < self.min_parallel_jobs:
+            self.last_path = "sequential"
+            return LocalRunner(self.progress).run(jobs, context, on_error=on_error, description=description)
+        distributed = _distributed()
+        self.last_path = "dask"
+        if self.client is not None:
+            return _DaskRun(self.client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
+        if self.address is not None:
+            with distributed.Client(self.address) as client:
+                return _DaskRun(client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
+        with local_cluster(self.n_workers) as cluster, distributed.Client(cluster) as client:
+            client.wait_for_workers(self.n_workers)
+            return _DaskRun(client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
+
+    def _bar(self, description: str) -> Callable[[int], Any]:
+        from tqdm.auto import tqdm
+
+        return lambda total: tqdm(total=total, disable=not progress_enabled(self.progress), desc=description,
+                                  unit="job", file=sys.stderr)
+
+
+def local_cluster(n_workers: int) -> Any:
+    """A private LocalCluster: worker processes with one thread each, on 127.0.0.1, no dashboard."""
+    distributed = _distributed()
+    return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                    dashboard_address=None, silence_logs=logging.ERROR)
+
+
+def parallel_units(jobs: Sequence[StageJob], context: Any) -> int:
+    """Independent scoring units of a plan: score jobs plus stability repeats (what a cluster can spread)."""
+    stability = getattr(context.settings, "stability_config", None)
+    units = 0
+    for job in jobs:
+        if job.stage == "score" or job.pipeline == "retrieval" and job.stage == "rank_forward":
+            units += 1
+        elif job.stage == "stability" and stability is not None:
+            units += stability.repeats
+    return units
+
+
+# ------------------------------------------------------------------------ tasks (run on workers)
+@dataclasses.dataclass
+class _Failed:
+    """A job's error, carried as a task result so dependents can propagate it like the local runner."""
+
+    failure: JobFailure
+    key: str
+    #: The exception itself when it survives pickling (to re-raise it on the driver), else None.
+    exception: BaseException | None
+    traceback: str
+
+    @classmethod
+    def of(cls, job: StageJob, exc: BaseException) -> _Failed:
+        text = "".join(traceback.format_exception(exc))
+        try:
+            carried = pickle.loads(pickle.dumps(exc))
+        except Exception:  # an exception type that cannot be rebuilt: its type and message still travel
+            carried = None
+        return cls(JobFailure(job.stage, type(exc).__name__, str(exc)), job.key, carried, text)
+
+
+@dataclasses.dataclass
+class _Done:
+    """A task's result: the artifact and its timings, or the failure."""
+
+    artifact: Any = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    failed: _Failed | None = None
+
+
+def _upstream(job: StageJob, done: Sequence[_Done]) -> _Done | None:
+    for item in done:
+        if item.failed is not None:
+            cause = item.failed
+            return _Done(failed=dataclasses.replace(
+                cause, failure=dataclasses.replace(cause.failure, upstream=cause.failure.upstream or cause.key)))
+    return None
+
+
+def _execute(job: StageJob, context: Any, *needed: _Done) -> _Done:
+    """One job on a worker: its inputs are the artifacts of the jobs it reads, in ``job.needs`` order."""
+    failed = _upstream(job, needed)
+    if failed is not None:
+        return failed
+    inputs = {stage: item.artifact for stage, item in zip(job.needs, needed)}
+    try:
+        with fanout.installed(_cluster_map):
+            artifact, timings = run_job(job, inputs, context)
+    except ExecutionError:
+        raise  # the cluster's failure, not the stage's: the driver reports it as a lost job
+    except Exception as exc:
+        return _Done(failed=_Failed.of(job, exc))
+    return _Done(artifact, timings)
+
+
+def _fit(job: StageJob, context: Any) -> _Done:
+    """Extract step 1 (sharded extract): the fitted extractor travels to the shard tasks."""
+    from .stages import fit_extractor
+
+    start = time.perf_counter()
+    try:
+        return _Done(fit_extractor(job, context), {"fit": time.perf_counter() - start})
+    except Exception as exc:
+        return _Done(failed=_Failed.of(job, exc))
+
+
+def _transform(job: StageJob, context: Any, fitted: _Done, start: int, stop: int) -> _Done:
+    """Extract step 2 (sharded extract): the raw outputs of rows ``start:stop``."""
+    from .stages import transform_rows
+
+    if fitted.failed is not None:
+        return fitted
+    began = time.perf_counter()
+    try:
+        rows = context.dataset.extractor_input[start:stop]
+        return _Done(transform_rows(job, fitted.artifact, rows), {"transform": time.perf_counter() - began})
+    except Exception as exc:
+        return _Done(failed=_Failed.of(job, exc))
+
+
+def _stack(job: StageJob, context: Any, fitted: _Done, *parts: _Done) -> _Done:
+    """Extract step 3 (sharded extract): stack and validate the shards into the job's artifact."""
+    from .stages import embedding_set
+
+    failed = next((item for item in (fitted, *parts) if item.failed is not None), None)
+    if failed is not None:
+        return failed
+    began = time.perf_counter()
+    try:
+        artifact = embedding_set(job, context, [part.artifact for part in parts])
+    except Exception as exc:
+        return _Done(failed=_Failed.of(job, exc))
+    timings = {"fit": fitted.timings["fit"], "transform": sum(part.timings["transform"] for part in parts),
+               "shards": float(len(parts)), "stack": time.perf_counter() - began}
+    timings["seconds"] = timings["fit"] + timings["transform"] + timings["stack"]
+    return _Done(artifact, timings)
+
+
+def _report(done: _Done) -> _Done:
+    """The small part of a result the driver needs for every job: timings and failure, not the artifact."""
+    return _Done(None, done.timings, done.failed)
+
+
+def _apply(function: Callable[..., Any], shared: tuple, item: Any) -> Any:
+    return function(*shared, item)
+
+
+def _cluster_map(function: Callable[..., Any], shared: tuple, items: Sequence[Any]) -> list[Any]:
+    """The fan-out mapper installed on workers: ``shared`` is scattered once, each item is one task."""
+    from distributed import worker_client
+
+    with worker_client() as client:  # secedes this task's thread, so its sub-tasks can run on this worker too
+        # A copy on every worker: losing one worker must not lose the only copy (scattered data is not recomputable).
+        [shared_future] = client.scatter([shared], hash=False, broadcast=True)
+        futures = [client.submit(_apply, function, shared_future, item, pure=False) for item in items]
+        try:
+            return client.gather(futures)
+        except _cluster_errors() as exc:
+            raise ExecutionError(f"stability repeats were lost on the cluster: {type(exc).__name__}: {exc}") from exc
+
+
+def _cluster_errors() -> tuple[type[BaseException], ...]:
+    """What the cluster raises when tasks are lost (worker deaths, cancellation), as opposed to user errors."""
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+
+    return KilledWorker, FutureCancelledError
+
+
+# ------------------------------------------------------------------------ the driver
+class _DaskRun:
+    def __init__(self, client: Any, jobs: Sequence[StageJob], context: Any, on_error: str, shard_rows: int | None,
+                 bar: Callable[[int], Any]) -> None:
+        self.client, self.jobs, self.context, self.on_error = client, list(jobs), context, on_error
+        self.shard_rows, self.bar = shard_rows, bar
+        self.token = uuid.uuid4().hex[:8]
+        #: dask key -> the job it belongs to (to name the job a lost worker was running).
+        self.owners: dict[str, StageJob] = {}
+
+    def _key(self, job: StageJob, part: str) -> str:
+        key = f"vertebrae-{job.stage}-{job.key.rsplit('/', 1)[-1][:12]}-{self.token}-{part}"
+        self.owners[key] = job
+        return key
+
+    def _shards(self, job: StageJob) -> list[tuple[int, int]] | None:
+        """Row ranges of a sharded extract job, or None when it runs as one task."""
+        n = self.context.dataset.n_samples if job.stage == "extract" and job.pipeline == "benchmark" else 0
+        extractor = self.context.extractors.get(job.params["extractor"]) if n else None
+        if self.shard_rows is None or n <= self.shard_rows or not getattr(extractor, "shardable", True):
+            return None
+        return [(start, min(start + self.shard_rows, n)) for start in range(0, n, self.shard_rows)]
+
+    def _submit(self, job: StageJob, context: Any, needed: list[Any]) -> Any:
+        submit = self.client.submit
+        shards = self._shards(job)
+        if shards is None:
+            return submit(_execute, job, context, *needed, key=self._key(job, "job"), pure=False)
+        fitted = submit(_fit, job, context, key=self._key(job, "fit"), pure=False)
+        parts = [submit(_transform, job, context, fitted, start, stop, key=self._key(job, f"shard{i}"), pure=False)
+                 for i, (start, stop) in enumerate(shards)]
+        return submit(_stack, job, context, fitted, *parts, key=self._key(job, "job"), pure=False)
+
+    def execute(self) -> RunOutcome:
+        distributed = _distributed()
+        # On every worker: scattered data is not recomputable, so one dead worker must not hold the only copy.
+        [context] = self.client.scatter([self.context], hash=False, broadcast=True)
+        final = {job.key for job in self.jobs if get_stage(job.pipeline, job.stage).final}
+        futures: dict[str, Any] = {}
+        for job in self.jobs:  # plan order is a topological order
+            futures[job.key] = self._submit(job, context, [futures[key] for key in job.needs.values()])
+        reports = {job.key: self.client.submit(_report, futures[job.key], key=self._key(job, "report"), pure=False)
+                   for job in self.jobs}
+        finals = {key: futures[key] for key in final}
+        futures.clear()  # the scheduler frees each intermediate artifact once the jobs reading it are done
+        try:
+            done = self._collect(distributed, reports)
+            try:
+                gathered = self.client.gather(list(finals.values()))
+            except Exception as exc:
+                raise self._lost(exc) from None
+        except BaseException:
+            self.client.cancel([*reports.values(), *finals.values()])
+            raise
+        return self._outcome(done, dict(zip(finals, gathered)))
+
+    def _collect(self, distributed: Any, reports: dict[str, Any]) -> dict[str, _Done]:
+        """Each job's report as it completes; raises at the first error in ``raise`` mode or on a lost job."""
+        by_future = {future.key: key for key, future in reports.items()}
+        done: dict[str, _Done] = {}
+        with self.bar(len(reports)) as bar:
+            for future in distributed.as_completed(list(reports.values())):
+                key = by_future[future.key]
+                if future.status == "error":
+                    raise self._lost(future.exception()) from None
+                report = future.result()
+                done[key] = report
+                if report.failed is not None and report.failed.failure.upstream is None and self.on_error == "raise":
+                    raise self._reraise(report.failed)
+                bar.update(1)
+        return done
+
+    def _reraise(self, failed: _Failed) -> BaseException:
+        job = next(job for job in self.jobs if job.key == failed.key)
+        exc = failed.exception
+        if exc is None:
+            exc = ExecutionError(f"the {job.stage} stage of {job.extractor!r} raised {failed.failure.error_type}: "
+                                 f"{failed.failure.message}")
+        exc.add_note(f"vertebrae: raised in the {job.stage} stage of {job.extractor!r}")
+        exc.add_note(f"vertebrae: on a dask worker; its traceback:\n{failed.traceback}")
+        return exc
+
+    def _lost(self, exc: BaseException) -> ExecutionError:
+        """A task that never returned (its workers died, or the cluster went away): name its job."""
+        task = getattr(exc, "task", None) or getattr(exc, "key", None)
+        job = self.owners.get(task) if isinstance(task, str) else None
+        if job is None:  # the error names no task of ours: blame the first job not yet finished
+            job = self.jobs[0]
+        return ExecutionError(f"the {job.stage} stage of {job.extractor!r} (job {job.key}) did not finish on the "
+                              f"dask cluster: {type(exc).__name__}: {exc}. The scheduler retries a task whose "
+                              "worker dies up to distributed.scheduler.allowed-failures times; check the workers' "
+                              "memory limits and logs, then rerun")
+
+    def _outcome(self, done: dict[str, _Done], results: dict[str, _Done]) -> RunOutcome:
+        outcome = RunOutcome({}, {}, {})
+        for job in self.jobs:
+            report = done[job.key]
+            if report.failed is not None:
+                outcome.failures[job.key] = report.failed.failure
+                continue
+            outcome.timings[job.key] = report.timings
+            outcome.statuses[job.key] = uncached_status(job)
+            if job.key in results:
+                outcome.artifacts[job.key] = results[job.key].artifact
+        return outcome
