@@ -17,6 +17,7 @@ from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
 from .scoring.label_retrieval import LabelRetrievalMetric
+from .scoring.memory import MemoryConfig
 from .scoring.metric_result import MetricResult
 from .scoring.metrics import CallableMetric, Metric, OverlapMetric, load_metric
 from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer, OverlapScoreResult,
@@ -37,4 +38,5 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "MemoryConfig",
 ]

@@ -22,6 +22,7 @@ from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
 from .results import BenchmarkResult, ExtractorResult
+from .scoring.memory import MemoryConfig
 from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
@@ -43,13 +44,15 @@ class BenchmarkSettings:
     metrics: tuple[Metric, ...] = ()
     separatix_config: SeparatixConfig | None = None
     stability_config: StabilityConfig | None = None
+    memory_config: MemoryConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
                 "primary_metric": self.primary_metric, "quality_tolerance": self.quality_tolerance,
                 "metrics": metrics_fingerprint(self.metrics)["metrics"],
                 "separatix_config": None if self.separatix_config is None else self.separatix_config.to_dict(),
-                "stability_config": None if self.stability_config is None else self.stability_config.to_dict()}
+                "stability_config": None if self.stability_config is None else self.stability_config.to_dict(),
+                "memory_config": None if self.memory_config is None else self.memory_config.to_dict()}
 
 
 class Benchmark:
@@ -64,7 +67,8 @@ class Benchmark:
                  separatix_config: SeparatixConfig | None = None,
                  stability_config: StabilityConfig | None = None,
                  on_error: str = "raise",
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None,
+                 memory_config: MemoryConfig | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
@@ -87,11 +91,15 @@ class Benchmark:
         if stability_config is not None and not isinstance(stability_config, StabilityConfig):
             raise ConfigError(f"stability_config must be a StabilityConfig or None, "
                               f"got {type(stability_config).__name__}")
+        if memory_config is not None and not isinstance(memory_config, MemoryConfig):
+            raise ConfigError(f"memory_config must be a MemoryConfig or None, got {type(memory_config).__name__}; "
+                              "e.g. MemoryConfig(max_scoring_bytes=8 * 2**30, policy='subsample')")
         check_primary_metric(primary_metric, custom_metrics)
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
-            separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config)
+            separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config,
+            memory_config=memory_config)
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress

@@ -45,6 +45,10 @@ class DensificationBudgetError(VertebraeError, MemoryError):
     """A dense-only diagnostic would exceed the dense-memory budget and the policy is ``"fail"``."""
 
 
+class MemoryBudgetError(VertebraeError, MemoryError):
+    """Scoring would exceed ``MemoryConfig.max_scoring_bytes`` and the policy is ``"fail"`` (or nothing fits)."""
+
+
 class ExecutionError(VertebraeError, RuntimeError):
     """A job could not be executed: its distributed worker died or the cluster lost it (not a user error)."""
 

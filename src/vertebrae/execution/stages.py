@@ -20,6 +20,7 @@ from .._sparse import is_sparse, sparse_module
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
+from ..scoring.memory import BudgetedInput, apply_memory_budget
 from ..scoring.metrics import MetricsArtifact, metrics_cache_eligible, metrics_key_fingerprint, run_metrics
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ..scoring.separatix import SeparatixResult, SeparatixScorer
@@ -146,12 +147,35 @@ def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
     return EmbeddingArtifact(produced.matrices[output], dict(produced.metadata[output]))
 
 
-@stage(PIPELINE, "score", version=1, reads=("embedding",), context=("targets",), packages=("overlapindex",),
-       config=scoring_fingerprint)
+def _budget_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    memory = getattr(settings, "memory_config", None)
+    return None if memory is None else {"memory": memory.to_dict(), **scoring_fingerprint(settings)}
+
+
+@stage(PIPELINE, "budget", version=1, reads=("embedding",), context=("targets", "groups"), config=_budget_config)
+def budget(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BudgetedInput:
+    """The MemoryConfig check before scoring (only in plans with a MemoryConfig): subsample or fail."""
+    settings, dataset = context.settings, context.dataset
+    return apply_memory_budget(inputs["embedding"].matrix, dataset.targets, dataset.groups, settings.memory_config,
+                               settings.scoring_config, settings.continuous_config,
+                               source=f"extractor {job.params['name']!r}")
+
+
+def scoring_input(inputs: Mapping[str, Any], context: Any) -> tuple[Any, Targets, Any]:
+    """(matrix, targets, groups) every scoring stage scores: the budget's subsample when there is one."""
+    budgeted: BudgetedInput | None = inputs.get("budget")
+    if budgeted is not None:
+        return budgeted.matrix, budgeted.targets, budgeted.groups
+    return inputs["embedding"].matrix, context.dataset.targets, context.dataset.groups
+
+
+@stage(PIPELINE, "score", version=1, reads=("embedding",), optional_reads=("budget",), context=("targets",),
+       packages=("overlapindex",), config=scoring_fingerprint)
 def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    return ScoreArtifact(scorer.score(inputs["embedding"].matrix, context.dataset.targets))
+    matrix, targets, _ = scoring_input(inputs, context)
+    return ScoreArtifact(scorer.score(matrix, targets))
 
 
 def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
@@ -160,8 +184,8 @@ def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     return {"stability": settings.stability_config.fingerprint(), **scoring_fingerprint(settings)}
 
 
-@stage(PIPELINE, "stability", version=1, reads=("embedding",), context=("targets",), packages=("overlapindex",),
-       config=_stability_config)
+@stage(PIPELINE, "stability", version=1, reads=("embedding",), optional_reads=("budget",), context=("targets",),
+       packages=("overlapindex",), config=_stability_config)
 def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> StabilityArtifact:
     """Repeated overlap scoring of the matrix the score stage scored, with the same scorer settings.
 
@@ -170,8 +194,8 @@ def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
     """
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    result = run_stability_analysis(inputs["embedding"].matrix, context.dataset.targets,
-                                    config=settings.stability_config, scorer=scorer)
+    matrix, targets, _ = scoring_input(inputs, context)
+    result = run_stability_analysis(matrix, targets, config=settings.stability_config, scorer=scorer)
     return StabilityArtifact(result)
 
 
@@ -183,12 +207,12 @@ def _metrics_safe(settings: Any) -> bool:
     return metrics_cache_eligible(settings.metrics)
 
 
-@stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), context=("targets", "groups"),
-       config=_metrics_config, safe=_metrics_safe)
+@stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), optional_reads=("budget",),
+       context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe)
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
     """Custom metrics on the matrix the score stage scored, with the seed it used."""
-    return run_metrics(context.settings.metrics, inputs["embedding"].matrix, context.dataset.targets,
-                       context.dataset.groups, seed=inputs["score"].overlap.metadata["seed"],
+    matrix, targets, groups = scoring_input(inputs, context)
+    return run_metrics(context.settings.metrics, matrix, targets, groups, seed=inputs["score"].overlap.metadata["seed"],
                        extractor=job.params["name"], timings=timings)
 
 
@@ -199,21 +223,23 @@ def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     return {"separatix": config.to_dict(), **scoring_fingerprint(settings)}
 
 
-@stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), context=("targets", "groups"),
-       packages=("separatix",), config=_diagnose_config)
+@stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), optional_reads=("budget",),
+       context=("targets", "groups"), packages=("separatix",), config=_diagnose_config)
 def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> SeparatixResult:
     """Separatix on the matrix the score stage scored, gated by that overlap score."""
-    settings, dataset = context.settings, context.dataset
+    settings = context.settings
     scorer = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config)
-    return scorer.diagnose(inputs["embedding"].matrix, dataset.targets, overlap_score=inputs["score"].overlap.score,
-                           groups=dataset.groups, source=f"extractor {job.params['name']!r}")
+    matrix, targets, groups = scoring_input(inputs, context)
+    return scorer.diagnose(matrix, targets, overlap_score=inputs["score"].overlap.score, groups=groups,
+                           source=f"extractor {job.params['name']!r}")
 
 
 def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
     return {"primary_metric": settings.primary_metric, "quality_tolerance": settings.quality_tolerance}
 
 
-@stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"), optional_reads=("stability", "metrics", "diagnose"),
+@stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"),
+       optional_reads=("budget", "stability", "metrics", "diagnose"),
        context=("name", "output", "extractor"), config=_assemble_config, final=True)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
     """Build the ExtractorResult of one chain from its stage artifacts."""
@@ -232,11 +258,15 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     embedding_metadata = {**embedding_artifact.metadata, "parent_extractor_name": job.params["parent"]}
     if job.params["output"] is not None:
         embedding_metadata.update(output_metadata(extractor, job.params["output"]))
+    budgeted: BudgetedInput | None = inputs.get("budget")
+    if budgeted is not None:
+        embedding_metadata["memory_budget"] = budgeted.record
+    budget_notes = [] if budgeted is None or budgeted.warning is None else [budgeted.warning]
     return ExtractorResult(
         name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
         primary_score=primary.score if primary.rankable else None, embedding=embedding_metadata,
-        warnings=list(overlap.warnings) + measured.warnings(), recommendation=recommendation_label(overlap.score),
+        warnings=budget_notes + list(overlap.warnings) + measured.warnings(), recommendation=recommendation_label(overlap.score),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},
         separatix=separatix, stability=None if repeated is None else repeated.stability)

@@ -234,6 +234,11 @@ class _RegressionSampler:
 _SAMPLERS = {"single_label": _SingleLabelSampler, "multi_label": _MultiLabelSampler, "regression": _RegressionSampler}
 
 
+def draw_subsample(targets: Targets, fraction: float, seed: int) -> np.ndarray:
+    """Sorted rows of one target-preserving subsample (the rules of subsample mode; ConfigError if infeasible)."""
+    return _SAMPLERS[targets.target_type](targets, fraction).draw(np.random.default_rng(seed))
+
+
 class _Repeat(NamedTuple):
     scoring_seed: int
     rows: np.ndarray | None  # None: every row (prototype mode)
