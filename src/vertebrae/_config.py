@@ -8,6 +8,7 @@ fields.  Keeping this in one place means every config reports errors the same wa
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import numbers
@@ -68,11 +69,21 @@ class Config:
     _removed_fields = {}
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Config":
-        """Reject removed fields given as keywords with the same explanation ``from_dict`` gives."""
-        for name in kwargs:
+        """Reject removed and unknown keywords with the same message ``from_dict`` gives."""
+        cls._check_field_names(kwargs)
+        return super().__new__(cls)
+
+    @classmethod
+    def _check_field_names(cls, names: Any) -> None:
+        """One check for keywords and dict keys: removed fields explain why, unknown ones list the allowed."""
+        allowed = [f.name for f in dataclasses.fields(cls) if f.init]
+        for name in names:
             if name in cls._removed_fields:
                 raise ConfigError(f"{cls.__name__} field {name!r} was removed: {cls._removed_fields[name]}")
-        return super().__new__(cls)
+            if name not in allowed:
+                close = difflib.get_close_matches(str(name), allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{cls.__name__} got unknown field {name!r}{hint}; allowed fields: {sorted(allowed)}")
 
     def __post_init__(self) -> None:
         self._validate()
@@ -104,14 +115,7 @@ class Config:
         """Build a config from a plain dict, rejecting unknown and removed fields."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key in cls._removed_fields:
-                raise ConfigError(f"{cls.__name__} field {key!r} was removed: {cls._removed_fields[key]}")
-            if key not in names:
-                raise ConfigError(
-                    f"{cls.__name__} got unknown field {key!r}; allowed fields: {sorted(names)}"
-                )
+        cls._check_field_names(data)
         return cls(**cls._decode_fields(dict(data)))
 
     def to_json(self) -> str:
