@@ -82,6 +82,31 @@ def _callable_path(fn: Any) -> str:
     return f"{getattr(target, '__module__', '?')}:{target.__qualname__}"
 
 
+#: How vertebrae calls a metric, as error messages show it.
+CALL_SIGNATURE = "fn(embeddings, labels, *, target_metadata=None, groups=None, seed=None, **params)"
+
+
+def check_call_signature(fn: Any, name: str, params: Mapping[str, Any] | None = None) -> None:
+    """Fail before any run when ``fn`` cannot accept the arguments :func:`run_metrics` passes.
+
+    Callables without an introspectable signature (some builtins) are accepted: their
+    failure is still recorded per extractor by the metrics stage.
+    """
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None, **{argument: None for argument in CALL_ARGUMENTS}, **dict(params or {}))
+    except TypeError as exc:
+        raise InputTypeError(f"metric {name!r} ({_callable_path(fn)}{signature}) cannot be called the way vertebrae "
+                             f"calls metrics: {exc}; it needs the signature {CALL_SIGNATURE} and must return "
+                             "{'score': float, ...}; wrap other functions (e.g. sklearn.metrics scores, which take "
+                             "y_true, y_pred) in a function with that signature") from None
+
+
 def _json_safe(value: Any, what: str, error: type[Exception] = MetricError) -> Any:
     """``value`` as it will read back from a result JSON, or ``error`` naming ``what``."""
     try:
@@ -141,6 +166,7 @@ class CallableMetric:
             raise ConfigError(f"CallableMetric {name!r}: params must have string keys other than "
                               f"{['embeddings', 'labels', *CALL_ARGUMENTS]}, got {sorted(map(repr, params))}")
         self.params = _json_safe(params, f"CallableMetric {name!r} params", ConfigError)
+        check_call_signature(fn, self.name, self.params)
 
     def identity(self) -> dict[str, Any]:
         return {"type": "callable", "name": self.name, "callable": _callable_path(self.fn), "params": self.params,
@@ -262,6 +288,8 @@ def resolve_metrics(metrics: Sequence[Any] | None, scoring_config: OverlapScorin
             raise MetricError(f"metric {name!r} supports {list(metric.supported_target_types)} targets, but this "
                               f"dataset is {target_type}; it is not defined there, so remove it from metrics")
         _json_safe(metric.identity(), f"metric {name!r} identity()", ConfigError)
+        if not isinstance(metric, CallableMetric):  # a CallableMetric checked its function when it was built
+            check_call_signature(metric, name)
         custom[name] = metric
     return scoring_config, continuous_config, tuple(custom.values())
 
