@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -187,3 +188,25 @@ def test_csv_readers_keep_text_labels_and_detect_numeric_headers(tmp_path):
     pd.DataFrame({"label": ["NA", "None", "cat", ""]}).to_csv(tmp_path / "labels.csv", index=False)
     values = load_column(tmp_path / "labels.csv", "label", "labels")
     assert values[:3] == ["NA", "None", "cat"] and np.isnan(values[3])  # only the empty cell is missing
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("labels.txt", "a\nb\n\na\nb\n", "line(s) 3 of the labels file are blank"),
+    ("labels.txt", "a\nb\na\nb\n  \n", "line(s) 5 of the labels file are blank"),
+    ("labels.csv", "label\na\nb\n\na\nb\n", "line(s) 4 of the labels file are blank"),
+    ("labels.csv", "id,label\n0,a\n1,b\n2,a,extra\n3,b\n", "line(s) 4 of the labels file have a field count other "
+                                                          "than the header's 2 (line 4 has 3)"),
+])
+def test_blank_or_malformed_label_lines_are_named_by_line_number(tmp_path, capsys, name, text, message):
+    """Issue 11 item 7: not dropped silently (which surfaced as a row-count mismatch)."""
+    from vertebrae.io import load_column
+
+    (tmp_path / name).write_text(text)
+    with pytest.raises(Exception, match=re.escape(message)):
+        load_column(tmp_path / name, "label" if name.endswith(".csv") else None, "labels")
+    np.save(tmp_path / "emb.npy", np.random.default_rng(0).normal(size=(text.count("\n") - 1, 3)))
+    column = 'labels_column = "label"' if name.endswith(".csv") else ""
+    (tmp_path / "run.toml").write_text(f'[dataset]\nid = "x"\nrevision = "1"\nlabels = "{name}"\n{column}\n'
+                                       '[[extractors]]\nname = "e"\nembeddings = "emb.npy"\n')
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 2
+    assert message in capsys.readouterr().err
