@@ -210,3 +210,29 @@ def test_blank_or_malformed_label_lines_are_named_by_line_number(tmp_path, capsy
                                        '[[extractors]]\nname = "e"\nembeddings = "emb.npy"\n')
     assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_run_records_file_provenance(project, monkeypatch):
+    """Issue 11 item 6: config, labels and embedding files as given, with sizes and content hashes."""
+    import hashlib
+    import os
+
+    from vertebrae import BenchmarkResult
+
+    (project / "run.toml").write_text(TOML + f'\n[[extractors]]\nname = "absolute"\nembeddings = "{project / "a.npy"}"\n')
+    monkeypatch.chdir(project)
+    assert main(["run", "run.toml", "-o", "out", "-q"]) == 0
+    result = BenchmarkResult.load(project / "out" / "report.json")
+    files = result.metadata["input_files"]
+    given = [(f["role"], f["path"], f.get("extractor")) for f in files]
+    assert given == [("config", "run.toml", None), ("labels", "labels.csv", None), ("embeddings", "a.npy", "dense"),
+                     ("embeddings", "b.npz", "sparse"), ("embeddings", "c.npz", "archive"),
+                     ("embeddings", "d.parquet", "parquet"), ("embeddings", "e.csv", "csv"),
+                     ("embeddings", str(project / "a.npy"), "absolute")]
+    for record in files:
+        path = project / record["path"]
+        assert record["size_bytes"] == os.path.getsize(path)
+        assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert files[2]["sha256"] == files[-1]["sha256"]  # the same file under two spellings
+    assert f"| file labels labels.csv | sha256 {files[1]['sha256']} ({files[1]['size_bytes']} bytes) |" in \
+        (project / "out" / "report.md").read_text()

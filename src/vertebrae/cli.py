@@ -84,11 +84,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .run_config import benchmark_from_config, load_run_config
+    from .run_config import benchmark_from_config, input_files, load_run_config
 
     config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
-    _write_reports(benchmark.run(), args.output, args.quiet)
+    files = input_files(config, args.config)
+    result = benchmark.run()
+    result.metadata["input_files"] = files
+    _write_reports(result, args.output, args.quiet)
     return EXIT_OK
 
 

@@ -143,6 +143,17 @@ def _check_csv_lines(path: pathlib.Path, what: str) -> None:
                   f"(line {malformed[0][0]} has {malformed[0][1]})" if malformed else "")
 
 
+def file_record(role: str, given: str | pathlib.Path, path: pathlib.Path) -> dict[str, Any]:
+    """Provenance of one input file: the path as the user wrote it, its size and SHA-256 of its bytes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with _existing(path, role).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"role": role, "path": str(given), "size_bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
 def load_config_file(path: str | pathlib.Path) -> dict[str, Any]:
     """Parse a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run configuration."""
     path = _existing(path, "config")

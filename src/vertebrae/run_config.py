@@ -34,7 +34,8 @@ Example (TOML)::
     higher_is_better = true       # optional; also aggregate_valid, params = {...}
 
 Relative paths are resolved against the config file's folder.  Unknown sections and
-keys are rejected with the list of allowed ones.
+keys are rejected with the list of allowed ones.  :func:`input_files` records every
+file a run reads (path as given, size, SHA-256) for the result's metadata.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from .datasets import BenchmarkDataset
 from .errors import ConfigError
 from .extractors import PrecomputedExtractor
 from .identity import DatasetIdentity
-from .io import load_column, load_config_file, load_matrix
+from .io import file_record, load_column, load_config_file, load_matrix
 from .scoring.metrics import metrics_from_config
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from .scoring.separatix import SeparatixConfig
@@ -120,7 +121,7 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     if not isinstance(extractors_cfg, list) or not extractors_cfg:
         raise ConfigError("config needs at least one [[extractors]] entry with name and embeddings")
     kwargs = benchmark_kwargs(config)  # config errors before loading large files
-    resolve = lambda p: (base_dir / p) if not pathlib.Path(p).is_absolute() else pathlib.Path(p)  # noqa: E731
+    resolve = _resolver(base_dir)
     y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
     extractors = []
     for i, entry in enumerate(extractors_cfg):
@@ -136,3 +137,26 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     if "groups" in section:
         dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))
     return Benchmark(dataset, extractors, progress=progress, **kwargs)
+
+
+def _resolver(base_dir: pathlib.Path) -> Any:
+    """Relative paths in a config are relative to the config file's folder."""
+    return lambda p: (base_dir / p) if not pathlib.Path(p).is_absolute() else pathlib.Path(p)
+
+
+def input_files(config: Mapping[str, Any], config_path: str | pathlib.Path) -> list[dict[str, Any]]:
+    """Provenance of every file a validated run config reads: the config itself, labels, groups, embeddings.
+
+    Paths are recorded as given (on the command line, in the config); sizes and SHA-256
+    hashes are of the bytes read, so a result names exactly the files it came from.
+    """
+    resolve = _resolver(pathlib.Path(config_path).resolve().parent)
+    section = config["dataset"]
+    records = [file_record("config", config_path, pathlib.Path(config_path)),
+               file_record("labels", section["labels"], resolve(section["labels"]))]
+    if "groups" in section:
+        records.append(file_record("groups", section["groups"], resolve(section["groups"])))
+    for entry in config["extractors"]:
+        records.append({**file_record("embeddings", entry["embeddings"], resolve(entry["embeddings"])),
+                        "extractor": str(entry["name"])})
+    return records
