@@ -236,3 +236,20 @@ def test_run_records_file_provenance(project, monkeypatch):
     assert files[2]["sha256"] == files[-1]["sha256"]  # the same file under two spellings
     assert f"| file labels labels.csv | sha256 {files[1]['sha256']} ({files[1]['size_bytes']} bytes) |" in \
         (project / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_run_shows_each_distinct_warning_once_and_quiet_silences_them(project, capsys, quiet):
+    """Issue 11 item 5: no source lines, one line per distinct warning with a count; results keep them."""
+    (project / "run.toml").write_text(TOML.replace("k = 4", "k = 10") + "\n[separatix]\nenabled = false\n")
+    argv = ["run", str(project / "run.toml"), "-o", str(project / "w")] + (["-q"] if quiet else [])
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    message = "class 'class-0': k reduced from 10 (fixed) to 6 because it has only 30 sample(s) (min_samples_per_cluster=5)"
+    data = json.loads((project / "w" / "report.json").read_text())
+    assert all(message in r["warnings"] for r in data["extractor_results"])  # five extractors, each records it
+    if quiet:
+        assert err == ""
+    else:
+        assert f"vertebrae run: ScoringWarning (5 times): {message}\n" in err
+        assert err.count(message) == 1 and ".py:" not in err and "scorer.score" not in err

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import VertebraeError
 
@@ -52,7 +54,27 @@ def _parser() -> argparse.ArgumentParser:
 def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("."),
                         help="folder for report.json and report.md (default: current folder)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no printed ranking")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress bar, no printed ranking and no warnings (the results still record them)")
+
+
+def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
+    """Run ``run()`` and show each distinct warning once, with its count and without source lines.
+
+    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run()
+    counts: dict[tuple[str, str], int] = {}
+    for item in caught:
+        key = (item.category.__name__, str(item.message))
+        counts[key] = counts.get(key, 0) + 1
+    if not quiet:
+        for (category, message), count in counts.items():
+            times = f" ({count} times)" if count > 1 else ""
+            print(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
+    return result
 
 
 def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
@@ -78,7 +100,8 @@ def _ranking_text(result) -> str:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import demo_benchmark
 
-    result = demo_benchmark(progress=False if args.quiet else None).run()
+    benchmark = demo_benchmark(progress=False if args.quiet else None)
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
     _write_reports(result, args.output, args.quiet)
     return EXIT_OK
 
@@ -89,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
     config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
-    result = benchmark.run()
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
     result.metadata["input_files"] = files
     _write_reports(result, args.output, args.quiet)
     return EXIT_OK
