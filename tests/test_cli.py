@@ -253,3 +253,16 @@ def test_run_shows_each_distinct_warning_once_and_quiet_silences_them(project, c
     else:
         assert f"vertebrae run: ScoringWarning (5 times): {message}\n" in err
         assert err.count(message) == 1 and ".py:" not in err and "scorer.score" not in err
+
+
+def test_run_help_summarizes_the_config_format_and_points_to_the_docs(capsys):
+    """Issue 11 item 12."""
+    from vertebrae.run_config import DATASET_KEYS, SECTIONS
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out
+    assert "docs/cli.md" in text and "vertebrae.run_config" not in text
+    for section in SECTIONS:
+        assert (f"[[{section}]]" if section in ("extractors", "metrics") else f"[{section}]") in text
+    assert all(key in text for key in DATASET_KEYS - {"identity"})  # identity appears as identity = "content"

@@ -17,6 +17,23 @@ from .errors import VertebraeError
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
+RUN_CONFIG_HELP = """\
+config format (TOML shown; YAML uses the same sections and keys):
+  [dataset]                 id, revision (or identity = "content"), labels = "labels.csv"
+                            (.npy/.txt/.csv/.parquet), labels_column; optional target_type
+                            ("single_label"/"multi_label"/"regression"), label_names, target_names,
+                            groups, groups_column, name
+  [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv)
+  [scoring]                 OverlapScoringConfig fields, e.g. k = "auto"
+  [continuous]              ContinuousOverlapScoringConfig fields (regression)
+  [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
+  [separatix]               SeparatixConfig fields; enabled = false turns it off
+  [benchmark]               quality_tolerance, primary_metric
+  [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
+Relative paths are relative to the config file; unknown sections and keys are rejected.
+Full reference with an example: docs/cli.md
+"""
+
 
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
@@ -33,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", aliases=["score"], help="run a benchmark described by a TOML/YAML config file",
                          description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
-                                     "report.md. See `vertebrae.run_config` for the file format.")
+                                     "report.md.", epilog=RUN_CONFIG_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
     run.add_argument("--metric", action="append", default=[], metavar="MODULE:FUNCTION[:NAME]",
                      help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
