@@ -15,7 +15,7 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
 
 C = TypeVar("C", bound="Config")
 
@@ -114,7 +114,7 @@ class Config:
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
         """Build a config from a plain dict, rejecting unknown and removed fields."""
         if not isinstance(data, Mapping):
-            raise ConfigError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
+            raise ConfigTypeError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
         cls._check_field_names(data)
         return cls(**cls._decode_fields(dict(data)))
 
@@ -136,7 +136,8 @@ def check_int(owner: str, field: str, value: Any, *, minimum: int | None = None,
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{_where(owner, field)} must be an integer{' or None' if allow_none else ''}, got {value!r}")
+        raise ConfigTypeError(f"{_where(owner, field)} must be an integer{' or None' if allow_none else ''}, "
+                              f"got {value!r}")
     value = int(value)
     if minimum is not None and value < minimum:
         raise ConfigError(f"{_where(owner, field)} must be >= {minimum}, got {value}")
@@ -148,7 +149,9 @@ def check_float(owner: str, field: str, value: Any, *, low: float | None = None,
     """Accept finite real numbers within an interval."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigTypeError(f"{_where(owner, field)} must be a finite number, got {value!r}")
+    if not math.isfinite(float(value)):
         raise ConfigError(f"{_where(owner, field)} must be a finite number, got {value!r}")
     value = float(value)
     bad_low = low is not None and (value <= low if low_open else value < low)
@@ -171,7 +174,7 @@ def check_choice(owner: str, field: str, value: Any, choices: tuple) -> Any:
 
 def check_bool(owner: str, field: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{_where(owner, field)} must be True or False, got {value!r}")
+        raise ConfigTypeError(f"{_where(owner, field)} must be True or False, got {value!r}")
     return value
 
 
@@ -188,10 +191,11 @@ def check_str_mapping(owner: str, field: str, value: Any, *, forbidden: Mapping[
     if value is None:
         return FrozenDict()
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{_where(owner, field)} must be a mapping of keyword arguments, got {type(value).__name__}")
+        raise ConfigTypeError(f"{_where(owner, field)} must be a mapping of keyword arguments, "
+                              f"got {type(value).__name__}")
     for key in value:
         if not isinstance(key, str):
-            raise ConfigError(f"{_where(owner, field)} keys must be strings, got {key!r}")
+            raise ConfigTypeError(f"{_where(owner, field)} keys must be strings, got {key!r}")
         if forbidden and key in forbidden:
             raise ConfigError(f"{_where(owner, field)} must not contain {key!r}: {forbidden[key]}")
     return FrozenDict(value)

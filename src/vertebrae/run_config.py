@@ -46,7 +46,7 @@ from typing import Any
 
 from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
 from .extractors import PrecomputedExtractor
 from .identity import DatasetIdentity
 from .io import file_record, load_column, load_config_file, load_matrix
@@ -65,7 +65,7 @@ SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "sepa
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
-        raise ConfigError(f"config section {where} must be a table/mapping, got {type(data).__name__}")
+        raise ConfigTypeError(f"config section {where} must be a table/mapping, got {type(data).__name__}")
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"config section {where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
@@ -125,9 +125,9 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
     extractors = []
     for i, entry in enumerate(extractors_cfg):
-        entry = _check_keys(f"[[extractors]] #{i + 1}", entry, EXTRACTOR_KEYS)
+        entry = _check_keys(f"extractors[{i}]", entry, EXTRACTOR_KEYS)
         if "name" not in entry or "embeddings" not in entry:
-            raise ConfigError(f"config [[extractors]] #{i + 1} needs name and embeddings")
+            raise ConfigError(f"config extractors[{i}] needs name and embeddings")
         extractors.append(PrecomputedExtractor(str(entry["name"]), load_matrix(resolve(entry["embeddings"]))))
     first = extractors[0].embeddings
     dataset = BenchmarkDataset.from_embeddings(

@@ -195,8 +195,10 @@ def _looks_continuous(y: Any, values: list[Any]) -> bool:
 
 
 def _single_label(y: Any, argument: str, inferred: bool = False) -> SingleLabelTargets:
-    if isinstance(y, str) or (isinstance(y, np.ndarray) and y.ndim != 1):
-        raise InputValidationError(f"{argument} must be a 1-D sequence of class labels")
+    if isinstance(y, str) or not hasattr(y, "__len__"):
+        raise InputTypeError(f"{argument} must be a 1-D sequence of class labels, got {type(y).__name__}")
+    if isinstance(y, np.ndarray) and y.ndim != 1:
+        raise InputValidationError(f"{argument} must be a 1-D sequence of class labels, got shape {y.shape}")
     typed = isinstance(y, np.ndarray) and y.dtype.kind in _TYPED_KINDS
     values = [] if typed else list(y.tolist() if isinstance(y, np.ndarray) else y)
     if len(y) == 0:

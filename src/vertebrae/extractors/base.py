@@ -33,7 +33,9 @@ class Extractor(Protocol):
 
 
 def check_extractor_name(name: Any) -> str:
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str):
+        raise InputTypeError(f"extractor name must be a non-empty string, got {type(name).__name__} {name!r}")
+    if not name.strip():
         raise InputValidationError(f"extractor name must be a non-empty string, got {name!r}")
     return name
 

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
-                      ScoringWarning, SerializationError)
+from ..errors import (ConfigError, ConfigTypeError, DataWarning, ExtractorError, InputTypeError,
+                      InputValidationError, ScoringWarning, SerializationError)
 from ..execution.local import progress_enabled
 from ..reports import json_codec
 from ..threads import limited_threads
@@ -49,7 +49,7 @@ class RetrievalBenchmark:
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
         config = RetrievalConfig() if retrieval_config is None else retrieval_config
         if not isinstance(config, RetrievalConfig):
-            raise ConfigError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
+            raise ConfigTypeError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
         self.dataset, self.config, self.progress = dataset, config, progress
         self.extractors = _validate_extractors(extractors, dataset)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._config import check_bool
 from .._sparse import is_sparse, sparse_module
-from ..errors import ConfigError, InputTypeError, MetricError, ScoringWarning, SerializationError
+from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, ScoringWarning, SerializationError
 from ..labels import LabelCatalog, mark
 from ..reports import json_codec
 from ..targets import TARGET_TYPES, MultiLabelTargets, RegressionTargets, Targets
@@ -133,10 +133,10 @@ class OverlapMetric:
 
     def __post_init__(self) -> None:
         if self.config is not None and not isinstance(self.config, OverlapScoringConfig):
-            raise ConfigError(f"OverlapMetric.config must be an OverlapScoringConfig, got {type(self.config).__name__}")
+            raise ConfigTypeError(f"OverlapMetric.config must be an OverlapScoringConfig, got {type(self.config).__name__}")
         continuous = self.continuous_config
         if continuous is not None and not isinstance(continuous, ContinuousOverlapScoringConfig):
-            raise ConfigError("OverlapMetric.continuous_config must be a ContinuousOverlapScoringConfig, got "
+            raise ConfigTypeError("OverlapMetric.continuous_config must be a ContinuousOverlapScoringConfig, got "
                               f"{type(continuous).__name__}")
 
 
@@ -230,16 +230,16 @@ CONFIG_ENTRY_KEYS = ("path", "name", "higher_is_better", "aggregate_valid", "par
 def metrics_from_config(entries: Any) -> list[Metric]:
     """``metrics = [{path = "pkg.module:function", name = ..., higher_is_better = ..., params = {...}}]``."""
     if not isinstance(entries, list):
-        raise ConfigError('config metrics must be a list of tables such as [{path = "my_pkg.metrics:fn"}], got '
+        raise ConfigTypeError('config metrics must be a list of tables such as [{path = "my_pkg.metrics:fn"}], got '
                           f"{type(entries).__name__}")
     loaded = []
-    for i, entry in enumerate(entries, 1):
+    for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or "path" not in entry:
-            raise ConfigError(f'config metrics #{i} must be a table with path = "package.module:function", '
+            raise ConfigError(f'config metrics[{i}] must be a table with path = "package.module:function", '
                               f"got {entry!r}")
         unknown = sorted(set(entry) - set(CONFIG_ENTRY_KEYS))
         if unknown:
-            raise ConfigError(f"config metrics #{i} has unknown key(s) {unknown}; allowed: {list(CONFIG_ENTRY_KEYS)}")
+            raise ConfigError(f"config metrics[{i}] has unknown key(s) {unknown}; allowed: {list(CONFIG_ENTRY_KEYS)}")
         loaded.append(load_metric(entry["path"], entry.get("name"), entry.get("higher_is_better"),
                                   aggregate_valid=entry.get("aggregate_valid"), params=entry.get("params")))
     return loaded

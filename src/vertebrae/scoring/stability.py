@@ -24,7 +24,7 @@ import numpy as np
 
 from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
-from ..errors import ConfigError, InputValidationError, ScoringWarning
+from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
 
@@ -312,10 +312,10 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
     """
     config = StabilityConfig() if config is None else config
     if not isinstance(config, StabilityConfig):
-        raise ConfigError(f"config must be a StabilityConfig, got {type(config).__name__}")
+        raise ConfigTypeError(f"config must be a StabilityConfig, got {type(config).__name__}")
     scorer = OverlapIndexScorer() if scorer is None else scorer
     if not isinstance(scorer, OverlapIndexScorer):
-        raise ConfigError(f"scorer must be an OverlapIndexScorer, got {type(scorer).__name__}")
+        raise ConfigTypeError(f"scorer must be an OverlapIndexScorer, got {type(scorer).__name__}")
     X = validate_embeddings(embeddings)
     if not isinstance(targets, (SingleLabelTargets, MultiLabelTargets, RegressionTargets)):
         targets = build_targets(targets, target_type=target_type, n_samples=X.shape[0], argument="targets")
