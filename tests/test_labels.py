@@ -7,6 +7,7 @@ import decimal
 import uuid
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.preprocessing import MultiLabelBinarizer
 
@@ -27,10 +28,11 @@ def test_sequences_of_label_collections_are_multilabel(container):
     assert (targets.indicator.toarray() == reference.transform(rows)).all()
 
 
-def test_object_array_of_label_sets_is_multilabel():
+def test_object_array_and_series_of_label_sets_are_multilabel():
     y = np.empty(4, dtype=object)
     y[:] = [("a",), ("a", "b"), ("b",), ("b", "a")]
     assert build_targets(y).target_type == "multi_label"
+    assert build_targets(pd.Series(list(y))).target_type == "multi_label"
 
 
 def test_tuple_single_labels_need_the_explicit_target_type():

@@ -161,9 +161,9 @@ def _looks_multilabel(y: Any) -> bool:
         return True
     if isinstance(y, np.ndarray) and (y.dtype != object or y.ndim != 1):
         return y.ndim == 2
-    if isinstance(y, (list, tuple, np.ndarray)) and len(y) > 0:
-        return all(_is_collection(item) for item in y)
-    return False
+    if isinstance(y, (str, bytes)) or not hasattr(y, "__len__") or len(y) == 0:
+        return False
+    return all(_is_collection(item) for item in y)  # lists, tuples, object arrays, pandas Series
 
 
 #: Share of distinct values above which an inferred float target is read as continuous, not as class ids.
