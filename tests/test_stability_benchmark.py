@@ -244,3 +244,12 @@ def test_ranking_stability_order_agreement_by_hand() -> None:
         {"better": "c", "worse": "b", "agreement": 1.0}
     with pytest.raises(Exception, match="ranked must list the analysed extractors"):
         ranking_stability(scores, ranked=["a", "b"])
+
+
+def test_stability_artifact_key_covers_the_repeat_protocol() -> None:
+    """Artifacts of the old protocol (repeat 0 from the stream) must not be reused for the new one."""
+    from vertebrae.scoring.stability import PROTOCOL_VERSION
+
+    fields = {name: value for name, value in StabilityConfig().to_dict().items() if name != "n_jobs"}
+    assert PROTOCOL_VERSION == 2
+    assert StabilityConfig().fingerprint() == {**fields, "protocol_version": 2}

@@ -38,6 +38,8 @@ METRICS = ("score", "macro", "weighted")
 STD_DDOF = 1
 #: numpy.percentile method of the stability interval.
 INTERVAL_METHOD = "linear"
+#: Version of the repeat protocol, part of every stability artifact key.  2: repeat 0 is the primary draw.
+PROTOCOL_VERSION = 2
 #: An adjacent pair of the reported ranking is flagged unstable when its order holds in fewer repeats than this.
 ORDER_AGREEMENT = 0.9
 
@@ -77,7 +79,8 @@ class StabilityConfig(Config):
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields that shape the results (artifact keys): ``n_jobs`` changes only the speed."""
-        return {name: value for name, value in self.to_dict().items() if name != "n_jobs"}
+        fields = {name: value for name, value in self.to_dict().items() if name != "n_jobs"}
+        return {**fields, "protocol_version": PROTOCOL_VERSION}
 
 
 @dataclasses.dataclass(frozen=True)
