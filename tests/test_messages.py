@@ -59,6 +59,7 @@ WRONG_TYPES = {
     "from_arrays X": lambda: BenchmarkDataset.from_arrays(5, Y, identity=DatasetIdentity.declared("d", "1")),
     "labels": lambda: BenchmarkDataset.from_embeddings(X, 7, identity=DatasetIdentity.declared("d", "1")),
     "extractor name": lambda: PrecomputedExtractor(3, X),
+    "group id": lambda: DATASET.with_groups([object()] * len(Y)),
     "config field": lambda: StabilityConfig(repeats="5"),
     "config bool": lambda: vertebrae.SeparatixConfig(enabled="yes"),
     "from_dict": lambda: StabilityConfig.from_dict([("repeats", 5)]),

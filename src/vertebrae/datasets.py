@@ -49,7 +49,7 @@ def build_groups(groups: Any, n_samples: int) -> Groups:
         try:
             keys[i] = semantic_key(value)
         except (ValueError, TypeError) as exc:
-            raise InputValidationError(f"groups[{i}]: {exc}") from None
+            raise (InputTypeError if isinstance(exc, TypeError) else InputValidationError)(f"groups[{i}]: {exc}") from None
     first = dict(zip(keys.tolist(), values))
     return Groups(keys, LabelCatalog(first.values()))
 
