@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import (ConfigError, ConfigTypeError, DataWarning, ExtractorError, InputTypeError,
+from ..errors import (ConfigTypeError, DataWarning, ExtractorError, InputTypeError,
                       InputValidationError, ScoringWarning, SerializationError)
 from ..execution.local import progress_enabled
 from ..reports import json_codec

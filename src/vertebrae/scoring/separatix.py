@@ -26,7 +26,7 @@ from .._config import Config, check_bool, check_choice, check_float, check_int, 
 from .._sparse import is_sparse
 from ..datasets import Groups, build_groups
 from ..embeddings import evaluated_matrix, validate_embeddings
-from ..errors import (ConfigError, ConfigTypeError, DensificationBudgetError, InputValidationError, ScoringWarning,
+from ..errors import (ConfigTypeError, DensificationBudgetError, InputValidationError, ScoringWarning,
                       SerializationError)
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
