@@ -10,6 +10,7 @@ from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
+from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
@@ -37,4 +38,5 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._config import check_float
 from .datasets import BenchmarkDataset
-from .errors import ConfigError, InputTypeError, InputValidationError
+from .errors import ConfigTypeError, InputTypeError, InputValidationError
 from .execution.context import Chain, RunContext
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
@@ -75,18 +75,19 @@ class Benchmark:
         scoring_config = scoring_config or OverlapScoringConfig()
         continuous_config = continuous_config or ContinuousOverlapScoringConfig()
         if not isinstance(scoring_config, OverlapScoringConfig):
-            raise ConfigError(f"scoring_config must be an OverlapScoringConfig, got {type(scoring_config).__name__}")
+            raise ConfigTypeError(f"scoring_config must be an OverlapScoringConfig, got {type(scoring_config).__name__}")
         if not isinstance(continuous_config, ContinuousOverlapScoringConfig):
-            raise ConfigError("continuous_config must be a ContinuousOverlapScoringConfig, got "
-                              f"{type(continuous_config).__name__}")
+            raise ConfigTypeError("continuous_config must be a ContinuousOverlapScoringConfig, got "
+                                  f"{type(continuous_config).__name__}")
         # Separatix is the default complexity diagnostic (gated on the overlap score);
         # SeparatixConfig(enabled=False) turns it off.
         separatix_config = SeparatixConfig() if separatix_config is None else separatix_config
         if not isinstance(separatix_config, SeparatixConfig):
-            raise ConfigError(f"separatix_config must be a SeparatixConfig or None, got {type(separatix_config).__name__}")
+            raise ConfigTypeError(f"separatix_config must be a SeparatixConfig or None, "
+                                  f"got {type(separatix_config).__name__}")
         if stability_config is not None and not isinstance(stability_config, StabilityConfig):
-            raise ConfigError(f"stability_config must be a StabilityConfig or None, "
-                              f"got {type(stability_config).__name__}")
+            raise ConfigTypeError(f"stability_config must be a StabilityConfig or None, "
+                                  f"got {type(stability_config).__name__}")
         check_primary_metric(primary_metric, custom_metrics)
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .embeddings import validate_embeddings
-from .errors import InputValidationError
+from .errors import InputTypeError, InputValidationError
 from .fingerprint import content_sha256
 from .identity import DatasetIdentity, require_identity
 from .labels import LabelCatalog, semantic_key
@@ -49,7 +49,7 @@ def build_groups(groups: Any, n_samples: int) -> Groups:
         try:
             keys[i] = semantic_key(value)
         except (ValueError, TypeError) as exc:
-            raise InputValidationError(f"groups[{i}]: {exc}") from None
+            raise (InputTypeError if isinstance(exc, TypeError) else InputValidationError)(f"groups[{i}]: {exc}") from None
     first = dict(zip(keys.tolist(), values))
     return Groups(keys, LabelCatalog(first.values()))
 
@@ -102,7 +102,8 @@ class BenchmarkDataset:
         try:
             n = len(X) if not hasattr(X, "shape") else X.shape[0]
         except TypeError:
-            raise InputValidationError("X must be a sized collection of inputs (array, list of texts, ...)") from None
+            raise InputTypeError(f"X must be a sized collection of inputs (array, list of texts, ...), "
+                                 f"got {type(X).__name__}") from None
         if n == 0:
             raise InputValidationError("X is empty; a benchmark needs at least two classes with two rows each")
         targets = build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names,

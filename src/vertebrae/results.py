@@ -76,6 +76,11 @@ class ExtractorResult:
     def aggregate_valid(self) -> bool:
         return self.error is None and self.primary_metric.rankable
 
+    @property
+    def stability_position(self) -> dict[str, Any] | None:
+        """Where the ranked overlap score sits among this extractor's stability repeats (None without stability)."""
+        return None if self.stability is None else self.stability.position_of(self.overlap.score)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form without ``runtime`` (the benchmark result stores timings separately); ``error`` only when set."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -124,9 +129,12 @@ class BenchmarkResult:
         Derived from the extractors' repeat scores, which share seeds because a benchmark
         gives every extractor the same StabilityConfig; None with fewer than two analysed.
         """
-        repeats = {r.name: r.stability.repeat_scores["score"]
-                   for r in self.extractor_results if r.stability is not None}
-        return ranking_stability(repeats) if len(repeats) >= 2 else None
+        analysed = [r for r in self.extractor_results if r.stability is not None]
+        if len(analysed) < 2:
+            return None
+        by_overlap = sorted(analysed, key=lambda r: -r.overlap.score)  # the overlap ranking (ties: extractor order)
+        return ranking_stability({r.name: r.stability.repeat_scores["score"] for r in analysed},
+                                 ranked=[r.name for r in by_overlap])
 
     @property
     def ranking_available(self) -> bool:
@@ -303,7 +311,7 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "embedding_sparse": result.embedding.get("sparse"),
         "embedding_nnz": result.embedding.get("nnz"),
         "warnings": len(result.warnings),
-        **_stability_columns(result.stability),
+        **_stability_columns(result.stability, None if result.overlap is None else result.overlap.score),
     }
     for name, metric in result.metrics.items():
         row[f"metric.{name}"] = metric.score
@@ -316,12 +324,14 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
 STABILITY_SUMMARY_FIELDS = ("mean", "std", "min", "max", "interval_low", "interval_high", "interval_width")
 
 
-def _stability_columns(stability: StabilityResult | None) -> dict[str, Any]:
-    """The stability row columns; all None when no stability analysis ran."""
-    names = ["mode", "repeats", "interval_level", *STABILITY_SUMMARY_FIELDS]
+def _stability_columns(stability: StabilityResult | None, score: float | None) -> dict[str, Any]:
+    """The stability row columns (``score`` is the ranked overlap score); all None when no stability analysis ran."""
+    names = ["mode", "repeats", "interval_level", *STABILITY_SUMMARY_FIELDS, "score_percentile", "score_position"]
     if stability is None:
         return {f"stability_{name}": None for name in names}
     config, summary = stability.config, stability.summary
+    position = stability.position_of(score)
     values = [config.mode, config.repeats, config.interval_level,
-              *(getattr(summary, field) for field in STABILITY_SUMMARY_FIELDS)]
+              *(getattr(summary, field) for field in STABILITY_SUMMARY_FIELDS),
+              position["percentile"], position["relative_to_interval"]]
     return {f"stability_{name}": value for name, value in zip(names, values)}
