@@ -266,3 +266,17 @@ def test_run_help_summarizes_the_config_format_and_points_to_the_docs(capsys):
     for section in SECTIONS:
         assert (f"[[{section}]]" if section in ("extractors", "metrics") else f"[{section}]") in text
     assert all(key in text for key in DATASET_KEYS - {"identity"})  # identity appears as identity = "content"
+
+
+def test_on_error_record_writes_the_reports_and_exits_1(project, capsys):
+    np.save(project / "const.npy", np.ones((90, 4), dtype=np.float32))
+    config = TOML + '\n[[extractors]]\nname = "collapsed"\nembeddings = "const.npy"\n'
+    (project / "run.toml").write_text(config.replace("[scoring]", "[benchmark]\non_error = \"raise\"\n\n[scoring]"))
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "r"), "-q"]) == 2
+    assert not (project / "r" / "report.json").exists()
+    capsys.readouterr()
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "r"), "-q", "--on-error", "record"]) == 1
+    assert "extractor 'collapsed' failed in the extract stage" in capsys.readouterr().err
+    data = json.loads((project / "r" / "report.json").read_text())
+    failed = next(r for r in data["extractor_results"] if r["name"] == "collapsed")
+    assert failed["error"]["stage"] == "extract" and failed["primary_score"] is None

@@ -28,7 +28,7 @@ config format (TOML shown; YAML uses the same sections and keys):
   [continuous]              ContinuousOverlapScoringConfig fields (regression)
   [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
   [separatix]               SeparatixConfig fields; enabled = false turns it off
-  [benchmark]               quality_tolerance, primary_metric
+  [benchmark]               quality_tolerance, primary_metric, on_error
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
 Relative paths are relative to the config file; unknown sections and keys are rejected.
 Full reference with an example: docs/cli.md
@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
                           "metrics go in the config's [[metrics]] with higher_is_better = false")
     run.add_argument("--primary-metric", metavar="NAME", default=None,
                      help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
+    run.add_argument("--on-error", choices=("raise", "record"), default=None,
+                     help="'record': an extractor that fails becomes an unranked result with its error and the "
+                          "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
+                          "the first failure (overrides [benchmark] on_error)")
     _output_options(run)
 
     report = sub.add_parser("report", help="regenerate the Markdown report from an archived result JSON",
@@ -128,12 +132,18 @@ def _run(args: argparse.Namespace) -> int:
     from .run_config import benchmark_from_config, input_files, load_run_config
 
     config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    if args.on_error is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
     result = _collecting_warnings(args.command, args.quiet, benchmark.run)
     result.metadata["input_files"] = files
     _write_reports(result, args.output, args.quiet)
-    return EXIT_OK
+    failed = [r for r in result.extractor_results if r.error is not None]
+    for r in failed:
+        print(f"vertebrae {args.command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
+              f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
+    return EXIT_FAILURE if failed else EXIT_OK
 
 
 def _with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:

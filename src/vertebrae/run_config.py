@@ -27,6 +27,7 @@ Example (TOML)::
     [benchmark]
     quality_tolerance = 0.02
     # primary_metric = "my_metric"
+    # on_error = "record"         # keep the other extractors when one fails (default "raise")
 
     [[metrics]]                   # custom metrics, loaded with vertebrae.load_metric
     path = "my_project.metrics:label_aware_metric"
@@ -58,7 +59,7 @@ from .scoring.stability import StabilityConfig
 DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target_type", "label_names", "target_names",
                 "groups", "groups_column", "name"}
 EXTRACTOR_KEYS = {"name", "embeddings"}
-BENCHMARK_KEYS = {"primary_metric", "quality_tolerance"}
+BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics"}
 
