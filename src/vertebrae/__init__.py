@@ -24,6 +24,7 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
                               OverlapScoringConfig)
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
+from .views import LabelViewConfig, TargetView, TargetViewConfig
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
+    "LabelViewConfig", "TargetView", "TargetViewConfig",
     "VertebraeError", "VertebraeWarning", "__version__",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
 ]

@@ -14,7 +14,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import SerializationError
+from .errors import ConfigError, SerializationError
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
@@ -58,6 +58,16 @@ class ExtractorResult:
     stability: StabilityResult | None = None
     #: Why this result has no scores (``Benchmark(on_error="record")``): stage, type, message, extractor.
     error: dict[str, Any] | None = None
+    #: The named target view / hierarchy level this result scores (None: the dataset's own targets).
+    target_view: str | None = None
+    label_view: str | None = None
+
+    @property
+    def view(self) -> str | None:
+        """``target=<name>`` or ``level=<name>``: the task this result belongs to (None: the dataset's targets)."""
+        if self.target_view is not None:
+            return f"target={self.target_view}"
+        return None if self.label_view is None else f"level={self.label_view}"
 
     @classmethod
     def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
@@ -83,8 +93,9 @@ class ExtractorResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form without ``runtime`` (the benchmark result stores timings separately); ``error`` only when set."""
+        optional = ("error", "target_view", "label_view")  # written only when set
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "runtime" and not (f.name == "error" and self.error is None)}
+                if f.name != "runtime" and not (f.name in optional and getattr(self, f.name) is None)}
         data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
         data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
         data["separatix"] = None if self.separatix is None else self.separatix.to_dict()
@@ -113,22 +124,37 @@ class BenchmarkResult:
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     # -- ranking views ---------------------------------------------------------
-    def ranked_results(self) -> list[ExtractorResult]:
+    def views(self) -> list[str | None]:
+        """The tasks in this result, in order: ``None`` (the dataset's targets) and/or ``target=…``/``level=…``."""
+        return list(dict.fromkeys(r.view for r in self.extractor_results))
+
+    def ranked_results(self, view: str | None = None) -> list[ExtractorResult]:
         """Valid results best-first by the primary metric, respecting its direction.
 
         Invalid aggregates are omitted; if every aggregate is invalid the ranking is
-        empty (never filled with a fallback).  Ties keep extractor order.
+        empty (never filled with a fallback).  Ties keep extractor order.  A view is a
+        different task, so views are never ranked against each other: ``view=`` gives one
+        view's ranking, and without it the per-view rankings follow each other in view order.
         """
-        valid = [r for r in self.extractor_results if r.aggregate_valid]
-        return sorted(valid, key=lambda r: -r.primary_score if r.primary_metric.higher_is_better else r.primary_score)
+        if view is not None and view not in self.views():
+            raise KeyError(f"no view {view!r} in this result; views: {self.views()}")
+        ranked = []
+        for task in ([view] if view is not None else self.views()):
+            valid = [r for r in self.extractor_results if r.aggregate_valid and r.view == task]
+            ranked += sorted(valid, key=lambda r: -r.primary_score if r.primary_metric.higher_is_better
+                             else r.primary_score)
+        return ranked
 
     @property
     def ranking_stability(self) -> dict[str, Any] | None:
         """How stable the overlap-score ranking is across stability repeats (see docs/stability.md).
 
         Derived from the extractors' repeat scores, which share seeds because a benchmark
-        gives every extractor the same StabilityConfig; None with fewer than two analysed.
+        gives every extractor the same StabilityConfig; None with fewer than two analysed,
+        and None when the result scores several views (separate tasks: read each view's intervals).
         """
+        if len(self.views()) > 1:
+            return None
         analysed = [r for r in self.extractor_results if r.stability is not None]
         if len(analysed) < 2:
             return None
@@ -140,12 +166,15 @@ class BenchmarkResult:
     def ranking_available(self) -> bool:
         return bool(self.ranked_results())
 
-    def quality_cohort(self, tolerance: float | None = None) -> list[ExtractorResult]:
-        """Results within an absolute ``tolerance`` of the best primary score, in ranking order."""
+    def quality_cohort(self, tolerance: float | None = None, view: str | None = None) -> list[ExtractorResult]:
+        """Results within an absolute ``tolerance`` of the best primary score, in ranking order (of one view)."""
         tolerance = self.metadata.get("quality_tolerance", 0.0) if tolerance is None else tolerance
         if tolerance < 0:
             raise ValueError(f"tolerance must be >= 0, got {tolerance}")
-        ranked = self.ranked_results()
+        if view is None and len(self.views()) > 1:
+            raise ConfigError(f"this result scores several views {self.views()}; a quality cohort is defined within "
+                              "one view: pass view=...")
+        ranked = self.ranked_results(view if view is not None else self.views()[0] if self.views() else None)
         if not ranked:
             return []
         best = ranked[0]
@@ -161,7 +190,7 @@ class BenchmarkResult:
     def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
         """One flat dict per result (the DataFrame rows), ranked; invalid ones last with rank None."""
         ranked = self.ranked_results()
-        rank_of = {id(r): i + 1 for i, r in enumerate(ranked)}
+        rank_of = {id(r): i + 1 for view in self.views() for i, r in enumerate(self.ranked_results(view))}
         chosen = ranked + ([r for r in self.extractor_results if id(r) not in rank_of] if include_invalid else [])
         return [result_row(r, rank_of.get(id(r))) for r in chosen]
 
@@ -290,6 +319,10 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "extractor_type": result.extractor_type,
         "parent_extractor": result.embedding.get("parent_extractor_name", result.name),
         "output_name": result.embedding.get("output_name"),
+        "hidden_layer": result.embedding.get("hidden_layer"),
+        "pooling": result.embedding.get("pooling"),
+        "target_view": result.target_view,
+        "label_view": result.label_view,
         "primary_metric": result.primary_metric_name,
         "primary_score": result.primary_score,
         "aggregate_valid": result.aggregate_valid,
