@@ -145,8 +145,7 @@ class Benchmark:
         return chains
 
     def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, dataset=self.dataset,
-                          dataset_safe=self.dataset.identity.cache_eligible)
+        return RunContext(self.settings, self.extractors, self.dataset)
 
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark (what ``run`` executes), with their content-aware keys."""

@@ -62,11 +62,11 @@ def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any
 class RunContext:
     """Live objects of one run plus their fingerprints (computed once, on first use)."""
 
-    def __init__(self, settings: Any, extractors: Sequence[Any], *, dataset: Any = None,
-                 dataset_safe: bool = True) -> None:
+    def __init__(self, settings: Any, extractors: Sequence[Any], dataset: Any) -> None:
         self.settings = settings
         self.dataset = dataset
-        self.dataset_safe = dataset_safe
+        #: An ephemeral dataset identity is never reused across runs.
+        self.dataset_safe = dataset.identity.cache_eligible
         self.extractors: dict[str, Any] = {}
         self._identities: dict[str, Fact] = {}
         self._facts: dict[tuple[str, Any], Fact] = {}
