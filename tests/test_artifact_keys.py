@@ -238,7 +238,7 @@ KEY_TABLE = {
     ("benchmark", "metrics"): (("embedding", "score", "budget"), {"targets", "groups"}, set()),
     ("benchmark", "diagnose"): (("embedding", "score", "budget"), {"targets", "groups"}, {"separatix"}),
     ("benchmark", "assemble"): (("embedding", "score", "budget", "stability", "metrics", "diagnose"),
-                                {"name", "output", "extractor"}, set()),
+                                {"name", "output", "view", "extractor"}, set()),
     ("retrieval", "encode"): ((), {"query_inputs", "gallery_inputs", "extractor"}, {"numpy"}),
     ("retrieval", "endpoints"): (("encode",), set(), set()),
     ("retrieval", "rank_forward"): (("endpoints",), {"relevance"}, set()),

@@ -10,6 +10,7 @@ from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
+from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
@@ -24,6 +25,7 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
                               OverlapScoringConfig)
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
+from .views import LabelViewConfig, TargetView, TargetViewConfig
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,8 @@ __all__ = [
     "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
+    "LabelViewConfig", "TargetView", "TargetViewConfig",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "MemoryConfig",
 ]

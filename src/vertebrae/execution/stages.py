@@ -156,17 +156,17 @@ def _budget_config(settings: Any, chain: Any) -> dict[str, Any] | None:
 def budget(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BudgetedInput:
     """The MemoryConfig check before scoring (only in plans with a MemoryConfig): subsample or fail."""
     settings, dataset = context.settings, context.dataset
-    return apply_memory_budget(inputs["embedding"].matrix, dataset.targets, dataset.groups, settings.memory_config,
+    return apply_memory_budget(inputs["embedding"].matrix, context.targets(job), dataset.groups, settings.memory_config,
                                settings.scoring_config, settings.continuous_config,
                                source=f"extractor {job.params['name']!r}")
 
 
-def scoring_input(inputs: Mapping[str, Any], context: Any) -> tuple[Any, Targets, Any]:
+def scoring_input(job: Any, inputs: Mapping[str, Any], context: Any) -> tuple[Any, Targets, Any]:
     """(matrix, targets, groups) every scoring stage scores: the budget's subsample when there is one."""
     budgeted: BudgetedInput | None = inputs.get("budget")
     if budgeted is not None:
         return budgeted.matrix, budgeted.targets, budgeted.groups
-    return inputs["embedding"].matrix, context.dataset.targets, context.dataset.groups
+    return inputs["embedding"].matrix, context.targets(job), context.dataset.groups
 
 
 @stage(PIPELINE, "score", version=1, reads=("embedding",), optional_reads=("budget",), context=("targets",),
@@ -174,7 +174,7 @@ def scoring_input(inputs: Mapping[str, Any], context: Any) -> tuple[Any, Targets
 def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    matrix, targets, _ = scoring_input(inputs, context)
+    matrix, targets, _ = scoring_input(job, inputs, context)
     return ScoreArtifact(scorer.score(matrix, targets))
 
 
@@ -194,7 +194,7 @@ def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
     """
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    matrix, targets, _ = scoring_input(inputs, context)
+    matrix, targets, _ = scoring_input(job, inputs, context)
     result = run_stability_analysis(matrix, targets, config=settings.stability_config, scorer=scorer)
     return StabilityArtifact(result)
 
@@ -211,7 +211,7 @@ def _metrics_safe(settings: Any) -> bool:
        context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe)
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
     """Custom metrics on the matrix the score stage scored, with the seed it used."""
-    matrix, targets, groups = scoring_input(inputs, context)
+    matrix, targets, groups = scoring_input(job, inputs, context)
     return run_metrics(context.settings.metrics, matrix, targets, groups, seed=inputs["score"].overlap.metadata["seed"],
                        extractor=job.params["name"], timings=timings)
 
@@ -229,7 +229,7 @@ def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     """Separatix on the matrix the score stage scored, gated by that overlap score."""
     settings = context.settings
     scorer = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config)
-    matrix, targets, groups = scoring_input(inputs, context)
+    matrix, targets, groups = scoring_input(job, inputs, context)
     return scorer.diagnose(matrix, targets, overlap_score=inputs["score"].overlap.score, groups=groups,
                            source=f"extractor {job.params['name']!r}")
 
@@ -240,7 +240,7 @@ def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
 
 @stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"),
        optional_reads=("budget", "stability", "metrics", "diagnose"),
-       context=("name", "output", "extractor"), config=_assemble_config, final=True)
+       context=("name", "output", "view", "extractor"), config=_assemble_config, final=True)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
     """Build the ExtractorResult of one chain from its stage artifacts."""
     from ..results import ExtractorResult, recommendation_label
@@ -262,14 +262,18 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     if budgeted is not None:
         embedding_metadata["memory_budget"] = budgeted.record
     budget_notes = [] if budgeted is None or budgeted.warning is None else [budgeted.warning]
+    view = job.params.get("view")
     return ExtractorResult(
         name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
         primary_score=primary.score if primary.rankable else None, embedding=embedding_metadata,
-        warnings=budget_notes + list(overlap.warnings) + measured.warnings(), recommendation=recommendation_label(overlap.score),
+        warnings=budget_notes + list(overlap.warnings) + measured.warnings(),
+        recommendation=recommendation_label(overlap.score),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},
-        separatix=separatix, stability=None if repeated is None else repeated.stability)
+        separatix=separatix, stability=None if repeated is None else repeated.stability,
+        target_view=view[1] if view is not None and view[0] == "target" else None,
+        label_view=view[1] if view is not None and view[0] == "level" else None)
 
 
 def output_metadata(extractor: Any, output: str) -> dict[str, Any]:
