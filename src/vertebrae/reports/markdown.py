@@ -10,10 +10,11 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .markdown_metrics import metrics_detail
 from .markdown_separatix import separatix_detail
 from .markdown_stability import interval_text, stability_section
-from .markdown_metrics import metrics_detail
 from .markdown_table import table, text
+from .reading import how_to_read, recipe_summary, score_with_interval
 
 Section = Callable[[Mapping[str, Any]], str]
 
@@ -61,13 +62,43 @@ def _target_summary(data: Mapping[str, Any]) -> str:
     return "## Target summary\n\n" + table([heading, "count"], rows)
 
 
+def _answer(data: Mapping[str, Any]) -> str:
+    """The top candidate, the recommendations and a short ranked summary, before any detail."""
+    from ..results import BenchmarkResult
+
+    result = BenchmarkResult.from_dict(data)
+    ranked = result.ranked_results()
+    notes = "".join(f"- {text(n)}\n" for n in data["recommendations"])
+    if not ranked:
+        return "## Answer\n\nNo extractor has a valid primary aggregate, so there is no ranking.\n\n" + notes
+    best = ranked[0]
+    with_interval = best.primary_metric_name == "overlap"
+    rows = []
+    for i, r in enumerate(ranked, 1):
+        summary = r.stability.summary if r.stability is not None else None
+        low, high = (summary.interval_low, summary.interval_high) if summary else (None, None)
+        score = score_with_interval(r.primary_score, low, high) if with_interval else r.primary_score
+        rows.append([i, r.name, score, r.recommendation] + ([] if with_interval else [interval_text(low, high)]))
+    headers = ["rank", "extractor", f"{best.primary_metric_name} (primary)", "recommendation"]
+    if not with_interval:
+        headers.append("overlap stability interval")
+    lead = (f"**Top candidate: {text(best.name)}** — {text(best.primary_metric_name)} "
+            f"{best.primary_score:.4f}, recommendation `{best.recommendation}`.\n")
+    return "## Answer\n\n" + lead + "\n" + notes + "\n" + table(headers, rows)
+
+
+def _how_to_read(data: Mapping[str, Any]) -> str:
+    return "## How to read these numbers\n\n" + "".join(f"{text(part)}\n\n" for part in how_to_read(data))
+
+
 def _extractor_summary(data: Mapping[str, Any]) -> str:
     rows = []
     for r in data["extractor_results"]:
         e = r["embedding"]
         rows.append([r["name"], r["extractor_type"], e.get("embedding_dim"), e.get("dtype"), e.get("sparse"),
-                     e.get("nnz"), json.dumps(r["recipe"], sort_keys=True)])
-    return "## Extractors\n\n" + table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows)
+                     e.get("nnz"), recipe_summary(r["recipe"])])
+    return ("## Extractors\n\nRecipes are summarized; the JSON report keeps them whole.\n\n"
+            + table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows))
 
 
 def _overlap_configuration(data: Mapping[str, Any]) -> str:
@@ -93,17 +124,22 @@ def _overlap_configuration(data: Mapping[str, Any]) -> str:
     return "## Overlap configuration\n\nBackend: MiniBatchKMeans (fixed).\n\n" + body + note
 
 
-#: Row-builder columns shown in the ranking table (see ``vertebrae.results.result_row``).
+#: Row-builder columns shown in the ranking table (see ``vertebrae.results.result_row``): the spec's
+#: core columns, then embedding, recipe and recommendation; Separatix's own fields follow when it ran.
 RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
                               "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
-                              "probe_score",
-                              "embedding_dim", "recommendation", "separatix_recommendation", "separatix_confidence"]
+                              "probe_score", "embedding_dim", "recipe", "recommendation"]
+SEPARATIX_COLUMNS: list[str] = ["separatix_recommendation", "separatix_confidence"]
+#: Target and label views, shown only when a result carries them.
+VIEW_COLUMNS: list[str] = ["output_name", "hidden_layer", "pooling", "target_view", "label_view"]
 
 
-def _ranking_cell(row: Mapping[str, Any], column: str) -> Any:
-    """A row-builder value; ``stability_interval`` is rendered from the row's interval bounds."""
+def _ranking_cell(row: Mapping[str, Any], column: str, recipes: Mapping[str, Any]) -> Any:
+    """A row-builder value; the interval and recipe cells are rendered from the row and the JSON."""
     if column == "stability_interval":
         return interval_text(row["stability_interval_low"], row["stability_interval_high"])
+    if column == "recipe":
+        return recipe_summary(recipes[row["extractor"]])
     return row.get(column)
 
 
@@ -117,16 +153,26 @@ def _ranking(data: Mapping[str, Any]) -> str:
     rows = result.rows(include_invalid=True)
     valid_rows = [r for r in rows if r["rank"] is not None]
     invalid = [r["extractor"] for r in rows if r["rank"] is None]
-    body = table(RANKING_COLUMNS, [[_ranking_cell(row, c) for c in RANKING_COLUMNS] for row in valid_rows])
+    recipes = {r["name"]: r["recipe"] for r in data["extractor_results"]}
+    views = [c for c in VIEW_COLUMNS if any(row.get(c) is not None for row in valid_rows)]
+    columns = RANKING_COLUMNS[:2] + views + RANKING_COLUMNS[2:]
+    if any(row["separatix_status"] is not None for row in valid_rows):
+        columns += SEPARATIX_COLUMNS
+    body = table(columns, [[_ranking_cell(row, c, recipes) for c in columns] for row in valid_rows])
     tail = f"\nNot ranked (invalid primary aggregate): {', '.join(text(n) for n in invalid)}\n" if invalid else ""
     order = "higher is better" if ranked[0].primary_metric.higher_is_better else "lower is better"
     return (f"## Ranking\n\nRanked by **{text(ranked[0].primary_metric_name)}** ({order}).\n\n" + body + tail)
 
 
 def _extractor_details(data: Mapping[str, Any]) -> str:
+    """Every extractor's detail; the pairwise matrix only for the top candidate (all of them stay in the JSON)."""
+    from ..results import BenchmarkResult
+
+    ranked = BenchmarkResult.from_dict(data).ranked_results()
+    top = ranked[0].name if ranked else None
     parts = ["## Per-extractor details\n"]
     for r in data["extractor_results"]:
-        parts.append(extractor_detail(r))
+        parts.append(extractor_detail(r, pairwise=r["name"] == top))
     return "\n".join(parts)
 
 
@@ -143,7 +189,7 @@ def _pairwise(o: Mapping[str, Any]) -> str:
     return "Pairwise overlap (row vs column):\n\n" + table(["class", *(_display(o, b) for b in keys)], rows)
 
 
-def extractor_detail(r: Mapping[str, Any]) -> str:
+def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> str:
     o = r["overlap"]
     lines = [f"### {text(r['name'])}\n",
              f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted {o['weighted_score']:.4f}); "
@@ -156,7 +202,8 @@ def extractor_detail(r: Mapping[str, Any]) -> str:
         rows = [[_display(o, k), o["class_counts"].get(k), o["k_per_class"].get(k), v,
                  "yes" if k in meta.get("aggregation_classes", []) else "no"] for k, v in o["per_class_scores"].items()]
         lines.append(table(["class", "count", "k", "overlap", "aggregated"], rows))
-        lines.append(_pairwise(o))
+        lines.append(_pairwise(o) if pairwise else "Pairwise overlap: shown for the top candidate; all pairs are in "
+                     "`pairwise_scores` in the JSON and in the HTML report.\n")
     if o.get("loss_ratio") is not None:
         null = o["regression"]["null_calibration"]
         lines.append(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null {null['null_loss']:.4f}; "
@@ -173,10 +220,6 @@ def extractor_detail(r: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _recommendations(data: Mapping[str, Any]) -> str:
-    return "## Recommendations\n\n" + "".join(f"- {text(n)}\n" for n in data["recommendations"])
-
-
 def _reproducibility(data: Mapping[str, Any]) -> str:
     meta = data["metadata"]
     rows = [["run key", meta["run_key"]], ["primary metric", meta["primary_metric"]],
@@ -187,8 +230,9 @@ def _reproducibility(data: Mapping[str, Any]) -> str:
 
 
 #: Report sections in order; later features append their own section functions here.
-SECTIONS: list[Section] = [_title, _dataset_summary, _target_summary, _extractor_summary, _overlap_configuration,
-                           _ranking, stability_section, _extractor_details, _recommendations, _reproducibility]
+SECTIONS: list[Section] = [_title, _answer, _ranking, _how_to_read, _dataset_summary, _target_summary,
+                           _extractor_summary, _overlap_configuration, stability_section, _extractor_details,
+                           _reproducibility]
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:

@@ -1,0 +1,112 @@
+"""Plain-text explanations shared by the Markdown and HTML reports (from serialized results only).
+
+The sentences are plain text (no markup), so each renderer escapes them its own way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: Recipe parameters worth naming first in a one-cell recipe summary.
+SALIENT_PARAMS = ("model", "model_name", "n_components", "hidden_layer", "layer", "pooling", "output", "dimension",
+                  "method", "noise_std")
+SHOWN_PARAMS = 3
+
+#: Separatix's own score fields with their direction (Separatix's `overlap_score` runs the other way
+#: from vertebrae's overlap score: it is the mean neighbourhood class mixing).
+SEPARATIX_SCORE_DIRECTIONS = {
+    "signal_score": "higher = more learnable signal than a dummy probe",
+    "overlap_score": "lower is better (Separatix's neighbourhood class mixing, not vertebrae's overlap score)",
+    "linearity_score": "descriptive (share of the best probe a linear probe reaches)",
+    "nonlinearity_score": "descriptive (gain of nonlinear over linear probes)",
+    "fragmentation_score": "lower is better (graph fragmentation)",
+    "topology_score": "descriptive (topological structure strength)",
+    "reliability_score": "higher = more reliable evidence",
+}
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+def recipe_summary(recipe: Mapping[str, Any]) -> str:
+    """One table cell for a recipe: type, the estimator/callable/model, and a few parameters."""
+    kind = recipe.get("type", "?")
+    target = next((recipe[k] for k in ("estimator", "callable", "model", "model_name") if isinstance(recipe.get(k), str)),
+                  None)
+    head = kind if target is None else f"{kind} {target.rsplit('.', 1)[-1]}"
+    params = recipe.get("params") if isinstance(recipe.get("params"), Mapping) else {}
+    chosen = [k for k in SALIENT_PARAMS if k in params] or sorted(params)
+    parts = [f"{k}={_short(params[k])}" for k in chosen[:SHOWN_PARAMS]]
+    if len(params) > len(parts):
+        parts.append("...")
+    if not parts and recipe.get("content_sha256"):
+        parts.append(f"sha256 {str(recipe['content_sha256'])[:12]}")
+    return head + (f" ({', '.join(parts)})" if parts else "")
+
+
+def score_with_interval(score: float | None, low: float | None, high: float | None) -> str | None:
+    """``0.9726 [0.9601, 0.9790]``; the bare score without a stability interval."""
+    if score is None:
+        return None
+    return f"{score:.4f}" if low is None or high is None else f"{score:.4f} [{low:.4f}, {high:.4f}]"
+
+
+def _cutoffs(target_type: str) -> str:
+    from ..results import RECOMMENDATION_CUTOFFS
+
+    strong, moderate, stem = RECOMMENDATION_CUTOFFS[target_type]
+    return (f"Recommendation labels use this version's cut-offs for {target_type.replace('_', '-')} targets: "
+            f"strong_{stem} at an overlap score of at least {strong}, moderate_{stem} at least {moderate}, "
+            f"weak_{stem} below. They are triage guidance, not verdicts (calibration in docs/results.md).")
+
+
+def how_to_read(data: Mapping[str, Any]) -> list[str]:
+    """Paragraphs explaining this run's numbers for its target type, primary metric and diagnostics."""
+    summary, metadata = data["dataset_summary"], data["metadata"]
+    target_type = summary["target_type"]
+    settings = metadata.get("settings", {})
+    primary = metadata.get("primary_metric", "overlap")
+    parts = []
+    if target_type == "regression":
+        normalized = settings.get("continuous_config", {}).get("normalize_embeddings")
+        parts.append("The overlap score here is OverlapIndex's continuous score for a regression target: 1 - "
+                     "loss_ratio, where loss_ratio is the embedding's target-prediction loss divided by the loss "
+                     "under permuted targets (the null). loss_ratio 1.0 means the neighbourhoods predict the target "
+                     "no better than chance (score 0.0); lower loss_ratio and higher score are better. The score "
+                     "runs far below 1.0 even for easy targets: a target that a linear probe predicts with R2 0.98 "
+                     "scored about 0.38-0.43 in our calibration, so do not read it on the classification scale.")
+        if normalized:
+            parts.append("normalize_embeddings=True: every row was scaled to unit length before scoring, which "
+                         "removes row magnitude. A target that depends on magnitude (e.g. a linear target along the "
+                         "norm) can look unpredictable; rerun with ContinuousOverlapScoringConfig("
+                         "normalize_embeddings=False) to check.")
+    else:
+        unit = "class" if target_type == "single_label" else "label"
+        parts.append(f"The overlap score (OverlapIndex) measures how well each {unit} occupies its own region of "
+                     f"the embedding space: 1.0 means separated {unit}es, 0.0 complete overlap; higher is better. "
+                     f"overlap_macro averages the per-{unit} scores equally, overlap_weighted by {unit} size, and "
+                     "overlap_score is the global score (the macro average).")
+        if target_type == "multi_label":
+            parts.append("For multi-label targets the score does not fall to 0.0 at chance: random labels scored "
+                         "0.21-0.29 in our calibration, labels that are noiseless linear functions of the embedding "
+                         "0.55-0.68.")
+    parts.append(_cutoffs(target_type))
+    if primary != "overlap":
+        parts.append(f"The ranking uses the primary metric {primary}; its direction is given in the ranking "
+                     "heading. The overlap columns are shown as context, not combined with it.")
+    stability = next((r["stability"] for r in data["extractor_results"] if r.get("stability")), None)
+    if stability:
+        level = stability["config"]["interval_level"]
+        parts.append(f"A stability interval is the central {level:.0%} range of the overlap score over "
+                     f"{stability['config']['repeats']} repeats ({stability['config']['mode']} mode): a spread "
+                     "under this protocol, not a confidence interval. Differences smaller than the intervals are "
+                     "not meaningful.")
+    if any(r.get("separatix") for r in data["extractor_results"]):
+        parts.append("Fields named separatix_*, best_probe, probe_metric and probe_score are Separatix's own "
+                     "diagnostic: descriptive, never used for ranking. Read probe_metric before probe_score. "
+                     "Separatix's overlap_score is lower-is-better (neighbourhood class mixing), the opposite "
+                     "direction of vertebrae's overlap score.")
+    return parts
