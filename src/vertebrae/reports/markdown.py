@@ -12,9 +12,9 @@ from typing import Any
 
 from .markdown_metrics import metrics_detail
 from .markdown_separatix import separatix_detail
-from .markdown_stability import interval_text, stability_section
+from .markdown_stability import stability_section
 from .markdown_table import table, text
-from .reading import how_to_read, recipe_summary, score_with_interval
+from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
 Section = Callable[[Mapping[str, Any]], str]
 
@@ -64,27 +64,12 @@ def _target_summary(data: Mapping[str, Any]) -> str:
 
 def _answer(data: Mapping[str, Any]) -> str:
     """The top candidate, the recommendations and a short ranked summary, before any detail."""
-    from ..results import BenchmarkResult
-
-    result = BenchmarkResult.from_dict(data)
-    ranked = result.ranked_results()
-    notes = "".join(f"- {text(n)}\n" for n in data["recommendations"])
-    if not ranked:
-        return "## Answer\n\nNo extractor has a valid primary aggregate, so there is no ranking.\n\n" + notes
-    best = ranked[0]
-    with_interval = best.primary_metric_name == "overlap"
-    rows = []
-    for i, r in enumerate(ranked, 1):
-        summary = r.stability.summary if r.stability is not None else None
-        low, high = (summary.interval_low, summary.interval_high) if summary else (None, None)
-        score = score_with_interval(r.primary_score, low, high) if with_interval else r.primary_score
-        rows.append([i, r.name, score, r.recommendation] + ([] if with_interval else [interval_text(low, high)]))
-    headers = ["rank", "extractor", f"{best.primary_metric_name} (primary)", "recommendation"]
-    if not with_interval:
-        headers.append("overlap stability interval")
-    lead = (f"**Top candidate: {text(best.name)}** — {text(best.primary_metric_name)} "
-            f"{best.primary_score:.4f}, recommendation `{best.recommendation}`.\n")
-    return "## Answer\n\n" + lead + "\n" + notes + "\n" + table(headers, rows)
+    answer = benchmark_answer(data)
+    notes = "".join(f"- {text(n)}\n" for n in answer["notes"])
+    if answer["headers"] is None:
+        return "## Answer\n\n" + text(answer["lead"]) + "\n\n" + notes
+    return ("## Answer\n\n" + text(answer["lead"]).replace(answer["top_text"], f"**{answer['top_text']}**", 1)
+            + "\n\n" + notes + "\n" + table(answer["headers"], answer["rows"]))
 
 
 def _how_to_read(data: Mapping[str, Any]) -> str:
@@ -124,44 +109,14 @@ def _overlap_configuration(data: Mapping[str, Any]) -> str:
     return "## Overlap configuration\n\nBackend: MiniBatchKMeans (fixed).\n\n" + body + note
 
 
-#: Row-builder columns shown in the ranking table (see ``vertebrae.results.result_row``): the spec's
-#: core columns, then embedding, recipe and recommendation; Separatix's own fields follow when it ran.
-RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
-                              "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
-                              "probe_score", "embedding_dim", "recipe", "recommendation"]
-SEPARATIX_COLUMNS: list[str] = ["separatix_recommendation", "separatix_confidence"]
-#: Target and label views, shown only when a result carries them.
-VIEW_COLUMNS: list[str] = ["output_name", "hidden_layer", "pooling", "target_view", "label_view"]
-
-
-def _ranking_cell(row: Mapping[str, Any], column: str, recipes: Mapping[str, Any]) -> Any:
-    """A row-builder value; the interval and recipe cells are rendered from the row and the JSON."""
-    if column == "stability_interval":
-        return interval_text(row["stability_interval_low"], row["stability_interval_high"])
-    if column == "recipe":
-        return recipe_summary(recipes[row["extractor"]])
-    return row.get(column)
-
-
 def _ranking(data: Mapping[str, Any]) -> str:
-    from ..results import BenchmarkResult
-
-    result = BenchmarkResult.from_dict(data)
-    ranked = result.ranked_results()
-    if not ranked:
-        return "## Ranking\n\nUnavailable: no extractor has a valid primary aggregate.\n"
-    rows = result.rows(include_invalid=True)
-    valid_rows = [r for r in rows if r["rank"] is not None]
-    invalid = [r["extractor"] for r in rows if r["rank"] is None]
-    recipes = {r["name"]: r["recipe"] for r in data["extractor_results"]}
-    views = [c for c in VIEW_COLUMNS if any(row.get(c) is not None for row in valid_rows)]
-    columns = RANKING_COLUMNS[:2] + views + RANKING_COLUMNS[2:]
-    if any(row["separatix_status"] is not None for row in valid_rows):
-        columns += SEPARATIX_COLUMNS
-    body = table(columns, [[_ranking_cell(row, c, recipes) for c in columns] for row in valid_rows])
+    ranking = benchmark_ranking(data)
+    if ranking["columns"] is None:
+        return "## Ranking\n\n" + text(ranking["heading"]) + "\n"
+    invalid = ranking["invalid"]
     tail = f"\nNot ranked (invalid primary aggregate): {', '.join(text(n) for n in invalid)}\n" if invalid else ""
-    order = "higher is better" if ranked[0].primary_metric.higher_is_better else "lower is better"
-    return (f"## Ranking\n\nRanked by **{text(ranked[0].primary_metric_name)}** ({order}).\n\n" + body + tail)
+    return ("## Ranking\n\n" + text(ranking["heading"]).replace(ranking["metric"], f"**{ranking['metric']}**", 1)
+            + "\n\n" + table(ranking["columns"], ranking["rows"]) + tail)
 
 
 def _extractor_details(data: Mapping[str, Any]) -> str:

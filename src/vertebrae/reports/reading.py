@@ -54,6 +54,76 @@ def score_with_interval(score: float | None, low: float | None, high: float | No
     return f"{score:.4f}" if low is None or high is None else f"{score:.4f} [{low:.4f}, {high:.4f}]"
 
 
+def benchmark_answer(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The lead sentence, recommendation notes and the short summary table (headers None without a ranking)."""
+    from ..results import BenchmarkResult
+    from .markdown_stability import interval_text
+
+    result = BenchmarkResult.from_dict(data)
+    ranked = result.ranked_results()
+    notes = list(data["recommendations"])
+    if not ranked:
+        return {"lead": "No extractor has a valid primary aggregate, so there is no ranking.", "notes": notes,
+                "headers": None, "rows": [], "top_text": ""}
+    best = ranked[0]
+    with_interval = best.primary_metric_name == "overlap"
+    rows = []
+    for i, r in enumerate(ranked, 1):
+        summary = r.stability.summary if r.stability is not None else None
+        low, high = (summary.interval_low, summary.interval_high) if summary else (None, None)
+        score = score_with_interval(r.primary_score, low, high) if with_interval else r.primary_score
+        rows.append([i, r.name, score, r.recommendation] + ([] if with_interval else [interval_text(low, high)]))
+    headers = ["rank", "extractor", f"{best.primary_metric_name} (primary)", "recommendation"]
+    if not with_interval:
+        headers.append("overlap stability interval")
+    top_text = f"Top candidate: {best.name}"
+    lead = (f"{top_text} — {best.primary_metric_name} {best.primary_score:.4f}, "
+            f"recommendation {best.recommendation}.")
+    return {"lead": lead, "notes": notes, "headers": headers, "rows": rows, "top_text": top_text}
+
+
+#: Row-builder columns of the ranking table (see ``vertebrae.results.result_row``): the spec's core
+#: columns, then embedding, recipe and recommendation; Separatix's own fields follow when it ran.
+RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
+                              "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
+                              "probe_score", "embedding_dim", "recipe", "recommendation"]
+SEPARATIX_COLUMNS: list[str] = ["separatix_recommendation", "separatix_confidence"]
+#: Output, target and label views, shown only when a result carries them.
+VIEW_COLUMNS: list[str] = ["output_name", "hidden_layer", "pooling", "target_view", "label_view"]
+
+
+def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Heading, columns and rows of the ranking table (columns None when no aggregate is valid)."""
+    from ..results import BenchmarkResult
+    from .markdown_stability import interval_text
+
+    result = BenchmarkResult.from_dict(data)
+    ranked = result.ranked_results()
+    if not ranked:
+        return {"heading": "Unavailable: no extractor has a valid primary aggregate.", "columns": None, "rows": [],
+                "invalid": [r.name for r in result.extractor_results], "metric": ""}
+    rows = result.rows(include_invalid=True)
+    valid_rows = [r for r in rows if r["rank"] is not None]
+    recipes = {r["name"]: r["recipe"] for r in data["extractor_results"]}
+    views = [c for c in VIEW_COLUMNS if any(row.get(c) is not None for row in valid_rows)]
+    columns = RANKING_COLUMNS[:2] + views + RANKING_COLUMNS[2:]
+    if any(row["separatix_status"] is not None for row in valid_rows):
+        columns += SEPARATIX_COLUMNS
+
+    def value(row: Mapping[str, Any], column: str) -> Any:
+        if column == "stability_interval":
+            return interval_text(row["stability_interval_low"], row["stability_interval_high"])
+        if column == "recipe":
+            return recipe_summary(recipes[row["extractor"]])
+        return row.get(column)
+
+    metric = ranked[0].primary_metric_name
+    order = "higher is better" if ranked[0].primary_metric.higher_is_better else "lower is better"
+    return {"heading": f"Ranked by {metric} ({order}).", "metric": metric, "columns": columns,
+            "rows": [[value(row, c) for c in columns] for row in valid_rows],
+            "invalid": [r["extractor"] for r in rows if r["rank"] is None]}
+
+
 def _cutoffs(target_type: str) -> str:
     from ..results import RECOMMENDATION_CUTOFFS
 
