@@ -76,7 +76,9 @@ def ranking(data: Mapping[str, Any]) -> str | None:
     intervals = [_interval(r) for r in ranked][::-1]
     fig = _figure(7, 0.9 + 0.35 * len(names))
     ax = fig.subplots()
-    ax.barh(names, scores, color="#4C72B0")
+    bars = ax.barh(names, scores, color="#4C72B0")
+    ax.bar_label(bars, fmt="%.4f", padding=3, fontsize=8)
+    ax.margins(x=0.15)  # room for the value labels
     if any(intervals):
         low = [s - i[0] if i else 0.0 for s, i in zip(scores, intervals)]
         high = [i[1] - s if i else 0.0 for s, i in zip(scores, intervals)]
@@ -105,10 +107,10 @@ def per_class(data: Mapping[str, Any]) -> str | None:
                label=r["name"])
     ax.set_xticks([i + width * (len(ranked) - 1) / 2 for i in range(len(keys))], labels, rotation=45, ha="right",
                   fontsize=8)
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.18)
     ax.set_ylabel("overlap score (1 = separated)")
     ax.set_title(f"Per-class overlap of the top {len(ranked)} candidate(s)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncol=len(ranked), loc="upper center")
     return _svg(fig)
 
 
