@@ -267,10 +267,11 @@ class ExtractorResult:
                   path: str = "$") -> "ExtractorResult":
         with reading(path):
             fields = dict(data)
+            overlap, metrics = fields["overlap"], dict(fields["metrics"])
         with reading(f"{path}.overlap"):
-            fields["overlap"] = OverlapScoreResult.from_dict(fields["overlap"])
+            fields["overlap"] = OverlapScoreResult.from_dict(overlap)
         fields["metrics"] = {}
-        for name, m in data.get("metrics", {}).items():
+        for name, m in metrics.items():
             with reading(f"{path}.metrics.{name}"):
                 fields["metrics"][name] = MetricResult.from_dict(m)
         if fields.get("separatix") is not None:

@@ -79,10 +79,10 @@ def ranking(data: Mapping[str, Any]) -> str | None:
     bars = ax.barh(names, scores, color="#4C72B0")
     ax.bar_label(bars, fmt="%.4f", padding=3, fontsize=8)
     ax.margins(x=0.15)  # room for the value labels
-    if any(intervals):
-        low = [s - i[0] if i else 0.0 for s, i in zip(scores, intervals)]
-        high = [i[1] - s if i else 0.0 for s, i in zip(scores, intervals)]
-        ax.errorbar(scores, names, xerr=[low, high], fmt="none", ecolor="black", capsize=3,
+    if any(intervals):  # the interval of the repeat scores; the full-data score may lie outside it
+        shown = [(n, i) for n, i in zip(names, intervals) if i]
+        ax.errorbar([(i[0] + i[1]) / 2 for _, i in shown], [n for n, _ in shown],
+                    xerr=[(i[1] - i[0]) / 2 for _, i in shown], fmt="none", ecolor="black", capsize=3,
                     label="stability interval")
         ax.legend(loc="lower right", fontsize=8)
     metric = ranked[0].get("primary_metric_name") or data.get("protocol", {}).get("config", {}).get("primary_metric")

@@ -60,7 +60,7 @@ class RetrievalDataset:
         kind = "embeddings" if self.has_embeddings else "inputs"
         return (f"RetrievalDataset({self.n_queries} queries x {self.n_gallery} gallery items, "
                 f"{self.relevance.nnz} relevant pairs, {self.exclusions.nnz} excluded, {kind}, "
-                f"identity={self.identity.kind}:{self.identity.dataset_id}, fingerprint={self.fingerprint})")
+                f"identity={self.identity.kind}:{self.identity.dataset_id}, fingerprint={self.fingerprint[:12]})")
 
     @property
     def has_embeddings(self) -> bool:
