@@ -30,7 +30,7 @@ SCHEMA_VERSION = 1
 RECOMMENDATION_CUTOFFS: dict[str, tuple[float, float, str]] = {
     "single_label": (0.8, 0.5, "separation"),
     "multi_label": (0.5, 0.35, "separation"),
-    "regression": (0.3, 0.15, "continuous_structure"),
+    "regression": (0.25, 0.10, "continuous_structure"),
 }
 STRONG_OVERLAP, MODERATE_OVERLAP, _ = RECOMMENDATION_CUTOFFS["single_label"]
 
@@ -239,6 +239,8 @@ class ExtractorResult:
     separatix: SeparatixResult | None = None
     #: Repeated overlap scoring (None when no StabilityConfig was given).
     stability: StabilityResult | None = None
+    #: Measured resources (latency, memory, embedding bytes) when profiling ran; see docs/reports.md.
+    resource_profile: dict[str, Any] | None = None
 
     @property
     def primary_metric(self) -> MetricResult:
