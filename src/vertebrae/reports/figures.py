@@ -98,15 +98,16 @@ def per_class(data: Mapping[str, Any]) -> str | None:
         return None
     keys = list(ranked[0]["overlap"]["per_class_scores"])[:MAX_CLASSES]
     labels = [ranked[0]["overlap"].get("labels", {}).get(k, k) for k in keys]
-    fig = _figure(max(6.0, 0.45 * len(keys) * len(ranked)), 3.6)
+    fig = _figure(min(11.0, max(6.0, 0.25 * len(keys) * len(ranked))), 3.6)
     ax = fig.subplots()
     width = 0.8 / len(ranked)
     for j, r in enumerate(ranked):
         scores = r["overlap"]["per_class_scores"]
         ax.bar([i + j * width for i in range(len(keys))], [scores.get(k, math.nan) for k in keys], width,
                label=r["name"])
-    ax.set_xticks([i + width * (len(ranked) - 1) / 2 for i in range(len(keys))], labels, rotation=45, ha="right",
-                  fontsize=8)
+    short = max(len(str(label)) for label in labels) <= 4
+    ax.set_xticks([i + width * (len(ranked) - 1) / 2 for i in range(len(keys))], labels, rotation=0 if short else 45,
+                  ha="center" if short else "right", fontsize=9)
     ax.set_ylim(0, 1.18)
     ax.set_ylabel("overlap score (1 = separated)")
     ax.set_title(f"Per-class overlap of the top {len(ranked)} candidate(s)")
