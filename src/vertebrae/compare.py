@@ -46,7 +46,7 @@ def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         overlap = serialized[r.name].get("overlap") or {}
         labels = overlap.get("labels", {})
         per_class = {labels.get(k, k): v for k, v in (overlap.get("per_class_scores") or {}).items()}
-        primary = getattr(r, "primary_metric", None)
+        primary = getattr(r, "metrics", {}).get(r.primary_metric_name)  # retrieval: always higher-is-better
         view[r.name] = {"rank": ranks.get(r.name), "score": r.primary_score, "interval": interval,
                         "higher_is_better": True if primary is None else primary.higher_is_better,
                         "metric": r.primary_metric_name, "per_class": per_class}

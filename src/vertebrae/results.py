@@ -218,6 +218,10 @@ def _score_text(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
+#: ExtractorResult fields written to JSON only when they are set (older files stay byte-identical).
+OPTIONAL_FIELDS = frozenset({"error", "resource_profile"})
+
+
 @dataclasses.dataclass
 class ExtractorResult:
     """Everything measured for one extractor (or one named output of one)."""
@@ -225,7 +229,7 @@ class ExtractorResult:
     name: str
     extractor_type: str
     recipe: dict[str, Any]
-    overlap: OverlapScoreResult
+    overlap: OverlapScoreResult | None
     metrics: dict[str, MetricResult]
     primary_metric_name: str
     primary_score: float | None
@@ -239,8 +243,19 @@ class ExtractorResult:
     separatix: SeparatixResult | None = None
     #: Repeated overlap scoring (None when no StabilityConfig was given).
     stability: StabilityResult | None = None
+    #: Why this result has no scores (``Benchmark(on_error="record")``): stage, type, message, extractor.
+    error: dict[str, Any] | None = None
     #: Measured resources (latency, memory, embedding bytes) when profiling ran; see docs/reports.md.
     resource_profile: dict[str, Any] | None = None
+
+    @classmethod
+    def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
+               artifact_keys: dict[str, str]) -> "ExtractorResult":
+        """An invalid, unranked result standing for an extractor whose chain failed."""
+        return cls(name=name, extractor_type="failed", recipe={}, overlap=None, metrics={},
+                   primary_metric_name=primary_metric_name, primary_score=None, embedding={},
+                   warnings=[f"failed in the {error['stage']} stage: {error['type']}: {error['message']}"],
+                   recommendation="failed", weakest_class=None, artifact_keys=artifact_keys, error=error)
 
     @property
     def primary_metric(self) -> MetricResult:
@@ -253,12 +268,16 @@ class ExtractorResult:
 
     @property
     def aggregate_valid(self) -> bool:
-        return self.primary_metric.rankable
+        return self.error is None and self.primary_metric.rankable
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form without ``runtime`` (the benchmark result stores timings separately)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runtime"}
-        data["overlap"] = self.overlap.to_dict()
+        """JSON form without ``runtime`` (the benchmark result stores timings separately).
+
+        ``error`` and ``resource_profile`` are written only when set.
+        """
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runtime"
+                and not (f.name in OPTIONAL_FIELDS and getattr(self, f.name) is None)}
+        data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
         data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
         data["separatix"] = None if self.separatix is None else self.separatix.to_dict()
         data["stability"] = None if self.stability is None else self.stability.to_dict()
@@ -271,7 +290,7 @@ class ExtractorResult:
             fields = dict(data)
             overlap, metrics = fields["overlap"], dict(fields["metrics"])
         with reading(f"{path}.overlap"):
-            fields["overlap"] = OverlapScoreResult.from_dict(overlap)
+            fields["overlap"] = None if overlap is None else OverlapScoreResult.from_dict(overlap)
         fields["metrics"] = {}
         for name, m in metrics.items():
             with reading(f"{path}.metrics.{name}"):
@@ -460,10 +479,10 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "primary_metric": result.primary_metric_name,
         "primary_score": result.primary_score,
         "aggregate_valid": result.aggregate_valid,
-        "target_type": result.overlap.target_type,
-        "overlap_score": result.overlap.score,
-        "overlap_macro": result.overlap.macro_score,
-        "overlap_weighted": result.overlap.weighted_score,
+        "target_type": None if result.overlap is None else result.overlap.target_type,
+        "overlap_score": None if result.overlap is None else result.overlap.score,
+        "overlap_macro": None if result.overlap is None else result.overlap.macro_score,
+        "overlap_weighted": None if result.overlap is None else result.overlap.weighted_score,
         "weakest_class": weakest.get("display"),
         "weakest_class_score": weakest.get("score"),
         "best_probe": probes.get("best_probe"),

@@ -93,7 +93,7 @@ def ranking(data: Mapping[str, Any]) -> str | None:
 
 def per_class(data: Mapping[str, Any]) -> str | None:
     """Per-class (per-label) overlap of the top candidates, one group of bars per class."""
-    ranked = [r for r in _ranked(data) if r.get("overlap", {}).get("per_class_scores")][:TOP_CANDIDATES]
+    ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("per_class_scores")][:TOP_CANDIDATES]
     if not ranked:
         return None
     keys = list(ranked[0]["overlap"]["per_class_scores"])[:MAX_CLASSES]
@@ -117,7 +117,7 @@ def per_class(data: Mapping[str, Any]) -> str | None:
 
 def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
     """Pairwise overlap of the best candidate (row class against column class); blank where unevaluable."""
-    ranked = [r for r in _ranked(data) if r.get("overlap", {}).get("pairwise_scores")]
+    ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("pairwise_scores")]
     if not ranked:
         return None
     overlap = ranked[0]["overlap"]
@@ -215,7 +215,7 @@ def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
     fig = _figure(3.0 * 3, 2.6 * 2)
     axes = fig.subplots(2, 3, sharex=True).ravel()
     for ax, metric in zip(axes, CUTOFF_METRICS):
-        for entry in data["extractor_results"]:
+        for entry in [e for e in data["extractor_results"] if not e.get("error")]:
             for direction, style in (("forward", "-"), ("reverse", "--")):
                 if entry.get(direction):
                     values = [entry[direction]["metrics"][f"{metric}@{k}"] for k in cutoffs]

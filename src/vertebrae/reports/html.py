@@ -96,6 +96,11 @@ def _dataset(data: Mapping[str, Any]) -> str:
 def _details(data: Mapping[str, Any]) -> str:
     parts = ["<h2>Per-extractor details</h2>\n"]
     for r in data["extractor_results"]:
+        if r.get("error"):
+            error = r["error"]
+            parts.append(f"<h3>{esc(r['name'])}</h3>\n<p>Failed in the {esc(error['stage'])} stage: "
+                         f"{esc(error['type'])}: {esc(error['message'])}</p>\n")
+            continue
         o, e = r["overlap"], r["embedding"]
         parts.append(f"<h3>{esc(r['name'])}</h3>\n<p>{esc(recipe_summary(r['recipe']))}; {esc(e.get('embedding_dim'))}"
                      f" dims, {esc(e.get('dtype'))}{' sparse' if e.get('sparse') else ''}. Overlap score "
@@ -140,11 +145,12 @@ def render_retrieval_html(data: Mapping[str, Any]) -> str:
             f"{esc(ranked[0].primary_score)} (higher is better).</p>" if ranked else "<p>No extractor was evaluated.</p>")
     columns = ["rank", "extractor", "primary_score", "query_embedding_dim", "gallery_embedding_dim"]
     ranking = html_table(columns, [[row.get(c) for c in columns] for row in result.rows()])
-    directions = [d for d in ("forward", "reverse") if any(e[d] for e in data["extractor_results"])]
+    scored = [e for e in data["extractor_results"] if not e.get("error")]
+    directions = [d for d in ("forward", "reverse") if any(e[d] for e in scored)]
     cutoffs = protocol["config"]["cutoffs"]
     per_cutoff = html_table(["extractor", "direction", "k", *CUTOFF_METRICS],
                             [[e["name"], d, k] + [e[d]["metrics"][f"{m}@{k}"] for m in CUTOFF_METRICS]
-                             for e in data["extractor_results"] for d in directions for k in cutoffs])
+                             for e in scored for d in directions for k in cutoffs])
     rows = [["identity", f"{protocol['identity']['kind']}: {protocol['identity']['dataset_id']}"],
             ["protocol fingerprint", protocol["fingerprint"]], ["similarity", protocol["config"]["similarity"]],
             ["queries", protocol["n_queries"]], ["gallery items", protocol["n_gallery"]],

@@ -21,7 +21,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     """Title, ranking, per-cutoff metrics, full-ranking metrics and diagnostics, protocol, extractors, warnings."""
     result = RetrievalBenchmarkResult.from_dict(data)
     protocol = data["protocol"]
-    directions = [d for d in DIRECTIONS if any(e[d] is not None for e in data["extractor_results"])]
+    directions = [d for d in DIRECTIONS if any(e[d] is not None for e in _scored(data))]
     sections = [f"# vertebrae retrieval report: {text(protocol['identity']['dataset_id'])}\n",
                 _ranking(result, directions), _cutoff_metrics(data, directions), _full_ranking(data, directions),
                 _protocol(protocol), _extractors(data), _warnings(data)]
@@ -40,14 +40,14 @@ def _ranking(result: RetrievalBenchmarkResult, directions: list[str]) -> str:
 def _cutoff_metrics(data: Mapping[str, Any], directions: list[str]) -> str:
     cutoffs = data["protocol"]["config"]["cutoffs"]
     rows = [[e["name"], d, k] + [e[d]["metrics"][f"{m}@{k}"] for m in CUTOFF_METRICS]
-            for e in data["extractor_results"] for d in directions for k in cutoffs]
+            for e in _scored(data) for d in directions for k in cutoffs]
     return "## Metrics per cutoff\n\n" + table(["extractor", "direction", "k", *CUTOFF_METRICS], rows)
 
 
 def _full_ranking(data: Mapping[str, Any], directions: list[str]) -> str:
     rows = [[e["name"], d, e[d]["n_queries"]] + [e[d]["metrics"][m] for m in FULL_RANKING_METRICS]
             + [e[d]["diagnostics"][name] for name in _DIAGNOSTICS] + [e[d]["block_plan"]["rows_per_block"]]
-            for e in data["extractor_results"] for d in directions]
+            for e in _scored(data) for d in directions]
     headers = ["extractor", "direction", "queries", *FULL_RANKING_METRICS, "mean positive sim",
                "mean negative sim", "margin", "rows per block"]
     return ("## Full-ranking metrics and similarity diagnostics\n\n"
@@ -87,7 +87,7 @@ def _protocol(protocol: Mapping[str, Any]) -> str:
 
 def _extractors(data: Mapping[str, Any]) -> str:
     rows = []
-    for e in data["extractor_results"]:
+    for e in _scored(data):
         q, g = e["embeddings"]["query"], e["embeddings"]["gallery"]
         rows.append([e["name"], f"{q['embedding_dim']} {q['dtype']}{' sparse' if q['sparse'] else ''}",
                      f"{g['embedding_dim']} {g['dtype']}{' sparse' if g['sparse'] else ''}",
@@ -95,6 +95,11 @@ def _extractors(data: Mapping[str, Any]) -> str:
     return "## Extractors\n\n" + table(["extractor", "query embedding", "gallery embedding", "recipe"], rows)
 
 
+def _scored(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Entries with scores; failed ones (``on_error="record"``) appear in the warnings only."""
+    return [e for e in data["extractor_results"] if not e.get("error")]
+
+
 def _warnings(data: Mapping[str, Any]) -> str:
-    notes = list(data["warnings"]) + [f"{e['extractor']}: {w}" for e in data["extractor_results"] for w in e["warnings"]]
+    notes = list(data["warnings"]) + [f"{e['name']}: {w}" for e in data["extractor_results"] for w in e["warnings"]]
     return "## Warnings\n\n" + ("".join(f"- {text(n)}\n" for n in notes) if notes else "None.\n")

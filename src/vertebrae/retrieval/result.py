@@ -51,29 +51,43 @@ class RetrievalEntry:
 
     name: str
     recipe: dict[str, Any]
-    primary_score: float
-    forward: DirectionResult
+    primary_score: float | None
+    forward: DirectionResult | None
     reverse: DirectionResult | None
     embeddings: dict[str, dict[str, Any]]
     warnings: list[str]
-    runtime: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Stage name -> artifact key of every job behind this entry.
     artifact_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    runtime: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Why this entry has no scores (``on_error="record"``): stage, type, message, extractor.
+    error: dict[str, Any] | None = None
     primary_metric_name: str = ""
 
     extractor = deprecated_alias("extractor", "name")
+
+    @classmethod
+    def failed(cls, name: str, recipe: dict[str, Any], error: dict[str, Any]) -> "RetrievalEntry":
+        """An unranked entry standing for an extractor whose chain failed."""
+        return cls(name, recipe, None, None, None, {},
+                   [f"failed in the {error['stage']} stage: {error['type']}: {error['message']}"], error=error)
 
     def direction(self, name: str) -> DirectionResult | None:
         return self.forward if name == "forward" else self.reverse
 
     def __repr__(self) -> str:
         dims = "/".join(str(self.embeddings.get(side, {}).get("embedding_dim")) for side in ("query", "gallery"))
-        return (f"RetrievalEntry(name={self.name!r}, {self.primary_metric_name or 'primary_score'}="
-                f"{self.primary_score:.4f}, query/gallery dim={dims}, warnings={len(self.warnings)})")
+        score = "failed" if self.primary_score is None else f"{self.primary_score:.4f}"
+        return (f"RetrievalEntry(name={self.name!r}, {self.primary_metric_name or 'primary_score'}={score}, "
+                f"query/gallery dim={dims}, warnings={len(self.warnings)})")
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` only when set.
+
+        ``primary_metric_name`` is the protocol's and is not repeated per entry.
+        """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("runtime", "primary_metric_name")}
-        data["forward"] = self.forward.to_dict()
+                if f.name not in ("runtime", "primary_metric_name") and not (f.name == "error" and self.error is None)}
+        data["forward"] = None if self.forward is None else self.forward.to_dict()
         data["reverse"] = None if self.reverse is None else self.reverse.to_dict()
         return data
 
@@ -124,21 +138,26 @@ class RetrievalBenchmarkResult(ResultFamily):
 
     # -- ranking views ---------------------------------------------------------
     def ranked_results(self) -> list[RetrievalEntry]:
-        """Entries best-first by primary score (every retrieval metric is higher-is-better); ties by name."""
-        return sorted(self.extractor_results, key=lambda e: (-e.primary_score, e.name))
+        """Scored entries best-first by primary score (every retrieval metric is higher-is-better); ties by name.
+
+        Failed entries (``on_error="record"``) are not ranked.
+        """
+        return sorted((e for e in self.extractor_results if e.error is None), key=lambda e: (-e.primary_score, e.name))
 
     def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
         """One flat dict per entry in rank order (the DataFrame rows); tied scores share a rank.
 
-        Every retrieval aggregate is valid, so ``include_invalid`` changes nothing; it
-        exists so all result types take the same arguments.
+        ``include_invalid=True`` appends failed entries (``on_error="record"``) with rank None.
         """
         ranked = self.ranked_results()
+        primary = self.protocol["config"]["primary_metric"]
         rows, rank = [], 0
         for position, entry in enumerate(ranked, start=1):
             if position == 1 or entry.primary_score != ranked[position - 2].primary_score:
                 rank = position
-            rows.append(result_row(entry, rank, self.protocol["config"]["primary_metric"]))
+            rows.append(result_row(entry, rank, primary))
+        if include_invalid:
+            rows += [result_row(e, None, primary) for e in self.extractor_results if e.error is not None]
         return rows
 
     def to_dataframe(self, include_invalid: bool = False) -> Any:
@@ -208,7 +227,7 @@ class RetrievalBenchmarkResult(ResultFamily):
             return cls(dict(data["protocol"]), entries, list(data["warnings"]), timing)
 
 
-def result_row(entry: RetrievalEntry, rank: int, primary_metric: str) -> dict[str, Any]:
+def result_row(entry: RetrievalEntry, rank: int | None, primary_metric: str) -> dict[str, Any]:
     """The canonical flat row of one entry; the DataFrame and the Markdown ranking use it."""
     row: dict[str, Any] = {"rank": rank, "extractor": entry.name, "primary_metric": primary_metric,
                            "primary_score": entry.primary_score}
@@ -219,10 +238,10 @@ def result_row(entry: RetrievalEntry, rank: int, primary_metric: str) -> dict[st
             row.update({f"{name}.{metric}": value for metric, value in direction.metrics.items()})
             row.update({f"{name}.{key}": value for key, value in direction.diagnostics.items()})
     for side in ("query", "gallery"):
-        meta = entry.embeddings[side]
-        row[f"{side}_embedding_dim"] = meta["embedding_dim"]
-        row[f"{side}_embedding_dtype"] = meta["dtype"]
-        row[f"{side}_embedding_sparse"] = meta["sparse"]
+        meta = entry.embeddings.get(side, {})  # empty for a failed entry
+        row[f"{side}_embedding_dim"] = meta.get("embedding_dim")
+        row[f"{side}_embedding_dtype"] = meta.get("dtype")
+        row[f"{side}_embedding_sparse"] = meta.get("sparse")
     row["warnings"] = len(entry.warnings)
     row.update({f"runtime.{stage}": seconds for stage, seconds in entry.runtime.items()})
     return row
