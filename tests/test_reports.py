@@ -253,3 +253,37 @@ def test_regression_markdown_explains_loss_ratio_and_normalization():
     assert "loss_ratio" in page and "<svg" in page
     data = json.loads(run.to_json())
     assert figures.pairwise_heatmap(data) is None  # regression has no class pairs
+
+
+def test_reports_and_compare_cover_recorded_failures(tmp_path):
+    """A failed extractor (PCA(32) on 6 features; a gallery branch dividing by zero) is reported, not fatal."""
+    from sklearn.decomposition import PCA
+
+    from vertebrae import SeparatixConfig, SklearnExtractor
+    from vertebrae.compare import compare_results
+    from vertebrae.retrieval import PrecomputedPairExtractor, TwoBranchExtractor
+
+    X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=6, seed=5)
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+    run = Benchmark(dataset, [SklearnExtractor("pca32", PCA(32)), SklearnExtractor("pca3", PCA(3, random_state=0))],
+                    separatix_config=SeparatixConfig(enabled=False), on_error="record", progress=False).run()
+    assert run["pca32"].error is not None
+    page, md = run.to_html(), run.to_markdown()
+    assert "Failed in the" in page and "Top candidate: pca3" in page and "Failed in the" in md
+    assert [row["extractor"] for row in run.rows(include_invalid=True)] == ["pca3", "pca32"]
+    comparison = compare_results(run.serialized(), run.serialized())
+    assert comparison["regressed"] == [] and {c["extractor"] for c in comparison["candidates"]} == {"pca3", "pca32"}
+
+    rng = np.random.default_rng(0)
+    queries, gallery = rng.normal(size=(6, 4)), rng.normal(size=(15, 4))
+    data = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(6)],
+                                            identity=IDENTITY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
+        retrieval = RetrievalBenchmark(data, [PrecomputedPairExtractor("pair", queries, gallery),
+                                              TwoBranchExtractor("broken", lambda q: q, lambda g: 1 / 0)],
+                                       retrieval_config=RetrievalConfig(cutoffs=[1, 5]), on_error="record",
+                                       progress=False).run()
+    assert "broken: failed in the" in retrieval.to_markdown() and "Top candidate: pair" in retrieval.to_html()
+    assert [row["rank"] for row in retrieval.rows(include_invalid=True)] == [1, None]
+    assert "failed" in repr(retrieval["broken"])
