@@ -93,7 +93,22 @@ def _dataset(data: Mapping[str, Any]) -> str:
     return "<h2>Dataset</h2>\n" + html_table(["field", "value"], rows)
 
 
+def _per_class(data: Mapping[str, Any]) -> str:
+    """One class x extractor table (counts from the first scored result); empty without per-class scores."""
+    scored = [r for r in data["extractor_results"] if (r.get("overlap") or {}).get("per_class_scores")]
+    if not scored:
+        return ""
+    first = scored[0]["overlap"]
+    labels = first.get("labels", {})
+    rows = [[labels.get(k, k), first["class_counts"].get(k)] + [r["overlap"]["per_class_scores"].get(k) for r in scored]
+            for k in first["per_class_scores"]]
+    return ("<h2>Per-class overlap</h2>\n<p class=\"note\">1.0 means the class is separated from the others; the "
+            "pairwise scores are in the JSON.</p>\n"
+            + html_table(["class", "count", *(r["name"] for r in scored)], rows))
+
+
 def _details(data: Mapping[str, Any]) -> str:
+    """One short paragraph per extractor: recipe, embedding, scores, Separatix's view and warnings."""
     parts = ["<h2>Per-extractor details</h2>\n"]
     for r in data["extractor_results"]:
         if r.get("error"):
@@ -102,15 +117,22 @@ def _details(data: Mapping[str, Any]) -> str:
                          f"{esc(error['type'])}: {esc(error['message'])}</p>\n")
             continue
         o, e = r["overlap"], r["embedding"]
-        parts.append(f"<h3>{esc(r['name'])}</h3>\n<p>{esc(recipe_summary(r['recipe']))}; {esc(e.get('embedding_dim'))}"
-                     f" dims, {esc(e.get('dtype'))}{' sparse' if e.get('sparse') else ''}. Overlap score "
-                     f"{esc(o['score'])} (macro {esc(o['macro_score'])}, weighted {esc(o['weighted_score'])})"
-                     + (f", loss_ratio {esc(o['loss_ratio'])}" if o.get("loss_ratio") is not None else "")
-                     + f"; recommendation {esc(r['recommendation'])}.</p>\n")
-        if o.get("per_class_scores"):
-            labels = o.get("labels", {})
-            rows = [[labels.get(k, k), o["class_counts"].get(k), v] for k, v in o["per_class_scores"].items()]
-            parts.append(html_table(["class", "count", "overlap"], rows))
+        text = (f"{recipe_summary(r['recipe'])}; {plain(e.get('embedding_dim'))} dims, {plain(e.get('dtype'))}"
+                f"{' sparse' if e.get('sparse') else ''}. Overlap score {plain(o['score'])} (macro "
+                f"{plain(o['macro_score'])}, weighted {plain(o['weighted_score'])})"
+                + (f", loss_ratio {plain(o['loss_ratio'])}" if o.get("loss_ratio") is not None else "")
+                + f"; recommendation {r['recommendation']}.")
+        if r.get("weakest_class"):
+            text += f" Weakest class: {r['weakest_class']['display']} ({plain(r['weakest_class']['score'])})."
+        separatix = r.get("separatix")
+        if separatix and separatix["status"] == "completed":
+            probe = separatix["probe_summary"]
+            text += (f" Separatix (descriptive): {separatix['recommendation']}, confidence {separatix['confidence']}"
+                     + (f"; best probe {probe['best_probe']} ({probe['probe_metric']} {plain(probe['probe_score'])})"
+                        if probe.get("probe_metric") else "") + ".")
+        elif separatix:
+            text += f" Separatix: {separatix['status']} ({separatix['reason']})."
+        parts.append(f"<h3>{esc(r['name'])}</h3>\n<p>{esc(text)}</p>\n")
         if r["warnings"]:
             parts.append("<ul>" + "".join(f"<li>{esc(w)}</li>" for w in r["warnings"]) + "</ul>\n")
     return "".join(parts)
@@ -129,7 +151,7 @@ def render_benchmark_html(data: Mapping[str, Any]) -> str:
     title = f"vertebrae benchmark report: {data['dataset_summary'].get('name', '')}"
     return page(title, [_answer(data), _figures(data, figures.BENCHMARK_FIGURES), _ranking(data),
                          "<h2>How to read these numbers</h2>\n" + paragraphs(how_to_read(data)), _dataset(data),
-                         _details(data), _reproducibility(data)])
+                         _per_class(data), _details(data), _reproducibility(data)])
 
 
 # ------------------------------------------------------------------ retrieval
