@@ -34,7 +34,11 @@ def _ranking(result: RetrievalBenchmarkResult, directions: list[str]) -> str:
         + ["query_embedding_dim", "gallery_embedding_dim"]
     how = "mean of forward and reverse" if len(directions) == 2 else "forward (query -> gallery)"
     rows = [[row.get(c) for c in columns] for row in result.rows()]
-    return f"## Ranking\n\nRanked by **{text(primary)}** (higher is better; {how}).\n\n" + table(columns, rows)
+    ranked = result.ranked_results()
+    top = (f"**Top candidate: {text(ranked[0].name)}** ({text(primary)} {ranked[0].primary_score:.4f}).\n\n"
+           if ranked else "No extractor was scored.\n\n")
+    return (f"## Ranking\n\n{top}Ranked by **{text(primary)}** (higher is better; {how}).\n\n"
+            + table(columns, rows))
 
 
 def _cutoff_metrics(data: Mapping[str, Any], directions: list[str]) -> str:
