@@ -287,3 +287,21 @@ def test_reports_and_compare_cover_recorded_failures(tmp_path):
     assert "broken: failed in the" in retrieval.to_markdown() and "Top candidate: pair" in retrieval.to_html()
     assert [row["rank"] for row in retrieval.rows(include_invalid=True)] == [1, None]
     assert "failed" in repr(retrieval["broken"])
+
+
+def test_multi_label_reading_gives_the_chance_level_and_its_cutoffs():
+    from vertebrae import SeparatixConfig
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8))
+    logits = X @ rng.normal(size=(8, 3))
+    Y = (logits > 0).astype(int)
+    Y[np.arange(300), logits.argmax(axis=1)] = 1
+    dataset = BenchmarkDataset.from_embeddings(X, Y, target_type="multi_label", identity=IDENTITY)
+    run = Benchmark(dataset, [PrecomputedExtractor("x")], separatix_config=SeparatixConfig(enabled=False),
+                    progress=False).run()
+    md = run.to_markdown()
+    reading = md[md.index("## How to read"):md.index("## Dataset summary")]
+    assert "1.0 means separated labels" in reading and "random labels scored 0.21-0.29" in reading
+    assert "strong_separation at an overlap score of at least 0.5, moderate_separation at least 0.35" in reading
+    assert run.to_html().count("<svg") == 3  # ranking, per-label bars, pairwise heatmap

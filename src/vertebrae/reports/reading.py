@@ -147,17 +147,17 @@ def how_to_read(data: Mapping[str, Any]) -> list[str]:
                      "under permuted targets (the null). loss_ratio 1.0 means the neighbourhoods predict the target "
                      "no better than chance (score 0.0); lower loss_ratio and higher score are better. The score "
                      "runs far below 1.0 even for easy targets: a target that a linear probe predicts with R2 0.98 "
-                     "scored 0.31-0.43 in our calibration (16 and 64 dimensions), so do not read it on the classification "
-                     "scale.")
+                     "scored 0.31-0.43 in our calibration (16 and 64 dimensions), so do not read it on the "
+                     "classification scale.")
         if normalized:
             parts.append("normalize_embeddings=True: every row was scaled to unit length before scoring, which "
                          "removes row magnitude. A target that depends on magnitude (e.g. a linear target along the "
                          "norm) can look unpredictable; rerun with ContinuousOverlapScoringConfig("
                          "normalize_embeddings=False) to check.")
     else:
-        unit = "class" if target_type == "single_label" else "label"
+        unit, units = ("class", "classes") if target_type == "single_label" else ("label", "labels")
         parts.append(f"The overlap score (OverlapIndex) measures how well each {unit} occupies its own region of "
-                     f"the embedding space: 1.0 means separated {unit}es, 0.0 complete overlap; higher is better. "
+                     f"the embedding space: 1.0 means separated {units}, 0.0 complete overlap; higher is better. "
                      f"overlap_macro averages the per-{unit} scores equally, overlap_weighted by {unit} size, and "
                      "overlap_score is the global score (the macro average).")
         if target_type == "multi_label":
