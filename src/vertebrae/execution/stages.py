@@ -268,7 +268,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
         primary_score=primary.score if primary.rankable else None, embedding=embedding_metadata,
         warnings=budget_notes + list(overlap.warnings) + measured.warnings(),
-        recommendation=recommendation_label(overlap.score),
+        recommendation=recommendation_label(overlap.score, overlap.target_type),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},
         separatix=separatix, stability=None if repeated is None else repeated.stability,

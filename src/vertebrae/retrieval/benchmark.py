@@ -115,7 +115,7 @@ class RetrievalBenchmark:
             entry.artifact_keys = dict(keys)
             entry.runtime = _runtime(keys, outcome.timings)
             entries.append(entry)
-        run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.extractor for e in entries]}
+        run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.name for e in entries]}
         return RetrievalBenchmarkResult(self.protocol(), entries, notes, {"runs": [run]})
 
     def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:
