@@ -6,7 +6,6 @@ Every test runs on a real ``LocalCluster`` (2 worker processes, one thread each,
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -120,7 +119,7 @@ def test_retrieval_is_byte_identical(dask_client):
                                              PrecomputedPairExtractor("noisy", queries + 0.5, gallery)],
                                       retrieval_config=RetrievalConfig(cutoffs=[1, 5], bidirectional=True))
     local, remote = both(make, dask_client)
-    assert json.loads(local.to_json())["entries"] and remote["noisy"].primary_score == local["noisy"].primary_score
+    assert remote["noisy"].primary_score == local["noisy"].primary_score is not None
     local_data, remote_data = local.to_dict(), remote.to_dict()
     local_data.pop("timing"), remote_data.pop("timing")
     assert json_codec.dumps(local_data) == json_codec.dumps(remote_data)
