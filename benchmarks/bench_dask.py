@@ -5,7 +5,10 @@ The workload of issue 15: 20,000 x 384 float32, 20 Gaussian classes, 3 extractor
 prototype stability repeats each: 3 score jobs + 60 repeats = 63 scoring calls.
 Each mode runs in a fresh Python process (imports, cluster start and teardown
 included), timed from outside; the two result JSON files must be byte-identical
-minus their ``timing`` section.  Both processes run with one BLAS/OpenMP thread
+minus their ``timing`` section.  A third process is the bare reference: the same 63
+``OverlapIndexScorer.score`` calls (same matrices and seeds) mapped straight onto a fresh
+2-worker ``LocalCluster`` with ``client.map``, so the runner's overhead shows as a ratio to
+what dask itself gives on this machine.  All processes run with one BLAS/OpenMP thread
 (``OMP_NUM_THREADS=1``, what dask's nanny sets for its workers): PCA and the random
 projection round differently with 2 BLAS threads, which would change the embeddings,
 not the runner.  ``--small``: 2,000 x 64, 10 classes, 5 repeats.
@@ -35,6 +38,36 @@ def make_data(n: int, dim: int, n_classes: int, seed: int = 0) -> tuple[np.ndarr
     return centers[labels] + rng.normal(0.0, 1.0, (labels.size, dim)).astype(np.float32), labels
 
 
+def _score(X: np.ndarray, labels: np.ndarray, seed: int | None) -> float:
+    from vertebrae.scoring.overlap import OverlapIndexScorer, OverlapScoringConfig
+    from vertebrae.targets import build_targets
+
+    return OverlapIndexScorer(OverlapScoringConfig(k=31)).score(X, build_targets(labels), seed=seed).score
+
+
+def bare(small: bool) -> None:
+    """The reference: every scoring call of the benchmark as one plain task on a fresh 2-worker cluster."""
+    from distributed import Client
+    from sklearn.decomposition import PCA
+    from sklearn.random_projection import GaussianRandomProjection
+
+    from vertebrae import StabilityConfig
+    from vertebrae.execution.dask import local_cluster
+    from vertebrae.scoring.stability import plan_repeats
+    from vertebrae.targets import build_targets
+
+    n, dim, n_classes, repeats = (2_000, 64, 10, 5) if small else (20_000, 384, 20, 20)
+    X, labels = make_data(n, dim, n_classes)
+    matrices = [X, PCA(dim // 3, random_state=0).fit_transform(X),
+                GaussianRandomProjection(2 * dim // 3, random_state=0).fit_transform(X)]
+    seeds = [None] + [r.scoring_seed for r in plan_repeats(build_targets(labels), StabilityConfig(repeats=repeats))[0]]
+    with local_cluster(2) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        shared = client.scatter(matrices + [labels], broadcast=True)
+        futures = [client.submit(_score, m, shared[-1], seed, pure=False) for m in shared[:-1] for seed in seeds]
+        client.gather(futures)
+
+
 def child(mode: str, small: bool, output: str) -> None:
     """One whole run (what the parent times): build the benchmark, run it, write the result JSON."""
     from sklearn.decomposition import PCA
@@ -44,6 +77,9 @@ def child(mode: str, small: bool, output: str) -> None:
                            SeparatixConfig, SklearnExtractor, StabilityConfig)
     from vertebrae.execution import DaskRunner
 
+    if mode == "bare":
+        bare(small)
+        return
     n, dim, n_classes, repeats = (2_000, 64, 10, 5) if small else (20_000, 384, 20, 20)
     X, labels = make_data(n, dim, n_classes)
     dataset = BenchmarkDataset.from_embeddings(X, labels, identity=DatasetIdentity.declared("bench-dask", "1"))
@@ -52,7 +88,8 @@ def child(mode: str, small: bool, output: str) -> None:
     benchmark = Benchmark(dataset, extractors, scoring_config=OverlapScoringConfig(k=31),
                           stability_config=StabilityConfig(repeats=repeats),
                           separatix_config=SeparatixConfig(enabled=False), progress=False)
-    runner = DaskRunner(n_workers=2, progress=False) if mode == "dask" else None
+    # --small is below the runner's sequential threshold on purpose; force the cluster to show what it costs there.
+    runner = DaskRunner(n_workers=2, sequential_below=0 if small else 400_000, progress=False) if mode == "dask" else None
     result = benchmark.run(runner=runner)
     if runner is not None and runner.last_path != "dask":
         raise SystemExit(f"the dask runner took the {runner.last_path} path; the benchmark must exercise the cluster")
@@ -77,7 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="2,000 x 64, 10 classes, 5 repeats (a quick run)")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the two modes this many times")
-    parser.add_argument("--child", choices=("local", "dask"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("local", "dask", "bare"), help=argparse.SUPPRESS)
     parser.add_argument("--output", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -85,7 +122,7 @@ def main() -> None:
         return
     print(f"{'2,000 x 64, 10 classes, 5' if args.small else '20,000 x 384, 20 classes, 20'} prototype repeats, "
           f"3 extractors, k=31; {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}")
-    times: dict[str, list[float]] = {"local": [], "dask": []}
+    times: dict[str, list[float]] = {"local": [], "dask": [], "bare": []}
     with tempfile.TemporaryDirectory() as tmp:
         files = {mode: pathlib.Path(tmp, f"{mode}.json") for mode in times}
         for _ in range(args.rounds):
@@ -93,9 +130,11 @@ def main() -> None:
                 times[mode].append(timed(mode, args.small, files[mode]))
                 print(f"  {mode:>5}: {times[mode][-1]:6.1f} s (load average {os.getloadavg()[0]:.2f})", flush=True)
         identical = without_timing(files["local"]) == without_timing(files["dask"])
-    local, distributed = min(times["local"]), min(times["dask"])
+    local, distributed, reference = min(times["local"]), min(times["dask"]), min(times["bare"])
     print(f"sequential local runner: {local:.1f} s; DaskRunner(n_workers=2): {distributed:.1f} s; "
           f"speed-up {local / distributed:.2f}x; result JSON identical minus timing: {identical}")
+    print(f"bare dask map of the same scoring calls: {reference:.1f} s (speed-up {local / reference:.2f}x); "
+          f"DaskRunner / bare dask: {distributed / reference:.2f}x")
     if not identical:
         raise SystemExit("the two results differ")
 

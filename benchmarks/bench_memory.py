@@ -11,8 +11,10 @@ the growth of the peak (VmHWM) over the resident size before the call, next to
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 SIZES = [(20_000, 384, 20, 20), (100_000, 384, 50, 20), (50_000, 768, 20, 31)]
 
@@ -43,23 +45,30 @@ def child(n: int, dim: int, n_classes: int, k: int) -> None:
     with open("/proc/self/clear_refs", "w") as refs:
         refs.write("5")  # reset the peak-RSS mark to the current RSS
     before = _status("VmRSS")
+    start = time.perf_counter()
     scorer.score(X, targets)
+    seconds = time.perf_counter() - start
     measured = _status("VmHWM") - before
     estimate = estimate_scoring_bytes(X, targets, config)
-    print(json.dumps({"n": n, "dim": dim, "classes": n_classes, "k": k, "measured": measured, "estimate": estimate}))
+    print(json.dumps({"n": n, "dim": dim, "classes": n_classes, "k": k, "measured": measured, "estimate": estimate,
+                      "seconds": seconds}))
 
 
 def main() -> None:
     if len(sys.argv) > 1:
         child(*map(int, sys.argv[1:]))
         return
-    print("rows x dim, classes, k: measured peak growth / estimate (ratio estimate / measured)")
+    print(f"rows x dim, classes, k: measured peak growth / estimate (ratio estimate / measured); "
+          f"load average {os.getloadavg()[0]:.2f}")
     for size in SIZES:
-        out = subprocess.run([sys.executable, __file__, *map(str, size)], check=True, capture_output=True, text=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        out = subprocess.run([sys.executable, __file__, *map(str, size)], check=True, capture_output=True, text=True,
+                             env=env)
         row = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{row['n']:>8,} x {row['dim']}, {row['classes']} classes, k={row['k']}: "
               f"{row['measured'] / 2**20:7.1f} MiB / {row['estimate'] / 2**20:7.1f} MiB "
-              f"({row['estimate'] / row['measured']:.2f})", flush=True)
+              f"({row['estimate'] / row['measured']:.2f}); {row['seconds']:.1f} s, "
+              f"{row['seconds'] / row['n'] * 1e6:.0f} us per row", flush=True)
 
 
 if __name__ == "__main__":

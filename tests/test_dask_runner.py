@@ -222,12 +222,20 @@ def test_a_private_cluster_is_not_started_for_a_small_run():
     assert result["raw"].aggregate_valid
 
 
+def test_a_private_cluster_runs_a_large_enough_plan_with_identical_results():
+    make = lambda: Benchmark(classes(), three_extractors(), separatix_config=NO_SEPARATIX)  # noqa: E731
+    runner = DaskRunner(n_workers=2, sequential_below=0)
+    local, remote = make().run(), make().run(runner=runner)
+    assert runner.last_path == "dask" and without_timing(local) == without_timing(remote)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({}, "exactly one of client=, address= or n_workers="),
     ({"address": "tcp://x:1", "n_workers": 2}, r"got \['address', 'n_workers'\]"),
     ({"address": " "}, "address must be a scheduler address"),
     ({"n_workers": 2, "shard_rows": 0}, "shard_rows"),
     ({"n_workers": 0}, "n_workers"),
+    ({"n_workers": 2, "sequential_below": -1}, "sequential_below"),
 ])
 def test_runner_arguments_are_validated(kwargs, match):
     with pytest.raises(ConfigError, match=match):

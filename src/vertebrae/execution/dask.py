@@ -40,6 +40,10 @@ from .registry import get_stage
 
 #: Rows per extract shard: 100,000 rows x 768 float32 dimensions is 307 MB per shard.
 DEFAULT_SHARD_ROWS = 100_000
+#: A private cluster starts only for plans with at least this many row-scorings (rows x scoring calls): one
+#: overlap scoring costs about 75 us per row (20,000 x 384, one thread), so 400,000 is ~30 s of sequential
+#: scoring, against 2-15 s to start 2 workers and import the scoring stack in them (docs/distributed.md).
+SEQUENTIAL_BELOW = 400_000
 
 
 def _distributed() -> Any:
@@ -57,13 +61,14 @@ class DaskRunner:
     ``address`` (a scheduler address such as ``tcp://10.0.0.5:8786``; the runner
     connects and disconnects per run) or ``n_workers`` (a private ``LocalCluster`` of
     that many single-threaded worker processes on 127.0.0.1, started per run, but only
-    when the plan has at least ``min_parallel_jobs`` parallel scoring units: smaller
-    runs stay on the sequential :class:`LocalRunner`).  ``shard_rows`` is the row count
-    of one extract shard (``None``: never shard).
+    when the plan's work, rows x parallel scoring units, is at least ``sequential_below``:
+    starting a cluster costs seconds, so smaller runs stay on the sequential
+    :class:`LocalRunner`).  ``shard_rows`` is the row count of one extract shard
+    (``None``: never shard).
     """
 
     def __init__(self, client: Any = None, *, address: str | None = None, n_workers: int | None = None,
-                 shard_rows: int | None = DEFAULT_SHARD_ROWS, min_parallel_jobs: int = 4,
+                 shard_rows: int | None = DEFAULT_SHARD_ROWS, sequential_below: int = SEQUENTIAL_BELOW,
                  progress: bool | None = None) -> None:
         given = [name for name, value in (("client", client), ("address", address), ("n_workers", n_workers))
                  if value is not None]
@@ -77,7 +82,7 @@ class DaskRunner:
         self.client, self.address = client, address
         self.n_workers = check_int("DaskRunner", "n_workers", n_workers, minimum=1, allow_none=True)
         self.shard_rows = check_int("DaskRunner", "shard_rows", shard_rows, minimum=1, allow_none=True)
-        self.min_parallel_jobs = check_int("DaskRunner", "min_parallel_jobs", min_parallel_jobs, minimum=1)
+        self.sequential_below = check_int("DaskRunner", "sequential_below", sequential_below, minimum=0)
         self.progress = progress
         #: "dask" or "sequential": which path the last run took (a private cluster skips small runs).
         self.last_path: str | None = None
@@ -85,7 +90,7 @@ class DaskRunner:
     def run(self, jobs: Sequence[StageJob], context: Any, *, on_error: str = "raise",
             description: str = "vertebrae") -> RunOutcome:
         check_on_error("DaskRunner.run", on_error)
-        if self.n_workers is not None and parallel_units(jobs, context) < self.min_parallel_jobs:
+        if self.n_workers is not None and parallel_work(jobs, context) < self.sequential_below:
             self.last_path = "sequential"
             return LocalRunner(self.progress).run(jobs, context, on_error=on_error, description=description)
         distributed = _distributed()
@@ -113,16 +118,18 @@ def local_cluster(n_workers: int) -> Any:
                                     dashboard_address=None, silence_logs=logging.ERROR)
 
 
-def parallel_units(jobs: Sequence[StageJob], context: Any) -> int:
-    """Independent scoring units of a plan: score jobs plus stability repeats (what a cluster can spread)."""
+def parallel_work(jobs: Sequence[StageJob], context: Any) -> int:
+    """Rows x independent scoring units (score and ranking jobs, stability repeats): what a cluster can spread."""
     stability = getattr(context.settings, "stability_config", None)
     units = 0
     for job in jobs:
-        if job.stage == "score" or job.pipeline == "retrieval" and job.stage == "rank_forward":
+        if job.stage in ("score", "rank_forward", "rank_reverse"):
             units += 1
         elif job.stage == "stability" and stability is not None:
             units += stability.repeats
-    return units
+    dataset = context.dataset
+    rows = getattr(dataset, "n_samples", None) or getattr(dataset, "n_gallery", 0)
+    return units * int(rows)
 
 
 # ------------------------------------------------------------------------ tasks (run on workers)
