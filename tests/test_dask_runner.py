@@ -6,6 +6,7 @@ Every test runs on a real ``LocalCluster`` (2 worker processes, one thread each,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -64,6 +65,21 @@ def test_single_label_three_extractors_sharded_is_byte_identical(dask_client):
     runtime = remote["pca3"].runtime
     assert runtime["shards"] == 4.0 and {"fit", "transform", "stack"} <= set(runtime)
     assert remote["pca3"].embedding["cache_status"] == "disabled"
+
+
+def sparse_features(X):
+    import scipy.sparse as sp
+
+    X = np.asarray(X)
+    return sp.csr_matrix(np.where(X > 0.5, X, 0.0))
+
+
+def test_sparse_output_is_stacked_from_shards_as_csr_and_byte_identical(dask_client):
+    make = lambda: Benchmark(classes(), [CallableExtractor("sparse", sparse_features, cache_identity="sparse-v1")],  # noqa: E731
+                             separatix_config=NO_SEPARATIX)
+    local, remote = both(make, dask_client, shard_rows=70)  # 180 rows -> 3 shards
+    assert remote["sparse"].embedding["sparse"] is True and remote["sparse"].runtime["shards"] == 3.0
+    assert without_timing(local) == without_timing(remote)
 
 
 def test_multi_label_is_byte_identical(dask_client):
@@ -252,3 +268,25 @@ def test_import_vertebrae_imports_no_dask():
             "print([m for m in ('dask', 'distributed') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_run_with_a_dask_address_writes_the_same_report(dask_client, tmp_path):
+    from vertebrae.cli import main
+
+    X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=5, seed=9)
+    np.save(tmp_path / "a.npy", X)
+    np.save(tmp_path / "b.npy", X[:, :3])
+    (tmp_path / "labels.txt").write_text("".join(f"class-{c}\n" for c in y))
+    (tmp_path / "run.toml").write_text('[dataset]\nid = "blobs"\nrevision = "1"\nlabels = "labels.txt"\n\n'
+                                       '[[extractors]]\nname = "a"\nembeddings = "a.npy"\n'
+                                       '[[extractors]]\nname = "b"\nembeddings = "b.npy"\n\n'
+                                       '[stability]\nrepeats = 3\n\n[separatix]\nenabled = false\n')
+    config = str(tmp_path / "run.toml")
+    assert main(["run", config, "-o", str(tmp_path / "local"), "-q"]) == 0
+    address = dask_client.scheduler.address
+    assert main(["run", config, "--dask-address", address, "-o", str(tmp_path / "dask"), "-q"]) == 0
+    local, remote = ((tmp_path / run / "report.json").read_text() for run in ("local", "dask"))
+    local_data, remote_data = json.loads(local), json.loads(remote)
+    local_data.pop("timing"), remote_data.pop("timing")
+    assert local_data == remote_data and len(local_data["extractor_results"]) == 2

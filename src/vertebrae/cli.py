@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="'record': an extractor that fails becomes an unranked result with its error and the "
                           "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
                           "the first failure (overrides [benchmark] on_error)")
+    run.add_argument("--dask-address", metavar="tcp://HOST:PORT", default=None,
+                     help="run every job on this dask.distributed scheduler (pip install 'vertebrae[dask]'); the "
+                          "results equal a local run; see docs/distributed.md")
     _output_options(run)
 
     report = sub.add_parser("report", help="regenerate the Markdown or HTML report from an archived result JSON",
@@ -173,7 +176,12 @@ def _run(args: argparse.Namespace) -> int:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
-    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
+    runner = None
+    if args.dask_address is not None:
+        from .execution.dask import DaskRunner
+
+        runner = DaskRunner(address=args.dask_address, progress=False if args.quiet else None)
+    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
     result.metadata["input_files"] = files
     _write_reports(result, args.output, args.quiet)
     failed = [r for r in result.extractor_results if r.error is not None]

@@ -311,7 +311,7 @@ class _DaskRun:
             try:
                 gathered = self.client.gather(list(finals.values()))
             except Exception as exc:
-                raise self._lost(exc) from None
+                raise self._lost(exc, next(job for job in self.jobs if job.key in finals)) from None
         except BaseException:
             self.client.cancel([*reports.values(), *finals.values()])
             raise
@@ -319,18 +319,17 @@ class _DaskRun:
 
     def _collect(self, distributed: Any, reports: dict[str, Any]) -> dict[str, _Done]:
         """Each job's report as it completes; raises at the first error in ``raise`` mode or on a lost job."""
-        by_future = {future.key: key for key, future in reports.items()}
+        by_future = {future.key: job for job, future in zip(self.jobs, reports.values())}
         done: dict[str, _Done] = {}
         with self.bar(len(reports)) as bar:
             for future in distributed.as_completed(list(reports.values())):
-                key = by_future[future.key]
+                bar.update(1)
+                job = by_future[future.key]
                 if future.status == "error":
-                    raise self._lost(future.exception()) from None
-                report = future.result()
-                done[key] = report
+                    raise self._lost(future.exception(), job) from None
+                report = done[job.key] = future.result()
                 if report.failed is not None and report.failed.failure.upstream is None and self.on_error == "raise":
                     raise self._reraise(report.failed)
-                bar.update(1)
         return done
 
     def _reraise(self, failed: _Failed) -> BaseException:
@@ -343,12 +342,14 @@ class _DaskRun:
         exc.add_note(f"vertebrae: on a dask worker; its traceback:\n{failed.traceback}")
         return exc
 
-    def _lost(self, exc: BaseException) -> ExecutionError:
-        """A task that never returned (its workers died, or the cluster went away): name its job."""
-        task = getattr(exc, "task", None) or getattr(exc, "key", None)
-        job = self.owners.get(task) if isinstance(task, str) else None
-        if job is None:  # the error names no task of ours: blame the first job not yet finished
-            job = self.jobs[0]
+    def _lost(self, exc: BaseException, waiting: StageJob) -> ExecutionError:
+        """A task that never returned (its workers died, or the cluster went away): name its job.
+
+        The job is the one the error names (KilledWorker names the task), else ``waiting``,
+        the job whose result could not be read.
+        """
+        task = getattr(exc, "task", None)
+        job = self.owners.get(task, waiting) if isinstance(task, str) else waiting
         return ExecutionError(f"the {job.stage} stage of {job.extractor!r} (job {job.key}) did not finish on the "
                               f"dask cluster: {type(exc).__name__}: {exc}. The scheduler retries a task whose "
                               "worker dies up to distributed.scheduler.allowed-failures times; check the workers' "
