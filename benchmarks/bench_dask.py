@@ -89,7 +89,7 @@ def child(mode: str, small: bool, output: str) -> None:
                           stability_config=StabilityConfig(repeats=repeats),
                           separatix_config=SeparatixConfig(enabled=False), progress=False)
     # --small is below the runner's sequential threshold on purpose; force the cluster to show what it costs there.
-    runner = DaskRunner(n_workers=2, sequential_below=0 if small else 400_000, progress=False) if mode == "dask" else None
+    runner = DaskRunner(n_workers=2, sequential_below=0 if small else 1_000_000, progress=False) if mode == "dask" else None
     result = benchmark.run(runner=runner)
     if runner is not None and runner.last_path != "dask":
         raise SystemExit(f"the dask runner took the {runner.last_path} path; the benchmark must exercise the cluster")

@@ -41,9 +41,9 @@ from .registry import get_stage
 #: Rows per extract shard: 100,000 rows x 768 float32 dimensions is 307 MB per shard.
 DEFAULT_SHARD_ROWS = 100_000
 #: A private cluster starts only for plans with at least this many row-scorings (rows x scoring calls): one
-#: overlap scoring costs about 75 us per row (20,000 x 384, one thread), so 400,000 is ~30 s of sequential
-#: scoring, against 2-15 s to start 2 workers and import the scoring stack in them (docs/distributed.md).
-SEQUENTIAL_BELOW = 400_000
+#: overlap scoring call costs about 25 us per row on a quiet core (20,000 x 384, k=20), so 1,000,000 is ~25 s
+#: of sequential scoring, against ~4 s (idle machine) to start 2 workers and import the scoring stack in them.
+SEQUENTIAL_BELOW = 1_000_000
 
 
 def _distributed() -> Any:
