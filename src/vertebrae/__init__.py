@@ -10,9 +10,11 @@ from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
+from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
+from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
@@ -37,4 +39,5 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
 ]
