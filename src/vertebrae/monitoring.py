@@ -274,11 +274,21 @@ class JsonlHistory:
         self.rows.append(row)
 
     def _write_line(self, record: dict[str, Any]) -> None:
+        """Append one line and fsync it; a failed write (disk full, I/O error) is cut off again, never left torn."""
         data = (json.dumps(record, allow_nan=False, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-        view = memoryview(data)
-        while view:  # os.write may write less than asked; O_APPEND keeps every chunk at the end
-            view = view[os.write(self._fd, view):]
-        os.fsync(self._fd)
+        start = os.fstat(self._fd).st_size  # stable: we hold the only writer's lock
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked; O_APPEND keeps every chunk at the end
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, start)
+                os.fsync(self._fd)
+            except OSError:
+                self.close()  # cannot restore a clean end: refuse further appends rather than glue lines together
+            raise
 
     def close(self) -> None:
         if self._fd is not None:
