@@ -69,9 +69,9 @@ def reopen(history: pathlib.Path):
 def test_sigkill_at_random_points_loses_nothing_evaluate_returned(forkserver, tmp_path):
     history, acks = tmp_path / "history.jsonl", tmp_path / "acks.txt"
     rng = random.Random(20)
-    kills, torn_seen = 30, 0
+    kills, torn_seen = 25, 0
     for cycle in range(kills):
-        kill_writer(forkserver, history, acks, delay=rng.uniform(0.05, 0.6))
+        kill_writer(forkserver, history, acks, delay=rng.uniform(0.1, 0.8))
         data = history.read_bytes() if history.exists() else b""
         torn = not data.endswith(b"\n") and bool(data)
         monitor, caught = reopen(history)
