@@ -231,6 +231,7 @@ class JsonlHistory:
                                      "another process); one writer at a time: close the other monitor, or give "
                                      "this one its own history path") from None
         try:
+            #: The manifest in force and the rows the file held when opened (the monitor keeps the rest).
             self.manifest, self.rows = self._load(manifest)
         except BaseException:
             self.close()
@@ -271,7 +272,6 @@ class JsonlHistory:
         if self._fd is None:
             raise HistoryError(f"history {self.path} is closed")
         self._write_line({"record": "evaluation", "row": row})
-        self.rows.append(row)
 
     def _write_line(self, record: dict[str, Any]) -> None:
         """Append one line and fsync it; a failed write (disk full, I/O error) is cut off again, never left torn."""
@@ -405,7 +405,12 @@ def _differences(stored: Any, current: Any, where: str) -> list[str]:
         for key in sorted(set(stored) | set(current)):
             found += _differences(stored.get(key, "<absent>"), current.get(key, "<absent>"), f"{where}.{key}")
         return found
-    return [] if stored == current else [f"{where}: history has {stored!r:.60}, this monitor has {current!r:.60}"]
+    return [] if stored == current else [f"{where}: history has {_short(stored)}, this monitor has {_short(current)}"]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _sha256(section: Mapping[str, Any]) -> str:
