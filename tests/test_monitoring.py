@@ -386,8 +386,8 @@ def test_training_an_mlp_on_digits_improves_its_hidden_layer(capsys, tmp_path):
     X, y = load_digits(return_X_y=True)
     X = X / 16.0
     ds = BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("sklearn-digits", "1"))
-    m = RepresentationMonitor(ds, scoring_config=OverlapScoringConfig(k=8), separatix_config=SeparatixConfig(enabled=False),
-                              history=tmp_path / "digits.jsonl")
+    m = RepresentationMonitor(ds, scoring_config=OverlapScoringConfig(k=8),
+                              separatix_config=SeparatixConfig(enabled=False), history=tmp_path / "digits.jsonl")
 
     def hidden(W, b):
         return lambda A: np.maximum(A @ W + b, 0.0)  # the ReLU layer the MLP computes
@@ -409,5 +409,6 @@ def test_training_an_mlp_on_digits_improves_its_hidden_layer(capsys, tmp_path):
     direct = OverlapIndex(kmeans_k=8, kmeans_kwargs={"random_state": 0}).fit(normalize(hidden(W, b)(X)), y)
     assert scores[-1] == direct.index
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 6 and all(line.startswith(f"[vertebrae monitor] #{i} snapshot_id=") for i, line in enumerate(out))
+    assert len(out) == 6
+    assert all(line.startswith(f"[vertebrae monitor] #{i} snapshot_id=") for i, line in enumerate(out))
     assert read_history(tmp_path / "digits.jsonl")[1] == rows

@@ -50,7 +50,11 @@ def _summary(rows: Sequence[Mapping[str, Any]], primary: str) -> str:
     line = f"{len(rows)} evaluation(s), {failed} failed. Primary metric: **{text(primary)}**"
     if len(scored) >= 2:
         first, last = scored[0], scored[-1]
-        line += (f"; first scored snapshot {text(first.get('snapshot_id') or '#' + str(first['evaluation_index']))} "
-                 f"{first['primary_score']:.4f}, latest {text(last.get('snapshot_id') or '#' + str(last['evaluation_index']))} "
-                 f"{last['primary_score']:.4f} ({last['primary_score'] - first['primary_score']:+.4f})")
+        change = last["primary_score"] - first["primary_score"]
+        line += (f"; first scored snapshot {_name(first)} {first['primary_score']:.4f}, latest {_name(last)} "
+                 f"{last['primary_score']:.4f} ({change:+.4f})")
     return line + ".\n"
+
+
+def _name(row: Mapping[str, Any]) -> str:
+    return text(row.get("snapshot_id") or f"#{row['evaluation_index']}")
