@@ -38,16 +38,14 @@ def open_monitor(history: str) -> RepresentationMonitor:
     return RepresentationMonitor(crash_dataset(), history=history, reporters=[], **SETTINGS)
 
 
-def write_until_killed(history: str, acks: str, padding: int = 0) -> None:
-    """Evaluate snapshot after snapshot; after the first one, rows carry ``padding`` bytes of context metadata."""
+def write_until_killed(history: str, acks: str) -> None:
+    """Evaluate snapshot after snapshot, acknowledging each returned row, until killed."""
     ack = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     with open_monitor(history) as monitor:
         index = len(monitor.history)
-        first = index
         while True:
-            context = {"padding": "x" * padding} if padding and index > first else {}
             row = monitor.evaluate(PrecomputedExtractor("snapshot", snapshot(index)), snapshot_id=f"s{index}",
-                                   step=index, context_metadata=context)
+                                   step=index)
             os.write(ack, f"{row['evaluation_index']} {row['snapshot_id']} {row['overlap_score'].hex()}\n".encode())
             index += 1
 
