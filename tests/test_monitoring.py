@@ -412,3 +412,13 @@ def test_training_an_mlp_on_digits_improves_its_hidden_layer(capsys, tmp_path):
     assert len(out) == 6
     assert all(line.startswith(f"[vertebrae monitor] #{i} snapshot_id=") for i, line in enumerate(out))
     assert read_history(tmp_path / "digits.jsonl")[1] == rows
+
+
+def test_html_trend_page(data, tmp_path):
+    X, _, ds = data
+    m = monitor(ds)
+    for i, s in enumerate((3.0, 0.0)):
+        m.evaluate(lambda A, s=s: noisy(A, s), snapshot_id=f"e{i}", epoch=i)
+    page = m.save_html(tmp_path / "trend.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page  # the trend figure, inline
+    assert page.count("<tr>") >= 3 and "e1" in page and "http" not in page.split("<svg")[0]

@@ -185,6 +185,17 @@ class RepresentationMonitor:
 
         return render_trend(self._rows)
 
+    def to_html(self) -> str:
+        """A self-contained HTML page: the trend figure (with matplotlib) and the snapshot table."""
+        from .reports.html import render_monitor_html
+
+        return render_monitor_html({"result_type": "monitor", "rows": self.history})
+
+    def save_html(self, path: str | pathlib.Path) -> pathlib.Path:
+        path = pathlib.Path(path)
+        path.write_text(self.to_html(), encoding="utf-8")
+        return path
+
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
         """Release the history file's lock (the kernel also drops it if the process dies)."""
