@@ -29,6 +29,7 @@ from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, HistoryError, HistoryLockedError, HistoryWarning, InputTypeError, InputValidationError
 from .extractors.base import CallableExtractor, PrecomputedExtractor
+from .fingerprint import package_version
 from .reports import json_codec
 from .results import ExtractorResult, result_row
 from .scoring.metric_result import OVERLAP_METRIC
@@ -364,14 +365,12 @@ def _parse_line(line: bytes, number: int, path: pathlib.Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- manifest
 def history_manifest(dataset: BenchmarkDataset, settings: Any) -> dict[str, Any]:
     """The first line of a history: what its rows are comparable under."""
-    from importlib.metadata import version
-
     data, config = dataset_section(dataset), configuration_section(settings)
     return {"record": "manifest", "format": HISTORY_FORMAT, "schema_version": HISTORY_SCHEMA_VERSION,
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
             "dataset_fingerprint": _sha256(data), "configuration_fingerprint": _sha256(config),
             "dataset": data, "configuration": config,
-            "versions": {name: version(name) for name in ("vertebrae", "overlapindex", "separatix")}}
+            "versions": {name: package_version(name) for name in ("vertebrae", "overlapindex", "separatix")}}
 
 
 def dataset_section(dataset: BenchmarkDataset) -> dict[str, Any]:
