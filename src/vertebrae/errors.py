@@ -55,3 +55,7 @@ class ScoringWarning(VertebraeWarning):
 
 class DataWarning(VertebraeWarning):
     """Input data is usable but suspicious (unused labels, dropped columns)."""
+
+
+class CompressionWarning(VertebraeWarning):
+    """A compression variant could not be applied as requested (e.g. wider than the embedding)."""

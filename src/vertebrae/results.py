@@ -58,6 +58,8 @@ class ExtractorResult:
     stability: StabilityResult | None = None
     #: Why this result has no scores (``Benchmark(on_error="record")``): stage, type, message, extractor.
     error: dict[str, Any] | None = None
+    #: The compression variant this result evaluates (method, dims, applied, footprint); None without variants.
+    compression: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
@@ -304,12 +306,26 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "embedding_nnz": result.embedding.get("nnz"),
         "warnings": len(result.warnings),
         **_stability_columns(result.stability),
+        **_compression_columns(result.compression),
     }
     for name, metric in result.metrics.items():
         row[f"metric.{name}"] = metric.score
     for stage, seconds in result.runtime.items():
         row[f"runtime.{stage}"] = seconds
     return row
+
+
+#: Compression facts flattened into rows as ``compression_<field>`` (footprints under their own names).
+COMPRESSION_FIELDS = ("variant", "method", "requested_dim", "output_dim", "applied", "explained_variance_ratio")
+FOOTPRINT_FIELDS = ("raw_bytes_per_row", "evaluated_bytes_per_row", "raw_bytes", "evaluated_bytes")
+
+
+def _compression_columns(compression: dict[str, Any] | None) -> dict[str, Any]:
+    """The compression row columns; all None when the benchmark has no compression variants."""
+    compression = compression or {}
+    footprint = compression.get("footprint", {})
+    return {**{f"compression_{name}": compression.get(name) for name in COMPRESSION_FIELDS},
+            **{name: footprint.get(name) for name in FOOTPRINT_FIELDS}}
 
 
 #: StabilitySummary fields flattened into rows as ``stability_<field>`` (primary overlap score).

@@ -28,6 +28,8 @@ class Chain:
     extractor_id: str
     parent: str
     output: str | None = None
+    #: The compression variant this chain evaluates (an EmbeddingCompressionConfig); None: the raw embedding.
+    variant: Any = None
 
 
 @dataclasses.dataclass
@@ -113,4 +115,5 @@ class RunContext:
             return Fact({"identity": identity.fingerprint}, identity.kind == "declared" and self.dataset_safe)
 
     def params(self, chain: Chain) -> Mapping[str, Any]:
-        return {"extractor": chain.extractor_id, "parent": chain.parent, "output": chain.output, "name": chain.name}
+        return {"extractor": chain.extractor_id, "parent": chain.parent, "output": chain.output, "name": chain.name,
+                "variant": None if chain.variant is None else chain.variant.to_dict()}
