@@ -7,6 +7,7 @@ separatix) are imported lazily, so ``import vertebrae`` stays fast.
 """
 
 from .benchmark import Benchmark
+from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
@@ -37,4 +38,5 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "EmbeddingCompressionConfig",
 ]

@@ -358,3 +358,33 @@ def pareto_frontier(points: Sequence[tuple[float | None, float]], higher_is_bett
                         for other, other_size in points)
         marks.append(not dominated)
     return marks
+
+
+def frontier_rows(extractor_results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per source embedding, each variant's primary score against its evaluated bytes per row, frontier marked.
+
+    Reads serialized results (``BenchmarkResult.to_dict()["extractor_results"]``), so an
+    archived JSON gives the same frontier.  Rows are grouped by source in result order.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for result in extractor_results:
+        compression = result.get("compression")
+        if compression and not result.get("error"):
+            groups.setdefault(compression["source"], []).append(result)
+    rows = []
+    for source, results in groups.items():
+        primary = results[0]["metrics"][results[0]["primary_metric_name"]]
+        points = [(r["primary_score"], r["compression"]["footprint"]["evaluated_bytes_per_row"]) for r in results]
+        marks = pareto_frontier(points, primary["higher_is_better"])
+        for result, (score, size), on_frontier in zip(results, points, marks):
+            compression = result["compression"]
+            raw = compression["footprint"]["raw_bytes_per_row"]
+            rows.append({"source": source, "result": result["name"], "variant": compression["variant"],
+                         "method": compression["method"], "requested_dim": compression["requested_dim"],
+                         "output_dim": compression["output_dim"], "applied": compression["applied"],
+                         "stored_dtype": compression["stored_dtype"], "primary_metric": result["primary_metric_name"],
+                         "primary_score": score, "raw_bytes_per_row": raw, "evaluated_bytes_per_row": size,
+                         "size_ratio": size / raw if raw else None,
+                         "explained_variance_ratio": compression["explained_variance_ratio"],
+                         "frontier": on_frontier})
+    return rows

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .markdown_compression import compression_section
 from .markdown_separatix import separatix_detail
 from .markdown_stability import interval_text, stability_section
 from .markdown_metrics import metrics_detail
@@ -193,6 +194,8 @@ def _reproducibility(data: Mapping[str, Any]) -> str:
 #: Report sections in order; later features append their own section functions here.
 SECTIONS: list[Section] = [_title, _dataset_summary, _target_summary, _extractor_summary, _overlap_configuration,
                            _ranking, stability_section, _extractor_details, _recommendations, _reproducibility]
+
+SECTIONS.append(compression_section)
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:
