@@ -22,8 +22,9 @@ from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableM
                        EmbeddingCompressionConfig, OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig,
                        StabilityConfig)
 from vertebrae.compression import Compressor, pareto_frontier
-from vertebrae.errors import CompressionWarning
-from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+from vertebrae.errors import CompressionWarning, InputValidationError
+from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
+                                 TwoBranchExtractor)
 from vertebrae.run_config import benchmark_kwargs
 
 C = EmbeddingCompressionConfig
@@ -394,3 +395,17 @@ def test_retrieval_fits_on_the_gallery_and_applies_to_the_queries():
     assert facts["footprint"]["query"]["raw_bytes"] == 10 * 8 * 8
     assert entry.recipe == result["raw"].recipe
     assert result["raw"].embeddings["compression"]["method"] == "none"
+
+
+def test_retrieval_paired_compression_rejects_endpoints_of_different_widths_before_fitting():
+    rng = np.random.default_rng(1)
+    queries, gallery = rng.normal(size=(4, 6)), rng.normal(size=(10, 6))
+    dataset = RetrievalDataset.from_inputs(queries, gallery, relevance=[(i, i, 1) for i in range(4)],
+                                           identity=IDENTITY)
+    mismatched = TwoBranchExtractor("dual", lambda X: X[:, :5], lambda X: X)
+    benchmark = RetrievalBenchmark(dataset, [mismatched], retrieval_config=RetrievalConfig(cutoffs=[1]),
+                                   compression=[C(method="pca", n_components=2)], progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(InputValidationError, match="5 columns but gallery embeddings have 6; .* compressed"):
+            benchmark.run()

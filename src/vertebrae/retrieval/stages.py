@@ -20,7 +20,7 @@ import numpy as np
 
 from ..compression import Compressor, EmbeddingCompressionConfig, compression_fingerprint, raw_variant_metadata
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ExtractorError
+from ..errors import ExtractorError, InputValidationError
 from ..execution.registry import stage
 from ..threads import limited_threads
 from .metrics import ranking_metrics, similarity_diagnostics
@@ -95,6 +95,11 @@ def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     """Paired compression: fit the variant on the gallery, apply the same fitted transform to both endpoints."""
     config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
     encoded: EncodedEndpoints = inputs["encode"]
+    if encoded.queries.matrix.shape[1] != encoded.gallery.matrix.shape[1]:  # before fitting on one side
+        raise InputValidationError(f"extractor {job.params['name']!r}: query embeddings have "
+                                   f"{encoded.queries.matrix.shape[1]} columns but gallery embeddings have "
+                                   f"{encoded.gallery.matrix.shape[1]}; both endpoints must be embedded in the same "
+                                   "space (same width) before they can be compressed together")
     compressor = Compressor(config, source=f"extractor {job.params['name']!r}",
                             matryoshka=bool(getattr(context.extractor(job), "matryoshka", False)))
     compressor.fit(encoded.gallery.matrix)
