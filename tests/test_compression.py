@@ -219,7 +219,8 @@ def test_the_source_is_extracted_once_for_all_its_variants():
     keys = [r.artifact_keys for r in result.extractor_results[:4]]
     assert len({k["extract"] for k in keys}) == 1 and "compress" not in keys[0]
     # the `none` variant is the raw embedding: the same score job as a benchmark without variants
-    plain = Benchmark(dataset, extractors[:1], separatix_config=NO_SEPARATIX, scoring_config=OverlapScoringConfig(k=4)).plan()
+    plain = Benchmark(dataset, extractors[:1], separatix_config=NO_SEPARATIX,
+                      scoring_config=OverlapScoringConfig(k=4)).plan()
     assert plain.chain_keys[0]["score"] == keys[0]["score"]
 
 
@@ -316,7 +317,8 @@ def test_quantized_results_are_reproducible_run_to_run(tmp_path):
 def test_a_request_wider_than_the_embedding_is_recorded_as_not_applied():
     X, y = blobs(dim=12)
     dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
-    with pytest.warns(CompressionWarning, match="pca64 not applied: requested 64 dimensions but the embedding has only 12"):
+    with pytest.warns(CompressionWarning, match="pca64 not applied: requested 64 dimensions but the embedding has "
+                                                "only 12"):
         result = Benchmark(dataset, [PrecomputedExtractor("raw")], compression=[C(), C(method="pca", n_components=64)],
                            separatix_config=NO_SEPARATIX, scoring_config=OverlapScoringConfig(k=4)).run()
     skipped = result["raw+pca64"]
@@ -334,7 +336,8 @@ def test_footprints_keep_raw_and_evaluated_bytes_apart():
                    "evaluated_bytes": 120 * 16 * 4, "evaluated_bytes_per_row": 64.0}
     assert pca["raw_bytes_per_row"] == 64.0 and pca["evaluated_bytes_per_row"] == 16.0
     row = next(r for r in result.rows() if r["extractor"] == "raw+pca4")
-    assert (row["compression_method"], row["compression_output_dim"], row["evaluated_bytes_per_row"]) == ("pca", 4, 16.0)
+    assert (row["compression_method"], row["compression_output_dim"], row["evaluated_bytes_per_row"]) == \
+        ("pca", 4, 16.0)
 
 
 def test_variants_keep_the_source_cache_eligibility_and_status():
@@ -343,7 +346,7 @@ def test_variants_keep_the_source_cache_eligibility_and_status():
     for identity, eligible, status in ((None, False, "bypassed_unsafe_identity"), ("f-v1", True, "disabled")):
         extractor = CallableExtractor("f", CountingEmbedder(X), cache_identity=identity)
         benchmark = Benchmark(dataset, [extractor], compression=[C(method="pca", n_components=4)],
-                              separatix_config=NO_SEPARATIX, progress=False)
+                              separatix_config=NO_SEPARATIX, scoring_config=OverlapScoringConfig(k=4), progress=False)
         compress_job = next(j for j in benchmark.plan().jobs if j.stage == "compress")
         assert compress_job.cache_eligible is eligible
         result = benchmark.run()["f+pca4"]
@@ -409,3 +412,35 @@ def test_retrieval_paired_compression_rejects_endpoints_of_different_widths_befo
         warnings.simplefilter("ignore")
         with pytest.raises(InputValidationError, match="5 columns but gallery embeddings have 6; .* compressed"):
             benchmark.run()
+
+
+class MatryoshkaPrecomputed(PrecomputedExtractor):
+    """A precomputed embedding whose model was Matryoshka-trained (declared by the attribute)."""
+
+    matryoshka = True
+
+
+def test_prefix_truncation_warns_only_for_extractors_not_declared_matryoshka():
+    X, y = blobs()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # distinct content, so the two are distinct jobs (identical identities would share every job)
+        result = run(X, y, [C(method="prefix_truncate", n_components=4)], quiet=False,
+                     extractors=[MatryoshkaPrecomputed("mrl"), PrecomputedExtractor("plain", X[:, ::-1].copy())])
+    messages = [str(w.message) for w in caught if issubclass(w.category, CompressionWarning)]
+    assert len(messages) == 1 and "'plain+prefix4'" in messages[0]
+    assert result["mrl+prefix4"].warnings == [] and result["mrl+prefix4"].compression["output_dim"] == 4
+    np.testing.assert_array_equal(result["mrl+prefix4"].overlap.score, direct_overlap(X[:, :4], y))
+    # retrieval adapters wrap the extractor: the declaration is read through them
+    rng = np.random.default_rng(2)
+    queries, gallery = rng.normal(size=(5, 8)), rng.normal(size=(12, 8))
+    dataset = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(5)],
+                                               identity=IDENTITY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = PrecomputedPairExtractor("plain", queries[:, ::-1].copy(), gallery[:, ::-1].copy())
+        entries = RetrievalBenchmark(dataset, [MatryoshkaPrecomputed("mrl"), plain],
+                                     retrieval_config=RetrievalConfig(cutoffs=[1]), progress=False,
+                                     compression=[C(method="prefix_truncate", n_components=4)]).run()
+    assert entries["mrl+prefix4"].warnings == []
+    assert any("Matryoshka" in w for w in entries["plain+prefix4"].warnings)

@@ -10,7 +10,9 @@ Fitted transforms (PCA, SVD, random projections, int8 scales) are fitted on the
 embedding being evaluated (transductive: the same rows that are scored; every
 variant of every extractor gets the same treatment, so the comparison is fair for
 ranking).  Retrieval fits them on the gallery and applies them to the queries.
-Sparse (CSR) input stays sparse wherever the method allows (see ``SPARSE_OUTPUT``).
+Sparse (CSR) input is never densified: ``none``, sparse random projection, prefixes and
+quantization keep it CSR; PCA, SVD and Gaussian projection return a dense matrix of the
+reduced width (docs/compression.md).
 """
 
 from __future__ import annotations
@@ -36,9 +38,6 @@ REDUCING = ("pca", "truncated_svd", "gaussian_random_projection", "sparse_random
 #: Short labels used in variant names (``raw+pca64``).
 _LABELS = {"pca": "pca", "truncated_svd": "svd", "gaussian_random_projection": "grp",
            "sparse_random_projection": "srp", "prefix_truncate": "prefix"}
-#: What each method returns for CSR input ("csr": stays sparse; "dense": a dense matrix of the reduced width).
-SPARSE_OUTPUT = {"none": "csr", "pca": "dense", "truncated_svd": "dense", "gaussian_random_projection": "dense",
-                 "sparse_random_projection": "csr", "prefix_truncate": "csr", "quantize": "csr"}
 #: int8 codes span [-INT8_MAX, INT8_MAX] (symmetric, so zero stays zero and CSR stays CSR).
 INT8_MAX = 127
 #: Bytes of one stored int8 scale (one float32 per dimension).
@@ -141,6 +140,16 @@ def compression_fingerprint(settings: Any, chain: Any) -> dict[str, Any] | None:
     """The compress stage's config: the chain's variant (None leaves the stage out: the raw embedding)."""
     variant = getattr(chain, "variant", None)
     return None if variant is None or variant.method == "none" else variant.to_dict()
+
+
+def declares_matryoshka(extractor: Any, output: str | None = None) -> bool:
+    """True when the extractor, the named output's metadata, or the extractor a retrieval adapter wraps
+    declares Matryoshka training (``matryoshka = True``)."""
+    if output is not None and hasattr(extractor, "output_metadata"):
+        if extractor.output_metadata().get(output, {}).get("matryoshka"):
+            return True
+    inner = getattr(extractor, "extractor", None)
+    return bool(getattr(extractor, "matryoshka", False) or getattr(inner, "matryoshka", False))
 
 
 # ----------------------------------------------------------------------------- footprints

@@ -15,7 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ..compression import Compressor, EmbeddingCompressionConfig, compression_fingerprint, raw_variant_metadata
+from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
+                           raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
@@ -117,14 +118,6 @@ def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
         raise ExtractorError(f"extractor {job.params['name']!r} did not produce output {output!r}; it produced "
                              f"{sorted(map(str, produced.matrices))}")
     return EmbeddingArtifact(produced.matrices[output], dict(produced.metadata[output]))
-
-
-def declares_matryoshka(extractor: Any, output: str | None) -> bool:
-    """True when the extractor (or the named output's metadata) declares Matryoshka training."""
-    if output is not None and hasattr(extractor, "output_metadata"):
-        if extractor.output_metadata().get(output, {}).get("matryoshka"):
-            return True
-    return bool(getattr(extractor, "matryoshka", False))
 
 
 @stage(PIPELINE, "compress", version=1, reads=("embedding",), packages=("numpy", "scikit-learn"),

@@ -22,8 +22,8 @@ def compression_section(data: Mapping[str, Any]) -> str:
              f"Per source embedding, each variant's **{text(primary)}** against the bytes one evaluated row is stored "
              "in (quantized codes at their stored width; int8 includes its per-dimension scales, amortized over the "
              "rows). `frontier` marks the variants no other variant of the same source dominates (a score at "
-             "least as good in no more bytes, strictly better in one). Fitted compressions were fitted on the evaluated rows themselves "
-             "(transductive), the same way for every variant.\n",
+             "least as good in no more bytes, strictly better in one). Fitted compressions were fitted on the "
+             "evaluated rows themselves (transductive), the same way for every variant.\n",
              table(COLUMNS, [[r["source"], r["variant"], r["method"], r["requested_dim"], r["output_dim"], r["applied"],
                               r["stored_dtype"], r["primary_score"], r["raw_bytes_per_row"],
                               r["evaluated_bytes_per_row"], r["size_ratio"], r["explained_variance_ratio"],

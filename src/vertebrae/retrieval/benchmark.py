@@ -143,9 +143,10 @@ class RetrievalBenchmark:
 
 
 def _runtime(keys: dict[str, str], timings: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, rank_* (beside the artifacts)."""
+    """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, compress, rank_* (beside the
+    artifacts)."""
     runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items() if step != "seconds"}
-    for stage in ("rank_forward", "rank_reverse"):
+    for stage in ("compress", "rank_forward", "rank_reverse"):
         if stage in keys and keys[stage] in timings:
             runtime[stage] = timings[keys[stage]]["seconds"]
     return runtime

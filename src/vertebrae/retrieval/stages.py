@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compression import Compressor, EmbeddingCompressionConfig, compression_fingerprint, raw_variant_metadata
+from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
+                           raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, InputValidationError
 from ..execution.registry import stage
@@ -101,7 +102,7 @@ def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
                                    f"{encoded.gallery.matrix.shape[1]}; both endpoints must be embedded in the same "
                                    "space (same width) before they can be compressed together")
     compressor = Compressor(config, source=f"extractor {job.params['name']!r}",
-                            matryoshka=bool(getattr(context.extractor(job), "matryoshka", False)))
+                            matryoshka=declares_matryoshka(context.extractor(job)))
     compressor.fit(encoded.gallery.matrix)
     queries, gallery = compressor.transform(encoded.queries.matrix), compressor.transform(encoded.gallery.matrix)
     facts = compressor.metadata(encoded.gallery.matrix, gallery)
