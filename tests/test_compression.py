@@ -444,3 +444,52 @@ def test_prefix_truncation_warns_only_for_extractors_not_declared_matryoshka():
                                      compression=[C(method="prefix_truncate", n_components=4)]).run()
     assert entries["mrl+prefix4"].warnings == []
     assert any("Matryoshka" in w for w in entries["plain+prefix4"].warnings)
+
+
+def test_the_cli_runs_the_compression_section_end_to_end(tmp_path):
+    from vertebrae.cli import main
+
+    X, y = blobs()
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    config = """
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "y.npy"
+
+[[extractors]]
+name = "raw"
+embeddings = "x.npy"
+
+[scoring]
+k = 4
+
+[separatix]
+enabled = false
+
+[[compression]]
+method = "none"
+
+[[compression]]
+method = "pca"
+n_components = 3
+"""
+    (tmp_path / "run.toml").write_text(config)
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [r["name"] for r in data["extractor_results"]] == ["raw", "raw+pca3"]
+    reference = direct_overlap(PCA(3, random_state=0).fit_transform(X), y)
+    assert data["extractor_results"][1]["overlap"]["score"] == reference
+    assert "## Compression frontier" in (tmp_path / "out" / "report.md").read_text()
+    (tmp_path / "run.toml").write_text(config + "whiten = 1\n")
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "bad"), "-q"]) == 2
+
+
+def test_plans_with_variants_pickle():
+    X, y = blobs()
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+    plan = Benchmark(dataset, [PrecomputedExtractor("raw")], compression=[C(), C(method="quantize", dtype="int8")],
+                     separatix_config=NO_SEPARATIX).plan()
+    assert pickle.loads(pickle.dumps(plan.jobs)) == plan.jobs
+    assert pickle.loads(pickle.dumps(plan.chains)) == plan.chains
