@@ -30,6 +30,6 @@ def compression_section(data: Mapping[str, Any]) -> str:
                               r["frontier"]] for r in rows])]
     skipped = [r["result"] for r in rows if r["method"] != "none" and not r["applied"]]
     if skipped:
-        lines.append("Not applied (requested width not below the embedding's; scored uncompressed): "
+        lines.append("Not applied (the requested width cannot compress this embedding; scored uncompressed): "
                      + ", ".join(text(name) for name in skipped) + "\n")
     return "\n".join(lines)
