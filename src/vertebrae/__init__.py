@@ -7,6 +7,7 @@ separatix) are imported lazily, so ``import vertebrae`` stays fast.
 """
 
 from .benchmark import Benchmark
+from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
@@ -44,4 +45,5 @@ __all__ = [
     "VertebraeError", "VertebraeWarning", "__version__",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
+    "EmbeddingCompressionConfig",
 ]
