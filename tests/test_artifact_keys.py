@@ -103,12 +103,10 @@ def test_stability_n_jobs_changes_no_key(base):
 
 
 def test_a_new_package_version_changes_the_stages_it_computes(base, monkeypatch):
-    real = plan_module.package_version
-    monkeypatch.setattr(plan_module, "package_version",
-                        lambda name: "99.0" if name == "separatix" else real(name))
+    real = plan_module.version_of
+    monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "separatix" else real(name))
     assert changed(base, keys()) == {"diagnose", "assemble"}
-    monkeypatch.setattr(plan_module, "package_version",
-                        lambda name: "99.0" if name == "overlapindex" else real(name))
+    monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "overlapindex" else real(name))
     assert changed(base, keys()) == {"score", "stability", "metrics", "diagnose", "assemble"}
 
 
@@ -232,18 +230,21 @@ def test_retrieval_keys_follow_what_each_stage_reads():
 KEY_TABLE = {
     ("benchmark", "extract"): ((), {"inputs", "fit_targets", "extractor"}, {"numpy"}),
     ("benchmark", "embedding"): (("extract",), {"output"}, set()),
-    ("benchmark", "budget"): (("embedding",), {"targets", "groups"}, set()),
-    ("benchmark", "score"): (("embedding", "budget"), {"targets"}, {"overlapindex"}),
-    ("benchmark", "stability"): (("embedding", "budget"), {"targets"}, {"overlapindex"}),
-    ("benchmark", "metrics"): (("embedding", "score", "budget"), {"targets", "groups"}, set()),
-    ("benchmark", "diagnose"): (("embedding", "score", "budget"), {"targets", "groups"}, {"separatix"}),
-    ("benchmark", "assemble"): (("embedding", "score", "budget", "stability", "metrics", "diagnose"),
+    ("benchmark", "compress"): (("embedding",), set(), {"numpy", "scikit-learn"}),
+    ("benchmark", "budget"): (("embedding", "compress"), {"targets", "groups"}, set()),
+    ("benchmark", "score"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
+    ("benchmark", "stability"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
+    ("benchmark", "metrics"): (("embedding", "score", "compress", "budget"), {"targets", "groups"}, set()),
+    ("benchmark", "diagnose"): (("embedding", "score", "compress", "budget"), {"targets", "groups"}, {"separatix"}),
+    ("benchmark", "assemble"): (("embedding", "score", "compress", "budget", "stability", "metrics", "diagnose"),
                                 {"name", "output", "view", "extractor"}, set()),
     ("retrieval", "encode"): ((), {"query_inputs", "gallery_inputs", "extractor"}, {"numpy"}),
-    ("retrieval", "endpoints"): (("encode",), set(), set()),
+    ("retrieval", "compress"): (("encode",), set(), {"numpy", "scikit-learn"}),
+    ("retrieval", "endpoints"): (("encode", "compress"), set(), set()),
     ("retrieval", "rank_forward"): (("endpoints",), {"relevance"}, set()),
     ("retrieval", "rank_reverse"): (("endpoints",), {"relevance"}, set()),
-    ("retrieval", "assemble"): (("encode", "rank_forward", "rank_reverse"), {"name", "extractor"}, set()),
+    ("retrieval", "assemble"): (("encode", "rank_forward", "compress", "rank_reverse"), {"name", "extractor"},
+                                set()),
 }
 
 

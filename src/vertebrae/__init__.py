@@ -7,13 +7,16 @@ separatix) are imported lazily, so ``import vertebrae`` stays fast.
 """
 
 from .benchmark import Benchmark
+from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
 from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
+from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
+from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
@@ -42,5 +45,7 @@ __all__ = [
     "LabelViewConfig", "TargetView", "TargetViewConfig",
     "VertebraeError", "VertebraeWarning", "__version__",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
+    "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
+    "EmbeddingCompressionConfig",
     "MemoryConfig",
 ]

@@ -53,6 +53,14 @@ class DensificationBudgetError(VertebraeError, MemoryError):
     """A dense-only diagnostic would exceed the dense-memory budget and the policy is ``"fail"``."""
 
 
+class HistoryError(VertebraeError, ValueError):
+    """A monitor history file cannot be used: not a history, corrupted, or written for other data/settings."""
+
+
+class HistoryLockedError(HistoryError):
+    """Another writer holds the lock on a monitor history file (one writer at a time)."""
+
+
 class MemoryBudgetError(VertebraeError, MemoryError):
     """Scoring would exceed ``MemoryConfig.max_scoring_bytes`` and the policy is ``"fail"`` (or nothing fits)."""
 
@@ -71,3 +79,11 @@ class ScoringWarning(VertebraeWarning):
 
 class DataWarning(VertebraeWarning):
     """Input data is usable but suspicious (unused labels, dropped columns)."""
+
+
+class HistoryWarning(VertebraeWarning):
+    """A monitor history had an incomplete last line (a crash mid-write); it was set aside."""
+
+
+class CompressionWarning(VertebraeWarning):
+    """A compression variant could not be applied as requested (e.g. wider than the embedding)."""
