@@ -126,6 +126,23 @@ def test_subsample_stability_is_byte_identical(dask_client):
     assert without_timing(local) == without_timing(remote)
 
 
+def test_compression_variants_under_a_memory_budget_are_byte_identical(dask_client):
+    import warnings
+
+    from vertebrae import EmbeddingCompressionConfig, MemoryConfig
+
+    def make():
+        return Benchmark(classes(), [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX,
+                         compression=[EmbeddingCompressionConfig(method="pca", n_components=4)],
+                         memory_config=MemoryConfig(max_scoring_bytes=60_000), progress=False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local, remote = both(make, dask_client)
+    assert any(r.embedding.get("memory_budget", {}).get("subsampled") for r in local.extractor_results)
+    assert without_timing(local) == without_timing(remote)
+
+
 def test_retrieval_is_byte_identical(dask_client):
     rng = np.random.default_rng(0)
     queries, gallery = rng.normal(size=(12, 5)), rng.normal(size=(40, 5))
