@@ -280,6 +280,15 @@ def test_on_error_is_validated_by_the_runner(dask_client):
         DaskRunner(dask_client).run([], None, on_error="ignore")
 
 
+def test_a_missing_dask_names_the_extra(monkeypatch):
+    # Uninstalling dask inside the test session is not possible; a None entry makes `import distributed` fail.
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    from vertebrae.errors import DependencyError
+
+    with pytest.raises(DependencyError, match=r"pip install 'vertebrae\[dask\]'"):
+        Benchmark(classes(), [PrecomputedExtractor("raw")]).run(runner=DaskRunner(address="tcp://127.0.0.1:1"))
+
+
 def test_import_vertebrae_imports_no_dask():
     code = ("import sys, vertebrae, vertebrae.execution; "
             "print([m for m in ('dask', 'distributed') if m in sys.modules])")

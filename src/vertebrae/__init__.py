@@ -13,6 +13,7 @@ from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidatio
                      SerializationError, VertebraeError, VertebraeWarning)
 from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
 from .errors import HistoryError, HistoryLockedError, HistoryWarning
+from .errors import ExecutionError, MemoryBudgetError
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
@@ -47,5 +48,5 @@ __all__ = [
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",
-    "MemoryConfig",
+    "ExecutionError", "MemoryBudgetError", "MemoryConfig",
 ]
