@@ -50,16 +50,29 @@ def three_extractors():
             SklearnExtractor("proj4", GaussianRandomProjection(4, random_state=0))]
 
 
+def one_thread():
+    """The local side runs with one BLAS/OpenMP thread, as dask's nanny starts its workers (OMP_NUM_THREADS=1):
+    BLAS-based extractors and compressions round differently with more threads (docs/distributed.md)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
+def run_locally(benchmark):
+    with one_thread():
+        return benchmark.run()
+
+
 def both(make, client, **runner):
     """(local result, dask result) of two identically built benchmarks."""
-    return make().run(), make().run(runner=DaskRunner(client, **runner))
+    return run_locally(make()), make().run(runner=DaskRunner(client, **runner))
 
 
 # ----------------------------------------------------------------------------- identical results
 def test_single_label_three_extractors_sharded_is_byte_identical(dask_client):
     make = lambda: Benchmark(classes(), three_extractors(), separatix_config=SeparatixConfig())  # noqa: E731
     runner = DaskRunner(dask_client, shard_rows=50)  # 180 rows -> 4 shards per extractor
-    local, remote = make().run(), make().run(runner=runner)
+    local, remote = run_locally(make()), make().run(runner=runner)
     assert without_timing(local) == without_timing(remote)
     assert runner.last_path == "dask"
     runtime = remote["pca3"].runtime
@@ -108,7 +121,7 @@ def test_five_stability_repeats_fan_out_to_both_workers_and_are_byte_identical(d
 
     make = lambda: Benchmark(classes(), three_extractors()[:2], stability_config=StabilityConfig(repeats=5),  # noqa: E731
                              separatix_config=NO_SEPARATIX)
-    local = make().run()
+    local = run_locally(make())
     with get_task_stream(dask_client) as stream:
         remote = make().run(runner=DaskRunner(dask_client))
     assert without_timing(local) == without_timing(remote)
@@ -133,7 +146,10 @@ def test_compression_variants_under_a_memory_budget_are_byte_identical(dask_clie
 
     def make():
         return Benchmark(classes(), [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX,
-                         compression=[EmbeddingCompressionConfig(method="pca", n_components=4)],
+                         # Elementwise variants: PCA's explained variance can move by one float32 ulp between
+                         # processes (BLAS), which docs/distributed.md lists among the thread/BLAS caveats.
+                         compression=[EmbeddingCompressionConfig(method="prefix_truncate", n_components=4),
+                                      EmbeddingCompressionConfig(method="quantize", dtype="int8")],
                          memory_config=MemoryConfig(max_scoring_bytes=60_000), progress=False)
 
     with warnings.catch_warnings():
@@ -217,7 +233,7 @@ def _run_in_thread(run):
 def test_a_worker_killed_mid_task_is_retried_and_the_result_is_identical(dask_client):
     make = lambda: Benchmark(classes(), [CallableExtractor("slow", slow_embed, cache_identity="slow-v1"),  # noqa: E731
                                          PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX)
-    local = make().run()
+    local = run_locally(make())
     thread, box = _run_in_thread(lambda: make().run(runner=DaskRunner(dask_client)))
     _kill_worker_running(dask_client, "vertebrae-extract")
     thread.join(120)
@@ -258,7 +274,7 @@ def test_a_private_cluster_is_not_started_for_a_small_run():
 def test_a_private_cluster_runs_a_large_enough_plan_with_identical_results():
     make = lambda: Benchmark(classes(), three_extractors(), separatix_config=NO_SEPARATIX)  # noqa: E731
     runner = DaskRunner(n_workers=2, sequential_below=0)
-    local, remote = make().run(), make().run(runner=runner)
+    local, remote = run_locally(make()), make().run(runner=runner)
     assert runner.last_path == "dask" and without_timing(local) == without_timing(remote)
 
 
@@ -309,7 +325,8 @@ def test_cli_run_with_a_dask_address_writes_the_same_report(dask_client, tmp_pat
                                        '[[extractors]]\nname = "b"\nembeddings = "b.npy"\n\n'
                                        '[stability]\nrepeats = 3\n\n[separatix]\nenabled = false\n')
     config = str(tmp_path / "run.toml")
-    assert main(["run", config, "-o", str(tmp_path / "local"), "-q"]) == 0
+    with one_thread():
+        assert main(["run", config, "-o", str(tmp_path / "local"), "-q"]) == 0
     address = dask_client.scheduler.address
     assert main(["run", config, "--dask-address", address, "-o", str(tmp_path / "dask"), "-q"]) == 0
     local, remote = ((tmp_path / run / "report.json").read_text() for run in ("local", "dask"))
