@@ -11,6 +11,7 @@ from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
+from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from .results import BenchmarkResult, ExtractorResult
@@ -37,4 +38,5 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,20 +21,24 @@ from ..errors import InputTypeError, InputValidationError
 from .base import qualname
 
 _CHUNK = 1 << 20
-#: (resolved path, size, mtime_ns) -> sha256, so repeated recipe() calls hash each file once.
-_FILE_HASHES: dict[tuple[str, int, int], str] = {}
+#: A file modified this recently may change again within the timestamp resolution: never memoized (git's rule).
+_RACY_NS = 2_000_000_000
+#: (path, inode, size, mtime_ns, ctime_ns) -> sha256, so repeated recipe() calls hash a model file once.
+_FILE_HASHES: dict[tuple[Any, ...], str] = {}
 
 
 def file_sha256(path: Path) -> str:
     stat = path.stat()
-    memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if memo not in _FILE_HASHES:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                digest.update(chunk)
+    memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if memo in _FILE_HASHES:
+        return _FILE_HASHES[memo]
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
         _FILE_HASHES[memo] = digest.hexdigest()
-    return _FILE_HASHES[memo]
+    return digest.hexdigest()
 
 
 def files_sha256(paths: Sequence[Path]) -> str:
