@@ -83,4 +83,4 @@ def test_rejections(exported, two_outputs, tmp_path):
     with pytest.raises(InputValidationError, match="model_path .* does not exist"):
         ONNXExtractor("m", tmp_path / "missing.onnx")
     with pytest.raises(ExtractorError, match=r"outputs \['nope'\] are not model outputs \['double', 'plus_one'\]"):
-        ONNXExtractor("m", two_outputs, outputs=("nope",), progress=False).transform(X)
+        ONNXExtractor("m", two_outputs, outputs=("nope",), progress=False).transform_many(X)

@@ -82,8 +82,16 @@ def test_runs_in_eval_and_inference_mode_one_forward_per_batch():
     assert extractor.output_names() == ("hidden", "logits")
     assert extractor.output_metadata() == {"hidden": {"hidden_layer": None, "pooling": None},
                                            "logits": {"hidden_layer": None, "pooling": None}}
-    with pytest.raises(ExtractorError, match=r"has 2 outputs \['hidden', 'logits'\]; call transform_many"):
+    with pytest.raises(ExtractorError, match=r"has 2 named outputs \['hidden', 'logits'\]; call transform_many"):
         extractor.transform(X)
+
+
+def test_single_output_extractors_have_only_the_plain_protocol():
+    single = TorchExtractor("mlp", small_model())
+    assert not any(hasattr(single, a) for a in ("output_names", "transform_many", "output_metadata"))
+    with pytest.raises(AttributeError, match="has a single output, so it has no transform_many"):
+        single.transform_many(X)
+    assert hasattr(TorchExtractor("two", TwoHeads(), outputs=("hidden", "logits")), "transform_many")
 
 
 def test_inference_mode_false_uses_no_grad():

@@ -18,6 +18,8 @@ import numpy as np
 from ..errors import ConfigError, ExtractorError, InputTypeError, InputValidationError
 from .base import check_extractor_name
 
+#: The output name of a single-output extractor's batches.
+SINGLE_OUTPUT = "embedding"
 #: ``embed(rows)`` returns ``{output name: (len(rows), width) array}`` for the dataset rows ``rows``.
 BatchFunction = Callable[[np.ndarray], Mapping[str, Any]]
 
@@ -122,25 +124,28 @@ def _check_batch(batch: Mapping[str, Any], rows: np.ndarray, expected: tuple[str
 
 
 class BatchedExtractor:
-    """Base of the model extractors: the multi-output protocol on top of :meth:`_embed_all`.
+    """Base of the model extractors: single- or multi-output on top of :meth:`_embed_all`.
+
+    With ``outputs`` unset an extractor has one output and only the plain protocol
+    (``transform``), so its result is named after the extractor.  With named
+    outputs it also has ``output_names()``, ``transform_many(X)`` and
+    ``output_metadata()``, and the benchmark scores each output as its own result
+    named ``extractor:output``.  (Those three are properties that raise
+    AttributeError on a single-output extractor, so ``hasattr`` tells the two apart.)
 
     ``fit`` learns nothing (the models are frozen) and loads nothing: models load on
-    the first ``transform``, so a benchmark whose embeddings are cached never loads them.
+    the first transform, so a benchmark whose embeddings are cached never loads them.
     """
 
     #: False when the recipe cannot vouch for the computation (set per instance).
     cache_eligible: bool = True
+    #: The named outputs, or None for a single-output extractor.
+    outputs: tuple[str, ...] | None = None
 
     def __init__(self, name: str, batch_size: int, progress: bool | None) -> None:
         self.name = check_extractor_name(name)
         self.batch_size = check_batch_size(batch_size, where=f"{type(self).__name__} {name!r}")
         self.progress = progress
-
-    def output_names(self) -> tuple[str, ...]:
-        raise NotImplementedError
-
-    def output_metadata(self) -> dict[str, dict[str, Any]]:
-        return {name: {"hidden_layer": None, "pooling": None} for name in self.output_names()}
 
     def recipe(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -148,18 +153,44 @@ class BatchedExtractor:
     def fit(self, X: Any, y: Any = None) -> "BatchedExtractor":
         return self
 
-    def transform_many(self, X: Any) -> dict[str, np.ndarray]:
-        """Every named output from one pass over ``X`` (one forward pass per batch)."""
+    def transform(self, X: Any) -> np.ndarray:
+        """The embedding matrix of a single-output extractor."""
+        if self.outputs is not None:
+            raise ExtractorError(f"{type(self).__name__} {self.name!r} has {len(self.outputs)} named outputs "
+                                 f"{list(self.outputs)}; call transform_many(X) (the benchmark does)")
+        return self._embed_all(X)[SINGLE_OUTPUT]
+
+    @property
+    def output_names(self) -> Callable[[], tuple[str, ...]]:
+        self._require_outputs("output_names")
+        return self._output_names
+
+    @property
+    def transform_many(self) -> Callable[[Any], dict[str, np.ndarray]]:
+        """``transform_many(X)``: every named output from one pass over ``X`` (one forward pass per batch)."""
+        self._require_outputs("transform_many")
+        return self._embed_all
+
+    @property
+    def output_metadata(self) -> Callable[[], dict[str, dict[str, Any]]]:
+        self._require_outputs("output_metadata")
+        return self._output_metadata
+
+    def _require_outputs(self, attribute: str) -> None:
+        if self.outputs is None:
+            raise AttributeError(f"{type(self).__name__} {self.name!r} has a single output, so it has no {attribute}; "
+                                 "use transform(X), or pass outputs=(...) for named outputs")
+
+    def _output_names(self) -> tuple[str, ...]:
+        return self.outputs or ()
+
+    def _output_metadata(self) -> dict[str, dict[str, Any]]:
+        return {name: {"hidden_layer": None, "pooling": None} for name in self.outputs or ()}
+
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
+        """``{output name: matrix}`` (``{SINGLE_OUTPUT: matrix}`` without named outputs)."""
         raise NotImplementedError
 
-    def transform(self, X: Any) -> np.ndarray:
-        """The sole output; an extractor with several outputs needs ``transform_many``."""
-        names = self.output_names()
-        if len(names) != 1:
-            raise ExtractorError(f"{type(self).__name__} {self.name!r} has {len(names)} outputs {list(names)}; "
-                                 "call transform_many(X) (the benchmark does) or configure a single output")
-        return self.transform_many(X)[names[0]]
-
     def _stream(self, n_rows: int, embed: BatchFunction, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        return stream_batches(n_rows, self.batch_size, embed, self.output_names(), source=self.name,
+        return stream_batches(n_rows, self.batch_size, embed, self.outputs or (SINGLE_OUTPUT,), source=self.name,
                               progress=self.progress, order=order)

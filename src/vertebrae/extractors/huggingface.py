@@ -135,14 +135,13 @@ class HFTextExtractor(BatchedExtractor):
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(cache_identity, where=where)
         self.pairs = tuple(itertools.product(self.hidden_layers, self.poolings))
+        self.outputs = tuple(f"layer{layer}_{pooling}" for layer, pooling in self.pairs)
         self.model_: Any = None
         self.tokenizer_: Any = None
 
-    def output_names(self) -> tuple[str, ...]:
-        return tuple(f"layer{layer}_{pooling}" for layer, pooling in self.pairs)
-
-    def output_metadata(self) -> dict[str, dict[str, Any]]:
-        return {f"layer{layer}_{pooling}": {"hidden_layer": layer, "pooling": pooling} for layer, pooling in self.pairs}
+    def _output_metadata(self) -> dict[str, dict[str, Any]]:
+        return {name: {"hidden_layer": layer, "pooling": pooling}
+                for name, (layer, pooling) in zip(self.outputs, self.pairs)}
 
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_text", "model_files_sha256": files_sha256([self.model_dir]),
@@ -171,13 +170,13 @@ class HFTextExtractor(BatchedExtractor):
         return (self.tokenizer_.padding_side == "left" and getattr(embeddings, "padding_idx", None) is None
                 and "position_ids" in inspect.signature(model.forward).parameters)
 
-    def transform_many(self, X: Any) -> dict[str, np.ndarray]:
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
         texts = check_texts(X, where=f"HFTextExtractor {self.name!r}")
         tokenizer, model = self.load()
         device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
         max_length = self.max_length or tokenizer.model_max_length
         position_ids = self._needs_position_ids(model)
-        names = self.output_names()
+        names = self.outputs
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             encoded = to_device(dict(tokenizer([texts[i] for i in rows], padding=True, truncation=True,

@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError, ExtractorError, InputTypeError
-from .batching import BatchedExtractor, check_outputs, n_inputs, take_rows
+from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
 from .fingerprint import check_cache_identity, check_paths, files_sha256, function_identity, trusted_function
-from .torch import SINGLE_OUTPUT
 
 
 class ONNXExtractor(BatchedExtractor):
@@ -45,13 +44,10 @@ class ONNXExtractor(BatchedExtractor):
         self.cache_eligible = (trusted_function(input_fn) and trusted_function(output_fn)) or cache_identity is not None
         self.session_: Any = None
 
-    def output_names(self) -> tuple[str, ...]:
-        return self.outputs or (SINGLE_OUTPUT,)
-
     def recipe(self) -> dict[str, Any]:
         return {"type": "onnx", "model_files_sha256": files_sha256([self.model_path]),
                 "input_fn": function_identity(self.input_fn), "output_fn": function_identity(self.output_fn),
-                "outputs": list(self.output_names()), "cache_identity": self.cache_identity}
+                "outputs": None if self.outputs is None else list(self.outputs), "cache_identity": self.cache_identity}
 
     def load(self) -> Any:
         if self.session_ is None:
@@ -62,7 +58,7 @@ class ONNXExtractor(BatchedExtractor):
             self.session_ = onnxruntime.InferenceSession(str(self.model_path), providers=self.providers)
         return self.session_
 
-    def transform_many(self, X: Any) -> dict[str, np.ndarray]:
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
         n_rows = n_inputs(X, where=f"ONNXExtractor {self.name!r}")
         session = self.load()
         inputs = [i.name for i in session.get_inputs()]

@@ -18,10 +18,10 @@ import numpy as np
 
 from ..errors import DependencyError
 from .base import qualname
-from .batching import BatchedExtractor, check_texts
+from .batching import SINGLE_OUTPUT, BatchedExtractor, check_texts
 from .fingerprint import check_cache_identity, files_sha256
 from .huggingface import local_model_dir
-from .torch import SINGLE_OUTPUT, check_device, resolve_device, state_dict_sha256
+from .torch import check_device, resolve_device, state_dict_sha256
 
 
 def is_sentence_transformer(obj: Any) -> bool:
@@ -48,9 +48,6 @@ class SentenceTransformerExtractor(BatchedExtractor):
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(cache_identity, where=where)
 
-    def output_names(self) -> tuple[str, ...]:
-        return (SINGLE_OUTPUT,)
-
     def recipe(self) -> dict[str, Any]:
         if self.model_dir is not None:
             model: dict[str, Any] = {"files_sha256": files_sha256([self.model_dir])}
@@ -74,7 +71,7 @@ class SentenceTransformerExtractor(BatchedExtractor):
             self.model_ = SentenceTransformer(str(self.model_dir), device=str(device), local_files_only=True)
         return self.model_
 
-    def transform_many(self, X: Any) -> dict[str, np.ndarray]:
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
         texts = check_texts(X, where=f"SentenceTransformerExtractor {self.name!r}")
         model = self.load()
         device = None if self.device == "auto" else str(resolve_device(self.device, where=self.name))

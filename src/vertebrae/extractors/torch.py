@@ -23,11 +23,9 @@ import numpy as np
 
 from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
 from .base import qualname
-from .batching import BatchedExtractor, check_outputs, n_inputs, take_rows
+from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
 from .fingerprint import check_cache_identity, check_paths, files_sha256, function_identity, trusted_function
 
-#: Name of the output of a single-output TorchExtractor.
-SINGLE_OUTPUT = "embedding"
 _DEVICE_TYPES = ("auto", "cpu", "cuda", "mps")
 
 
@@ -193,9 +191,6 @@ class TorchExtractor(BatchedExtractor):
         trusted = trusted_function(collate_fn) and trusted_function(output_fn) and trusted_function(self.factory)
         self.cache_eligible = trusted or self.cache_identity is not None
 
-    def output_names(self) -> tuple[str, ...]:
-        return self.outputs or (SINGLE_OUTPUT,)
-
     def recipe(self) -> dict[str, Any]:
         if self.script_path is not None:
             model: dict[str, Any] = {"class": "torch.jit.ScriptModule", "files_sha256": files_sha256([self.script_path])}
@@ -207,7 +202,8 @@ class TorchExtractor(BatchedExtractor):
             if self.checkpoint_paths is not None:
                 model["checkpoint_sha256"] = files_sha256(self.checkpoint_paths)
         return {"type": "torch", "model": model, "collate_fn": function_identity(self.collate_fn),
-                "output_fn": function_identity(self.output_fn), "outputs": list(self.output_names()),
+                "output_fn": function_identity(self.output_fn),
+                "outputs": None if self.outputs is None else list(self.outputs),
                 "cache_identity": self.cache_identity}
 
     def load(self) -> Any:
@@ -225,7 +221,7 @@ class TorchExtractor(BatchedExtractor):
                 self.model_ = built.to(device)
         return self.model_
 
-    def transform_many(self, X: Any) -> dict[str, np.ndarray]:
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
         where = f"TorchExtractor {self.name!r}"
         n_rows = n_inputs(X, where=where)
         model = self.load()
