@@ -154,11 +154,11 @@ class BatchedExtractor:
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """The embedding matrix of a single-output extractor."""
-        if self.outputs is not None:
+        """The embedding matrix of a single-output extractor (or of the one named output there is)."""
+        if self.outputs is not None and len(self.outputs) > 1:
             raise ExtractorError(f"{type(self).__name__} {self.name!r} has {len(self.outputs)} named outputs "
                                  f"{list(self.outputs)}; call transform_many(X) (the benchmark does)")
-        return self._embed_all(X)[SINGLE_OUTPUT]
+        return self._embed_all(X)[self.outputs[0] if self.outputs else SINGLE_OUTPUT]
 
     @property
     def output_names(self) -> Callable[[], tuple[str, ...]]:
