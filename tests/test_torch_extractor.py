@@ -195,7 +195,7 @@ def build_from_checkpoint() -> nn.Module:
     ({"outputs": ()}, ConfigError, "outputs must be non-empty names"),
     ({"batch_size": 0}, InputValidationError, "batch_size must be a positive integer, got 0"),
     ({"collate_fn": 3}, InputTypeError, "collate_fn must be callable"),
-    ({"cache_identity": ""}, InputValidationError, "cache_identity must be a non-empty string"),
+    ({"cache_identity": ""}, InputTypeError, "cache_identity must be a non-empty string"),
     ({"checkpoint_paths": ["/no/such/file.pt"]}, InputValidationError, "'/no/such/file.pt' does not exist"),
 ])
 def test_constructor_rejections(kwargs, error, message):

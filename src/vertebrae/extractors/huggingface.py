@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError, InputValidationError
+from .base import check_cache_identity
 from .batching import BatchedExtractor, check_texts
-from .fingerprint import check_cache_identity, files_sha256
+from .model_identity import files_sha256
 from .torch import check_device, frozen, resolve_device, to_device
 
 POOLINGS = ("mean", "cls", "max", "last_token")
@@ -133,7 +134,7 @@ class HFTextExtractor(BatchedExtractor):
             raise ConfigError(f"{where}: padding_side must be 'left', 'right' or None, got {padding_side!r}")
         self.max_length, self.padding_side = max_length, padding_side
         self.device = check_device(device, where=where)
-        self.cache_identity = check_cache_identity(cache_identity, where=where)
+        self.cache_identity = check_cache_identity(where, cache_identity)
         self.pairs = tuple(itertools.product(self.hidden_layers, self.poolings))
         self.outputs = tuple(f"layer{layer}_{pooling}" for layer, pooling in self.pairs)
         self.model_: Any = None

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError, ExtractorError, InputTypeError
+from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
-from .fingerprint import check_cache_identity, check_paths, files_sha256, function_identity, trusted_function
+from .model_identity import check_paths, files_sha256, function_identity, trusted_function
 
 
 class ONNXExtractor(BatchedExtractor):
@@ -40,7 +41,7 @@ class ONNXExtractor(BatchedExtractor):
         self.input_fn, self.output_fn = input_fn, output_fn
         self.outputs = check_outputs(outputs, where=where)
         self.providers = list(providers) if providers is not None else ["CPUExecutionProvider"]
-        self.cache_identity = check_cache_identity(cache_identity, where=where)
+        self.cache_identity = check_cache_identity(where, cache_identity)
         self.cache_eligible = (trusted_function(input_fn) and trusted_function(output_fn)) or cache_identity is not None
         self.session_: Any = None
 

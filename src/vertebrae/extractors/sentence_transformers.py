@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError
-from .base import qualname
+from ..fingerprint import callable_name
+from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_texts
-from .fingerprint import check_cache_identity, files_sha256
 from .huggingface import local_model_dir
+from .model_identity import files_sha256
 from .torch import check_device, resolve_device, state_dict_sha256
 
 
@@ -46,7 +47,7 @@ class SentenceTransformerExtractor(BatchedExtractor):
         self.model_dir = None if self.model_ is not None else local_model_dir(model_or_path, where=where)
         self.normalize_embeddings = bool(normalize_embeddings)
         self.device = check_device(device, where=where)
-        self.cache_identity = check_cache_identity(cache_identity, where=where)
+        self.cache_identity = check_cache_identity(where, cache_identity)
 
     def recipe(self) -> dict[str, Any]:
         if self.model_dir is not None:
@@ -54,7 +55,7 @@ class SentenceTransformerExtractor(BatchedExtractor):
         else:
             vocab = json.dumps(sorted(self.model_.tokenizer.get_vocab().items())).encode()
             config = f"{self.model_!r}|max_seq_length={self.model_.max_seq_length}".encode()
-            model = {"class": qualname(type(self.model_)), "config_sha256": hashlib.sha256(config).hexdigest(),
+            model = {"class": callable_name(type(self.model_)), "config_sha256": hashlib.sha256(config).hexdigest(),
                      "tokenizer_sha256": hashlib.sha256(vocab).hexdigest(),
                      "weights_sha256": state_dict_sha256(self.model_)}
         return {"type": "sentence_transformers", "model": model, "normalize_embeddings": self.normalize_embeddings,

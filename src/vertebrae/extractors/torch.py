@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
-from .base import qualname
+from ..fingerprint import callable_name
+from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
-from .fingerprint import check_cache_identity, check_paths, files_sha256, function_identity, trusted_function
+from .model_identity import check_paths, files_sha256, function_identity, trusted_function
 
 _DEVICE_TYPES = ("auto", "cpu", "cuda", "mps")
 
@@ -73,7 +74,7 @@ def state_dict_sha256(module: Any) -> str:
 
 def module_identity(module: Any) -> dict[str, Any]:
     """Class, configuration (the module's ``repr`` lists its layers and their hyperparameters) and weights."""
-    return {"class": qualname(type(module)), "config_sha256": hashlib.sha256(repr(module).encode()).hexdigest(),
+    return {"class": callable_name(type(module)), "config_sha256": hashlib.sha256(repr(module).encode()).hexdigest(),
             "weights_sha256": state_dict_sha256(module)}
 
 
@@ -169,7 +170,7 @@ class TorchExtractor(BatchedExtractor):
         self.collate_fn, self.output_fn = collate_fn, output_fn
         self.device = check_device(device, where=where)
         self.outputs = check_outputs(outputs, where=where)
-        self.cache_identity = check_cache_identity(cache_identity, where=where)
+        self.cache_identity = check_cache_identity(where, cache_identity)
         self.inference_mode = bool(inference_mode)
         self.checkpoint_paths = None if checkpoint_paths is None else check_paths("checkpoint_paths", checkpoint_paths,
                                                                                    where=where)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputTypeError, InputValidationError
-from .base import qualname
+from ..fingerprint import callable_name
 
 _CHUNK = 1 << 20
 #: A file modified this recently may change again within the timestamp resolution: never memoized (git's rule).
@@ -76,7 +76,7 @@ def function_identity(fn: Callable[..., Any] | None) -> dict[str, Any] | None:
         source = inspect.getsource(fn)
     except (OSError, TypeError):
         source = ""
-    return {"qualname": qualname(fn), "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
+    return {"callable": callable_name(fn), "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
 
 
 def trusted_function(fn: Callable[..., Any] | None) -> bool:
@@ -91,9 +91,3 @@ def trusted_function(fn: Callable[..., Any] | None) -> bool:
     return (isinstance(fn, types.FunctionType) and fn.__closure__ is None and fn.__name__ != "<lambda>"
             and "<locals>" not in fn.__qualname__)
 
-
-def check_cache_identity(cache_identity: Any, *, where: str) -> str | None:
-    if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):
-        raise InputValidationError(f"{where}: cache_identity must be a non-empty string (e.g. 'my-collate-v2') or "
-                                   f"None, got {cache_identity!r}")
-    return cache_identity
