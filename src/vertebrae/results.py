@@ -282,6 +282,8 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "extractor_type": result.extractor_type,
         "parent_extractor": result.embedding.get("parent_extractor_name", result.name),
         "output_name": result.embedding.get("output_name"),
+        "hidden_layer": result.embedding.get("hidden_layer"),
+        "pooling": result.embedding.get("pooling"),
         "primary_metric": result.primary_metric_name,
         "primary_score": result.primary_score,
         "aggregate_valid": result.aggregate_valid,
