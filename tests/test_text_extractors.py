@@ -152,3 +152,13 @@ def test_non_text_inputs_fail_before_the_model_loads(minilm_path):
     with pytest.raises(InputTypeError, match=r"X\[1\] is float, not str"):
         extractor.transform(["fine", 1.5])
     assert extractor.model_ is None
+
+
+def test_max_length_truncates_like_the_tokenizer(minilm_path, auto_model, tweets):
+    tokenizer, model = auto_model
+    out = HFTextExtractor("short", minilm_path, pooling="mean", max_length=8, batch_size=16, device="cpu",
+                          progress=False).transform(tweets.texts)
+    with torch.no_grad():
+        expected = np.stack([model(**tokenizer(t, truncation=True, max_length=8, return_tensors="pt"))
+                             .last_hidden_state[0].mean(0).numpy() for t in tweets.texts])
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=2e-5)

@@ -175,13 +175,12 @@ class HFTextExtractor(BatchedExtractor):
         texts = check_texts(X, where=f"HFTextExtractor {self.name!r}")
         tokenizer, model = self.load()
         device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
-        max_length = self.max_length or tokenizer.model_max_length
         position_ids = self._needs_position_ids(model)
         names = self.outputs
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             encoded = to_device(dict(tokenizer([texts[i] for i in rows], padding=True, truncation=True,
-                                               max_length=max_length, return_tensors="pt")), device)
+                                               max_length=self.max_length, return_tensors="pt")), device)
             if position_ids:
                 encoded["position_ids"] = (encoded["attention_mask"].long().cumsum(1) - 1).clamp(min=0)
             hidden = model(**encoded, output_hidden_states=True).hidden_states
