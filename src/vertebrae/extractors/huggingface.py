@@ -1,7 +1,8 @@
 """HFTextExtractor: hidden layers x poolings of a Hugging Face ``transformers`` text encoder.
 
-One forward pass per batch (``output_hidden_states=True``) yields every requested
-(hidden layer, pooling) pair as its own named output, e.g. ``layer4_mean``.  Padding
+One forward pass per batch (``output_hidden_states=True`` unless only the last layer
+is asked for) yields every requested (hidden layer, pooling) pair as its own named
+output, e.g. ``layer4_mean``.  Padding
 never leaks into a pooled vector: mean and max ignore padded positions, ``cls`` takes
 the first attended token and ``last_token`` the last one, so left- and right-padded
 batches agree.  The model is identified by the contents of its folder (hashed
@@ -177,13 +178,16 @@ class HFTextExtractor(BatchedExtractor):
         device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
         position_ids = self._needs_position_ids(model)
         names = self.outputs
+        # Only the last layer: skip output_hidden_states, which keeps every layer's states alive per batch.
+        every_layer = any(layer != self.n_layers for layer in self.hidden_layers)
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             encoded = to_device(dict(tokenizer([texts[i] for i in rows], padding=True, truncation=True,
                                                max_length=self.max_length, return_tensors="pt")), device)
             if position_ids:
                 encoded["position_ids"] = (encoded["attention_mask"].long().cumsum(1) - 1).clamp(min=0)
-            hidden = model(**encoded, output_hidden_states=True).hidden_states
+            out = model(**encoded, output_hidden_states=every_layer)
+            hidden = out.hidden_states if every_layer else {self.n_layers: out.last_hidden_state}
             mask = encoded["attention_mask"]
             return {name: pool(hidden[layer], mask, pooling).float().cpu().numpy()
                     for name, (layer, pooling) in zip(names, self.pairs)}
