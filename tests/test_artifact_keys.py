@@ -103,12 +103,10 @@ def test_stability_n_jobs_changes_no_key(base):
 
 
 def test_a_new_package_version_changes_the_stages_it_computes(base, monkeypatch):
-    real = plan_module.package_version
-    monkeypatch.setattr(plan_module, "package_version",
-                        lambda name: "99.0" if name == "separatix" else real(name))
+    real = plan_module.version_of
+    monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "separatix" else real(name))
     assert changed(base, keys()) == {"diagnose", "assemble"}
-    monkeypatch.setattr(plan_module, "package_version",
-                        lambda name: "99.0" if name == "overlapindex" else real(name))
+    monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "overlapindex" else real(name))
     assert changed(base, keys()) == {"score", "stability", "metrics", "diagnose", "assemble"}
 
 
@@ -237,7 +235,7 @@ KEY_TABLE = {
     ("benchmark", "metrics"): (("embedding", "score"), {"targets", "groups"}, set()),
     ("benchmark", "diagnose"): (("embedding", "score"), {"targets", "groups"}, {"separatix"}),
     ("benchmark", "assemble"): (("embedding", "score", "stability", "metrics", "diagnose"),
-                                {"name", "output", "extractor"}, set()),
+                                {"name", "output", "view", "extractor"}, set()),
     ("retrieval", "encode"): ((), {"query_inputs", "gallery_inputs", "extractor"}, {"numpy"}),
     ("retrieval", "endpoints"): (("encode",), set(), set()),
     ("retrieval", "rank_forward"): (("endpoints",), {"relevance"}, set()),

@@ -1,7 +1,7 @@
-"""The ``vertebrae`` command: ``demo``, ``run CONFIG`` and ``report RESULT.json``.
+"""The ``vertebrae`` command: ``demo``, ``run CONFIG``, ``report RESULT.json`` and ``compare A.json B.json``.
 
 Exit codes: 0 success, 2 bad input or usage (one-line message on stderr),
-1 unexpected failure.
+1 unexpected failure, or (``compare``) a candidate's primary score dropped by more than the tolerance.
 """
 
 from __future__ import annotations
@@ -9,11 +9,30 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import VertebraeError
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+RUN_CONFIG_HELP = """\
+config format (TOML shown; YAML uses the same sections and keys):
+  [dataset]                 id, revision (or identity = "content"), labels = "labels.csv"
+                            (.npy/.txt/.csv/.parquet), labels_column; optional target_type
+                            ("single_label"/"multi_label"/"regression"), label_names, target_names,
+                            groups, groups_column, name
+  [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv)
+  [scoring]                 OverlapScoringConfig fields, e.g. k = "auto"
+  [continuous]              ContinuousOverlapScoringConfig fields (regression)
+  [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
+  [separatix]               SeparatixConfig fields; enabled = false turns it off
+  [benchmark]               quality_tolerance, primary_metric, on_error
+  [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
+Relative paths are relative to the config file; unknown sections and keys are rejected.
+Full reference with an example: docs/cli.md
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", aliases=["score"], help="run a benchmark described by a TOML/YAML config file",
                          description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
-                                     "report.md. See `vertebrae.run_config` for the file format.")
+                                     "report.md.", epilog=RUN_CONFIG_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
     run.add_argument("--metric", action="append", default=[], metavar="MODULE:FUNCTION[:NAME]",
                      help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
@@ -42,40 +62,101 @@ def _parser() -> argparse.ArgumentParser:
                           "metrics go in the config's [[metrics]] with higher_is_better = false")
     run.add_argument("--primary-metric", metavar="NAME", default=None,
                      help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
+    run.add_argument("--on-error", choices=("raise", "record"), default=None,
+                     help="'record': an extractor that fails becomes an unranked result with its error and the "
+                          "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
+                          "the first failure (overrides [benchmark] on_error)")
     _output_options(run)
 
-    report = sub.add_parser("report", help="regenerate the Markdown report from an archived result JSON",
-                            description="Render the Markdown report of RESULT (a report.json written by vertebrae).")
+    report = sub.add_parser("report", help="regenerate the Markdown or HTML report from an archived result JSON",
+                            description="Render the report of RESULT (a result JSON written by vertebrae: benchmark "
+                                        "or retrieval).")
     report.add_argument("result", type=pathlib.Path, help="path to a result JSON file")
+    report.add_argument("--format", "-f", choices=("markdown", "html"), default="markdown",
+                        help="markdown (default) or a self-contained HTML page with figures")
     report.add_argument("--output", "-o", type=pathlib.Path, default=None,
-                        help="write the Markdown here (default: print to stdout)")
+                        help="write the report here (default: print to stdout)")
+
+    compare = sub.add_parser("compare", help="compare two result JSON files (exit 1 when a score regresses)",
+                             description="Compare baseline A with new run B: ranking changes, primary-score deltas "
+                                         "against stability intervals, per-class regressions and whether the "
+                                         "protocols match. Exits with 1 when any candidate's primary score gets "
+                                         "worse by more than --tolerance, so it can guard CI.")
+    compare.add_argument("a", type=pathlib.Path, help="baseline result JSON")
+    compare.add_argument("b", type=pathlib.Path, help="new result JSON")
+    compare.add_argument("--tolerance", "-t", type=float, default=0.0,
+                         help="allowed absolute primary-score drop before a candidate counts as regressed (default 0)")
+    compare.add_argument("--format", "-f", choices=("markdown", "html", "json"), default="markdown")
+    compare.add_argument("--output", "-o", type=pathlib.Path, default=None,
+                         help="write the comparison here (default: print to stdout)")
     return parser
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("."),
                         help="folder for report.json and report.md (default: current folder)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no printed ranking")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress bar, no printed ranking and no warnings (the results still record them)")
+
+
+def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
+    """Run ``run()`` and show each distinct warning once, with its count and without source lines.
+
+    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run()
+    counts: dict[tuple[str, str], int] = {}
+    for item in caught:
+        key = (item.category.__name__, str(item.message))
+        counts[key] = counts.get(key, 0) + 1
+    if not quiet:
+        for (category, message), count in counts.items():
+            times = f" ({count} times)" if count > 1 else ""
+            print(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
+    return result
+
+
+REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
 def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
     output.mkdir(parents=True, exist_ok=True)
-    result.save_json(output / "report.json")
-    result.save_markdown(output / "report.md")
+    json_path, markdown_path, html_path = (output / name for name in REPORT_FILES)
+    result.save_json(json_path)
+    result.save_markdown(markdown_path)
+    result.save_html(html_path)
     if not quiet:
-        print(_ranking_text(result))
-        print(f"\nWrote {output / 'report.json'} and {output / 'report.md'}")
+        print(console_summary(result))
+        print(f"\nWrote {json_path}, {markdown_path} and {html_path}")
 
 
-def _ranking_text(result) -> str:
+def console_summary(result) -> str:
+    """An aligned ranking table (any name length), then one line naming the top candidate and why."""
     ranked = result.ranked_results()
     if not ranked:
         return "Ranking unavailable: no extractor has a valid primary aggregate."
-    width = max(len(r.name) for r in ranked)
-    lines = [f"{'rank':>4}  {'extractor':<{width}}  {ranked[0].primary_metric_name:>10}  recommendation"]
-    for i, r in enumerate(ranked, 1):
-        lines.append(f"{i:>4}  {r.name:<{width}}  {r.primary_score:>10.4f}  {r.recommendation}")
-    return "\n".join(lines)
+    metric = ranked[0].primary_metric_name
+    headers = ["rank", "extractor", metric, "recommendation"]
+    rows = [[str(i), r.name, f"{r.primary_score:.4f}", getattr(r, "recommendation", "–")]
+            for i, r in enumerate(ranked, 1)]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    right = {0, 2}  # numbers right-aligned, text left-aligned
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    best = ranked[0]
+    why = f"Top candidate: {best.name} — highest {metric} ({best.primary_score:.4f})"
+    if len(ranked) > 1:
+        gap = abs(best.primary_score - ranked[1].primary_score)
+        why += f", {gap:.4f} ahead of {ranked[1].name}"
+        cohort = result.quality_cohort()
+        if len(cohort) > 1:
+            why += f"; {len(cohort) - 1} other(s) within the quality tolerance, so compare them on cost"
+    return "\n".join(lines) + "\n\n" + why + "."
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -84,18 +165,28 @@ def _demo(args: argparse.Namespace) -> int:
     else:
         from .demo import demo_benchmark
 
-    result = demo_benchmark(progress=False if args.quiet else None).run()
+    benchmark = demo_benchmark(progress=False if args.quiet else None)
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
     _write_reports(result, args.output, args.quiet)
     return EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .run_config import benchmark_from_config, load_run_config
+    from .run_config import benchmark_from_config, input_files, load_run_config
 
     config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    if args.on_error is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
-    _write_reports(benchmark.run(), args.output, args.quiet)
-    return EXIT_OK
+    files = input_files(config, args.config)
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
+    result.metadata["input_files"] = files
+    _write_reports(result, args.output, args.quiet)
+    failed = [r for r in result.extractor_results if r.error is not None]
+    for r in failed:
+        print(f"vertebrae {args.command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
+              f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
+    return EXIT_FAILURE if failed else EXIT_OK
 
 
 def _with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:
@@ -116,30 +207,47 @@ def _metric_entry(spec: str) -> dict[str, str]:
     return {"path": spec}
 
 
-def _report(args: argparse.Namespace) -> int:
-    from .reports import json_codec
-    from .results import BenchmarkResult
+def _load(path: pathlib.Path):
+    """Any vertebrae result JSON; a missing file or a malformed document is one clear message."""
+    from .errors import SerializationError
+    from .results import load_result
 
+    if not path.is_file():
+        raise VertebraeError(f"result file {str(path)!r} does not exist")
     try:
-        data = json_codec.read(args.result)
-    except FileNotFoundError:
-        raise VertebraeError(f"result file {str(args.result)!r} does not exist") from None
-    except ValueError as exc:
-        raise VertebraeError(f"{args.result} is not valid JSON: {exc}") from None
-    try:
-        result = BenchmarkResult.from_dict(json_codec.decode(data))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise VertebraeError(f"{args.result} is not a vertebrae benchmark result (missing or malformed {exc})") from None
-    markdown = result.to_markdown()
-    if args.output is None:
-        sys.stdout.write(markdown)
+        return load_result(path)
+    except SerializationError as exc:
+        raise SerializationError(f"{path}: {exc}") from None
+
+
+def _emit(text: str, output: pathlib.Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
     else:
-        args.output.write_text(markdown, encoding="utf-8")
+        output.write_text(text, encoding="utf-8")
+
+
+def _report(args: argparse.Namespace) -> int:
+    result = _load(args.result)
+    _emit(result.to_html() if args.format == "html" else result.to_markdown(), args.output)
     return EXIT_OK
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from .compare import compare_results
+    from .reports import json_codec
+    from .reports.compare_report import render_comparison_html, render_comparison_markdown
+
+    a, b = _load(args.a), _load(args.b)
+    comparison = compare_results(a.serialized(), b.serialized(), tolerance=args.tolerance,
+                                 names=(str(args.a), str(args.b)))
+    renderers = {"json": json_codec.dumps, "markdown": render_comparison_markdown, "html": render_comparison_html}
+    _emit(renderers[args.format](comparison), args.output)
+    return EXIT_FAILURE if comparison["regressed"] else EXIT_OK
+
+
 # Subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
-COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report}
+COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report, "compare": _compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,14 @@ class InputTypeError(VertebraeError, TypeError):
     """User input has the wrong type (e.g. non-numeric embeddings, a non-callable metric)."""
 
 
+class ConfigTypeError(ConfigError, InputTypeError):
+    """A config field or config argument has the wrong type.
+
+    Both a :class:`ConfigError` (it is a configuration mistake) and an
+    :class:`InputTypeError` (every wrong-type argument raises one).
+    """
+
+
 class ExtractorError(VertebraeError, ValueError):
     """An extractor failed or returned output that cannot be scored."""
 
@@ -45,6 +53,14 @@ class DensificationBudgetError(VertebraeError, MemoryError):
     """A dense-only diagnostic would exceed the dense-memory budget and the policy is ``"fail"``."""
 
 
+class HistoryError(VertebraeError, ValueError):
+    """A monitor history file cannot be used: not a history, corrupted, or written for other data/settings."""
+
+
+class HistoryLockedError(HistoryError):
+    """Another writer holds the lock on a monitor history file (one writer at a time)."""
+
+
 class VertebraeWarning(UserWarning):
     """Base class of warnings emitted by vertebrae (they are also recorded in results)."""
 
@@ -55,3 +71,7 @@ class ScoringWarning(VertebraeWarning):
 
 class DataWarning(VertebraeWarning):
     """Input data is usable but suspicious (unused labels, dropped columns)."""
+
+
+class HistoryWarning(VertebraeWarning):
+    """A monitor history had an incomplete last line (a crash mid-write); it was set aside."""

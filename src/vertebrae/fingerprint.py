@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import functools
 import hashlib
 import math
 import uuid
@@ -56,6 +57,25 @@ def canonical(value: Any) -> Any:
     if callable(value):
         return {"callable": callable_name(value)}
     return {"content": content_sha256(value)}
+
+
+@functools.cache
+def package_version(name: str) -> str:
+    """Installed version of a distribution (cached: keys and results ask for it many times per run)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not-installed"
+
+
+def check_cache_identity(owner: str, cache_identity: Any) -> str | None:
+    """A declared identity of user code: a non-empty string you change whenever the code's behaviour does."""
+    if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):
+        raise InputTypeError(f"{owner}: cache_identity must be a non-empty string that changes whenever the "
+                             f"function's behaviour does (e.g. 'my_features-v2'), got {cache_identity!r}")
+    return cache_identity
 
 
 def callable_name(fn: Any) -> str:

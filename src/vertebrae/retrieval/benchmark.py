@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
+from ..errors import ConfigTypeError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
 from ..execution.context import Chain, RunContext
 from ..execution.local import LocalRunner, check_on_error
 from ..execution.plan import Plan, build_plan
@@ -46,7 +46,7 @@ class RetrievalBenchmark:
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
         config = RetrievalConfig() if retrieval_config is None else retrieval_config
         if not isinstance(config, RetrievalConfig):
-            raise ConfigError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
+            raise ConfigTypeError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
         self.dataset, self.config, self.progress = dataset, config, progress
         self.on_error = check_on_error("RetrievalBenchmark", on_error)
         self.extractors = _validate_extractors(extractors, dataset)
@@ -84,8 +84,7 @@ class RetrievalBenchmark:
 
     # -- running ---------------------------------------------------------------
     def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, dataset=self.dataset,
-                          dataset_safe=self.dataset.identity.cache_eligible)
+        return RunContext(self.settings, self.extractors, self.dataset)
 
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark, one chain per extractor."""
@@ -116,7 +115,7 @@ class RetrievalBenchmark:
             entry.artifact_keys = dict(keys)
             entry.runtime = _runtime(keys, outcome.timings)
             entries.append(entry)
-        run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.extractor for e in entries]}
+        run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.name for e in entries]}
         return RetrievalBenchmarkResult(self.protocol(), entries, notes, {"runs": [run]})
 
     def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:
