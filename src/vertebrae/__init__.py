@@ -7,6 +7,7 @@ separatix) are imported lazily, so ``import vertebrae`` stays fast.
 """
 
 from .benchmark import Benchmark
+from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
@@ -46,4 +47,5 @@ __all__ = [
     "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
+    "EmbeddingCompressionConfig",
 ]

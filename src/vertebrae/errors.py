@@ -75,3 +75,7 @@ class DataWarning(VertebraeWarning):
 
 class HistoryWarning(VertebraeWarning):
     """A monitor history had an incomplete last line (a crash mid-write); it was set aside."""
+
+
+class CompressionWarning(VertebraeWarning):
+    """A compression variant could not be applied as requested (e.g. wider than the embedding)."""

@@ -29,6 +29,12 @@ Example (TOML)::
     # primary_metric = "my_metric"
     # on_error = "record"         # keep the other extractors when one fails (default "raise")
 
+    [[compression]]               # EmbeddingCompressionConfig fields, one table per variant (optional)
+    method = "none"               # keep the raw embedding beside the compressed variants
+    [[compression]]
+    method = "pca"
+    n_components = 64
+
     [[metrics]]                   # custom metrics, loaded with vertebrae.load_metric
     path = "my_project.metrics:label_aware_metric"
     name = "my_metric"            # optional: defaults to the function name
@@ -46,6 +52,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .benchmark import Benchmark
+from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, ConfigTypeError
 from .extractors import PrecomputedExtractor
@@ -61,7 +68,8 @@ DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target
 EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error"}
 #: Top-level sections a run configuration may contain.
-SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics"}
+SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
+            "compression"}
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
@@ -100,8 +108,24 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["separatix_config"] = SeparatixConfig.from_dict(config["separatix"])
     if "metrics" in config:
         kwargs["metrics"] = metrics_from_config(config["metrics"])
+    if "compression" in config:
+        kwargs["compression"] = compression_from_config(config["compression"])
     kwargs.update(_check_keys("[benchmark]", config.get("benchmark", {}), BENCHMARK_KEYS))
     return kwargs
+
+
+def compression_from_config(entries: Any) -> list[EmbeddingCompressionConfig]:
+    """``[[compression]]`` tables -> configs (each validated; unknown keys rejected by the config)."""
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError("config [[compression]] must be a list of tables (one per variant), e.g. "
+                          "[[compression]] method = \"pca\" n_components = 64")
+    configs = []
+    for i, entry in enumerate(entries):
+        try:
+            configs.append(EmbeddingCompressionConfig.from_dict(entry))
+        except ConfigError as exc:
+            raise ConfigError(f"config [[compression]] #{i + 1}: {exc}") from None
+    return configs
 
 
 def load_run_config(path: str | pathlib.Path) -> dict[str, Any]:
