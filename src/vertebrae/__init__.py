@@ -23,6 +23,8 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
                               OverlapScoringConfig)
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
+from .zero_shot import (PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
+                        ZeroShotConfig, ZeroShotDataset)
 
 __version__ = "0.1.0"
 
@@ -36,5 +38,7 @@ __all__ = [
     "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
+    "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult", "ZeroShotConfig",
+    "ZeroShotDataset",
     "VertebraeError", "VertebraeWarning", "__version__",
 ]
