@@ -12,7 +12,7 @@ from sklearn.metrics import (accuracy_score, balanced_accuracy_score, confusion_
 from vertebrae import (BenchmarkDataset, DatasetIdentity, PrecomputedZeroShotEncoder, ZeroShotBenchmark,
                        ZeroShotConfig, ZeroShotDataset)
 from vertebrae.errors import ConfigError, DataWarning, ExtractorError, ScoringWarning
-from vertebrae.zero_shot.classify import TILE_ROWS, build_prototypes, classify, plan_blocks
+from vertebrae.zero_shot.classify import build_prototypes, classify, plan_blocks, tile_rows
 
 IDENTITY = DatasetIdentity.declared("zero-shot-scoring", "1")
 
@@ -97,25 +97,25 @@ def test_a_class_never_predicted_scores_zero_precision_like_sklearn():
 
 
 def test_blocked_scoring_equals_unblocked_exactly():
-    samples, y, prompts = problem(n=1000, n_classes=30, dim=24, seed=1)
-    y = np.concatenate([np.arange(30), y[30:]]) % 30
-    prototypes = build_prototypes(prompts[:90], np.repeat(np.arange(30), 3), [str(c) for c in range(30)],
+    samples, y, prompts = problem(n=3000, n_classes=30, dim=24, seed=1)
+    tile = tile_rows(30)
+    assert tile == 1024 and tile_rows(5000) == 192 and tile_rows(10**6) == 64
+    prototypes = build_prototypes(prompts, np.repeat(np.arange(30), 3), [str(c) for c in range(30)],
                                   [str(i) for i in range(90)], "cosine").matrix
-    whole = classify(samples, prototypes, y, "cosine", plan_blocks(1000, 30, 2**30, None))
-    assert whole.predictions.shape == (1000,)
-    for budget, rows in ((TILE_ROWS * 30 * 5, None), (10 * TILE_ROWS * 30 * 5, None), (2**30, 3 * TILE_ROWS),
-                         (2**30, 100)):
-        plan = plan_blocks(1000, 30, budget, rows)
-        assert plan.rows_per_block % TILE_ROWS == 0 and plan.peak_bytes <= budget
+    whole = classify(samples, prototypes, y, "cosine", plan_blocks(3000, 30, 2**30, None))
+    assert whole.predictions.shape == (3000,)
+    for budget, rows in ((tile * 30 * 5, None), (2 * tile * 30 * 5 + 7, None), (2**30, 2 * tile + 100), (2**30, 1)):
+        plan = plan_blocks(3000, 30, budget, rows)
+        assert plan.rows_per_block % tile == 0 and plan.peak_bytes <= budget and plan.n_blocks > 1
         blocked = classify(samples, prototypes, y, "cosine", plan)
         for field in ("predictions", "true_rank", "top1", "top2"):
             assert np.array_equal(getattr(blocked, field), getattr(whole, field)), (plan, field)
 
     data = zero_shot_dataset(y)
-    encoder = PrecomputedZeroShotEncoder("e", samples, prompts[:90])
-    small = run(data, encoder, max_dense_bytes=TILE_ROWS * 30 * 5).to_dict()
+    encoder = PrecomputedZeroShotEncoder("e", samples, prompts)
+    small = run(data, encoder, max_dense_bytes=tile * 30 * 5).to_dict()
     large = run(data, encoder).to_dict()
-    assert small["protocol"]["block_plan"]["n_blocks"] == 16 and large["protocol"]["block_plan"]["n_blocks"] == 1
+    assert small["protocol"]["block_plan"]["n_blocks"] == 3 and large["protocol"]["block_plan"]["n_blocks"] == 1
     assert small["extractor_results"] == large["extractor_results"]  # keys included: the budget is not an input
 
 
@@ -164,8 +164,8 @@ def test_zero_sample_rows_tie_on_every_class_and_are_reported():
 def test_budget_and_shapes_are_checked_before_any_work():
     samples, y, prompts = problem(n=100, n_classes=4, dim=8)
     data = zero_shot_dataset(y)
-    with pytest.raises(ConfigError, match="max_dense_bytes=100 is too small to score 4 classes; one tile of 64 "
-                                          "samples needs 1280 bytes"):
+    with pytest.raises(ConfigError, match="max_dense_bytes=100 is too small to score 4 classes; one tile of 1024 "
+                                          "samples needs 20480 bytes"):
         ZeroShotBenchmark(data, [PrecomputedZeroShotEncoder("e", samples, prompts)],
                           config=ZeroShotConfig(max_dense_bytes=100))
     with pytest.raises(Exception, match="prompts embeddings from encoder 'e' has 11 rows but the dataset has 12"):
