@@ -14,6 +14,11 @@ every product here has one fixed shape: tiles of :func:`tile_rows` sample rows
 block is a whole number of tiles, hence every similarity — and every prediction —
 is bit-identical whatever the budget.
 
+Cosine similarity of a sample to every prototype is its raw product divided by the
+sample's norm, a positive factor of the row: the order of the classes (hence the
+prediction and the rank of the true class) is taken from the raw products, and only
+the reported best / second-best similarities are divided by the norm.
+
 Tie rule (deterministic): at equal similarity the class earlier in label catalog
 order ranks first, so the prediction is the first maximum (``argmax``) and the
 rank of the true class counts the classes scoring strictly higher plus the tied
@@ -90,7 +95,7 @@ def build_prototypes(prompt_embeddings: Any, prompt_classes: np.ndarray, class_n
                      prompts: list[str], similarity: str) -> Prototypes:
     """Class prototypes from the prompt embeddings (rows in declaration order)."""
     E = prompt_embeddings.toarray() if is_sparse(prompt_embeddings) else np.asarray(prompt_embeddings)
-    E = E.astype(np.float64)
+    E = E.astype(np.float64)  # a copy, normalized in place
     n_classes = len(class_names)
     if similarity == "cosine":
         norms = np.linalg.norm(E, axis=1)
@@ -99,10 +104,13 @@ def build_prototypes(prompt_embeddings: Any, prompt_classes: np.ndarray, class_n
             shown = ", ".join(f"{prompts[i]!r} (class {class_names[prompt_classes[i]]!r})" for i in zero[:5])
             raise ExtractorError(f"the encoder embedded prompt(s) {shown} as the zero vector, which has no direction "
                                  "for cosine similarity; change the prompt or use similarity='dot'")
-        E = E / norms[:, None]
-    order = np.argsort(prompt_classes, kind="stable")  # declaration order within each class
+        E /= norms[:, None]
+    prompt_classes = np.asarray(prompt_classes)
+    if np.any(np.diff(prompt_classes) < 0):  # group each class's prompts, keeping declaration order
+        order = np.argsort(prompt_classes, kind="stable")
+        E, prompt_classes = E[order], prompt_classes[order]
     counts = np.bincount(prompt_classes, minlength=n_classes)
-    sums = np.add.reduceat(E[order], np.concatenate([[0], np.cumsum(counts)[:-1]]), axis=0)
+    sums = np.add.reduceat(E, np.concatenate([[0], np.cumsum(counts)[:-1]]), axis=0)
     means = sums / counts[:, None]
     if similarity == "cosine":
         norms = np.linalg.norm(means, axis=1)
@@ -163,9 +171,10 @@ def classify(samples: Any, prototypes: np.ndarray, codes: np.ndarray, similarity
                 np.matmul(part, transposed, out=target)
             else:
                 np.matmul(part.astype(np.float32), transposed, out=target)
-        if inverse_norms is not None:
-            scores *= inverse_norms[start:stop, None]
         _rank_block(scores, mask[: stop - start], codes[start:stop], rows[: stop - start], out, start)
+    if inverse_norms is not None:  # a positive per-row factor: ranks and argmax need only the raw products
+        out.top1 *= inverse_norms
+        out.top2 *= inverse_norms
     return out
 
 
