@@ -97,25 +97,34 @@ def test_a_class_never_predicted_scores_zero_precision_like_sklearn():
 
 
 def test_blocked_scoring_equals_unblocked_exactly():
-    samples, y, prompts = problem(n=3000, n_classes=30, dim=24, seed=1)
-    tile = tile_rows(30)
-    assert tile == 1024 and tile_rows(5000) == 192 and tile_rows(10**6) == 64
-    prototypes = build_prototypes(prompts, np.repeat(np.arange(30), 3), [str(c) for c in range(30)],
-                                  [str(i) for i in range(90)], "cosine").matrix
-    whole = classify(samples, prototypes, y, "cosine", plan_blocks(3000, 30, 2**30, None))
-    assert whole.predictions.shape == (3000,)
-    for budget, rows in ((tile * 30 * 5, None), (2 * tile * 30 * 5 + 7, None), (2**30, 2 * tile + 100), (2**30, 1)):
-        plan = plan_blocks(3000, 30, budget, rows)
-        assert plan.rows_per_block % tile == 0 and plan.peak_bytes <= budget and plan.n_blocks > 1
-        blocked = classify(samples, prototypes, y, "cosine", plan)
-        for field in ("predictions", "true_rank", "top1", "top2"):
-            assert np.array_equal(getattr(blocked, field), getattr(whole, field)), (plan, field)
+    rng = np.random.default_rng(1)
+    n, n_classes = 9000, 1000
+    tile = tile_rows(n_classes)
+    assert tile == 4096 and tile_rows(3) == 4096 and tile_rows(20_000) == 192 and tile_rows(10**7) == 64
+    samples = rng.standard_normal((n, 16), dtype=np.float32)
+    prototypes = rng.standard_normal((n_classes, 16), dtype=np.float32)
+    y = rng.integers(0, n_classes, n)
+    for similarity in ("cosine", "dot"):
+        whole = classify(samples, prototypes, y, similarity, plan_blocks(n, n_classes, 2**30, None))
+        for budget, rows in ((tile * n_classes * 5, None), (2 * tile * n_classes * 5 + 7, None), (2**30, tile + 100),
+                             (2**30, 1)):
+            plan = plan_blocks(n, n_classes, budget, rows)
+            assert plan.rows_per_block % tile == 0 and plan.peak_bytes <= budget and plan.n_blocks > 1
+            blocked = classify(samples, prototypes, y, similarity, plan)
+            for field in ("predictions", "true_rank", "top1", "top2"):
+                assert np.array_equal(getattr(blocked, field), getattr(whole, field)), (plan, field)
 
+
+def test_blocked_benchmark_results_equal_unblocked_ones(monkeypatch):
+    # The tile size is a module constant (covered at its real value above); a small one keeps this run fast.
+    monkeypatch.setattr("vertebrae.zero_shot.classify._TILE_CELLS", 64 * 30)
+    samples, y, prompts = problem(n=1000, n_classes=30, dim=24, seed=1)
+    assert tile_rows(30) == 64
     data = zero_shot_dataset(y)
     encoder = PrecomputedZeroShotEncoder("e", samples, prompts)
-    small = run(data, encoder, max_dense_bytes=tile * 30 * 5).to_dict()
+    small = run(data, encoder, max_dense_bytes=64 * 30 * 5).to_dict()
     large = run(data, encoder).to_dict()
-    assert small["protocol"]["block_plan"]["n_blocks"] == 3 and large["protocol"]["block_plan"]["n_blocks"] == 1
+    assert small["protocol"]["block_plan"]["n_blocks"] == 16 and large["protocol"]["block_plan"]["n_blocks"] == 1
     assert small["extractor_results"] == large["extractor_results"]  # keys included: the budget is not an input
 
 
@@ -164,8 +173,8 @@ def test_zero_sample_rows_tie_on_every_class_and_are_reported():
 def test_budget_and_shapes_are_checked_before_any_work():
     samples, y, prompts = problem(n=100, n_classes=4, dim=8)
     data = zero_shot_dataset(y)
-    with pytest.raises(ConfigError, match="max_dense_bytes=100 is too small to score 4 classes; one tile of 1024 "
-                                          "samples needs 20480 bytes"):
+    with pytest.raises(ConfigError, match="max_dense_bytes=100 is too small to score 4 classes; one tile of 4096 "
+                                          "samples needs 81920 bytes"):
         ZeroShotBenchmark(data, [PrecomputedZeroShotEncoder("e", samples, prompts)],
                           config=ZeroShotConfig(max_dense_bytes=100))
     with pytest.raises(Exception, match="prompts embeddings from encoder 'e' has 11 rows but the dataset has 12"):

@@ -36,10 +36,11 @@ from .._sparse import is_sparse
 from ..errors import ConfigError, ExtractorError
 
 #: Bounds of the sample rows per BLAS product.  Small products are slow with several BLAS
-#: threads (measured 10,000 x 1,000 x 384 on 2 threads: 0.80 s in 64-row products, 0.16 s
-#: in 1,024-row ones, 0.17 s in one product), so a tile holds about 4 MiB of similarities.
-MIN_TILE_ROWS, MAX_TILE_ROWS = 64, 1024
-_TILE_CELLS = 2**20
+#: threads on a busy machine (10,000 x 1,000 x 384 float32 on 2 shared cores, median of 7:
+#: 2.81 s in 256-row products, 0.46 s in 1,024-row, 0.31 s in 4,096-row, 0.29 s in one
+#: product; with one thread all took 0.25-0.27 s), so a tile holds about 16 MiB of similarities.
+MIN_TILE_ROWS, MAX_TILE_ROWS = 64, 4096
+_TILE_CELLS = 2**22
 #: Bytes per sample row and class held by a block: float32 similarity + one boolean comparison.
 _BYTES_PER_CELL = 5
 TIE_RULE = ("at equal similarity the class earlier in label catalog order ranks first (the prediction is the first "
@@ -62,7 +63,7 @@ class BlockPlan:
 
 
 def tile_rows(n_classes: int) -> int:
-    """Sample rows per BLAS product: a multiple of 64 holding about 4 MiB of similarities, from the class count only."""
+    """Sample rows per BLAS product: a multiple of 64 holding about 16 MiB of similarities, from the class count only."""
     rows = (_TILE_CELLS // n_classes) // MIN_TILE_ROWS * MIN_TILE_ROWS
     return min(MAX_TILE_ROWS, max(MIN_TILE_ROWS, rows))
 
@@ -98,7 +99,7 @@ def build_prototypes(prompt_embeddings: Any, prompt_classes: np.ndarray, class_n
     E = E.astype(np.float64)  # a copy, normalized in place
     n_classes = len(class_names)
     if similarity == "cosine":
-        norms = np.linalg.norm(E, axis=1)
+        norms = np.sqrt(np.einsum("ij,ij->i", E, E))
         zero = np.flatnonzero(norms == 0)
         if zero.size:
             shown = ", ".join(f"{prompts[i]!r} (class {class_names[prompt_classes[i]]!r})" for i in zero[:5])
@@ -110,7 +111,11 @@ def build_prototypes(prompt_embeddings: Any, prompt_classes: np.ndarray, class_n
         order = np.argsort(prompt_classes, kind="stable")
         E, prompt_classes = E[order], prompt_classes[order]
     counts = np.bincount(prompt_classes, minlength=n_classes)
-    sums = np.add.reduceat(E, np.concatenate([[0], np.cumsum(counts)[:-1]]), axis=0)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    sums = np.zeros((n_classes, E.shape[1]))
+    for j in range(int(counts.max())):  # the j-th prompt of every class at once, in declaration order
+        has = counts > j
+        sums[has] += E[starts[has] + j]
     means = sums / counts[:, None]
     if similarity == "cosine":
         norms = np.linalg.norm(means, axis=1)
