@@ -282,3 +282,29 @@ def test_runs_on_an_explicit_local_runner_and_import_stays_light():
     code = ("import sys, vertebrae; print(sorted(m for m in ('torch', 'sentence_transformers', 'sklearn', 'pandas') "
             "if m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+# The table of docs/zero_shot.md: what each stage's key hashes besides its stage name and code version.
+KEY_TABLE = {
+    "encode_samples": ((), {"inputs", "extractor"}, {"numpy"}),
+    "encode_prompts": ((), {"prompts", "inputs", "extractor"}, {"numpy"}),
+    "prototypes": (("encode_prompts",), {"prompts"}, set()),
+    "classify": (("encode_samples", "prototypes"), {"targets"}, set()),
+    "overlap": (("encode_samples",), {"targets"}, {"overlapindex"}),
+    "assemble": (("encode_samples", "encode_prompts", "prototypes", "classify", "overlap"),
+                 {"name", "extractor", "targets"}, set()),
+}
+
+
+def test_every_zero_shot_stage_declares_exactly_the_documented_key_parts():
+    from vertebrae.execution import registry
+
+    declared = {d.name: ((*d.reads, *d.optional_reads), set(d.context), set(d.packages))
+                for d in registry.pipeline_stages("zero_shot")}
+    assert declared == KEY_TABLE
+    settings = ZeroShotBenchmark(text_dataset(), {"counts": WordCounter()},
+                                 config=ZeroShotConfig(max_dense_bytes=10**6, block_rows=64)).settings
+    configs = {d.name: d.enabled_config(settings, None)[1] for d in registry.pipeline_stages("zero_shot")}
+    assert configs == {"encode_samples": None, "encode_prompts": None, "prototypes": {"similarity": "cosine"},
+                       "classify": {"similarity": "cosine"}, "overlap": {"overlap": OverlapScoringConfig().to_dict()},
+                       "assemble": {"metric": "top1_accuracy", "top_k": [1, 5]}}
