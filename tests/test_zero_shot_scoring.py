@@ -199,3 +199,35 @@ def test_config_rejects_bad_values(field, value, message):
     with pytest.raises(ConfigError, match="unknown field 'k'"):
         ZeroShotConfig.from_dict({"k": 1})
     assert ZeroShotConfig(top_k=(5, 3, 5)).top_k == (1, 3, 5)
+
+
+def test_sparse_and_float64_samples_classify_like_dense_float32():
+    from scipy import sparse
+
+    samples, y, prompts = problem(n=300, n_classes=6, dim=20, seed=4)
+    samples[samples < 0.5] = 0.0  # mostly zeros, as a bag-of-words matrix would be
+    prototypes = build_prototypes(prompts, np.repeat(np.arange(6), 3), [str(c) for c in range(6)],
+                                  [str(i) for i in range(18)], "cosine").matrix
+    plan = plan_blocks(300, 6, 2**20, None)
+    dense = classify(samples, prototypes, y, "cosine", plan)
+    as64 = classify(samples.astype(np.float64), prototypes, y, "cosine", plan)
+    assert np.array_equal(as64.predictions, dense.predictions) and np.array_equal(as64.top1, dense.top1)
+    csr = classify(sparse.csr_matrix(samples.astype(np.float64)), prototypes, y, "cosine", plan)
+    assert np.array_equal(csr.predictions, dense.predictions) and np.array_equal(csr.true_rank, dense.true_rank)
+    assert np.allclose(csr.top1, dense.top1, rtol=1e-5, atol=1e-6)
+    assert np.allclose(csr.top2, dense.top2, rtol=1e-5, atol=1e-6)
+
+
+def test_typed_labels_round_trip_through_the_result():
+    rng = np.random.default_rng(5)
+    labels = [1, "1", True] * 10
+    samples = rng.normal(size=(30, 4)).astype(np.float32)
+    source = BenchmarkDataset.from_embeddings(samples, labels, identity=IDENTITY)
+    data = ZeroShotDataset.from_templates(source, ["class {label}"])
+    prompts = rng.normal(size=(3, 4)).astype(np.float32)
+    result = run(data, PrecomputedZeroShotEncoder("e", samples, prompts), top_k=(2,))
+    assert set(result["e"].per_class) == {"int:1", "str:1", "bool:true"}
+    assert [p["display"] for p in result.protocol["prompts"]] == ["True", "1 (int)", "1 (str)"]
+    assert sum(result["e"].per_class[k]["support"] for k in result["e"].per_class) == 30
+    markdown = result.to_markdown()
+    assert "| e | 1 (int) | 10 |" in markdown and "class 1 (str)" in markdown

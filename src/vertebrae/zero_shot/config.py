@@ -25,7 +25,8 @@ class ZeroShotConfig(Config):
     accuracies (sorted, deduplicated, always with 1).  ``max_dense_bytes`` bounds the
     samples x classes similarity block held at once; ``block_rows`` optionally caps
     its sample rows further (both are rounded to whole tiles, see docs/zero_shot.md).
-    ``quality_tolerance`` is the default width of :meth:`quality_cohort`.
+    ``quality_tolerance`` is the default width of ``quality_cohort()`` (0.02, as for
+    :class:`~vertebrae.Benchmark`).
     ``thread_limit`` caps BLAS threads (``None``: the library default).
     """
 
@@ -34,7 +35,7 @@ class ZeroShotConfig(Config):
     top_k: tuple[int, ...] = (1, 5)
     block_rows: int | None = None
     max_dense_bytes: int = DEFAULT_MAX_DENSE_BYTES
-    quality_tolerance: float = 0.0
+    quality_tolerance: float = 0.02
     thread_limit: int | None = None
 
     def _validate(self) -> None:

@@ -3,7 +3,8 @@
 A :class:`ZeroShotEncoder` has ``name``, ``encode_samples(inputs)``,
 ``encode_prompts(list_of_str)`` and ``recipe()``; it may declare ``modalities``
 (``{"samples": "image", "prompts": "text"}``), ``identity()`` and
-``cache_eligible`` like any extractor.  Three adapters ship:
+``cache_eligible`` like any extractor.  An optional ``fit(sample_inputs)`` is called
+before each branch is encoded (so it must be idempotent).  Three adapters ship:
 
 * :class:`TextEncoder` — any model with ``encode(list[str]) -> array`` (a
   sentence-transformers model works as is) used for both branches;
