@@ -308,3 +308,31 @@ def test_every_zero_shot_stage_declares_exactly_the_documented_key_parts():
     assert configs == {"encode_samples": None, "encode_prompts": None, "prototypes": {"similarity": "cosine"},
                        "classify": {"similarity": "cosine"}, "overlap": {"overlap": OverlapScoringConfig().to_dict()},
                        "assemble": {"metric": "top1_accuracy", "top_k": [1, 5]}}
+
+
+def test_jobs_pickle_and_run_on_fresh_copies_as_a_remote_worker_would():
+    """Each job runs on its own unpickled context, with pickled inputs: what a distributed runner does."""
+    import pickle
+
+    from vertebrae.execution.local import run_job
+
+    data = text_dataset()
+    benchmark = ZeroShotBenchmark(data, [SklearnExtractor("tfidf", TfidfVectorizer()), TwoBranch()],
+                                  config=ZeroShotConfig(top_k=(1, 2)), progress=False)
+    context = benchmark._context()
+    plan = benchmark.plan(context)
+    artifacts = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScoringWarning)
+        for job in plan.jobs:
+            worker_context, worker_job = pickle.loads(pickle.dumps((context, job)))
+            inputs = {stage: pickle.loads(pickle.dumps(artifacts[key])) for stage, key in worker_job.needs.items()}
+            artifacts[job.key] = run_job(worker_job, inputs, worker_context)[0]
+        local = benchmark.run()
+    for chain, keys in zip(plan.chains, plan.chain_keys):
+        remote = artifacts[keys["assemble"]].to_dict()
+        expected = local[chain.name].to_dict()
+        for branch in ("samples", "prompts"):
+            for fact in ("cache_eligible", "cache_status"):
+                expected["embedding"][branch].pop(fact)
+        assert {**remote, "artifact_keys": {}} == {**expected, "artifact_keys": {}}
