@@ -264,6 +264,15 @@ def test_bad_encoder_output_names_the_encoder_and_branch():
         run(text_dataset(), {"wrong": WrongRows()})
 
 
+def test_a_collapsed_sample_branch_is_an_encoder_error():
+    class Collapsed(WordCounter):
+        def encode(self, texts):
+            return np.ones((len(texts), 4), dtype=np.float32)
+
+    with pytest.raises(ExtractorError, match="encoder 'flat' returned the same sample embedding for every row"):
+        run(text_dataset(), {"flat": Collapsed()})
+
+
 def test_trivial_top_k_is_warned_and_recorded():
     with pytest.warns(DataWarning, match="top-k accuracy for k = \\[5\\] is 1 by construction with 3 classes"), \
             warnings.catch_warnings():

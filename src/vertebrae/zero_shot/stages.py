@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..embeddings import embedding_metadata, validate_embeddings
+from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, ScoringWarning, VertebraeError
 from ..execution.registry import stage
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
@@ -63,6 +63,9 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
         raise ExtractorError(f"encoder {name!r} failed in {method}: {type(exc).__name__}: {exc}") from exc
     timings[method] = time.perf_counter() - start
     matrix = validate_embeddings(raw, argument=f"{branch} embeddings", n_rows=n_rows, source=f"encoder {name!r}")
+    if branch == "samples" and is_constant(matrix):
+        raise ExtractorError(f"encoder {name!r} returned the same sample embedding for every row, so every sample "
+                             "gets the same prediction; check the encoder (a collapsed model, or the inputs?)")
     metadata = {**embedding_metadata(matrix), "branch": branch, "modality": modalities(encoder)[branch],
                 "source": f"{type(encoder).__name__}.{method}"}
     return BranchArtifact(matrix, metadata)
