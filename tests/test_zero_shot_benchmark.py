@@ -345,3 +345,24 @@ def test_jobs_pickle_and_run_on_fresh_copies_as_a_remote_worker_would():
             for fact in ("cache_eligible", "cache_status"):
                 expected["embedding"][branch].pop(fact)
         assert {**remote, "artifact_keys": {}} == {**expected, "artifact_keys": {}}
+
+
+def test_zero_shot_results_belong_to_the_result_family(tmp_path):
+    """load_result, the HTML page and `vertebrae compare` work for zero-shot results like the others."""
+    from vertebrae.cli import main
+    from vertebrae.results import load_result
+
+    data = text_dataset()
+    first = run(data, {"counts": WordCounter(), "bad": Shuffled()})
+    path = first.save_json(tmp_path / "a.json")
+    assert isinstance(load_result(path), ZeroShotBenchmarkResult)
+    page = first.to_html()
+    assert page.startswith("<!DOCTYPE html>") and "Top candidate: counts" in page and "pasta bread" in page
+    first.save_json(tmp_path / "b.json")
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", "json"]) == 0
+    class ScrambledCounts(Shuffled):
+        name = "counts"
+
+    worse = run(data, [ScrambledCounts(), Shuffled()])
+    worse.save_json(tmp_path / "c.json")
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 1

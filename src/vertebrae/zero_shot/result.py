@@ -12,12 +12,11 @@ views are built from the serialized dict, so archived JSON regenerates the repor
 from __future__ import annotations
 
 import dataclasses
-import json
-import pathlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import SerializationError
+from ..results import ResultFamily
 from ..scoring.overlap import OverlapScoreResult
 from .config import ZeroShotConfig
 
@@ -82,9 +81,15 @@ class ZeroShotExtractorResult:
         return cls(**fields, runtime=dict(runtime or {}))
 
 
-@dataclasses.dataclass
-class ZeroShotBenchmarkResult:
-    """The protocol (config, ordered prompts, fingerprints, tie and ensemble rules) and each encoder's result."""
+@dataclasses.dataclass(repr=False)
+class ZeroShotBenchmarkResult(ResultFamily):
+    """The protocol (config, ordered prompts, fingerprints, tie and ensemble rules) and each encoder's result.
+
+    Lookup by name, the quality cohort, JSON, Markdown and HTML come from
+    :class:`~vertebrae.results.ResultFamily`, shared with the other result types.
+    """
+
+    RESULT_TYPE: ClassVar[str] = RESULT_TYPE
 
     protocol: dict[str, Any]
     extractor_results: list[ZeroShotExtractorResult]
@@ -99,27 +104,13 @@ class ZeroShotBenchmarkResult:
     def primary_metric_name(self) -> str:
         return self.protocol["config"]["metric"]
 
-    def __getitem__(self, name: str) -> ZeroShotExtractorResult:
-        for result in self.extractor_results:
-            if result.name == name:
-                return result
-        raise KeyError(f"no zero-shot result named {name!r}; have {[r.name for r in self.extractor_results]}")
+    def _default_tolerance(self) -> float:
+        return self.protocol["config"]["quality_tolerance"]
 
     # -- ranking views ---------------------------------------------------------
     def ranked_results(self) -> list[ZeroShotExtractorResult]:
         """Valid results best-first by the zero-shot metric (higher is better); ties keep encoder order."""
         return sorted((r for r in self.extractor_results if r.valid), key=lambda r: -r.primary_score)
-
-    def quality_cohort(self, tolerance: float | None = None) -> list[ZeroShotExtractorResult]:
-        """Results within an absolute ``tolerance`` of the best primary score, in ranking order."""
-        tolerance = self.protocol["config"]["quality_tolerance"] if tolerance is None else tolerance
-        if tolerance < 0:
-            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
-        ranked = self.ranked_results()
-        if not ranked:
-            return []
-        best = ranked[0].primary_score
-        return [r for r in ranked if best - r.primary_score <= tolerance + 1e-12]
 
     def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
         """One flat dict per result (the DataFrame rows), ranked; tied scores share a rank; invalid ones last."""
@@ -169,38 +160,12 @@ class ZeroShotBenchmarkResult:
             raise SerializationError(f"$: malformed zero-shot result ({type(exc).__name__}: {exc}); the file is "
                                      "incomplete or was edited by hand") from None
 
-    def to_json(self) -> str:
-        from ..reports import json_codec
-
-        return json_codec.dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str) -> "ZeroShotBenchmarkResult":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SerializationError(f"$: not valid JSON ({exc})") from None
-        return cls.from_dict(data)
-
-    def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
-        from ..reports import json_codec
-
-        return json_codec.write(self.to_dict(), path)
-
-    @classmethod
-    def load(cls, path: str | pathlib.Path) -> "ZeroShotBenchmarkResult":
-        return cls.from_json(pathlib.Path(path).read_text(encoding="utf-8"))
-
-    def to_markdown(self) -> str:
-        """Rendered from exactly what ``save_json`` writes, so archived JSON gives the same report."""
-        from .report import render_markdown
-
-        return render_markdown(json.loads(self.to_json()))
-
-    def save_markdown(self, path: str | pathlib.Path) -> pathlib.Path:
-        path = pathlib.Path(path)
-        path.write_text(self.to_markdown(), encoding="utf-8")
-        return path
+    def __repr__(self) -> str:
+        ranked = self.ranked_results()
+        lines = [f"ZeroShotBenchmarkResult({len(self.extractor_results)} encoder(s), {len(self.protocol['prompts'])} "
+                 f"class(es), ranked by {self.primary_metric_name})"]
+        lines += [f"  {i}. {r.name}: {r.primary_score:.4f}" for i, r in enumerate(ranked[:5], 1)]
+        return "\n".join(lines)
 
 
 def result_row(result: ZeroShotExtractorResult, rank: int | None) -> dict[str, Any]:
