@@ -15,6 +15,7 @@ from .errors import ConfigTypeError, DataWarning, DependencyError, Densification
 from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .errors import ExecutionError, MemoryBudgetError
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
+from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
@@ -30,6 +31,8 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
 from .views import LabelViewConfig, TargetView, TargetViewConfig
+from .zero_shot import (PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
+                        ZeroShotConfig, ZeroShotDataset)
 
 __version__ = "0.1.0"
 
@@ -44,7 +47,10 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "LabelViewConfig", "TargetView", "TargetViewConfig",
+    "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult", "ZeroShotConfig",
+    "ZeroShotDataset",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",

@@ -234,6 +234,7 @@ def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
 BENCHMARK_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
     ("Ranking", ranking), ("Per-class scores", per_class), ("Pairwise overlap", pairwise_heatmap),
     ("Compression frontier", compression_frontier), ("Quality cohort resources", cohort_resources))
+ZERO_SHOT_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Ranking", ranking),)
 RETRIEVAL_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
     ("Ranking", ranking), ("Metrics at each cutoff", retrieval_cutoffs))
 MONITOR_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Trend", monitor_trend),)
