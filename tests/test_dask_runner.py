@@ -174,6 +174,23 @@ def test_retrieval_is_byte_identical(dask_client):
     assert json_codec.dumps(local_data) == json_codec.dumps(remote_data)
 
 
+def test_zero_shot_is_byte_identical(dask_client):
+    import warnings
+
+    from tests.test_zero_shot_benchmark import Shuffled, WordCounter, text_dataset
+    from vertebrae import ZeroShotBenchmark, ZeroShotConfig
+
+    data = text_dataset()
+    make = lambda: ZeroShotBenchmark(data, {"counts": WordCounter(), "bad": Shuffled()},  # noqa: E731
+                                     config=ZeroShotConfig(top_k=(1, 2)), progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local, remote = both(make, dask_client)
+    local_data, remote_data = local.to_dict(), remote.to_dict()
+    local_data.pop("timing"), remote_data.pop("timing")
+    assert json_codec.dumps(local_data) == json_codec.dumps(remote_data)
+
+
 # ----------------------------------------------------------------------------- user errors
 def failing(X):
     raise KeyError("column 'age' is missing")
