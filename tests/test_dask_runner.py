@@ -26,8 +26,7 @@ from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, Continuou
 from vertebrae.errors import ConfigError, ExecutionError
 from vertebrae.execution import DaskRunner
 from vertebrae.reports import json_codec
-from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
-                                 TwoBranchExtractor)
+from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset
 
 IDENTITY = DatasetIdentity.declared("dask-runner", "1")
 NO_SEPARATIX = SeparatixConfig(enabled=False)
