@@ -6,9 +6,10 @@ DataFrame reports.  Heavy dependencies (pandas, scikit-learn, overlapindex,
 separatix) are imported lazily, so ``import vertebrae`` stays fast.
 """
 
+from .artifacts import FsspecStore, MemoryStore, StoredArtifact, open_store
 from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
-from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
+from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
@@ -37,4 +38,6 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
+    "open_store",
 ]

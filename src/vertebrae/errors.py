@@ -55,3 +55,19 @@ class ScoringWarning(VertebraeWarning):
 
 class DataWarning(VertebraeWarning):
     """Input data is usable but suspicious (unused labels, dropped columns)."""
+
+
+class ArtifactError(VertebraeError):
+    """An artifact or artifact store cannot be used as asked (bad key, bad array, unreachable store)."""
+
+
+class ArtifactNotFoundError(ArtifactError, LookupError):
+    """The store has no published artifact (no manifest) under the requested key."""
+
+
+class ArtifactIntegrityError(ArtifactError):
+    """A stored artifact disagrees with its manifest (checksum, size, shape, unsafe content); never read as data."""
+
+
+class ArtifactWarning(VertebraeWarning):
+    """A store problem that did not stop the run (an unreadable manifest skipped, an object stat that failed)."""
