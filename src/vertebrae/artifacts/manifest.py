@@ -89,6 +89,7 @@ class Manifest:
                 raise ArtifactError(f"manifest versions must map package names to version strings, "
                                     f"got {package!r}: {version!r}")
         check_no_runtimes("manifest metadata", self.metadata)
+        json_codec.encode(dict(self.metadata), "$.metadata")  # SerializationError (a ValueError) if not JSON-safe
         self._validate_files()
 
     def _validate_files(self) -> None:

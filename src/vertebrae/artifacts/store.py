@@ -25,7 +25,7 @@ from .manifest import MANIFEST_FILE, Manifest, check_key, logical_name, stored_n
 MEMORY_URL = "memory://"
 _OBJECT_STORE_PROTOCOLS = ("s3", "s3a", "gs", "gcs")
 #: storage_options names whose values are secrets; they are scrubbed from every error message.
-_SECRET_OPTION = re.compile(r"key|secret|token|password|credential|session", re.IGNORECASE)
+SECRET_OPTION = re.compile(r"key|secret|token|password|credential|session", re.IGNORECASE)
 
 
 @runtime_checkable
@@ -157,18 +157,20 @@ class FsspecStore:
 
     # ------------------------------------------------------------ reading
     def has(self, key: str) -> bool:
+        path = self._path(key, MANIFEST_FILE)
         try:
-            return self.fs.exists(self._path(key, MANIFEST_FILE))
-        except OSError as exc:
+            return self.fs.exists(path)
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("look up", key, exc) from None
 
     def manifest(self, key: str) -> Manifest | None:
         """The published manifest, ``None`` when absent; a malformed one raises ArtifactIntegrityError."""
+        path = self._path(key, MANIFEST_FILE)
         try:
-            text = self.fs.cat_file(self._path(key, MANIFEST_FILE))
+            text = self.fs.cat_file(path)
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("read the manifest of", key, exc) from None
         manifest = Manifest.from_json(text)
         if manifest.key != key:
@@ -213,9 +215,9 @@ class FsspecStore:
         """The file's bytes, read into one buffer while hashing; never returned unless size and sha256 match."""
         size = int(entry["bytes"])
         buffer = bytearray(size + 1)  # one spare byte reveals a file longer than recorded
-        sink = HashingSink()
+        sink, path = HashingSink(), self._path(key, name)
         try:
-            with self.fs.open(self._path(key, name), "rb") as fileobj, memoryview(buffer) as view:
+            with self.fs.open(path, "rb") as fileobj, memoryview(buffer) as view:
                 filled = 0
                 while filled < len(buffer):
                     count = fileobj.readinto(view[filled:])
@@ -224,7 +226,7 @@ class FsspecStore:
                     filled += count
         except FileNotFoundError:
             raise FileNotFoundError(name) from None
-        except OSError as exc:
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("read", key, exc) from None
         if filled != size:
             raise ArtifactIntegrityError(f"{self.url}/{key}: {name} has {'more than ' if filled > size else ''}"
@@ -239,9 +241,10 @@ class FsspecStore:
     def persisted_bytes(self, key: str) -> dict[str, int]:
         """``{stored file: bytes}`` from a stat of each data file (the manifest itself excluded)."""
         manifest = self._require(key)
+        paths = {name: self._path(key, name) for name in manifest.files}
         try:
-            return {name: int(self.fs.info(self._path(key, name))["size"]) for name in manifest.files}
-        except OSError as exc:
+            return {name: int(self.fs.info(path)["size"]) for name, path in paths.items()}
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("stat the files of", key, exc) from None
 
     def keys(self) -> Iterator[str]:
@@ -250,7 +253,7 @@ class FsspecStore:
             paths = self.fs.glob(f"{self.root}/*/*/{MANIFEST_FILE}")
         except FileNotFoundError:
             return iter(())
-        except OSError as exc:
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("list", "*", exc) from None
         keys = []
         for path in paths:
@@ -278,12 +281,15 @@ class FsspecStore:
         if not isinstance(artifact, StoredArtifact):
             raise ArtifactError(f"Store.write expects a StoredArtifact, got {type(artifact).__name__}")
         folder = self._folder(key)
+        # Validate versions and metadata (and that they are strict JSON) before writing any data.
+        build_manifest(key, artifact, {}, versions, metadata).to_json()
         try:
             previous = self.manifest(key)
         except ArtifactIntegrityError:
             previous = None  # a corrupt manifest is simply replaced
         try:
-            self.fs.makedirs(folder, exist_ok=True)
+            if self._local:  # object stores have no folders (and s3fs would try to create the bucket)
+                self.fs.makedirs(folder, exist_ok=True)
             files = {}
             for filename, write in file_writers(artifact).items():
                 name, entry = self._publish_data(folder, filename, write)
@@ -291,7 +297,9 @@ class FsspecStore:
             manifest = build_manifest(key, artifact, files, versions, metadata)
             self._put(f"{folder}/{MANIFEST_FILE}", manifest.to_json().encode("utf-8"))
             self._collect_garbage(key, manifest, previous)
-        except OSError as exc:
+        except ArtifactError:
+            raise
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("write", key, exc) from None
         return manifest
 
@@ -349,7 +357,7 @@ class FsspecStore:
                 self.fs.rm(folder, recursive=True)
         except FileNotFoundError:
             pass
-        except OSError as exc:
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("delete", key, exc) from None
 
 
@@ -384,7 +392,7 @@ def _secret_values(options: Mapping[str, Any]) -> list[str]:
     for name, value in options.items():
         if isinstance(value, Mapping):
             found.extend(_secret_values(value))
-        elif isinstance(value, str) and value and _SECRET_OPTION.search(str(name)):
+        elif isinstance(value, str) and value and SECRET_OPTION.search(str(name)):
             found.append(value)
     return found
 
