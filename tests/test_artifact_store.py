@@ -363,3 +363,38 @@ def test_two_processes_writing_one_key_leave_one_valid_artifact(store_location, 
     assert not [n for n in names if n.endswith(".tmp")]
     # Every file left is the winner's or an orphan of the loser; the winner's are all there.
     assert set(store.manifest(KEY).files) <= names
+
+
+def test_sweep_removes_only_old_unreferenced_files(tmp_path):
+    """What a killed writer leaves (a temporary, data without a manifest) goes; live files and young ones stay."""
+    import datetime
+
+    store = FsspecStore(str(tmp_path / "cache"))
+    store.write(KEY, _artifact())
+    folder = tmp_path / "cache" / KEY
+    orphan_key = "extract/" + "c" * 16
+    (tmp_path / "cache" / orphan_key).mkdir(parents=True)
+    old = [folder / ".0123.matrix.npy.tmp", tmp_path / "cache" / orphan_key / "matrix.0123456789abcdef.npy"]
+    young = folder / ".4567.matrix.npy.tmp"
+    for path in (*old, young):
+        path.write_bytes(b"partial")
+    for path in old:
+        os.utime(path, (time.time() - 7200, time.time() - 7200))
+    assert sorted(store.sweep(datetime.timedelta(hours=1), dry_run=True)) == sorted(map(str, old))
+    assert all(path.exists() for path in old)
+    assert sorted(store.sweep(datetime.timedelta(hours=1))) == sorted(map(str, old))
+    assert not any(path.exists() for path in old) and young.exists()
+    _assert_same(store.read(KEY), _artifact())
+    assert MemoryStore().sweep(datetime.timedelta(0)) == []
+
+
+def test_sweep_on_each_backend(store):
+    import datetime
+
+    store.write(KEY, _artifact())
+    orphan = f"{store.root}/{KEY}/matrix.0123456789abcdef.npy"
+    store.fs.pipe_file(orphan, b"lost race")
+    assert store.sweep(datetime.timedelta(days=1)) == []  # too young: maybe a writer at work
+    assert [p.rsplit("/", 1)[-1] for p in store.sweep(datetime.timedelta(0))] == ["matrix.0123456789abcdef.npy"]
+    assert not store.fs.exists(orphan)
+    _assert_same(store.read(KEY), _artifact())

@@ -143,11 +143,16 @@ def verify_store(store: Store) -> Iterator[tuple[str, str | None]]:
             yield key, None
 
 
+#: Unreferenced files younger than this may belong to a writer still at work, so prune leaves them.
+LEFTOVER_MIN_AGE = datetime.timedelta(hours=1)
+
+
 def prune_store(store: Store, *, older_than: datetime.timedelta | None = None, max_bytes: int | None = None,
                 dry_run: bool = False, now: datetime.datetime | None = None) -> list[CacheEntry]:
     """Delete entries created before ``now - older_than``, then the oldest until at most ``max_bytes`` remain.
 
-    Returns the deleted (or, with ``dry_run``, the would-be deleted) entries, oldest first.
+    Returns the deleted (or, with ``dry_run``, the would-be deleted) entries, oldest first.  Leftover
+    files of killed writers are swept separately (:meth:`Store.sweep`, ``vertebrae cache prune``).
     """
     if older_than is None and max_bytes is None:
         raise ConfigError("prune needs older_than and/or max_bytes; nothing would be deleted otherwise")

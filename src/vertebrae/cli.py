@@ -163,7 +163,8 @@ def _add_cache_commands(sub) -> None:
 def _cache(args: argparse.Namespace) -> int:
     import json
 
-    from .cache import CacheConfig, list_entries, parse_duration, parse_size, prune_store, verify_store
+    from .cache import (LEFTOVER_MIN_AGE, CacheConfig, list_entries, parse_duration, parse_size, prune_store,
+                        verify_store)
 
     try:
         options = json.loads(args.storage_options) if args.storage_options else {}
@@ -192,10 +193,12 @@ def _cache(args: argparse.Namespace) -> int:
     deleted = prune_store(store, older_than=None if args.older_than is None else parse_duration(args.older_than),
                           max_bytes=None if args.max_bytes is None else parse_size(args.max_bytes),
                           dry_run=args.dry_run)
+    leftovers = store.sweep(LEFTOVER_MIN_AGE, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for entry in deleted:
         print(f"{verb} {entry.key} ({entry.bytes} bytes, created {entry.created_at})")
-    print(f"{verb} {len(deleted)} artifact(s), {sum(e.bytes for e in deleted)} bytes, in {config.url}")
+    print(f"{verb} {len(deleted)} artifact(s), {sum(e.bytes for e in deleted)} bytes, and {len(leftovers)} "
+          f"leftover file(s) of interrupted writes, in {config.url}")
     return EXIT_OK
 
 

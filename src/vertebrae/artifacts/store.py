@@ -11,6 +11,7 @@ file has the recorded size and sha256.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import uuid
@@ -50,6 +51,8 @@ class Store(Protocol):
     def manifests(self) -> Iterator[Manifest]: ...
 
     def persisted_bytes(self, key: str) -> dict[str, int]: ...
+
+    def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]: ...
 
 
 def build_manifest(key: str, artifact: StoredArtifact, files: Mapping[str, Mapping[str, Any]],
@@ -115,6 +118,10 @@ class MemoryStore:
         if not self.has(key):
             raise ArtifactNotFoundError(f"no artifact {key!r} in {self.url}")
         return {}
+
+    def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]:
+        """Memory leaves no files behind."""
+        return []
 
 
 class FsspecStore:
@@ -346,6 +353,42 @@ class FsspecStore:
                 self.fs.rm_file(self._path(key, name))
             except FileNotFoundError:
                 pass
+
+    def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]:
+        """Delete files no manifest references and older than ``min_age``; return their paths.
+
+        These are what a killed writer (temporary files, data without a manifest) or a lost race
+        leaves behind.  ``min_age`` protects writers still in progress.  A folder whose manifest is
+        unreadable is left alone (``vertebrae cache verify`` reports it).
+        """
+        now = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            paths = [self.fs._strip_protocol(p) for p in self.fs.glob(f"{self.root}/*/*/*")]
+        except FileNotFoundError:
+            return []
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("list", "*", exc) from None
+        folders: dict[str, list[str]] = {}
+        for path in paths:
+            stage, digest, name = path.rstrip("/").split("/")[-3:]
+            folders.setdefault(f"{stage}/{digest}", []).append(path)
+        swept = []
+        for key, files in sorted(folders.items()):
+            try:
+                manifest = self.manifest(key)
+            except ArtifactError:
+                continue  # not our folder, or a corrupt manifest: leave it for verify
+            keep = {MANIFEST_FILE, *(manifest.files if manifest is not None else ())}
+            for path in sorted(files):
+                if path.rsplit("/", 1)[-1] in keep:
+                    continue
+                modified = self.fs.modified(path)
+                modified = modified if modified.tzinfo else modified.replace(tzinfo=datetime.timezone.utc)
+                if now - modified >= min_age:
+                    swept.append(path)
+                    if not dry_run:
+                        self.fs.rm_file(path)
+        return swept
 
     def delete(self, key: str) -> None:
         """Remove the manifest first (unpublish), then the folder."""
