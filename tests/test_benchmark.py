@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 
 import numpy as np
@@ -42,7 +44,8 @@ def test_run_ranks_by_overlap_and_matches_direct_scores(four_way):
     raw = result["raw"]
     assert raw.metrics["overlap"].score == raw.overlap.score == raw.primary_score
     assert raw.embedding == {"n_samples": 240, "embedding_dim": 10, "dtype": "float32", "sparse": False,
-                             "nnz": 2400, "logical_bytes": 9600, "parent_extractor_name": "raw"}
+                             "nnz": 2400, "logical_bytes": 9600, "parent_extractor_name": "raw",
+                             "cache_eligible": True, "cache_status": "disabled"}
     assert set(raw.runtime) == {"extract", "score", "separatix"}  # Separatix runs by default (gated)
     assert raw.weakest_class["score"] == min(raw.overlap.per_class_scores.values())
     assert result.dataset_summary["class_counts"] == {f"int:{c}": 60 for c in range(4)}
@@ -144,22 +147,17 @@ def test_multilabel_and_regression_benchmarks_run(identity):
     (CallableExtractor("boom", lambda X: 1 / 0), "'boom' failed during fit/transform: ZeroDivisionError"),
     (CallableExtractor("const", lambda X: np.ones_like(X)), "'const' returned the same embedding for every row"),
 ])
-def test_bad_extractor_output_is_reported_before_any_scoring(identity, extractor, match, monkeypatch):
-    from vertebrae.execution import stages
-
+def test_bad_extractor_output_is_reported_before_it_is_scored(identity, extractor, match):
+    """Output is validated in the extract stage: the bad extractor never reaches scoring, and the run stops."""
     X, y = gaussian_classes(n_per_class=20, n_classes=2, dim=3)
     ds = BenchmarkDataset.from_arrays(X, y, identity=identity)
-    scored = []
-    real_score = stages.score
-
-    def counting_score(*args, **kwargs):  # the real stage, counted
-        scored.append(args[0].extractor)
-        return real_score(*args, **kwargs)
-
-    monkeypatch.setattr(stages, "score", counting_score)
-    with pytest.raises((ExtractorError, InputValidationError), match=match):
+    with pytest.raises((ExtractorError, InputValidationError), match=match) as raised:
         Benchmark(ds, [CallableExtractor("good", lambda A: A), extractor]).run()
-    assert scored == []  # output validation happens in the extract stage, before anything is scored
+    assert any(f"extract stage of {extractor.name!r}" in note for note in raised.value.__notes__)
+    recorded = Benchmark(ds, [CallableExtractor("good", lambda A: A), extractor], on_error="record").run()
+    assert recorded[extractor.name].error["stage"] == "extract" and recorded[extractor.name].overlap is None
+    assert re.search(match, recorded[extractor.name].error["message"])
+    assert [r.name for r in recorded.ranked_results()] == ["good"]
 
 
 def test_benchmark_argument_validation(blob_dataset):

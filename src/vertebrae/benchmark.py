@@ -1,8 +1,9 @@
 """Benchmark: the front door of a labeled-data comparison of extractors.
 
 ``Benchmark(dataset, extractors, ...)`` validates everything up front, builds a plan
-of stage jobs (see :mod:`vertebrae.execution.plan`) and runs it with the in-process
-runner.  ``run()`` returns a :class:`~vertebrae.results.BenchmarkResult`.
+of stage jobs over the ``benchmark`` pipeline (see :mod:`vertebrae.execution.stages`
+and docs/architecture.md) and runs it with a runner (in-process by default).
+``run()`` returns a :class:`~vertebrae.results.BenchmarkResult`.
 """
 
 from __future__ import annotations
@@ -16,20 +17,16 @@ from typing import Any
 from ._config import check_float
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, InputTypeError, InputValidationError
-from .execution import stages
-from .execution.local import LocalRunner
-from .execution.plan import StageJob, artifact_key, build_plan
+from .execution.context import Chain, RunContext
+from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
+from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
 from .results import BenchmarkResult, ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
-from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics, run_metrics
+from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig, plan_repeats
-
-# Adding a per-extractor stage: a BenchmarkSettings field + an analysis_stages() entry, a `functions`
-# entry in Benchmark.run, its artifact in stages.assemble, then ExtractorResult, results.result_row
-# and reports.markdown.SECTIONS for the reports.
 
 DEFAULT_QUALITY_TOLERANCE = 0.02
 
@@ -46,23 +43,6 @@ class BenchmarkSettings:
     metrics: tuple[Metric, ...] = ()
     separatix_config: SeparatixConfig | None = None
     stability_config: StabilityConfig | None = None
-
-    def scoring_fingerprint(self) -> dict[str, Any]:
-        return {"overlap": self.scoring_config.to_dict(), "continuous": self.continuous_config.to_dict()}
-
-    def fingerprint(self) -> dict[str, Any]:
-        return {"primary_metric": self.primary_metric, "quality_tolerance": self.quality_tolerance}
-
-    def analysis_stages(self) -> list[tuple[str, dict[str, Any]]]:
-        """Optional per-extractor stages after scoring: (stage name, config fingerprint)."""
-        stages: list[tuple[str, dict[str, Any]]] = []
-        if self.stability_config is not None:
-            stages.append(("stability", self.stability_config.fingerprint()))
-        if self.metrics:
-            stages.append(("metrics", metrics_fingerprint(self.metrics)))
-        if self.separatix_config is not None and self.separatix_config.enabled:
-            stages.append(("diagnose", self.separatix_config.to_dict()))
-        return stages
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -83,6 +63,7 @@ class Benchmark:
                  quality_tolerance: float = DEFAULT_QUALITY_TOLERANCE,
                  separatix_config: SeparatixConfig | None = None,
                  stability_config: StabilityConfig | None = None,
+                 on_error: str = "raise",
                  progress: bool | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
@@ -112,6 +93,7 @@ class Benchmark:
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
             separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config)
         self._check_labels_against_config()
+        self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress
 
     def _check_labels_against_config(self) -> None:
@@ -123,34 +105,66 @@ class Benchmark:
         if stability is not None and stability.mode == "subsample":
             plan_repeats(targets, stability)  # an infeasible subsample fails here, before any extractor runs
 
-    def plan(self) -> list[StageJob]:
-        recipes = [(e.name, e.recipe()) for e in self.extractors]
-        return build_plan(self.dataset.fingerprint, recipes, self.settings)
+    def chains(self, context: RunContext | None = None) -> list[Chain]:
+        """One chain per result: each extractor, or each named output of a multi-output extractor."""
+        context = self._context() if context is None else context
+        chains = []
+        for extractor, extractor_id in zip(self.extractors, context.extractor_ids()):
+            outputs = extractor.output_names() if hasattr(extractor, "output_names") else (None,)
+            chains += [Chain(extractor.name if output is None else f"{extractor.name}:{output}", extractor_id,
+                             extractor.name, output) for output in outputs]
+        return chains
 
-    def run(self) -> BenchmarkResult:
+    def _context(self) -> RunContext:
+        return RunContext(self.settings, self.extractors, dataset=self.dataset,
+                          dataset_safe=self.dataset.identity.cache_eligible)
+
+    def plan(self, context: RunContext | None = None) -> Plan:
+        """The stage jobs of this benchmark (what ``run`` executes), with their content-aware keys."""
+        context = self._context() if context is None else context
+        return build_plan("benchmark", self.chains(context), context)
+
+    def run(self, runner: Any = None) -> BenchmarkResult:
+        """Execute the plan with ``runner`` (default: an in-process :class:`LocalRunner`)."""
         started = _dt.datetime.now(_dt.timezone.utc)
-        by_name = {e.name: e for e in self.extractors}
-        dataset, settings = self.dataset, self.settings
-        functions = {
-            "extract": lambda job, inputs: stages.extract(dataset, by_name[job.extractor]),
-            "score": lambda job, inputs: stages.score(inputs["extract"], dataset.targets, settings),
-            "stability": lambda job, inputs: stages.stability(inputs["extract"], dataset.targets, settings),
-            "diagnose": lambda job, inputs: stages.diagnose(inputs["extract"], inputs["score"], dataset.targets,
-                                                            dataset.groups, settings),
-            "metrics": lambda job, inputs: run_metrics(settings.metrics, inputs["extract"].matrix, dataset.targets,
-                                                       dataset.groups, seed=inputs["score"].overlap.metadata["seed"],
-                                                       extractor=job.extractor),
-            "assemble": lambda job, inputs: stages.assemble(by_name[job.extractor], inputs, settings),
-        }
-        jobs = self.plan()
-        store = LocalRunner(self.progress).run(jobs, functions)
-        results: list[ExtractorResult] = []
-        for job in jobs:
-            if job.stage == "assemble":
-                result = store[job.key]
-                result.artifact_keys = {"assemble": job.key, **{k.split("/")[0]: k for k in job.needs}}
-                results.append(result)
-        return _build_result(dataset, results, settings, jobs, started)
+        context = self._context()
+        plan = self.plan(context)
+        runner = LocalRunner(self.progress) if runner is None else runner
+        outcome = runner.run(plan.jobs, context, on_error=self.on_error)
+        eligible = {job.key: job.cache_eligible for job in plan.jobs}
+        results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]])
+                   for chain, keys in zip(plan.chains, plan.chain_keys)]
+        return _build_result(self.dataset, results, self.settings, plan, started)
+
+
+def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, settings: BenchmarkSettings,
+                  cache_eligible: bool) -> ExtractorResult:
+    """The assembled result of one chain, with its keys, runtimes and cache facts; or its failure."""
+    assembled = outcome.artifacts.get(keys["assemble"])
+    if assembled is None:
+        failure = outcome.failures[keys["assemble"]]
+        return ExtractorResult.failed(chain.name, settings.primary_metric,
+                                      {**failure.to_dict(), "extractor": chain.parent},
+                                      artifact_keys=dict(keys))
+    embedding = {**assembled.embedding, "cache_eligible": cache_eligible,
+                 "cache_status": outcome.statuses[keys["extract"]]}
+    result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
+                                 embedding=embedding)
+    result.runtime = _runtime(keys, outcome, result)
+    return result
+
+
+def _runtime(keys: dict[str, str], outcome: RunOutcome, result: ExtractorResult) -> dict[str, float]:
+    """Seconds per stage of this run (runtimes are recorded beside artifacts, never inside them)."""
+    runtime: dict[str, float] = {}
+    for stage in ("extract", "score", "stability", "metrics"):
+        timings = outcome.timings.get(keys.get(stage, ""), {})
+        if timings:
+            runtime[stage] = timings["seconds"]
+            runtime.update({name: seconds for name, seconds in timings.items() if name != "seconds"})
+    if result.separatix is not None:
+        runtime["separatix"] = result.separatix.runtime_seconds
+    return runtime
 
 
 def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
@@ -172,7 +186,7 @@ def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
 
 
 def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], settings: BenchmarkSettings,
-                  jobs: list[StageJob], started: _dt.datetime) -> BenchmarkResult:
+                  plan: Plan, started: _dt.datetime) -> BenchmarkResult:
     from importlib.metadata import version
 
     metadata = {
@@ -180,8 +194,8 @@ def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], set
         "quality_tolerance": settings.quality_tolerance,
         "primary_metric": settings.primary_metric,
         "label_catalog": None if dataset.target_type == "regression" else dataset.targets.catalog.to_dict(),
-        "plan": [{"stage": j.stage, "extractor": j.extractor, "key": j.key} for j in jobs],
-        "run_key": artifact_key("run", dataset.identity.fingerprint, [j.key for j in jobs]),
+        "plan": [{"stage": j.stage, "extractor": j.extractor, "key": j.key} for j in plan.jobs],
+        "run_key": artifact_key("run", [j.key for j in plan.jobs]),
         "versions": {name: version(name)
                      for name in ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")},
     }

@@ -15,7 +15,7 @@ import numpy as np
 
 from .embeddings import validate_embeddings
 from .errors import InputValidationError
-from .extractors.base import matrix_sha256
+from .fingerprint import content_sha256
 from .identity import DatasetIdentity, require_identity
 from .labels import LabelCatalog, semantic_key
 from .targets import MultiLabelTargets, SingleLabelTargets, Targets, build_targets
@@ -88,7 +88,7 @@ class BenchmarkDataset:
         targets = build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names,
                                 n_samples=matrix.shape[0])
         if identity.kind == "content":
-            identity = identity.with_content(_content_hash(matrix_sha256(matrix), targets))
+            identity = identity.with_content(_content_hash(content_sha256(matrix), targets))
         dataset = cls(identity, targets, embeddings=matrix, name=name or identity.dataset_id)
         return dataset.with_groups(groups) if groups is not None else dataset
 
@@ -125,6 +125,18 @@ class BenchmarkDataset:
         digest.update("\x00".join(self.groups.keys.tolist()).encode())
         return digest.hexdigest()[:16]
 
+    # -- facts that artifact keys hash (see vertebrae.execution.context) --------------------
+    def inputs_fingerprint(self) -> str:
+        """Content hash of what extractors read (raw inputs, or the embedding matrix)."""
+        return inputs_sha256(self.extractor_input)
+
+    def targets_fingerprint(self) -> str:
+        """Content hash of the targets being scored (type, values, label catalog, names)."""
+        return targets_sha256(self.targets)
+
+    def groups_fingerprint(self) -> str | None:
+        return None if self.groups is None else content_sha256(self.groups.keys)
+
     @property
     def extractor_input(self) -> Any:
         """What extractors receive: raw inputs if given, else the embedding matrix."""
@@ -139,22 +151,17 @@ class BenchmarkDataset:
 
 
 def inputs_sha256(X: Any) -> str:
-    if hasattr(X, "shape") and hasattr(X, "dtype"):
-        return matrix_sha256(X)
-    digest = hashlib.sha256()
-    for item in X:
-        digest.update(repr(item).encode())
-        digest.update(b"\x00")
-    return digest.hexdigest()
+    """Content hash of dataset inputs: arrays by bytes, sequences item by item (never by ``repr``)."""
+    return content_sha256(X if hasattr(X, "shape") and hasattr(X, "dtype") else list(X))
+
+
+def targets_sha256(targets: Targets) -> str:
+    if isinstance(targets, SingleLabelTargets):
+        return content_sha256(["single_label", targets.keys])
+    if isinstance(targets, MultiLabelTargets):
+        return content_sha256(["multi_label", targets.indicator, list(targets.catalog.keys)])
+    return content_sha256(["regression", targets.values, list(targets.target_names)])
 
 
 def _content_hash(data_sha: str, targets: Targets) -> str:
-    digest = hashlib.sha256(data_sha.encode())
-    if isinstance(targets, SingleLabelTargets):
-        digest.update("\x00".join(targets.keys.tolist()).encode())
-    elif isinstance(targets, MultiLabelTargets):
-        digest.update(matrix_sha256(targets.indicator).encode())
-        digest.update("\x00".join(targets.catalog.keys).encode())
-    else:
-        digest.update(matrix_sha256(targets.values).encode())
-    return digest.hexdigest()
+    return content_sha256([data_sha, targets_sha256(targets)])

@@ -36,7 +36,8 @@ def demo_benchmark(progress: bool | None = None) -> Benchmark:
         PrecomputedExtractor("raw_pixels", X),
         SklearnExtractor("pca_16", PCA(n_components=16, random_state=0)),
         SklearnExtractor("random_projection_16", GaussianRandomProjection(n_components=16, random_state=0)),
-        CallableExtractor("noisy_pixels", noisy_pixels, params={"noise_std": NOISE_STD, "seed": 0}),
+        CallableExtractor("noisy_pixels", noisy_pixels, params={"noise_std": NOISE_STD, "seed": 0},
+                          cache_identity="vertebrae.demo.noisy_pixels-v1"),
         SklearnExtractor("pca_2", PCA(n_components=2, random_state=0)),
     ]
     return Benchmark(dataset, extractors, progress=progress)

@@ -42,7 +42,7 @@ class ExtractorResult:
     name: str
     extractor_type: str
     recipe: dict[str, Any]
-    overlap: OverlapScoreResult
+    overlap: OverlapScoreResult | None
     metrics: dict[str, MetricResult]
     primary_metric_name: str
     primary_score: float | None
@@ -56,6 +56,17 @@ class ExtractorResult:
     separatix: SeparatixResult | None = None
     #: Repeated overlap scoring (None when no StabilityConfig was given).
     stability: StabilityResult | None = None
+    #: Why this result has no scores (``Benchmark(on_error="record")``): stage, type, message, extractor.
+    error: dict[str, Any] | None = None
+
+    @classmethod
+    def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
+               artifact_keys: dict[str, str]) -> "ExtractorResult":
+        """An invalid, unranked result standing for an extractor whose chain failed."""
+        return cls(name=name, extractor_type="failed", recipe={}, overlap=None, metrics={},
+                   primary_metric_name=primary_metric_name, primary_score=None, embedding={},
+                   warnings=[f"failed in the {error['stage']} stage: {error['type']}: {error['message']}"],
+                   recommendation="failed", weakest_class=None, artifact_keys=artifact_keys, error=error)
 
     @property
     def primary_metric(self) -> MetricResult:
@@ -63,12 +74,13 @@ class ExtractorResult:
 
     @property
     def aggregate_valid(self) -> bool:
-        return self.primary_metric.rankable
+        return self.error is None and self.primary_metric.rankable
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form without ``runtime`` (the benchmark result stores timings separately)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runtime"}
-        data["overlap"] = self.overlap.to_dict()
+        """JSON form without ``runtime`` (the benchmark result stores timings separately); ``error`` only when set."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "runtime" and not (f.name == "error" and self.error is None)}
+        data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
         data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
         data["separatix"] = None if self.separatix is None else self.separatix.to_dict()
         data["stability"] = None if self.stability is None else self.stability.to_dict()
@@ -77,7 +89,7 @@ class ExtractorResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None = None) -> "ExtractorResult":
         fields = dict(data)
-        fields["overlap"] = OverlapScoreResult.from_dict(fields["overlap"])
+        fields["overlap"] = None if fields["overlap"] is None else OverlapScoreResult.from_dict(fields["overlap"])
         fields["metrics"] = {name: MetricResult.from_dict(m) for name, m in fields["metrics"].items()}
         if fields.get("separatix") is not None:
             fields["separatix"] = SeparatixResult.from_dict(fields["separatix"])
@@ -273,10 +285,10 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "primary_metric": result.primary_metric_name,
         "primary_score": result.primary_score,
         "aggregate_valid": result.aggregate_valid,
-        "target_type": result.overlap.target_type,
-        "overlap_score": result.overlap.score,
-        "overlap_macro": result.overlap.macro_score,
-        "overlap_weighted": result.overlap.weighted_score,
+        "target_type": None if result.overlap is None else result.overlap.target_type,
+        "overlap_score": None if result.overlap is None else result.overlap.score,
+        "overlap_macro": None if result.overlap is None else result.overlap.macro_score,
+        "overlap_weighted": None if result.overlap is None else result.overlap.weighted_score,
         "weakest_class": weakest.get("display"),
         "weakest_class_score": weakest.get("score"),
         "best_probe": probes.get("best_probe"),

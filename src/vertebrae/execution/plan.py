@@ -1,10 +1,12 @@
-"""A benchmark run as a plan of stage jobs over artifacts with deterministic keys.
+"""A run as a DAG of stage jobs whose keys hash exactly what each stage reads.
 
-extract -> score -> (analysis stages: stability, diagnose, ...) -> assemble, one
-chain per extractor.  A job's key is a hash of
-the dataset identity, the extractor recipe and every config that influences the
-stage, so the same inputs always map to the same artifact: a store can reuse it and
-a distributed runner can execute the same jobs on workers.
+``build_plan`` walks the chains (one per result) and, for each, every registered
+stage of the pipeline whose configuration is enabled and whose upstream stages are
+present.  A job's key is the SHA-256 of a canonical JSON document holding the stage
+name and code version, the keys of the artifacts it reads, the fingerprints of the
+context facts it declares, its config fingerprint and the versions of the packages
+that compute it — and nothing else.  Jobs with equal keys are the same job: they run
+once and every chain that needs them shares the artifact.
 """
 
 from __future__ import annotations
@@ -12,41 +14,87 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from ..reports.json_codec import encode
+from .context import Chain, RunContext
+from .registry import pipeline_stages
 
 
 @dataclasses.dataclass(frozen=True)
 class StageJob:
+    """One stage applied to one chain: picklable (names, keys and small JSON-safe parameters only)."""
+
     stage: str
-    extractor: str
     key: str
-    needs: tuple[str, ...] = ()
+    pipeline: str
+    #: Small JSON-safe parameters: the extractor id, the output name, the result name.
+    params: Mapping[str, Any]
+    #: Read stage name -> key of the artifact read.
+    needs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: False when any fact behind this artifact cannot be identified across runs (never reused from a cache).
+    cache_eligible: bool = True
+
+    @property
+    def extractor(self) -> str:
+        """The result name of the chain this job belongs to (for progress and error messages)."""
+        return self.params["name"]
 
 
-def artifact_key(stage: str, *parts: Any) -> str:
-    """``stage/<sha256 prefix>`` of the canonical JSON of ``parts``."""
-    text = json.dumps(encode(list(parts)), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return f"{stage}/{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+def artifact_key(stage: str, document: Any) -> str:
+    """``stage/<sha256 prefix>`` of the canonical JSON of ``document``."""
+    text = json.dumps(encode(document), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return f"{stage}/{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
 
-def build_plan(dataset_fingerprint: str, recipes: Sequence[tuple[str, dict[str, Any]]],
-               settings: Any) -> list[StageJob]:
-    """All extract jobs first (so bad extractor output fails before any scoring), then scoring.
+@cache
+def package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-    ``settings.analysis_stages()`` lists the optional stages (name, config fingerprint)
-    that read the extract and score artifacts; each becomes one job per extractor.
-    """
-    extract = {name: artifact_key("extract", dataset_fingerprint, recipe) for name, recipe in recipes}
-    jobs = [StageJob("extract", name, extract[name]) for name, _ in recipes]
-    scoring = settings.scoring_fingerprint()
-    for name, _ in recipes:
-        score = StageJob("score", name, artifact_key("score", extract[name], scoring), (extract[name],))
-        analyses = [StageJob(stage, name, artifact_key(stage, score.key, fingerprint), (extract[name], score.key))
-                    for stage, fingerprint in settings.analysis_stages()]
-        needs = (extract[name], score.key, *(job.key for job in analyses))
-        assemble = StageJob("assemble", name, artifact_key("assemble", needs, settings.fingerprint()), needs)
-        jobs += [score, *analyses, assemble]
-    return jobs
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not-installed"
+
+
+def key_document(definition: Any, needs: Mapping[str, str], context: RunContext, chain: Chain,
+                 config: Any) -> dict[str, Any]:
+    """Everything a job's key hashes (exposed so tests and docs can show it)."""
+    return {"stage": definition.name, "version": definition.version, "reads": dict(sorted(needs.items())),
+            "context": {fact: context.fact(fact, chain).fingerprint for fact in definition.context},
+            "config": config, "packages": {p: package_version(p) for p in definition.packages}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Unique jobs in depth-first order (chain by chain), and each chain's stage -> key map."""
+
+    jobs: list[StageJob]
+    chains: list[Chain]
+    chain_keys: list[dict[str, str]]
+
+    def __iter__(self):  # a plan reads as its jobs
+        return iter(self.jobs)
+
+
+def build_plan(pipeline: str, chains: Sequence[Chain], context: RunContext) -> Plan:
+    """Jobs in a depth-first order (chain by chain), each job listed once."""
+    jobs: dict[str, StageJob] = {}
+    chain_keys = []
+    for chain in chains:
+        built: dict[str, StageJob] = {}
+        for definition in pipeline_stages(pipeline):
+            enabled, config = definition.enabled_config(context.settings, chain)
+            if not enabled or any(r not in built for r in definition.reads):
+                continue
+            reads = [*definition.reads, *(r for r in definition.optional_reads if r in built)]
+            needs = {r: built[r].key for r in reads}
+            key = artifact_key(definition.name, key_document(definition, needs, context, chain, config))
+            eligible = (definition.config_safe(context.settings) and all(built[r].cache_eligible for r in reads)
+                        and all(context.fact(fact, chain).safe for fact in definition.context))
+            job = StageJob(definition.name, key, pipeline, context.params(chain), needs, eligible)
+            built[definition.name] = jobs.setdefault(key, job)
+        chain_keys.append({name: job.key for name, job in built.items()})
+    return Plan(list(jobs.values()), list(chains), chain_keys)

@@ -1,36 +1,55 @@
-"""Stage functions: pure functions of their inputs, so any runner can execute them."""
+"""The stages of a labeled-data benchmark, registered under the ``benchmark`` pipeline.
+
+extract -> embedding -> score -> (stability, metrics, diagnose) -> assemble, one chain
+per result.  Each stage is a module-level function of (job, input artifacts, run
+context, timings); its declaration says what its key hashes.  Adding a stage is one
+``@stage`` function here (or in any imported module) plus, for the reports, the field
+it adds to :class:`~vertebrae.results.ExtractorResult` — see docs/architecture.md.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
-from ..scoring.metrics import MetricsArtifact
+from ..scoring.metrics import MetricsArtifact, metrics_cache_eligible, metrics_key_fingerprint, run_metrics
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ..scoring.separatix import SeparatixResult, SeparatixScorer
 from ..scoring.stability import StabilityResult, run_stability_analysis
 from ..targets import MultiLabelTargets, RegressionTargets, Targets
+from .registry import stage
+
+PIPELINE = "benchmark"
+
+
+@dataclasses.dataclass
+class EmbeddingSet:
+    """What one extractor call produced: one matrix per output (``None`` names the sole output)."""
+
+    matrices: dict[str | None, Any]
+    metadata: dict[str | None, dict[str, Any]]
 
 
 @dataclasses.dataclass
 class EmbeddingArtifact:
-    """The evaluated embedding matrix of one extractor plus how it was made."""
+    """The evaluated embedding matrix of one chain plus how it was made."""
 
-    extractor: str
     matrix: Any
     metadata: dict[str, Any]
-    seconds: float
 
 
 @dataclasses.dataclass
 class ScoreArtifact:
     overlap: OverlapScoreResult
-    seconds: float
+
+
+@dataclasses.dataclass
+class StabilityArtifact:
+    stability: StabilityResult
 
 
 def estimator_targets(targets: Targets) -> Any:
@@ -42,82 +61,148 @@ def estimator_targets(targets: Targets) -> Any:
     return targets.keys.astype(str)
 
 
-def extract(dataset: Any, extractor: Any) -> EmbeddingArtifact:
-    """Fit the extractor on the dataset inputs, transform them, validate the output."""
-    start = time.perf_counter()
+def scoring_fingerprint(settings: Any, chain: Any = None) -> dict[str, Any]:
+    return {"overlap": settings.scoring_config.to_dict(), "continuous": settings.continuous_config.to_dict()}
+
+
+# ----------------------------------------------------------------------------- stages
+@stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",))
+def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
+    """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate."""
+    extractor, dataset = context.extractor(job), context.dataset
+    name = job.params["parent"]
+    supervised = bool(getattr(extractor, "supervised", False))
     try:
-        extractor.fit(dataset.extractor_input, estimator_targets(dataset.targets))
-        output = extractor.transform(dataset.extractor_input)
+        extractor.fit(dataset.extractor_input, estimator_targets(dataset.targets) if supervised else None)
+        if hasattr(extractor, "transform_many"):
+            outputs = dict(extractor.transform_many(dataset.extractor_input))
+        else:
+            outputs = {None: extractor.transform(dataset.extractor_input)}
     except VertebraeError:
         raise
     except Exception as exc:  # an extractor is user code: name it in the error
-        raise ExtractorError(f"extractor {extractor.name!r} failed during fit/transform: "
-                             f"{type(exc).__name__}: {exc}") from exc
-    matrix = validate_embeddings(output, argument="output", n_rows=dataset.n_samples,
-                                 source=f"extractor {extractor.name!r}")
-    if is_constant(matrix):
-        raise ExtractorError(f"extractor {extractor.name!r} returned the same embedding for every row, so it separates "
-                             "nothing; check the extractor (a collapsed or untrained model?)")
-    metadata = embedding_metadata(matrix)
-    metadata["parent_extractor_name"] = extractor.name
-    return EmbeddingArtifact(extractor.name, matrix, metadata, time.perf_counter() - start)
+        raise ExtractorError(f"extractor {name!r} failed during fit/transform: {type(exc).__name__}: {exc}") from exc
+    matrices, metadata = {}, {}
+    for output, raw in outputs.items():
+        source = f"extractor {name!r}" + ("" if output is None else f" output {output!r}")
+        matrix = validate_embeddings(raw, argument="output", n_rows=dataset.n_samples, source=source)
+        if is_constant(matrix):
+            raise ExtractorError(f"{source} returned the same embedding for every row, so it separates nothing; "
+                                 "check the extractor (a collapsed or untrained model?)")
+        matrices[output], metadata[output] = matrix, embedding_metadata(matrix)
+    return EmbeddingSet(matrices, metadata)
 
 
-def score(artifact: EmbeddingArtifact, targets: Targets, settings: Any) -> ScoreArtifact:
-    start = time.perf_counter()
+@stage(PIPELINE, "embedding", version=1, reads=("extract",), context=("output",))
+def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingArtifact:
+    """The one output this chain scores (a view of the extract artifact, no copy)."""
+    produced: EmbeddingSet = inputs["extract"]
+    output = job.params["output"]
+    if output not in produced.matrices:
+        raise ExtractorError(f"extractor {job.params['name']!r} did not produce output {output!r}; it produced "
+                             f"{sorted(map(str, produced.matrices))}")
+    return EmbeddingArtifact(produced.matrices[output], dict(produced.metadata[output]))
+
+
+@stage(PIPELINE, "score", version=1, reads=("embedding",), context=("targets",), packages=("overlapindex",),
+       config=scoring_fingerprint)
+def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
+    settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    overlap = scorer.score(artifact.matrix, targets)
-    return ScoreArtifact(overlap, time.perf_counter() - start)
+    return ScoreArtifact(scorer.score(inputs["embedding"].matrix, context.dataset.targets))
 
 
-@dataclasses.dataclass
-class StabilityArtifact:
-    stability: StabilityResult
-    seconds: float
+def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    if settings.stability_config is None:
+        return None
+    return {"stability": settings.stability_config.fingerprint(), **scoring_fingerprint(settings)}
 
 
-def stability(artifact: EmbeddingArtifact, targets: Targets, settings: Any) -> StabilityArtifact:
+@stage(PIPELINE, "stability", version=1, reads=("embedding",), context=("targets",), packages=("overlapindex",),
+       config=_stability_config)
+def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> StabilityArtifact:
     """Repeated overlap scoring of the matrix the score stage scored, with the same scorer settings.
 
     Every extractor gets the same StabilityConfig, hence the same seeds (and rows), which
     is what makes the ranking-stability comparison meaningful.
     """
-    start = time.perf_counter()
+    settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    result = run_stability_analysis(artifact.matrix, targets, config=settings.stability_config, scorer=scorer)
-    return StabilityArtifact(result, time.perf_counter() - start)
+    result = run_stability_analysis(inputs["embedding"].matrix, context.dataset.targets,
+                                    config=settings.stability_config, scorer=scorer)
+    return StabilityArtifact(result)
 
 
-def diagnose(artifact: EmbeddingArtifact, scored: ScoreArtifact, targets: Targets, groups: Any,
-             settings: Any) -> SeparatixResult:
+def _metrics_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    return metrics_key_fingerprint(settings.metrics) if settings.metrics else None
+
+
+def _metrics_safe(settings: Any) -> bool:
+    return metrics_cache_eligible(settings.metrics)
+
+
+@stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), context=("targets", "groups"),
+       config=_metrics_config, safe=_metrics_safe)
+def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
+    """Custom metrics on the matrix the score stage scored, with the seed it used."""
+    return run_metrics(context.settings.metrics, inputs["embedding"].matrix, context.dataset.targets,
+                       context.dataset.groups, seed=inputs["score"].overlap.metadata["seed"],
+                       extractor=job.params["name"], timings=timings)
+
+
+def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    config = settings.separatix_config
+    if config is None or not config.enabled:
+        return None
+    return {"separatix": config.to_dict(), **scoring_fingerprint(settings)}
+
+
+@stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), context=("targets", "groups"),
+       packages=("separatix",), config=_diagnose_config)
+def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> SeparatixResult:
     """Separatix on the matrix the score stage scored, gated by that overlap score."""
+    settings, dataset = context.settings, context.dataset
     scorer = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config)
-    return scorer.diagnose(artifact.matrix, targets, overlap_score=scored.overlap.score, groups=groups,
-                           source=f"extractor {artifact.extractor!r}")
+    return scorer.diagnose(inputs["embedding"].matrix, dataset.targets, overlap_score=inputs["score"].overlap.score,
+                           groups=dataset.groups, source=f"extractor {job.params['name']!r}")
 
 
-def assemble(extractor: Any, artifacts: Mapping[str, Any], settings: Any) -> Any:
-    """Build the ExtractorResult from the stage artifacts of one extractor."""
+def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
+    return {"primary_metric": settings.primary_metric, "quality_tolerance": settings.quality_tolerance}
+
+
+@stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"), optional_reads=("stability", "metrics", "diagnose"),
+       context=("name", "output", "extractor"), config=_assemble_config, final=True)
+def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
+    """Build the ExtractorResult of one chain from its stage artifacts."""
     from ..results import ExtractorResult, recommendation_label
 
-    embedding: EmbeddingArtifact = artifacts["extract"]
-    scored: ScoreArtifact = artifacts["score"]
-    separatix: SeparatixResult | None = artifacts.get("diagnose")
-    repeated: StabilityArtifact | None = artifacts.get("stability")
-    measured: MetricsArtifact = artifacts.get("metrics", MetricsArtifact())
-    overlap = scored.overlap
+    settings, extractor = context.settings, context.extractor(job)
+    embedding_artifact: EmbeddingArtifact = inputs["embedding"]
+    overlap = inputs["score"].overlap
+    separatix: SeparatixResult | None = inputs.get("diagnose")
+    repeated: StabilityArtifact | None = inputs.get("stability")
+    measured: MetricsArtifact = inputs.get("metrics", MetricsArtifact())
     metrics = {OVERLAP_METRIC: overlap_metric_result(overlap), **{m.name: m for m in measured.results}}
     primary = metrics[settings.primary_metric]
     weakest = overlap.weakest_class()
     recipe = extractor.recipe()
+    embedding_metadata = {**embedding_artifact.metadata, "parent_extractor_name": job.params["parent"]}
+    if job.params["output"] is not None:
+        embedding_metadata.update(output_metadata(extractor, job.params["output"]))
     return ExtractorResult(
-        name=extractor.name, extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
+        name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
-        primary_score=primary.score if primary.rankable else None, embedding=dict(embedding.metadata),
+        primary_score=primary.score if primary.rankable else None, embedding=embedding_metadata,
         warnings=list(overlap.warnings) + measured.warnings(), recommendation=recommendation_label(overlap.score),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},
-        separatix=separatix, stability=None if repeated is None else repeated.stability,
-        runtime={"extract": embedding.seconds, "score": scored.seconds, **measured.runtime(),
-                 **({} if repeated is None else {"stability": repeated.seconds}),
-                 **({} if separatix is None else {"separatix": separatix.runtime_seconds})})
+        separatix=separatix, stability=None if repeated is None else repeated.stability)
+
+
+def output_metadata(extractor: Any, output: str) -> dict[str, Any]:
+    """``output_name`` plus what a multi-output extractor says about the output (hidden layer, pooling)."""
+    described = extractor.output_metadata().get(output, {}) if hasattr(extractor, "output_metadata") else {}
+    return {"output_name": output, "hidden_layer": described.get("hidden_layer"),
+            "pooling": described.get("pooling")}
+

@@ -1,14 +1,16 @@
 """The Extractor protocol and the three built-in extractors.
 
 An extractor turns a dataset's inputs into an embedding matrix.  ``recipe()`` is a
-JSON-safe description of *what* it computes; together with the dataset identity it
-keys the embedding artifact, so two extractors with the same recipe must produce the
-same embeddings.
+JSON-safe, human-readable description shown in results.  ``identity()`` (optional;
+``recipe()`` minus ``name`` when absent) is what keys the embedding artifact, with
+the input content: two extractors with the same identity must produce the same
+embeddings, and the name is a label, never part of it.  ``cache_eligible = False``
+marks an identity that cannot be trusted across runs (a bare callable).
+``supervised = True`` makes the extract stage fit with the targets (and key on them).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -17,6 +19,7 @@ import numpy as np
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
+from ..fingerprint import callable_name, canonical, content_sha256
 
 
 @runtime_checkable
@@ -38,8 +41,11 @@ def check_extractor_name(name: Any) -> str:
     return name
 
 
-def qualname(obj: Any) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+def check_cache_identity(owner: str, cache_identity: Any) -> str | None:
+    if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):
+        raise InputTypeError(f"{owner}: cache_identity must be a non-empty string that changes whenever the "
+                             f"function's behaviour does (e.g. 'my_features-v2'), got {cache_identity!r}")
+    return cache_identity
 
 
 class PrecomputedExtractor:
@@ -67,19 +73,36 @@ class PrecomputedExtractor:
     def recipe(self) -> dict[str, Any]:
         recipe: dict[str, Any] = {"type": "precomputed", "name": self.name}
         if self.embeddings is not None:
-            recipe["content_sha256"] = matrix_sha256(self.embeddings)
+            recipe["content_sha256"] = content_sha256(self.embeddings)
         return recipe
+
+    def identity(self) -> dict[str, Any]:
+        """Its own matrix by content, or "the dataset's embeddings" (whose content the input fact hashes)."""
+        if self.embeddings is None:
+            return {"type": "precomputed", "source": "dataset_embeddings"}
+        return {"type": "precomputed", "content_sha256": content_sha256(self.embeddings)}
 
 
 class CallableExtractor:
-    """Wraps ``fn(X) -> embeddings`` (a model's encode method, a feature function)."""
+    """Wraps ``fn(X) -> embeddings`` (a model's encode method, a feature function).
 
-    def __init__(self, name: str, fn: Callable[[Any], Any], *, params: dict[str, Any] | None = None) -> None:
+    A function's code can change while its name stays, so without a declared
+    ``cache_identity`` (a version string that you change with the function) its
+    embeddings are never reused across runs (``cache_status="bypassed_unsafe_identity"``).
+    """
+
+    def __init__(self, name: str, fn: Callable[[Any], Any], *, params: dict[str, Any] | None = None,
+                 cache_identity: str | None = None) -> None:
         self.name = check_extractor_name(name)
         if not callable(fn):
             raise InputTypeError(f"CallableExtractor {name!r}: fn must be callable, got {type(fn).__name__}")
         self.fn = fn
         self.params = dict(params or {})
+        self.cache_identity = check_cache_identity(f"CallableExtractor {name!r}", cache_identity)
+
+    @property
+    def cache_eligible(self) -> bool:
+        return self.cache_identity is not None
 
     def fit(self, X: Any, y: Any = None) -> "CallableExtractor":
         return self
@@ -88,7 +111,11 @@ class CallableExtractor:
         return self.fn(X)
 
     def recipe(self) -> dict[str, Any]:
-        return {"type": "callable", "name": self.name, "callable": qualname(self.fn), "params": self.params}
+        return {"type": "callable", "name": self.name, "callable": callable_name(self.fn), "params": self.params}
+
+    def identity(self) -> dict[str, Any]:
+        return {"type": "callable", "callable": callable_name(self.fn), "params": canonical(self.params),
+                "cache_identity": self.cache_identity}
 
 
 class SklearnExtractor:
@@ -122,9 +149,16 @@ class SklearnExtractor:
 
     def recipe(self) -> dict[str, Any]:
         params = self.estimator.get_params(deep=True)
-        return {"type": "sklearn", "name": self.name, "estimator": qualname(type(self.estimator)),
+        return {"type": "sklearn", "name": self.name, "estimator": callable_name(type(self.estimator)),
                 "supervised": self.supervised,
                 "params": {k: _param_text(v) for k, v in sorted(params.items())}}
+
+    def identity(self) -> dict[str, Any]:
+        """Estimator class, every parameter by content (nested estimators recursively), scikit-learn's version."""
+        from importlib.metadata import version
+
+        return {"type": "sklearn", "estimator": canonical(self.estimator), "supervised": self.supervised,
+                "scikit-learn": version("scikit-learn")}
 
 
 def _param_text(value: Any) -> Any:
@@ -134,20 +168,5 @@ def _param_text(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     if hasattr(value, "get_params"):
-        return qualname(type(value))
+        return callable_name(type(value))
     return repr(value)
-
-
-def matrix_sha256(matrix: Any) -> str:
-    """Content hash of a dense or sparse matrix (shape, dtype and values)."""
-    from scipy import sparse
-
-    digest = hashlib.sha256()
-    digest.update(f"{type(matrix).__name__}|{matrix.shape}|{matrix.dtype}".encode())
-    if sparse.issparse(matrix):
-        csr = matrix.tocsr()
-        for part in (csr.indptr, csr.indices, csr.data):
-            digest.update(np.ascontiguousarray(part).tobytes())
-    else:
-        digest.update(np.ascontiguousarray(matrix).tobytes())
-    return digest.hexdigest()

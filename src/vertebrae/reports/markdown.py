@@ -145,6 +145,10 @@ def _pairwise(o: Mapping[str, Any]) -> str:
 
 def extractor_detail(r: Mapping[str, Any]) -> str:
     o = r["overlap"]
+    if r.get("error"):
+        error = r["error"]
+        return (f"### {text(r['name'])}\n\nFailed in the `{text(error['stage'])}` stage: "
+                f"{text(error['type'])}: {text(error['message'])}\n")
     lines = [f"### {text(r['name'])}\n",
              f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted {o['weighted_score']:.4f}); "
              f"recommendation `{r['recommendation']}`.\n"]

@@ -10,30 +10,26 @@ constructor.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import platform
-import sys
-import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
-                      ScoringWarning, SerializationError)
-from ..execution.local import progress_enabled
+from ..errors import ConfigError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
+from ..execution.context import Chain, RunContext
+from ..execution.local import LocalRunner, check_on_error
+from ..execution.plan import Plan, build_plan
 from ..reports import json_codec
-from ..threads import limited_threads
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
 from .extractors import PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor
-from .metrics import ranking_metrics, similarity_diagnostics
-from .ranking import BlockPlan, Endpoints, plan_blocks, prepare_endpoints, rank_relevant
-from .result import DirectionResult, RetrievalBenchmarkResult, RetrievalEntry
+from .ranking import BlockPlan, plan_blocks, prepare_endpoints
+from .result import RetrievalBenchmarkResult, RetrievalEntry
+from .stages import RetrievalSettings, encode_endpoints
 
 TIE_RULE = ("pessimistic: at equal similarity every non-relevant item ranks before every relevant one; relevant "
             "items follow by ascending grade, then ascending gallery index")
@@ -43,7 +39,8 @@ class RetrievalBenchmark:
     """Compare extractors on one retrieval protocol (queries, gallery, graded relevance)."""
 
     def __init__(self, dataset: RetrievalDataset, extractors: Sequence[Any], *,
-                 retrieval_config: RetrievalConfig | None = None, progress: bool | None = None) -> None:
+                 retrieval_config: RetrievalConfig | None = None, on_error: str = "raise",
+                 progress: bool | None = None) -> None:
         if not isinstance(dataset, RetrievalDataset):
             raise InputTypeError(f"dataset must be a RetrievalDataset, got {type(dataset).__name__}; build one with "
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
@@ -51,13 +48,15 @@ class RetrievalBenchmark:
         if not isinstance(config, RetrievalConfig):
             raise ConfigError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
         self.dataset, self.config, self.progress = dataset, config, progress
+        self.on_error = check_on_error("RetrievalBenchmark", on_error)
         self.extractors = _validate_extractors(extractors, dataset)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
         self._reverse = _reverse_protocol(dataset) if config.bidirectional else None
-        self._plan(sparse=False)  # a budget too small for one row fails here, before any extractor runs
+        self.settings = RetrievalSettings(config, self._reverse, self.recipes)
+        self._block_plans(sparse=False)  # a budget too small for one row fails here, before any extractor runs
         for extractor in self.extractors:
             if _precomputed(extractor):
-                self._encode(extractor)  # validates rows, widths, norms before any extractor runs
+                self._validate_precomputed(extractor)
 
     # -- protocol --------------------------------------------------------------
     def protocol(self) -> dict[str, Any]:
@@ -84,65 +83,49 @@ class RetrievalBenchmark:
         return notes
 
     # -- running ---------------------------------------------------------------
-    def run(self) -> RetrievalBenchmarkResult:
-        from tqdm.auto import tqdm
+    def _context(self) -> RunContext:
+        return RunContext(self.settings, self.extractors, dataset=self.dataset,
+                          dataset_safe=self.dataset.identity.cache_eligible)
 
+    def plan(self, context: RunContext | None = None) -> Plan:
+        """The stage jobs of this benchmark, one chain per extractor."""
+        context = self._context() if context is None else context
+        chains = [Chain(e.name, extractor_id, e.name) for e, extractor_id in zip(self.extractors,
+                                                                              context.extractor_ids())]
+        return build_plan("retrieval", chains, context)
+
+    def run(self, runner: Any = None) -> RetrievalBenchmarkResult:
+        """Execute the plan with ``runner`` (default: an in-process LocalRunner)."""
         started = _dt.datetime.now(_dt.timezone.utc)
         notes = self.protocol_warnings()
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
+        context = self._context()
+        plan = self.plan(context)
+        runner = LocalRunner(self.progress) if runner is None else runner
+        outcome = runner.run(plan.jobs, context, on_error=self.on_error, description="vertebrae retrieval")
         entries = []
-        with tqdm(self.extractors, disable=not progress_enabled(self.progress), desc="vertebrae retrieval",
-                  unit="extractor", file=sys.stderr) as bar:
-            for extractor in bar:
-                bar.set_postfix_str(extractor.name)
-                entries.append(self._evaluate(extractor))
+        for chain, keys in zip(plan.chains, plan.chain_keys):
+            entry = outcome.artifacts.get(keys["assemble"])
+            if entry is None:
+                failure = outcome.failures[keys["assemble"]]
+                entry = RetrievalEntry.failed(chain.name, self.recipes[chain.name],
+                                              {**failure.to_dict(), "extractor": chain.parent})
+            for note in entry.warnings:
+                warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
+            entry.artifact_keys = dict(keys)
+            entry.runtime = _runtime(keys, outcome.timings)
+            entries.append(entry)
         run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.extractor for e in entries]}
         return RetrievalBenchmarkResult(self.protocol(), entries, notes, {"runs": [run]})
 
-    def _encode(self, extractor: RetrievalExtractor,
-                runtime: dict[str, float] | None = None) -> tuple[Endpoints, dict[str, Any], list[str]]:
-        """Fit on the gallery, embed and validate both endpoints: scoring input, per-endpoint metadata, warnings."""
-        runtime = {} if runtime is None else runtime
-        queries_in, gallery_in = self.dataset.endpoint_data()
-        with _stage(runtime, "fit"):
-            _call(extractor, "fit", gallery_in)
-        with _stage(runtime, "encode_queries"):
-            queries = _call(extractor, "encode_queries", queries_in)
-        with _stage(runtime, "encode_gallery"):
-            gallery = _call(extractor, "encode_gallery", gallery_in)
-        queries = validate_embeddings(queries, argument="query embeddings", n_rows=self.dataset.n_queries,
-                                      source=f"extractor {extractor.name!r}")
-        gallery = validate_embeddings(gallery, argument="gallery embeddings", n_rows=self.dataset.n_gallery,
-                                      source=f"extractor {extractor.name!r}")
-        metadata = {"query": embedding_metadata(queries), "gallery": embedding_metadata(gallery)}
-        endpoints = prepare_endpoints(queries, gallery, self.config.similarity, query_ids=self.dataset.query_ids,
-                                      gallery_ids=self.dataset.gallery_ids, source=f"extractor {extractor.name!r}")
-        notes = []
-        if self.dataset.n_gallery > 1 and is_constant(gallery):
-            notes.append(f"all {self.dataset.n_gallery} gallery embeddings are identical, so every query sees tied "
-                         "similarities and scores by the pessimistic tie rule (worst case); check the extractor")
-        return endpoints, metadata, notes
+    def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:
+        """Rows, widths and norms of embeddings that exist already, checked before any extractor runs."""
+        encoded = encode_endpoints(extractor, extractor.name, self.dataset, {})
+        prepare_endpoints(encoded.queries.matrix, encoded.gallery.matrix, self.config.similarity, query_ids=self.dataset.query_ids,
+                          gallery_ids=self.dataset.gallery_ids, source=f"extractor {extractor.name!r}")
 
-    def _evaluate(self, extractor: RetrievalExtractor) -> RetrievalEntry:
-        runtime: dict[str, float] = {}
-        endpoints, metadata, notes = self._encode(extractor, runtime)
-        for note in notes:
-            warnings.warn(f"{extractor.name}: {note}", ScoringWarning, stacklevel=3)
-        dataset, plans = self.dataset, self._plan(endpoints.sparse)
-        with _stage(runtime, "rank_forward"):
-            forward = self._direction(endpoints, dataset.relevance, dataset.exclusions, plans["forward"])
-        reverse = None
-        if self._reverse is not None:
-            with _stage(runtime, "rank_reverse"):
-                reverse = self._direction(endpoints.reversed(self._reverse.rows), self._reverse.relevance,
-                                          self._reverse.exclusions, plans["reverse"])
-        primary = self.config.primary_metric
-        scores = [forward.metrics[primary]] + ([reverse.metrics[primary]] if reverse is not None else [])
-        return RetrievalEntry(extractor.name, self.recipes[extractor.name], float(np.mean(scores)), forward, reverse,
-                              metadata, notes, runtime)
-
-    def _plan(self, sparse: bool) -> dict[str, BlockPlan]:
+    def _block_plans(self, sparse: bool) -> dict[str, BlockPlan]:
         """Block plans per direction under the memory budget (sparse endpoints need more room per row)."""
         budget, block_size = self.config.memory_budget_bytes, self.config.block_size
         plans = {"forward": plan_blocks(self.dataset.n_queries, self.dataset.n_gallery, budget, block_size,
@@ -152,14 +135,14 @@ class RetrievalBenchmark:
                                            sparse=sparse)
         return plans
 
-    def _direction(self, endpoints: Endpoints, relevance: Any, exclusions: Any, plan: BlockPlan) -> DirectionResult:
-        with limited_threads(self.config.thread_limit):
-            ranked = rank_relevant(endpoints, relevance, exclusions, plan)
-        per_query = ranking_metrics(relevance.indptr, relevance.data, ranked.ranks, self.config.cutoffs)
-        metrics = {name: float(values.mean()) for name, values in per_query.items()}
-        diagnostics = similarity_diagnostics(relevance.indptr, ranked.similarities, ranked.eligible_similarity_sums,
-                                             ranked.n_eligible)
-        return DirectionResult(int(relevance.shape[0]), metrics, diagnostics, plan.to_dict())
+
+def _runtime(keys: dict[str, str], timings: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, rank_* (beside the artifacts)."""
+    runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items() if step != "seconds"}
+    for stage in ("rank_forward", "rank_reverse"):
+        if stage in keys and keys[stage] in timings:
+            runtime[stage] = timings[keys[stage]]["seconds"]
+    return runtime
 
 
 class _ReverseProtocol(NamedTuple):
@@ -209,20 +192,6 @@ def _plain(value: Any, where: str) -> Any:
         return json.loads(json_codec.dumps(value))
     except SerializationError as exc:  # the message names the path inside the value
         raise SerializationError(f"{where} is not JSON-serializable: {exc}") from None
-
-
-def _call(extractor: RetrievalExtractor, method: str, data: Any) -> Any:
-    try:
-        return getattr(extractor, method)(data)
-    except Exception as exc:
-        raise ExtractorError(f"extractor {extractor.name!r} failed in {method}: {type(exc).__name__}: {exc}") from exc
-
-
-@contextlib.contextmanager
-def _stage(runtime: dict[str, float], name: str) -> Iterator[None]:
-    started = time.perf_counter()
-    yield
-    runtime[name] = time.perf_counter() - started
 
 
 def _host() -> dict[str, Any]:

@@ -65,6 +65,17 @@ class RetrievalDataset:
             return self.query_embeddings, self.gallery_embeddings
         return self.query_inputs, self.gallery_inputs
 
+    # -- facts that artifact keys hash (see vertebrae.execution.context) --------------------
+    def query_inputs_fingerprint(self) -> str:
+        return inputs_sha256(self.endpoint_data()[0])
+
+    def gallery_inputs_fingerprint(self) -> str:
+        return inputs_sha256(self.endpoint_data()[1])
+
+    def relevance_fingerprint(self) -> str:
+        """The protocol: ids, eligible grades and exclusions."""
+        return self.fingerprint
+
     # -- constructors ----------------------------------------------------------
     @classmethod
     def from_embeddings(cls, query_embeddings: Any, gallery_embeddings: Any, *, relevance: Any,

@@ -18,7 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..extractors.base import PrecomputedExtractor, check_extractor_name, qualname, matrix_sha256
+from ..extractors.base import PrecomputedExtractor, check_cache_identity, check_extractor_name
+from ..fingerprint import callable_name, canonical, content_sha256
 
 
 @runtime_checkable
@@ -57,15 +58,27 @@ class SharedSpaceExtractor:
     def encode_gallery(self, inputs: Any) -> Any:
         return self.extractor.transform(inputs)
 
+    @property
+    def cache_eligible(self) -> bool:
+        return bool(getattr(self.extractor, "cache_eligible", True))
+
     def recipe(self) -> dict[str, Any]:
         return {"type": "shared_space", "fit_on": "gallery", "extractor": self.extractor.recipe()}
 
+    def identity(self) -> dict[str, Any]:
+        inner = self.extractor.identity() if hasattr(self.extractor, "identity") else self.extractor.recipe()
+        return {"type": "shared_space", "fit_on": "gallery", "extractor": {k: v for k, v in inner.items() if k != "name"}}
+
 
 class TwoBranchExtractor:
-    """Separate encoders per endpoint: ``query_fn(query_inputs)`` and ``gallery_fn(gallery_inputs)``."""
+    """Separate encoders per endpoint: ``query_fn(query_inputs)`` and ``gallery_fn(gallery_inputs)``.
+
+    Like :class:`~vertebrae.extractors.CallableExtractor`, it is reused across runs only
+    with a declared ``cache_identity``.
+    """
 
     def __init__(self, name: str, query_fn: Callable[[Any], Any], gallery_fn: Callable[[Any], Any], *,
-                 params: dict[str, Any] | None = None) -> None:
+                 params: dict[str, Any] | None = None, cache_identity: str | None = None) -> None:
         self.name = check_extractor_name(name)
         for argument, fn in (("query_fn", query_fn), ("gallery_fn", gallery_fn)):
             if not callable(fn):
@@ -73,6 +86,11 @@ class TwoBranchExtractor:
                                      f"{type(fn).__name__}")
         self.query_fn, self.gallery_fn = query_fn, gallery_fn
         self.params = dict(params or {})
+        self.cache_identity = check_cache_identity(f"TwoBranchExtractor {name!r}", cache_identity)
+
+    @property
+    def cache_eligible(self) -> bool:
+        return self.cache_identity is not None
 
     def fit(self, gallery_inputs: Any) -> "TwoBranchExtractor":
         return self
@@ -84,8 +102,13 @@ class TwoBranchExtractor:
         return self.gallery_fn(inputs)
 
     def recipe(self) -> dict[str, Any]:
-        return {"type": "two_branch", "name": self.name, "query_callable": qualname(self.query_fn),
-                "gallery_callable": qualname(self.gallery_fn), "params": self.params}
+        return {"type": "two_branch", "name": self.name, "query_callable": callable_name(self.query_fn),
+                "gallery_callable": callable_name(self.gallery_fn), "params": self.params}
+
+    def identity(self) -> dict[str, Any]:
+        return {"type": "two_branch", "query_callable": callable_name(self.query_fn),
+                "gallery_callable": callable_name(self.gallery_fn), "params": canonical(self.params),
+                "cache_identity": self.cache_identity}
 
 
 class PrecomputedPairExtractor:
@@ -107,8 +130,8 @@ class PrecomputedPairExtractor:
 
     def recipe(self) -> dict[str, Any]:
         return {"type": "precomputed_pair", "name": self.name,
-                "query_sha256": matrix_sha256(self.query_embeddings),
-                "gallery_sha256": matrix_sha256(self.gallery_embeddings)}
+                "query_sha256": content_sha256(self.query_embeddings),
+                "gallery_sha256": content_sha256(self.gallery_embeddings)}
 
 
 def as_retrieval_extractor(extractor: Any, position: int, has_embeddings: bool) -> RetrievalExtractor:

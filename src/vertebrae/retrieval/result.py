@@ -45,26 +45,38 @@ class RetrievalEntry:
 
     extractor: str
     recipe: dict[str, Any]
-    primary_score: float
-    forward: DirectionResult
+    primary_score: float | None
+    forward: DirectionResult | None
     reverse: DirectionResult | None
     embeddings: dict[str, dict[str, Any]]
     warnings: list[str]
+    #: Stage name -> artifact key of every job behind this entry.
+    artifact_keys: dict[str, str] = dataclasses.field(default_factory=dict)
     runtime: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Why this entry has no scores (``on_error="record"``): stage, type, message, extractor.
+    error: dict[str, Any] | None = None
+
+    @classmethod
+    def failed(cls, extractor: str, recipe: dict[str, Any], error: dict[str, Any]) -> "RetrievalEntry":
+        """An unranked entry standing for an extractor whose chain failed."""
+        return cls(extractor, recipe, None, None, None, {},
+                   [f"failed in the {error['stage']} stage: {error['type']}: {error['message']}"], error=error)
 
     def direction(self, name: str) -> DirectionResult | None:
         return self.forward if name == "forward" else self.reverse
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runtime"}
-        data["forward"] = self.forward.to_dict()
+        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` only when set."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "runtime" and not (f.name == "error" and self.error is None)}
+        data["forward"] = None if self.forward is None else self.forward.to_dict()
         data["reverse"] = None if self.reverse is None else self.reverse.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None) -> "RetrievalEntry":
         fields = dict(data)
-        fields["forward"] = DirectionResult(**fields["forward"])
+        fields["forward"] = None if fields["forward"] is None else DirectionResult(**fields["forward"])
         fields["reverse"] = None if fields["reverse"] is None else DirectionResult(**fields["reverse"])
         return cls(**fields, runtime=dict(runtime or {}))
 
@@ -88,8 +100,10 @@ class RetrievalBenchmarkResult:
 
     # -- ranking views ---------------------------------------------------------
     def ranked_results(self) -> list[RetrievalEntry]:
-        """Entries best-first by primary score (every retrieval metric is higher-is-better); ties by name."""
-        return sorted(self.entries, key=lambda e: (-e.primary_score, e.extractor))
+        """Scored entries best-first by primary score (every retrieval metric is higher-is-better); ties by name.
+
+        Failed entries (``on_error="record"``) are not ranked."""
+        return sorted((e for e in self.entries if e.error is None), key=lambda e: (-e.primary_score, e.extractor))
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat dict per entry in rank order (the DataFrame rows); tied scores share a rank."""

@@ -127,7 +127,8 @@ class CallableMetric:
     supported_target_types: tuple[str, ...] = TARGET_TYPES
 
     def __init__(self, name: str, fn: Callable[..., Mapping[str, Any]], *, higher_is_better: bool = True,
-                 aggregate_valid: bool = True, params: Mapping[str, Any] | None = None) -> None:
+                 aggregate_valid: bool = True, params: Mapping[str, Any] | None = None,
+                 cache_identity: str | None = None) -> None:
         self.name = check_metric_name(name, "CallableMetric")
         if not callable(fn) or isinstance(fn, type):
             raise InputTypeError(f"CallableMetric {name!r}: fn must be a function (or callable object), got "
@@ -141,10 +142,20 @@ class CallableMetric:
             raise ConfigError(f"CallableMetric {name!r}: params must have string keys other than "
                               f"{['embeddings', 'labels', *CALL_ARGUMENTS]}, got {sorted(map(repr, params))}")
         self.params = _json_safe(params, f"CallableMetric {name!r} params", ConfigError)
+        if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):
+            raise InputTypeError(f"CallableMetric {name!r}: cache_identity must be a non-empty string (e.g. a version "
+                                 f"of the function, 'my_metric-v2'), got {cache_identity!r}")
+        self.cache_identity = cache_identity
+
+    @property
+    def cache_eligible(self) -> bool:
+        """A function's code can change under the same name: only a declared ``cache_identity`` is trusted."""
+        return self.cache_identity is not None
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "callable", "name": self.name, "callable": _callable_path(self.fn), "params": self.params,
-                "higher_is_better": self.higher_is_better, "aggregate_valid": self.aggregate_valid}
+        identity = {"type": "callable", "name": self.name, "callable": _callable_path(self.fn), "params": self.params,
+                    "higher_is_better": self.higher_is_better, "aggregate_valid": self.aggregate_valid}
+        return identity if self.cache_identity is None else {**identity, "cache_identity": self.cache_identity}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> Mapping[str, Any]:
@@ -289,6 +300,18 @@ def metrics_fingerprint(metrics: Sequence[Metric]) -> dict[str, Any]:
     return {"metrics": [m.identity() for m in metrics]}
 
 
+def metrics_key_fingerprint(metrics: Sequence[Metric]) -> dict[str, Any]:
+    """What the metrics artifact key hashes: each identity, plus a per-position token for a metric whose
+    identity cannot be trusted across runs (``cache_eligible = False``), so two such metrics never share a key."""
+    return {"metrics": [{**m.identity(), **({} if getattr(m, "cache_eligible", True)
+                                            else {"unsafe_identity_token": f"metric-{i}"})}
+                        for i, m in enumerate(metrics)]}
+
+
+def metrics_cache_eligible(metrics: Sequence[Metric]) -> bool:
+    return all(getattr(m, "cache_eligible", True) for m in metrics)
+
+
 # ------------------------------------------------------------------ label boundary
 def _marked(keys: Sequence[str]) -> np.ndarray:
     return np.array([mark(k) for k in keys], dtype=str)
@@ -377,27 +400,21 @@ def failed_result(metric: Metric, exc: BaseException, extractor: str) -> MetricR
 
 @dataclasses.dataclass
 class MetricsArtifact:
-    """Output of the metrics stage for one extractor; ``seconds`` per metric name."""
+    """Output of the metrics stage for one extractor (its timings live beside it, not in it)."""
 
     results: list[MetricResult] = dataclasses.field(default_factory=list)
-    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def warnings(self) -> list[str]:
         return [f"metric {r.name!r}: {w}" for r in self.results for w in r.warnings]
 
-    def runtime(self) -> dict[str, float]:
-        """``metrics`` (the stage) plus ``metric.<name>`` entries for ExtractorResult.runtime."""
-        if not self.seconds:
-            return {}
-        return {"metrics": sum(self.seconds.values()), **{f"metric.{k}": v for k, v in self.seconds.items()}}
-
 
 def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, groups: Any, *, seed: int,
-                extractor: str) -> MetricsArtifact:
+                extractor: str, timings: dict[str, float] | None = None) -> MetricsArtifact:
     """Run every custom metric on one extractor's evaluated embeddings (the extractor output).
 
     ``seed`` is the seed the overlap score used.  A metric that raises or breaks the
     payload contract becomes an invalid aggregate with ``error`` set, plus a warning.
+    ``timings`` receives ``metric.<name>`` seconds per metric.
     """
     labels, target_metadata, group_keys = metric_inputs(targets, groups)
     matrix = _read_only(embeddings)
@@ -410,7 +427,8 @@ def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, gr
             result = metric_result(metric, payload, extractor)
         except Exception as exc:  # a metric is user code: keep the other metrics and extractors
             result = failed_result(metric, exc, extractor)
-        artifact.seconds[metric.name] = time.perf_counter() - start
+        if timings is not None:
+            timings[f"metric.{metric.name}"] = time.perf_counter() - start
         artifact.results.append(result)
     for note in artifact.warnings():
         warnings.warn(note, ScoringWarning, stacklevel=2)

@@ -1,0 +1,116 @@
+"""The run context: resolves the dataset, targets and extractors a job refers to, and fingerprints them.
+
+Jobs carry only small, picklable parameters (an extractor id, an output name, a
+result name); stage functions look the live objects up here.  The context also
+computes the content fingerprints that keys hash, once per run, and says which
+facts cannot be trusted across runs (an ephemeral dataset, an extractor without a
+declared identity).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigError, InputTypeError
+from ..fingerprint import content_sha256
+
+#: Status of an artifact whose inputs cannot be identified across runs.
+BYPASSED_UNSAFE_IDENTITY = "bypassed_unsafe_identity"
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """One result of a plan: an extractor (or one named output of it) followed through every stage."""
+
+    name: str
+    extractor_id: str
+    parent: str
+    output: str | None = None
+
+
+@dataclasses.dataclass
+class Fact:
+    """A fingerprinted fact of the run: what enters keys, and whether it identifies the data across runs."""
+
+    fingerprint: Any
+    safe: bool = True
+
+
+def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any], bool]:
+    """(canonical identity without the name, trusted across runs?) of any extractor.
+
+    Extractors may define ``identity()``; otherwise ``recipe()`` minus its ``name``
+    is the identity.  ``cache_eligible = False`` marks an identity that cannot be
+    trusted (e.g. a callable without a declared ``cache_identity``): such an
+    extractor's identity gets ``unsafe_token`` (unique to the object within the run),
+    so it never shares a key with another extractor, and the runner never reuses its
+    artifacts across runs.  The token is deterministic, so result JSON stays
+    byte-identical run to run.
+    """
+    identity = extractor.identity() if hasattr(extractor, "identity") else dict(extractor.recipe())
+    identity = {k: v for k, v in identity.items() if k != "name"}
+    safe = bool(getattr(extractor, "cache_eligible", True))
+    if not safe:
+        identity["unsafe_identity_token"] = unsafe_token
+    return identity, safe
+
+
+class RunContext:
+    """Live objects of one run plus their fingerprints (computed once, on first use)."""
+
+    def __init__(self, settings: Any, extractors: Sequence[Any], *, dataset: Any = None,
+                 dataset_safe: bool = True) -> None:
+        self.settings = settings
+        self.dataset = dataset
+        self.dataset_safe = dataset_safe
+        self.extractors: dict[str, Any] = {}
+        self._identities: dict[str, Fact] = {}
+        self._facts: dict[str, Fact] = {}
+        self._ids: list[str] = []
+        first_position: dict[int, int] = {}
+        for position, extractor in enumerate(extractors):
+            token = f"extractor-object-{first_position.setdefault(id(extractor), position)}"
+            identity, safe = extractor_identity(extractor, token)
+            extractor_id = content_sha256(identity)[:24]
+            self.extractors.setdefault(extractor_id, extractor)
+            self._identities[extractor_id] = Fact(identity, safe)
+            self._ids.append(extractor_id)
+
+    def extractor_ids(self) -> list[str]:
+        """The id of each extractor, in the order given."""
+        return list(self._ids)
+
+    def extractor(self, job: Any) -> Any:
+        return self.extractors[job.params["extractor"]]
+
+    def fact(self, name: str, chain: Chain) -> Fact:
+        """The fingerprint of one context fact for ``chain`` (see registry.CONTEXT_FACTS)."""
+        if name == "extractor":
+            return self._identities[chain.extractor_id]
+        if name == "output":
+            return Fact(chain.output)
+        if name == "name":
+            return Fact(chain.name)
+        if name == "fit_targets":
+            supervised = bool(getattr(self.extractors[chain.extractor_id], "supervised", False))
+            return self.fact("targets", chain) if supervised else Fact(None)
+        if name not in self._facts:
+            self._facts[name] = self._dataset_fact(name)
+        return self._facts[name]
+
+    def _dataset_fact(self, name: str) -> Fact:
+        fingerprint = getattr(self.dataset, f"{name}_fingerprint", None)
+        if fingerprint is None:
+            raise ConfigError(f"the dataset ({type(self.dataset).__name__}) has no {name!r} fact for the stages "
+                              "that declare it")
+        try:
+            return Fact(fingerprint(), self.dataset_safe)
+        except InputTypeError:
+            # Inputs that cannot be hashed by content (e.g. opaque objects): the declared identity governs.
+            identity = self.dataset.identity
+            return Fact({"identity": identity.fingerprint}, identity.kind == "declared" and self.dataset_safe)
+
+    def params(self, chain: Chain) -> Mapping[str, Any]:
+        return {"extractor": chain.extractor_id, "parent": chain.parent, "output": chain.output, "name": chain.name}

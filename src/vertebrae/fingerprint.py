@@ -1,0 +1,139 @@
+"""Content fingerprints: what artifact keys hash.
+
+A key must change when anything its stage reads changes and stay put otherwise, so
+values are hashed by *content*, never by ``repr`` (NumPy abbreviates long arrays in
+its repr).  Arrays hash their dtype, shape and bytes; sparse matrices hash their
+canonical CSR form (sorted indices, duplicates summed) under a type-independent tag,
+so ``csr_matrix`` and ``csr_array`` holding the same data agree.  Containers hash
+their items in order (mappings by sorted key), each item tagged with its type, so
+``1``, ``1.0``, ``True`` and ``"1"`` never collide.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import hashlib
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._sparse import is_sparse
+from .errors import InputTypeError
+
+
+def content_sha256(value: Any) -> str:
+    """SHA-256 of ``value``'s content (arrays, sparse matrices, scalars, strings, containers)."""
+    digest = hashlib.sha256()
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def canonical(value: Any) -> Any:
+    """A JSON-safe canonical stand-in for ``value``: arrays become ``{"sha256": ...}`` of their content.
+
+    Used for recipes and parameters, so a key is readable JSON yet content-aware.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    if hasattr(value, "get_params") and callable(value.get_params):  # a nested scikit-learn estimator
+        return {"estimator": f"{type(value).__module__}.{type(value).__qualname__}",
+                "params": canonical(value.get_params(deep=False))}
+    if isinstance(value, type):
+        return {"type": f"{value.__module__}.{value.__qualname__}"}
+    if callable(value):
+        return {"callable": callable_name(value)}
+    return {"content": content_sha256(value)}
+
+
+def callable_name(fn: Any) -> str:
+    """``module.qualname`` of a function, or of the type of a callable object."""
+    target = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(target, '__module__', '?')}.{target.__qualname__}"
+
+
+def _feed(digest: Any, value: Any) -> None:
+    if is_sparse(value):
+        csr = value if value.format == "csr" else value.tocsr()
+        if not csr.has_canonical_format:  # hash one canonical form; copy only when it differs
+            csr = csr.copy()
+            csr.sum_duplicates()
+        digest.update(f"sparse|{csr.shape}|{csr.dtype.str}|".encode())
+        for part in (csr.indptr, csr.indices):  # index dtype (int32/int64) must not change the hash
+            _feed_chunked(digest, part, np.int64)
+        _feed_chunked(digest, csr.data, csr.data.dtype)
+        return
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            digest.update(f"objarray|{value.shape}|".encode())
+            for item in value.ravel().tolist():
+                _feed(digest, item)
+            return
+        digest.update(f"array|{value.shape}|{value.dtype.str}|".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+        return
+    tag, payload = _scalar(value)
+    if tag is not None:
+        digest.update(f"{tag}:{len(payload)}:".encode())
+        digest.update(payload)
+        return
+    if isinstance(value, Mapping):
+        digest.update(f"map|{len(value)}|".encode())
+        for key in sorted(value, key=lambda k: content_sha256(k)):
+            _feed(digest, key)
+            _feed(digest, value[key])
+        return
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=content_sha256) if isinstance(value, (set, frozenset)) else value
+        digest.update(f"{type(value).__name__ if isinstance(value, (set, frozenset)) else 'seq'}|{len(value)}|".encode())
+        for item in items:
+            _feed(digest, item)
+        return
+    raise InputTypeError(f"cannot fingerprint a {type(value).__name__} by content; pass arrays, sparse matrices, "
+                         "strings, bytes, numbers or lists of them, or declare the dataset's identity")
+
+
+_CHUNK = 1 << 20
+
+
+def _feed_chunked(digest: Any, array: np.ndarray, dtype: Any) -> None:
+    """Feed ``array`` as ``dtype`` in bounded chunks (no full-size converted copy)."""
+    for start in range(0, array.size, _CHUNK):
+        digest.update(np.ascontiguousarray(array[start:start + _CHUNK], dtype=dtype).tobytes())
+
+
+def _scalar(value: Any) -> tuple[str | None, bytes]:
+    """(type tag, canonical bytes) of a scalar, or (None, b"") when ``value`` is not one."""
+    if value is None:
+        return "none", b""
+    if isinstance(value, (bool, np.bool_)):
+        return "bool", b"1" if value else b"0"
+    if isinstance(value, (int, np.integer)):
+        return "int", str(int(value)).encode()
+    if isinstance(value, (float, np.floating)):
+        return "float", float(value).hex().encode()
+    if isinstance(value, str):
+        return "str", value.encode("utf-8", "surrogatepass")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "bytes", bytes(value)
+    if isinstance(value, decimal.Decimal):
+        return "decimal", str(value).encode()
+    if isinstance(value, uuid.UUID):
+        return "uuid", value.bytes
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return type(value).__name__, value.isoformat().encode()
+    if isinstance(value, np.generic):
+        return f"np.{value.dtype.str}", value.tobytes()
+    return None, b""
