@@ -17,6 +17,9 @@ from typing import Any
 from ._config import check_float
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, InputTypeError, InputValidationError
+from .cache import CacheConfig
+from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
+                                stage_cache)
 from .execution.context import Chain, RunContext
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
@@ -64,7 +67,8 @@ class Benchmark:
                  separatix_config: SeparatixConfig | None = None,
                  stability_config: StabilityConfig | None = None,
                  on_error: str = "raise",
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None,
+                 cache_config: CacheConfig | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
@@ -95,6 +99,7 @@ class Benchmark:
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress
+        self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
 
     def _check_labels_against_config(self) -> None:
         """Label-dependent settings must fit the dataset: fail before any extractor runs."""
@@ -117,7 +122,7 @@ class Benchmark:
 
     def _context(self) -> RunContext:
         return RunContext(self.settings, self.extractors, dataset=self.dataset,
-                          dataset_safe=self.dataset.identity.cache_eligible)
+                          dataset_safe=self.dataset.identity.cache_eligible, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark (what ``run`` executes), with their content-aware keys."""
@@ -132,13 +137,16 @@ class Benchmark:
         runner = LocalRunner(self.progress) if runner is None else runner
         outcome = runner.run(plan.jobs, context, on_error=self.on_error)
         eligible = {job.key: job.cache_eligible for job in plan.jobs}
-        results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]])
+        results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]], self.cache)
                    for chain, keys in zip(plan.chains, plan.chain_keys)]
-        return _build_result(self.dataset, results, self.settings, plan, started)
+        result = _build_result(self.dataset, results, self.settings, plan, started)
+        if self.cache is not None:
+            result.metadata["cache"] = cache_summary(self.cache)
+        return result
 
 
 def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, settings: BenchmarkSettings,
-                  cache_eligible: bool) -> ExtractorResult:
+                  cache_eligible: bool, cache: StageCache | None = None) -> ExtractorResult:
     """The assembled result of one chain, with its keys, runtimes and cache facts; or its failure."""
     assembled = outcome.artifacts.get(keys["assemble"])
     if assembled is None:
@@ -148,6 +156,9 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
                                       artifact_keys=dict(keys))
     embedding = {**assembled.embedding, "cache_eligible": cache_eligible,
                  "cache_status": outcome.statuses[keys["extract"]]}
+    if cache is not None:
+        embedding["footprint"] = embedding_footprint(assembled.embedding["logical_bytes"],
+                                                     outcome.persisted.get(keys["extract"]), chain.output)
     result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
                                  embedding=embedding)
     result.runtime = _runtime(keys, outcome, result)
@@ -159,7 +170,10 @@ def _runtime(keys: dict[str, str], outcome: RunOutcome, result: ExtractorResult)
     runtime: dict[str, float] = {}
     for stage in ("extract", "score", "stability", "metrics"):
         timings = outcome.timings.get(keys.get(stage, ""), {})
-        if timings:
+        if timings and outcome.statuses.get(keys[stage]) == HIT:
+            runtime[stage] = NOT_MEASURED_CACHE_HIT  # the extractor did not run; only the read is timed
+            runtime[f"{stage}_cache_read"] = timings["seconds"]
+        elif timings:
             runtime[stage] = timings["seconds"]
             runtime.update({name: seconds for name, seconds in timings.items() if name != "seconds"})
     if result.separatix is not None:

@@ -61,8 +61,10 @@ class RunContext:
     """Live objects of one run plus their fingerprints (computed once, on first use)."""
 
     def __init__(self, settings: Any, extractors: Sequence[Any], *, dataset: Any = None,
-                 dataset_safe: bool = True) -> None:
+                 dataset_safe: bool = True, cache: Any = None) -> None:
         self.settings = settings
+        #: The run's :class:`~vertebrae.execution.caching.StageCache`, or None without a cache.
+        self.cache = cache
         self.dataset = dataset
         self.dataset_safe = dataset_safe
         self.extractors: dict[str, Any] = {}
