@@ -8,6 +8,7 @@ separatix) are imported lazily, so ``import vertebrae`` stays fast.
 
 from .artifacts import FsspecStore, MemoryStore, StoredArtifact, open_store
 from .benchmark import Benchmark
+from .cache import CacheConfig
 from .datasets import BenchmarkDataset
 from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
@@ -39,5 +40,5 @@ __all__ = [
     "RetrievalDataset", "TwoBranchExtractor",
     "VertebraeError", "VertebraeWarning", "__version__",
     "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
-    "open_store",
+    "open_store", "CacheConfig",
 ]

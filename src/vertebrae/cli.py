@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                           "metrics go in the config's [[metrics]] with higher_is_better = false")
     run.add_argument("--primary-metric", metavar="NAME", default=None,
                      help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
+    run.add_argument("--cache", metavar="URL", default=None,
+                     help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
+                          "gs://bucket/prefix); overrides [cache] store; default: no cache")
     _output_options(run)
 
     report = sub.add_parser("report", help="regenerate the Markdown report from an archived result JSON",
@@ -62,6 +65,8 @@ def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
     result.save_markdown(output / "report.md")
     if not quiet:
         print(_ranking_text(result))
+        if result.metadata.get("cache"):
+            print(f"\nCache: {result.metadata['cache']['store']} ({result.metadata['cache']['mode']})")
         print(f"\nWrote {output / 'report.json'} and {output / 'report.md'}")
 
 
@@ -88,6 +93,9 @@ def _run(args: argparse.Namespace) -> int:
     from .run_config import benchmark_from_config, load_run_config
 
     config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
+        config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
+                           if "://" not in args.cache else args.cache, "enabled": True}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     _write_reports(benchmark.run(), args.output, args.quiet)
     return EXIT_OK

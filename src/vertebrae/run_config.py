@@ -28,6 +28,10 @@ Example (TOML)::
     quality_tolerance = 0.02
     # primary_metric = "my_metric"
 
+    [cache]                       # CacheConfig fields (optional; no cache without this section or --cache)
+    store = "cache"               # a folder (relative to this file), file://, s3://bucket/prefix, gs://...
+    mode = "read_write"           # or "read_only", "refresh"; also enabled = false, storage_options = {...}
+
     [[metrics]]                   # custom metrics, loaded with vertebrae.load_metric
     path = "my_project.metrics:label_aware_metric"
     name = "my_metric"            # optional: defaults to the function name
@@ -39,11 +43,13 @@ keys are rejected with the list of allowed ones.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 from .benchmark import Benchmark
+from .cache import CacheConfig
 from .datasets import BenchmarkDataset
 from .errors import ConfigError
 from .extractors import PrecomputedExtractor
@@ -59,7 +65,8 @@ DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target
 EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance"}
 #: Top-level sections a run configuration may contain.
-SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics"}
+SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
+            "cache"}
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
@@ -102,6 +109,15 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def cache_config_from_section(section: Any, base_dir: pathlib.Path) -> CacheConfig:
+    """The ``[cache]`` section; a relative folder is resolved against the config file's folder."""
+    cache = CacheConfig.from_dict(_check_keys("[cache]", section, {f.name for f in dataclasses.fields(CacheConfig)}))
+    store = cache.store
+    if store is not None and "://" not in store and not pathlib.Path(store).expanduser().is_absolute():
+        cache = cache.replace(store=str(base_dir / store))
+    return cache
+
+
 def load_run_config(path: str | pathlib.Path) -> dict[str, Any]:
     config = load_config_file(path)
     unknown = sorted(set(config) - SECTIONS)
@@ -120,6 +136,8 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     if not isinstance(extractors_cfg, list) or not extractors_cfg:
         raise ConfigError("config needs at least one [[extractors]] entry with name and embeddings")
     kwargs = benchmark_kwargs(config)  # config errors before loading large files
+    if "cache" in config:
+        kwargs["cache_config"] = cache_config_from_section(config["cache"], base_dir)
     resolve = lambda p: (base_dir / p) if not pathlib.Path(p).is_absolute() else pathlib.Path(p)  # noqa: E731
     y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
     extractors = []

@@ -88,9 +88,11 @@ class StageCache:
         artifact, timings = run_job(job, inputs, context)
         if mode == "read_only":
             return JobRun(artifact, timings, MISS)
+        start = time.perf_counter()
         try:
             manifest = self.store.write(job.key, codec.encode(artifact), versions=_versions(job),
                                         metadata=_listing(job, context))
+            timings["cache_write"] = time.perf_counter() - start  # beside the artifact, like every runtime
         except ArtifactError as exc:
             warnings.warn(f"cache: could not store {job.key} in {self.config.url} ({exc}); the run continues "
                           "without caching it", ArtifactWarning, stacklevel=2)
@@ -227,8 +229,13 @@ def embedding_footprint(logical_bytes: int, persisted: dict[str, Any] | None, ou
     The evaluated embedding is a view of the raw output (no copy, nothing stored) until a
     derived stage such as compression persists its own.
     """
+    return endpoint_footprint(logical_bytes, persisted, output_array(output))
+
+
+def endpoint_footprint(logical_bytes: int, persisted: dict[str, Any] | None, array: str) -> dict[str, Any]:
+    """:func:`embedding_footprint` for the stored array named ``array``."""
     status = NOT_PERSISTED if persisted is None else persisted["status"]
-    stored = None if persisted is None else persisted["bytes"].get(output_array(output))
+    stored = None if persisted is None else persisted["bytes"].get(array)
     if status == MEASURED and stored is None:
         status = UNAVAILABLE
     return {"raw": {"logical_bytes": int(logical_bytes), "persisted_bytes": stored, "persisted_status": status},

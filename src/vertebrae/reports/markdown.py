@@ -187,6 +187,10 @@ def _reproducibility(data: Mapping[str, Any]) -> str:
             ["seed", meta["settings"]["scoring_config"]["random_state"]]]
     rows += [[f"version {name}", v] for name, v in meta["versions"].items()]
     rows += [[f"artifact {j['stage']} {j['extractor']}", j["key"]] for j in meta["plan"]]
+    if meta.get("cache"):  # only runs with a cache say where it lives
+        rows += [["cache store", meta["cache"]["store"]], ["cache mode", meta["cache"]["mode"]]]
+        rows += [[f"cache {r['name']}", r["embedding"].get("cache_status", "-")] for r in data["extractor_results"]
+                 if r.get("embedding")]
     return "## Reproducibility\n\n" + table(["field", "value"], rows)
 
 
