@@ -237,7 +237,7 @@ KEY_TABLE = {
     ("benchmark", "metrics"): (("embedding", "score"), {"targets", "groups"}, set()),
     ("benchmark", "diagnose"): (("embedding", "score"), {"targets", "groups"}, {"separatix"}),
     ("benchmark", "assemble"): (("embedding", "score", "stability", "metrics", "diagnose"),
-                                {"name", "output", "extractor"}, set()),
+                                {"name", "output", "view", "extractor"}, set()),
     ("retrieval", "encode"): ((), {"query_inputs", "gallery_inputs", "extractor"}, {"numpy"}),
     ("retrieval", "endpoints"): (("encode",), set(), set()),
     ("retrieval", "rank_forward"): (("endpoints",), {"relevance"}, set()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -187,3 +188,95 @@ def test_csv_readers_keep_text_labels_and_detect_numeric_headers(tmp_path):
     pd.DataFrame({"label": ["NA", "None", "cat", ""]}).to_csv(tmp_path / "labels.csv", index=False)
     values = load_column(tmp_path / "labels.csv", "label", "labels")
     assert values[:3] == ["NA", "None", "cat"] and np.isnan(values[3])  # only the empty cell is missing
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("labels.txt", "a\nb\n\na\nb\n", "line(s) 3 of the labels file are blank"),
+    ("labels.txt", "a\nb\na\nb\n  \n", "line(s) 5 of the labels file are blank"),
+    ("labels.csv", "label\na\nb\n\na\nb\n", "line(s) 4 of the labels file are blank"),
+    ("labels.csv", "id,label\n0,a\n1,b\n2,a,extra\n3,b\n", "line(s) 4 of the labels file have a field count other "
+                                                          "than the header's 2 (line 4 has 3)"),
+])
+def test_blank_or_malformed_label_lines_are_named_by_line_number(tmp_path, capsys, name, text, message):
+    """Issue 11 item 7: not dropped silently (which surfaced as a row-count mismatch)."""
+    from vertebrae.io import load_column
+
+    (tmp_path / name).write_text(text)
+    with pytest.raises(Exception, match=re.escape(message)):
+        load_column(tmp_path / name, "label" if name.endswith(".csv") else None, "labels")
+    np.save(tmp_path / "emb.npy", np.random.default_rng(0).normal(size=(text.count("\n") - 1, 3)))
+    column = 'labels_column = "label"' if name.endswith(".csv") else ""
+    (tmp_path / "run.toml").write_text(f'[dataset]\nid = "x"\nrevision = "1"\nlabels = "{name}"\n{column}\n'
+                                       '[[extractors]]\nname = "e"\nembeddings = "emb.npy"\n')
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_run_records_file_provenance(project, monkeypatch):
+    """Issue 11 item 6: config, labels and embedding files as given, with sizes and content hashes."""
+    import hashlib
+    import os
+
+    from vertebrae import BenchmarkResult
+
+    (project / "run.toml").write_text(TOML + f'\n[[extractors]]\nname = "absolute"\nembeddings = "{project / "a.npy"}"\n')
+    monkeypatch.chdir(project)
+    assert main(["run", "run.toml", "-o", "out", "-q"]) == 0
+    result = BenchmarkResult.load(project / "out" / "report.json")
+    files = result.metadata["input_files"]
+    given = [(f["role"], f["path"], f.get("extractor")) for f in files]
+    assert given == [("config", "run.toml", None), ("labels", "labels.csv", None), ("embeddings", "a.npy", "dense"),
+                     ("embeddings", "b.npz", "sparse"), ("embeddings", "c.npz", "archive"),
+                     ("embeddings", "d.parquet", "parquet"), ("embeddings", "e.csv", "csv"),
+                     ("embeddings", str(project / "a.npy"), "absolute")]
+    for record in files:
+        path = project / record["path"]
+        assert record["size_bytes"] == os.path.getsize(path)
+        assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert files[2]["sha256"] == files[-1]["sha256"]  # the same file under two spellings
+    assert f"| file labels labels.csv | sha256 {files[1]['sha256']} ({files[1]['size_bytes']} bytes) |" in \
+        (project / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_run_shows_each_distinct_warning_once_and_quiet_silences_them(project, capsys, quiet):
+    """Issue 11 item 5: no source lines, one line per distinct warning with a count; results keep them."""
+    (project / "run.toml").write_text(TOML.replace("k = 4", "k = 10") + "\n[separatix]\nenabled = false\n")
+    argv = ["run", str(project / "run.toml"), "-o", str(project / "w")] + (["-q"] if quiet else [])
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    message = "class 'class-0': k reduced from 10 (fixed) to 6 because it has only 30 sample(s) (min_samples_per_cluster=5)"
+    data = json.loads((project / "w" / "report.json").read_text())
+    assert all(message in r["warnings"] for r in data["extractor_results"])  # five extractors, each records it
+    if quiet:
+        assert err == ""
+    else:
+        assert f"vertebrae run: ScoringWarning (5 times): {message}\n" in err
+        assert err.count(message) == 1 and ".py:" not in err and "scorer.score" not in err
+
+
+def test_run_help_summarizes_the_config_format_and_points_to_the_docs(capsys):
+    """Issue 11 item 12."""
+    from vertebrae.run_config import DATASET_KEYS, SECTIONS
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out
+    assert "docs/cli.md" in text and "vertebrae.run_config" not in text
+    for section in SECTIONS:
+        assert (f"[[{section}]]" if section in ("extractors", "metrics") else f"[{section}]") in text
+    assert all(key in text for key in DATASET_KEYS - {"identity"})  # identity appears as identity = "content"
+
+
+def test_on_error_record_writes_the_reports_and_exits_1(project, capsys):
+    np.save(project / "const.npy", np.ones((90, 4), dtype=np.float32))
+    config = TOML + '\n[[extractors]]\nname = "collapsed"\nembeddings = "const.npy"\n'
+    (project / "run.toml").write_text(config.replace("[scoring]", "[benchmark]\non_error = \"raise\"\n\n[scoring]"))
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "r"), "-q"]) == 2
+    assert not (project / "r" / "report.json").exists()
+    capsys.readouterr()
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "r"), "-q", "--on-error", "record"]) == 1
+    assert "extractor 'collapsed' failed in the extract stage" in capsys.readouterr().err
+    data = json.loads((project / "r" / "report.json").read_text())
+    failed = next(r for r in data["extractor_results"] if r["name"] == "collapsed")
+    assert failed["error"]["stage"] == "extract" and failed["primary_score"] is None

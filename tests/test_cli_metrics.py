@@ -110,6 +110,13 @@ params = {{power = 2}}
     (["--metric", "{module}:width", "--metric", "{module}:width"], "", "two metrics named 'width'"),
     ([], '\n[[metrics]]\nname = "x"\n', "must be a table with path"),
     ([], '\n[[metrics]]\npath = "{module}:width"\ndirection = "up"\n', "unknown key(s) ['direction']"),
+    (["--metric", "sklearn.metrics:accuracy_score"], "",
+     "metric 'accuracy_score' (sklearn.metrics._classification:accuracy_score(y_true, y_pred, *, normalize=True, "
+     "sample_weight=None)) cannot be called the way vertebrae calls metrics: got an unexpected keyword argument "
+     "'target_metadata'; it needs the signature fn(embeddings, labels, *, target_metadata=None, groups=None, "
+     "seed=None, **params)"),
+    ([], '\n[[metrics]]\npath = "{module}:width"\nparams = {{exponent = 2}}\n',
+     "got an unexpected keyword argument 'exponent'"),
 ])
 def test_metric_errors_exit_2_with_one_line(project, capsys, extra, config_tail, message):
     folder, module = project

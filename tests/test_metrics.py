@@ -411,3 +411,22 @@ def test_metric_settings_pickle_for_remote_runners(small):
     settings = pickle.loads(pickle.dumps(bench.settings))
     assert [m.identity() for m in settings.metrics] == [m.identity() for m in bench.settings.metrics]
     assert metrics_key_fingerprint(settings.metrics) == metrics_key_fingerprint(bench.settings.metrics)
+
+
+def test_metric_object_with_the_wrong_call_signature_fails_when_the_benchmark_is_built(blob_dataset):
+    """Issue 11 item 9: rejected in Benchmark(...), naming the metric and the required signature."""
+    from vertebrae import Benchmark, InputTypeError, PrecomputedExtractor
+
+    class PairMetric:
+        name, higher_is_better, aggregate_valid = "pairs", True, True
+        supported_target_types = ("single_label",)
+
+        def identity(self):
+            return {"type": "pairs"}
+
+        def __call__(self, y_true, y_pred):  # a scikit-learn style score, not a vertebrae metric
+            return {"score": 1.0}
+
+    with pytest.raises(InputTypeError, match=r"metric 'pairs' .* it needs the signature fn\(embeddings, labels, \*, "
+                                             r"target_metadata=None, groups=None, seed=None, \*\*params\)"):
+        Benchmark(blob_dataset, [PrecomputedExtractor("raw", blob_dataset.embeddings)], metrics=[PairMetric()])

@@ -69,7 +69,7 @@ def test_round_trip_through_json_keeps_typed_labels_distinct():
 def test_unknown_fields_and_backend_choice_are_rejected():
     with pytest.raises(ConfigError, match="unknown field 'model_type'"):
         OverlapScoringConfig.from_dict({"model_type": "KMeans"})
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError, match="unknown field .model_type."):
         OverlapScoringConfig(model_type="KMeans")  # the backend is fixed, not an option
     with pytest.raises(ConfigError, match="unknown field"):
         ContinuousOverlapScoringConfig.from_dict({"kmeans_k": 3})

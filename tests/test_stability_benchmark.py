@@ -80,8 +80,9 @@ def test_without_stability_the_columns_are_empty(run) -> None:
 def test_json_round_trip_and_ranking_stability(run) -> None:
     _, result, *_ = run
     data = json_codec.decode(json.loads(json.dumps(json_codec.encode(result.to_dict()))))
+    ranked = [r.name for r in sorted((result["raw"], result["half"]), key=lambda r: -r.overlap.score)]
     assert data["ranking_stability"] == ranking_stability(
-        {name: result[name].stability.repeat_scores["score"] for name in ("raw", "half")})
+        {name: result[name].stability.repeat_scores["score"] for name in ("raw", "half")}, ranked=ranked)
     restored = BenchmarkResult.from_dict(data)
     assert restored["raw"].stability == result["raw"].stability
     assert restored.ranking_stability == result.ranking_stability
@@ -155,3 +156,100 @@ def test_ranking_stability_says_it_follows_overlap_when_another_metric_is_primar
                        separatix_config=SeparatixConfig(enabled=False),
                        stability_config=StabilityConfig(repeats=3)).run()
     assert "not of the **spread** ranking" in result.to_markdown()
+
+
+# ------------------------------------------------------- issue 11 item 13: ranked score vs its stability set
+@pytest.fixture(scope="module")
+def wine_run():
+    from sklearn.datasets import load_wine
+    from sklearn.decomposition import PCA
+
+    from vertebrae import SeparatixConfig, SklearnExtractor
+
+    X, y = load_wine(return_X_y=True)
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("wine", "sklearn"))
+    extractors = [PrecomputedExtractor("raw", X), SklearnExtractor("pca_4", PCA(4, random_state=0))]
+    result = Benchmark(dataset, extractors, stability_config=StabilityConfig(mode="prototype", repeats=20),
+                       separatix_config=SeparatixConfig(enabled=False)).run()
+    return result, X, y
+
+
+def test_ranked_score_is_the_first_repeat_of_its_stability_set(wine_run) -> None:
+    from scipy.stats import percentileofscore
+    from sklearn.decomposition import PCA
+
+    result, X, y = wine_run
+    pca = result["pca_4"]
+    repeats = pca.stability.repeat_scores["score"]
+    # Independent reference for the ranked number: sklearn's PCA output scored with the default seed 0.
+    direct = OverlapIndexScorer().score(PCA(4, random_state=0).fit_transform(X), y, seed=0).score
+    assert pca.overlap.score == direct == repeats[0] and pca.stability.scoring_seeds[0] == 0
+    assert pca.overlap.score == pytest.approx(0.6746, abs=1e-4)  # the number the issue reported
+    assert pca.stability.includes_primary_draw and min(repeats) <= pca.overlap.score <= max(repeats)
+    # Repeats 1.. are the stability stream's first 19 seeds, each reproducible by a bare call.
+    stream = np.random.SeedSequence(0).spawn(2)[0].generate_state(20).tolist()
+    assert pca.stability.scoring_seeds[1:] == stream[:19]
+    assert repeats[5] == OverlapIndexScorer().score(PCA(4, random_state=0).fit_transform(X), y, seed=stream[4]).score
+    for name in ("raw", "pca_4"):
+        r = result[name]
+        values = r.stability.repeat_scores["score"]
+        position = r.stability_position
+        assert position["percentile"] == pytest.approx(percentileofscore(values, r.overlap.score, kind="mean") / 100)
+        high = np.percentile(values, 97.5)
+        low = np.percentile(values, 2.5)
+        expected = "above" if r.overlap.score > high else "below" if r.overlap.score < low else "inside"
+        assert position["relative_to_interval"] == expected
+    assert pca.stability_position["relative_to_interval"] == "above"  # the primary draw is the luckiest repeat
+    row = result.to_dataframe().set_index("extractor").loc["pca_4"]
+    assert row["stability_score_position"] == "above" and row["stability_score_percentile"] == 0.975
+
+
+def test_report_states_the_ranked_position_and_the_order_agreement(wine_run) -> None:
+    result, *_ = wine_run
+    ranking = result.ranking_stability
+    pca, raw = (np.array(result[n].stability.repeat_scores["score"]) for n in ("pca_4", "raw"))
+    agreement = float(np.mean(pca > raw) + 0.5 * np.mean(pca == raw))
+    assert ranking["ranked_order"] == ["pca_4", "raw"]
+    assert ranking["pair_agreement"] == [{"better": "pca_4", "worse": "raw", "agreement": agreement}]
+    assert ranking["order_stable"] is (agreement >= 0.9)
+    text = result.to_markdown()
+    s = result["pca_4"].stability.summary
+    assert (f"**The ranked score lies outside its own stability interval** for pca_4 ({result['pca_4'].overlap.score:.4f}"
+            f" is above [{s.interval_low:.4f}, {s.interval_high:.4f}], mean {s.mean:.4f})") in text
+    assert "The first repeat (repeat 0) is the primary draw" in text
+
+
+def test_tied_extractors_are_flagged_as_an_unstable_ranking() -> None:
+    X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=6, seed=4)
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+    # With L2 normalization (the default) a scaled copy is the same space: every repeat ties.
+    result = Benchmark(dataset, [PrecomputedExtractor("raw", X), PrecomputedExtractor("scaled", 2 * X)],
+                       scoring_config=OverlapScoringConfig(k=3), stability_config=StabilityConfig(repeats=4)).run()
+    assert result["raw"].stability.repeat_scores == result["scaled"].stability.repeat_scores
+    ranking = result.ranking_stability
+    assert ranking["order_stable"] is False
+    assert ranking["unstable_pairs"] == [{"better": "raw", "worse": "scaled", "agreement": 0.5}]
+    assert "**Unstable ranking:** the repeats keep the overlap ranking's order below 90% of the time for raw over " \
+           "scaled (50%)" in result.to_markdown()
+
+
+def test_ranking_stability_order_agreement_by_hand() -> None:
+    scores = {"a": [0.9, 0.5, 0.7, 0.6], "b": [0.8, 0.6, 0.7, 0.5], "c": [0.1, 0.2, 0.3, 0.4]}
+    ranking = ranking_stability(scores, ranked=["a", "b", "c"])
+    # a over b: repeats 0 and 3 yes, 1 no, 2 tied -> (2 + 0.5) / 4; b over c: always.
+    assert ranking["pair_agreement"] == [{"better": "a", "worse": "b", "agreement": 0.625},
+                                         {"better": "b", "worse": "c", "agreement": 1.0}]
+    assert ranking["unstable_pairs"] == [ranking["pair_agreement"][0]] and ranking["order_stable"] is False
+    assert ranking_stability(scores, higher_is_better=False, ranked=["c", "b", "a"])["pair_agreement"][0] == \
+        {"better": "c", "worse": "b", "agreement": 1.0}
+    with pytest.raises(Exception, match="ranked must list the analysed extractors"):
+        ranking_stability(scores, ranked=["a", "b"])
+
+
+def test_stability_artifact_key_covers_the_repeat_protocol() -> None:
+    """Artifacts of the old protocol (repeat 0 from the stream) must not be reused for the new one."""
+    from vertebrae.scoring.stability import PROTOCOL_VERSION
+
+    fields = {name: value for name, value in StabilityConfig().to_dict().items() if name != "n_jobs"}
+    assert PROTOCOL_VERSION == 2
+    assert StabilityConfig().fingerprint() == {**fields, "protocol_version": 2}

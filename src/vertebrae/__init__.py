@@ -12,6 +12,7 @@ from .cache import CacheConfig
 from .datasets import BenchmarkDataset
 from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
+from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
@@ -25,6 +26,7 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
                               OverlapScoringConfig)
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
+from .views import LabelViewConfig, TargetView, TargetViewConfig
 
 __version__ = "0.1.0"
 
@@ -38,7 +40,9 @@ __all__ = [
     "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
+    "LabelViewConfig", "TargetView", "TargetViewConfig",
     "VertebraeError", "VertebraeWarning", "__version__",
     "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
     "open_store", "CacheConfig",
+    "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
 ]

@@ -8,13 +8,14 @@ fields.  Keeping this in one place means every config reports errors the same wa
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
 
 C = TypeVar("C", bound="Config")
 
@@ -68,11 +69,21 @@ class Config:
     _removed_fields = {}
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Config":
-        """Reject removed fields given as keywords with the same explanation ``from_dict`` gives."""
-        for name in kwargs:
+        """Reject removed and unknown keywords with the same message ``from_dict`` gives."""
+        cls._check_field_names(kwargs)
+        return super().__new__(cls)
+
+    @classmethod
+    def _check_field_names(cls, names: Any) -> None:
+        """One check for keywords and dict keys: removed fields explain why, unknown ones list the allowed."""
+        allowed = [f.name for f in dataclasses.fields(cls) if f.init]
+        for name in names:
             if name in cls._removed_fields:
                 raise ConfigError(f"{cls.__name__} field {name!r} was removed: {cls._removed_fields[name]}")
-        return super().__new__(cls)
+            if name not in allowed:
+                close = difflib.get_close_matches(str(name), allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{cls.__name__} got unknown field {name!r}{hint}; allowed fields: {sorted(allowed)}")
 
     def __post_init__(self) -> None:
         self._validate()
@@ -103,15 +114,8 @@ class Config:
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
         """Build a config from a plain dict, rejecting unknown and removed fields."""
         if not isinstance(data, Mapping):
-            raise ConfigError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key in cls._removed_fields:
-                raise ConfigError(f"{cls.__name__} field {key!r} was removed: {cls._removed_fields[key]}")
-            if key not in names:
-                raise ConfigError(
-                    f"{cls.__name__} got unknown field {key!r}; allowed fields: {sorted(names)}"
-                )
+            raise ConfigTypeError(f"{cls.__name__}.from_dict expects a mapping, got {type(data).__name__}")
+        cls._check_field_names(data)
         return cls(**cls._decode_fields(dict(data)))
 
     def to_json(self) -> str:
@@ -132,7 +136,8 @@ def check_int(owner: str, field: str, value: Any, *, minimum: int | None = None,
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{_where(owner, field)} must be an integer{' or None' if allow_none else ''}, got {value!r}")
+        raise ConfigTypeError(f"{_where(owner, field)} must be an integer{' or None' if allow_none else ''}, "
+                              f"got {value!r}")
     value = int(value)
     if minimum is not None and value < minimum:
         raise ConfigError(f"{_where(owner, field)} must be >= {minimum}, got {value}")
@@ -144,7 +149,9 @@ def check_float(owner: str, field: str, value: Any, *, low: float | None = None,
     """Accept finite real numbers within an interval."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigTypeError(f"{_where(owner, field)} must be a finite number, got {value!r}")
+    if not math.isfinite(float(value)):
         raise ConfigError(f"{_where(owner, field)} must be a finite number, got {value!r}")
     value = float(value)
     bad_low = low is not None and (value <= low if low_open else value < low)
@@ -167,7 +174,7 @@ def check_choice(owner: str, field: str, value: Any, choices: tuple) -> Any:
 
 def check_bool(owner: str, field: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(f"{_where(owner, field)} must be True or False, got {value!r}")
+        raise ConfigTypeError(f"{_where(owner, field)} must be True or False, got {value!r}")
     return value
 
 
@@ -184,10 +191,11 @@ def check_str_mapping(owner: str, field: str, value: Any, *, forbidden: Mapping[
     if value is None:
         return FrozenDict()
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{_where(owner, field)} must be a mapping of keyword arguments, got {type(value).__name__}")
+        raise ConfigTypeError(f"{_where(owner, field)} must be a mapping of keyword arguments, "
+                              f"got {type(value).__name__}")
     for key in value:
         if not isinstance(key, str):
-            raise ConfigError(f"{_where(owner, field)} keys must be strings, got {key!r}")
+            raise ConfigTypeError(f"{_where(owner, field)} keys must be strings, got {key!r}")
         if forbidden and key in forbidden:
             raise ConfigError(f"{_where(owner, field)} must not contain {key!r}: {forbidden[key]}")
     return FrozenDict(value)

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._config import check_float
-from .datasets import BenchmarkDataset
-from .errors import ConfigError, InputTypeError, InputValidationError
 from .cache import CacheConfig
+from .datasets import BenchmarkDataset
+from .errors import ConfigTypeError, InputTypeError, InputValidationError, VertebraeError
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
                                 stage_cache)
 from .execution.context import Chain, RunContext
@@ -30,6 +30,7 @@ from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, 
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig, plan_repeats
+from .views import LabelViewConfig, TargetViewConfig, plan_views, view_label
 
 DEFAULT_QUALITY_TOLERANCE = 0.02
 
@@ -66,6 +67,8 @@ class Benchmark:
                  quality_tolerance: float = DEFAULT_QUALITY_TOLERANCE,
                  separatix_config: SeparatixConfig | None = None,
                  stability_config: StabilityConfig | None = None,
+                 target_view_config: TargetViewConfig | None = None,
+                 label_view_config: LabelViewConfig | None = None,
                  on_error: str = "raise",
                  progress: bool | None = None,
                  cache_config: CacheConfig | None = None) -> None:
@@ -79,50 +82,75 @@ class Benchmark:
         scoring_config = scoring_config or OverlapScoringConfig()
         continuous_config = continuous_config or ContinuousOverlapScoringConfig()
         if not isinstance(scoring_config, OverlapScoringConfig):
-            raise ConfigError(f"scoring_config must be an OverlapScoringConfig, got {type(scoring_config).__name__}")
+            raise ConfigTypeError(f"scoring_config must be an OverlapScoringConfig, got {type(scoring_config).__name__}")
         if not isinstance(continuous_config, ContinuousOverlapScoringConfig):
-            raise ConfigError("continuous_config must be a ContinuousOverlapScoringConfig, got "
-                              f"{type(continuous_config).__name__}")
+            raise ConfigTypeError("continuous_config must be a ContinuousOverlapScoringConfig, got "
+                                  f"{type(continuous_config).__name__}")
         # Separatix is the default complexity diagnostic (gated on the overlap score);
         # SeparatixConfig(enabled=False) turns it off.
         separatix_config = SeparatixConfig() if separatix_config is None else separatix_config
         if not isinstance(separatix_config, SeparatixConfig):
-            raise ConfigError(f"separatix_config must be a SeparatixConfig or None, got {type(separatix_config).__name__}")
+            raise ConfigTypeError(f"separatix_config must be a SeparatixConfig or None, "
+                                  f"got {type(separatix_config).__name__}")
         if stability_config is not None and not isinstance(stability_config, StabilityConfig):
-            raise ConfigError(f"stability_config must be a StabilityConfig or None, "
-                              f"got {type(stability_config).__name__}")
+            raise ConfigTypeError(f"stability_config must be a StabilityConfig or None, "
+                                  f"got {type(stability_config).__name__}")
         check_primary_metric(primary_metric, custom_metrics)
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
             separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config)
+        for argument, value, kind in (("target_view_config", target_view_config, TargetViewConfig),
+                                      ("label_view_config", label_view_config, LabelViewConfig)):
+            if value is not None and not isinstance(value, kind):
+                raise ConfigTypeError(f"{argument} must be a {kind.__name__} or None, got {type(value).__name__}")
+        self.target_view_config, self.label_view_config = target_view_config, label_view_config
+        self._views = plan_views(target_view_config, label_view_config, dataset, self._outputs())
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
 
     def _check_labels_against_config(self) -> None:
-        """Label-dependent settings must fit the dataset: fail before any extractor runs."""
-        targets = self.dataset.targets
-        if targets.target_type != "regression":
-            check_class_settings(self.settings.scoring_config, targets.counts(), targets.catalog)
-        stability = self.settings.stability_config
-        if stability is not None and stability.mode == "subsample":
-            plan_repeats(targets, stability)  # an infeasible subsample fails here, before any extractor runs
+        """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
+        views = {view for chosen in self._views.values() for view in (chosen or [None])}
+        for view in sorted(views, key=str):
+            targets = self.dataset.view_targets(view)
+            where = "" if view is None else f" (in {view[0]} view {view[1]!r})"
+            try:
+                if targets.target_type != "regression":
+                    check_class_settings(self.settings.scoring_config, targets.counts(), targets.catalog)
+                stability = self.settings.stability_config
+                if stability is not None and stability.mode == "subsample":
+                    plan_repeats(targets, stability)  # an infeasible subsample fails here, before any work
+            except VertebraeError as exc:
+                raise type(exc)(f"{exc}{where}") from None
+
+    @staticmethod
+    def _extractor_outputs(extractor: Any) -> tuple[str | None, ...]:
+        return tuple(extractor.output_names()) if hasattr(extractor, "output_names") else (None,)
+
+    def _outputs(self) -> list[str | None]:
+        return [output for e in self.extractors for output in self._extractor_outputs(e)]
 
     def chains(self, context: RunContext | None = None) -> list[Chain]:
-        """One chain per result: each extractor, or each named output of a multi-output extractor."""
+        """One chain per result: each extractor (or each named output of it), per scored view.
+
+        Names read ``extractor``, ``extractor:output``, ``extractor[target=coarse]`` or
+        ``extractor:output[level=family]`` (spec, results page).
+        """
         context = self._context() if context is None else context
         chains = []
         for extractor, extractor_id in zip(self.extractors, context.extractor_ids()):
-            outputs = extractor.output_names() if hasattr(extractor, "output_names") else (None,)
-            chains += [Chain(extractor.name if output is None else f"{extractor.name}:{output}", extractor_id,
-                             extractor.name, output) for output in outputs]
+            for output in self._extractor_outputs(extractor):
+                base = extractor.name if output is None else f"{extractor.name}:{output}"
+                for view in self._views[output] or [None]:
+                    name = base if view is None else f"{base}[{view_label(view)}]"
+                    chains.append(Chain(name, extractor_id, extractor.name, output, view))
         return chains
 
     def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, dataset=self.dataset,
-                          dataset_safe=self.dataset.identity.cache_eligible, cache=self.cache)
+        return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark (what ``run`` executes), with their content-aware keys."""
@@ -222,18 +250,25 @@ def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], set
 
 
 def benchmark_recommendations(result: BenchmarkResult) -> list[str]:
-    """Short practitioner guidance derived from the ranking (never a composite score)."""
-    ranked = result.ranked_results()
-    if not ranked:
-        return ["No extractor has a valid primary aggregate; rankings and the quality cohort are unavailable."]
-    best = ranked[0]
-    notes = [f"Top candidate: {best.name} ({best.primary_metric_name} = {best.primary_score:.4f})."]
-    cohort = result.quality_cohort()
-    if len(cohort) > 1:
-        notes.append(f"Within {result.metadata['quality_tolerance']} of the best: "
-                     + ", ".join(r.name for r in cohort) + " — compare them on cost before choosing.")
-    for r in ranked:
-        if r.weakest_class and r.weakest_class["score"] < 0.5 and r.overlap.target_type != "regression":
-            notes.append(f"{r.name}: class {r.weakest_class['display']!r} overlaps heavily "
-                         f"(per-class overlap {r.weakest_class['score']:.4f}); inspect it before relying on this space.")
+    """Short practitioner guidance derived from each view's ranking (never a composite score)."""
+    views = result.views()
+    notes: list[str] = []
+    for view in views:
+        where = "" if len(views) == 1 else f"[{view}] "
+        ranked = result.ranked_results(view)
+        if not ranked:
+            notes.append(f"{where}No extractor has a valid primary aggregate; rankings and the quality cohort are "
+                         "unavailable.")
+            continue
+        best = ranked[0]
+        notes.append(f"{where}Top candidate: {best.name} ({best.primary_metric_name} = {best.primary_score:.4f}).")
+        cohort = result.quality_cohort(view=view)
+        if len(cohort) > 1:
+            notes.append(f"{where}Within {result.metadata['quality_tolerance']} of the best: "
+                         + ", ".join(r.name for r in cohort) + " — compare them on cost before choosing.")
+        for r in ranked:
+            if r.weakest_class and r.weakest_class["score"] < 0.5 and r.overlap.target_type != "regression":
+                notes.append(f"{r.name}: class {r.weakest_class['display']!r} overlaps heavily "
+                             f"(per-class overlap {r.weakest_class['score']:.4f}); inspect it before relying on this "
+                             "space.")
     return notes

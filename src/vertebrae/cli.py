@@ -9,11 +9,30 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import VertebraeError
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+RUN_CONFIG_HELP = """\
+config format (TOML shown; YAML uses the same sections and keys):
+  [dataset]                 id, revision (or identity = "content"), labels = "labels.csv"
+                            (.npy/.txt/.csv/.parquet), labels_column; optional target_type
+                            ("single_label"/"multi_label"/"regression"), label_names, target_names,
+                            groups, groups_column, name
+  [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv)
+  [scoring]                 OverlapScoringConfig fields, e.g. k = "auto"
+  [continuous]              ContinuousOverlapScoringConfig fields (regression)
+  [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
+  [separatix]               SeparatixConfig fields; enabled = false turns it off
+  [benchmark]               quality_tolerance, primary_metric, on_error
+  [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
+Relative paths are relative to the config file; unknown sections and keys are rejected.
+Full reference with an example: docs/cli.md
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", aliases=["score"], help="run a benchmark described by a TOML/YAML config file",
                          description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
-                                     "report.md. See `vertebrae.run_config` for the file format.")
+                                     "report.md.", epilog=RUN_CONFIG_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
     run.add_argument("--metric", action="append", default=[], metavar="MODULE:FUNCTION[:NAME]",
                      help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
@@ -42,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cache", metavar="URL", default=None,
                      help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
                           "gs://bucket/prefix); overrides [cache] store; default: no cache")
+    run.add_argument("--on-error", choices=("raise", "record"), default=None,
+                     help="'record': an extractor that fails becomes an unranked result with its error and the "
+                          "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
+                          "the first failure (overrides [benchmark] on_error)")
     _output_options(run)
 
     report = sub.add_parser("report", help="regenerate the Markdown report from an archived result JSON",
@@ -56,7 +80,27 @@ def _parser() -> argparse.ArgumentParser:
 def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("."),
                         help="folder for report.json and report.md (default: current folder)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no printed ranking")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress bar, no printed ranking and no warnings (the results still record them)")
+
+
+def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
+    """Run ``run()`` and show each distinct warning once, with its count and without source lines.
+
+    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run()
+    counts: dict[tuple[str, str], int] = {}
+    for item in caught:
+        key = (item.category.__name__, str(item.message))
+        counts[key] = counts.get(key, 0) + 1
+    if not quiet:
+        for (category, message), count in counts.items():
+            times = f" ({count} times)" if count > 1 else ""
+            print(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
+    return result
 
 
 def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
@@ -84,21 +128,31 @@ def _ranking_text(result) -> str:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import demo_benchmark
 
-    result = demo_benchmark(progress=False if args.quiet else None).run()
+    benchmark = demo_benchmark(progress=False if args.quiet else None)
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
     _write_reports(result, args.output, args.quiet)
     return EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .run_config import benchmark_from_config, load_run_config
+    from .run_config import benchmark_from_config, input_files, load_run_config
 
     config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
     if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
         config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
                            if "://" not in args.cache else args.cache, "enabled": True}
+    if args.on_error is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
-    _write_reports(benchmark.run(), args.output, args.quiet)
-    return EXIT_OK
+    files = input_files(config, args.config)
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
+    result.metadata["input_files"] = files
+    _write_reports(result, args.output, args.quiet)
+    failed = [r for r in result.extractor_results if r.error is not None]
+    for r in failed:
+        print(f"vertebrae {args.command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
+              f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
+    return EXIT_FAILURE if failed else EXIT_OK
 
 
 def _with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:

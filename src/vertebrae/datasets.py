@@ -7,18 +7,19 @@ any extractor runs.  Datasets are immutable; ``with_groups`` returns a new one.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ._config import FrozenDict
 from .embeddings import validate_embeddings
-from .errors import InputValidationError
+from .errors import InputTypeError, InputValidationError
 from .fingerprint import content_sha256
 from .identity import DatasetIdentity, require_identity
 from .labels import LabelCatalog, semantic_key
 from .targets import MultiLabelTargets, SingleLabelTargets, Targets, build_targets
+from .views import LEVEL, TARGET, TargetView, build_label_levels, build_target_views
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ def build_groups(groups: Any, n_samples: int) -> Groups:
         try:
             keys[i] = semantic_key(value)
         except (ValueError, TypeError) as exc:
-            raise InputValidationError(f"groups[{i}]: {exc}") from None
+            raise (InputTypeError if isinstance(exc, TypeError) else InputValidationError)(f"groups[{i}]: {exc}") from None
     first = dict(zip(keys.tolist(), values))
     return Groups(keys, LabelCatalog(first.values()))
 
@@ -68,6 +69,10 @@ class BenchmarkDataset:
     inputs: Any = None
     groups: Groups | None = None
     name: str = ""
+    #: Named alternative targets on the same rows (see :mod:`vertebrae.views`).
+    target_views: Mapping[str, Targets] = dataclasses.field(default_factory=FrozenDict)
+    #: Label-hierarchy levels, top first: level name -> single-label targets.
+    label_levels: Mapping[str, Targets] = dataclasses.field(default_factory=FrozenDict)
 
     @property
     def n_samples(self) -> int:
@@ -102,7 +107,8 @@ class BenchmarkDataset:
         try:
             n = len(X) if not hasattr(X, "shape") else X.shape[0]
         except TypeError:
-            raise InputValidationError("X must be a sized collection of inputs (array, list of texts, ...)") from None
+            raise InputTypeError(f"X must be a sized collection of inputs (array, list of texts, ...), "
+                                 f"got {type(X).__name__}") from None
         if n == 0:
             raise InputValidationError("X is empty; a benchmark needs at least two classes with two rows each")
         targets = build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names,
@@ -116,23 +122,46 @@ class BenchmarkDataset:
         """Attach independence groups (forwarded to group-aware diagnostics and metrics)."""
         return dataclasses.replace(self, groups=build_groups(groups, self.n_samples))
 
-    @property
-    def fingerprint(self) -> str:
-        """Identity plus groups: group-aware stages must not reuse artifacts across groupings."""
-        if self.groups is None:
-            return self.identity.fingerprint
-        digest = hashlib.sha256(self.identity.fingerprint.encode())
-        digest.update("\x00".join(self.groups.keys.tolist()).encode())
-        return digest.hexdigest()[:16]
+    # -- views ---------------------------------------------------------------------------
+    def with_target_views(self, views: Sequence[TargetView]) -> "BenchmarkDataset":
+        """Attach named alternative targets; each is validated like the dataset's own targets."""
+        return dataclasses.replace(self, target_views=FrozenDict(build_target_views(views, self.n_samples,
+                                                                                    self.target_views)))
+
+    def with_label_hierarchy(self, label_paths: Sequence[Sequence[Any]], level_names: Sequence[str]) -> "BenchmarkDataset":
+        """Attach one label path per row (top level first); each level becomes a label view."""
+        levels = build_label_levels(label_paths, level_names, self.n_samples, self.target_type)
+        return dataclasses.replace(self, label_levels=FrozenDict(levels))
+
+    def target_view(self, name: str) -> "BenchmarkDataset":
+        """This dataset with view ``name``'s targets as its own (and no views)."""
+        return self._as_plain(self.view_targets((TARGET, name)))
+
+    def label_view(self, level: str) -> "BenchmarkDataset":
+        """This dataset with hierarchy level ``level`` as its own targets (and no views)."""
+        return self._as_plain(self.view_targets((LEVEL, level)))
+
+    def view_targets(self, view: tuple[str, str] | None) -> Targets:
+        """The targets a view scores: ``None`` is the dataset's own, else ``("target"|"level", name)``."""
+        if view is None:
+            return self.targets
+        kind, name = view
+        available = self.target_views if kind == TARGET else self.label_levels
+        if name not in available:
+            raise InputValidationError(f"the dataset has no {kind} view {name!r}; it has {sorted(available)}")
+        return available[name]
+
+    def _as_plain(self, targets: Targets) -> "BenchmarkDataset":
+        return dataclasses.replace(self, targets=targets, target_views=FrozenDict(), label_levels=FrozenDict())
 
     # -- facts that artifact keys hash (see vertebrae.execution.context) --------------------
     def inputs_fingerprint(self) -> str:
         """Content hash of what extractors read (raw inputs, or the embedding matrix)."""
         return inputs_sha256(self.extractor_input)
 
-    def targets_fingerprint(self) -> str:
-        """Content hash of the targets being scored (type, values, label catalog, names)."""
-        return targets_sha256(self.targets)
+    def targets_fingerprint(self, view: tuple[str, str] | None = None) -> str:
+        """Content hash of the targets being scored (type, values, label catalog, names) of ``view``."""
+        return targets_sha256(self.view_targets(view))
 
     def groups_fingerprint(self) -> str | None:
         return None if self.groups is None else content_sha256(self.groups.keys)
@@ -147,6 +176,10 @@ class BenchmarkDataset:
         summary["input_kind"] = "raw_inputs" if self.inputs is not None else "embeddings"
         if self.groups is not None:
             summary["groups"] = self.groups.summary()
+        if self.target_views:
+            summary["target_views"] = {name: t.summary() for name, t in self.target_views.items()}
+        if self.label_levels:
+            summary["label_levels"] = {name: t.summary() for name, t in self.label_levels.items()}
         return summary
 
 

@@ -25,6 +25,14 @@ class InputTypeError(VertebraeError, TypeError):
     """User input has the wrong type (e.g. non-numeric embeddings, a non-callable metric)."""
 
 
+class ConfigTypeError(ConfigError, InputTypeError):
+    """A config field or config argument has the wrong type.
+
+    Both a :class:`ConfigError` (it is a configuration mistake) and an
+    :class:`InputTypeError` (every wrong-type argument raises one).
+    """
+
+
 class ExtractorError(VertebraeError, ValueError):
     """An extractor failed or returned output that cannot be scored."""
 

@@ -58,6 +58,14 @@ def canonical(value: Any) -> Any:
     return {"content": content_sha256(value)}
 
 
+def check_cache_identity(owner: str, cache_identity: Any) -> str | None:
+    """A declared identity of user code: a non-empty string you change whenever the code's behaviour does."""
+    if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):
+        raise InputTypeError(f"{owner}: cache_identity must be a non-empty string that changes whenever the "
+                             f"function's behaviour does (e.g. 'my_features-v2'), got {cache_identity!r}")
+    return cache_identity
+
+
 def callable_name(fn: Any) -> str:
     """``module.qualname`` of a function, or of the type of a callable object."""
     target = fn if hasattr(fn, "__qualname__") else type(fn)

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import InputValidationError
+from .errors import InputTypeError, InputValidationError
 
 IdentityKind = Literal["declared", "content", "ephemeral"]
 
@@ -28,14 +28,18 @@ class DatasetIdentity:
     def declared(cls, dataset_id: str, revision: str) -> "DatasetIdentity":
         """The user vouches that (dataset_id, revision) names exactly this data."""
         for name, value in (("dataset_id", dataset_id), ("revision", revision)):
-            if not isinstance(value, str) or not value.strip():
+            if not isinstance(value, str):
+                raise InputTypeError(f"DatasetIdentity.declared: {name} must be a non-empty string, got {value!r}")
+            if not value.strip():
                 raise InputValidationError(f"DatasetIdentity.declared: {name} must be a non-empty string, got {value!r}")
         return cls("declared", dataset_id, revision)
 
     @classmethod
     def content_hash(cls, dataset_id: str = "dataset") -> "DatasetIdentity":
         """Identity derived from the data itself; the hash is filled in by the dataset constructor."""
-        if not isinstance(dataset_id, str) or not dataset_id.strip():
+        if not isinstance(dataset_id, str):
+            raise InputTypeError(f"DatasetIdentity.content_hash: dataset_id must be a non-empty string, got {dataset_id!r}")
+        if not dataset_id.strip():
             raise InputValidationError(f"DatasetIdentity.content_hash: dataset_id must be a non-empty string, got {dataset_id!r}")
         return cls("content", dataset_id)
 
@@ -76,5 +80,5 @@ def require_identity(identity: Any, *, where: str) -> DatasetIdentity:
             "or DatasetIdentity.ephemeral()"
         )
     if not isinstance(identity, DatasetIdentity):
-        raise InputValidationError(f"{where}: identity must be a DatasetIdentity, got {type(identity).__name__}")
+        raise InputTypeError(f"{where}: identity must be a DatasetIdentity, got {type(identity).__name__}")
     return identity

@@ -92,10 +92,14 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
     if suffix == ".npy":
         return np.load(path, allow_pickle=False)
     if suffix == ".txt":
-        return [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = path.read_text(encoding="utf-8").splitlines()
+        _reject_lines(path, what, [n for n, line in enumerate(lines, 1) if not line.strip()], "are blank")
+        return lines
     if suffix in (".csv", ".parquet"):
         import pandas as pd
 
+        if suffix == ".csv":
+            _check_csv_lines(path, what)
         # labels are text: "NA" or "None" are class names here; only an empty cell is missing
         frame = pd.read_csv(path, keep_default_na=False, na_values=[""]) if suffix == ".csv" else _read_parquet(path)
         if column is None:
@@ -108,6 +112,46 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
             raise InputValidationError(f"{path}: {what} column(s) {missing} not found; columns are {list(frame.columns)}")
         return frame[columns[0]].tolist() if isinstance(column, str) else frame[columns].to_numpy()
     raise InputValidationError(f"{path}: unsupported {what} format {suffix!r}; use .npy, .txt, .csv or .parquet")
+
+
+def _reject_lines(path: pathlib.Path, what: str, numbers: list[int], problem: str) -> None:
+    """Name the offending lines (1-based, as editors number them) instead of letting rows shift."""
+    if numbers:
+        shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+        raise InputValidationError(f"{path}: line(s) {shown} of the {what} file {problem} ({len(numbers)} line(s)); "
+                                   "every line after the header must hold one row: fix or delete those lines")
+
+
+def _check_csv_lines(path: pathlib.Path, what: str) -> None:
+    """Blank lines (which pandas skips silently) and lines whose field count differs from the header's."""
+    import csv
+
+    blank, malformed = [], []
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            raise InputValidationError(f"{path}: the {what} file is empty")
+        for row in reader:
+            if not row or (len(row) == 1 and row[0] and not row[0].strip()):  # '""' is an empty cell, not blank
+                blank.append(reader.line_num)
+            elif len(row) != len(header):
+                malformed.append((reader.line_num, len(row)))
+    _reject_lines(path, what, blank, "are blank")
+    _reject_lines(path, what, [n for n, _ in malformed],
+                  f"have a field count other than the header's {len(header)} "
+                  f"(line {malformed[0][0]} has {malformed[0][1]})" if malformed else "")
+
+
+def file_record(role: str, given: str | pathlib.Path, path: pathlib.Path) -> dict[str, Any]:
+    """Provenance of one input file: the path as the user wrote it, its size and SHA-256 of its bytes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with _existing(path, role).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"role": role, "path": str(given), "size_bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def load_config_file(path: str | pathlib.Path) -> dict[str, Any]:

@@ -4,12 +4,15 @@ Python treats ``1 == True == 1.0`` and hashes them alike, and ``str()`` maps ``1
 ``"1"`` to the same text.  Neither may decide class identity, so every label gets a
 *semantic key* built from its type and a canonical text (``"int:1"``, ``"str:1"``,
 ``"bool:true"``).  Dependencies only ever see keys; reports translate them back.
+Tuple keys hold their parts as a JSON list of part keys, so a separator inside a
+string part can never be read as a part boundary: distinct labels give distinct keys.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import json
 import math
 import uuid
 from collections.abc import Iterable, Mapping
@@ -23,6 +26,9 @@ from .errors import InputTypeError, InputValidationError
 #: Prefix that marks a string as a semantic key when it crosses a boundary
 #: (custom metrics, workers), so it can never be confused with a user's raw string.
 KEY_MARKER = "vk:"
+#: Version of the key encoding, written with every catalog.  Version 2 encodes tuple
+#: parts as a JSON list (version 1 joined them with commas, which was not injective).
+KEY_SCHEMA_VERSION = 2
 
 
 def _python_scalar(value: Any) -> Any:
@@ -70,7 +76,7 @@ def semantic_key(value: Any) -> str:
     if isinstance(value, bytes):
         return f"bytes:{value.hex()}"
     if isinstance(value, tuple):
-        return "tuple:(" + ",".join(semantic_key(v) for v in value) + ")"
+        return "tuple:" + json.dumps([semantic_key(v) for v in value], ensure_ascii=False, separators=(",", ":"))
     raise InputTypeError(
         f"label {value!r} of type {type(value).__name__} has no stable identity; use int, str, bool, float, "
         "date/datetime, UUID, Decimal, bytes or tuples of those"
@@ -101,28 +107,15 @@ def decode_key(key: str) -> Any:
     if kind == "bytes":
         return bytes.fromhex(text)
     if kind == "tuple":
-        return tuple(decode_key(part) for part in _split_tuple(text[1:-1]))
+        try:
+            parts = json.loads(text)
+        except ValueError:
+            parts = None
+        if not isinstance(parts, list) or not all(isinstance(part, str) for part in parts):
+            raise InputValidationError(f"{key!r} is not a semantic label key of schema {KEY_SCHEMA_VERSION} (tuple "
+                                       "parts must be a JSON list of keys)")
+        return tuple(decode_key(part) for part in parts)
     raise InputValidationError(f"{key!r} is not a semantic label key")
-
-
-def _split_tuple(body: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(body):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0 and _looks_like_key_start(body, i + 1):
-            parts.append(body[start:i])
-            start = i + 1
-    if body:
-        parts.append(body[start:])
-    return parts
-
-
-def _looks_like_key_start(body: str, pos: int) -> bool:
-    head = body[pos:pos + 12].split(":", 1)[0]
-    return head in {"bool", "int", "float", "str", "decimal", "uuid", "datetime", "date", "datetime64", "bytes", "tuple"}
 
 
 def _display(value: Any) -> str:
@@ -186,10 +179,16 @@ class LabelCatalog:
 
     # -- serialization -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"entries": [{"key": e.key, "display": e.display} for e in self._entries]}
+        return {"key_schema_version": KEY_SCHEMA_VERSION,
+                "entries": [{"key": e.key, "display": e.display} for e in self._entries]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LabelCatalog":
+        version = data.get("key_schema_version", 1)
+        if version != KEY_SCHEMA_VERSION and any(item["key"].startswith("tuple:") for item in data["entries"]):
+            # Only tuple keys changed between schema versions; any other catalog reads as it is.
+            raise InputValidationError(f"label catalog of key schema {version} holds tuple keys, which schema "
+                                       f"{KEY_SCHEMA_VERSION} encodes differently; re-run the benchmark to rebuild it")
         catalog = cls.__new__(cls)
         catalog._entries = tuple(
             LabelEntry(item["key"], _safe_decode(item["key"]), item["display"]) for item in data["entries"]

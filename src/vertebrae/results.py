@@ -14,7 +14,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import SerializationError
+from .errors import ConfigError, SerializationError
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
@@ -58,6 +58,16 @@ class ExtractorResult:
     stability: StabilityResult | None = None
     #: Why this result has no scores (``Benchmark(on_error="record")``): stage, type, message, extractor.
     error: dict[str, Any] | None = None
+    #: The named target view / hierarchy level this result scores (None: the dataset's own targets).
+    target_view: str | None = None
+    label_view: str | None = None
+
+    @property
+    def view(self) -> str | None:
+        """``target=<name>`` or ``level=<name>``: the task this result belongs to (None: the dataset's targets)."""
+        if self.target_view is not None:
+            return f"target={self.target_view}"
+        return None if self.label_view is None else f"level={self.label_view}"
 
     @classmethod
     def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
@@ -76,10 +86,16 @@ class ExtractorResult:
     def aggregate_valid(self) -> bool:
         return self.error is None and self.primary_metric.rankable
 
+    @property
+    def stability_position(self) -> dict[str, Any] | None:
+        """Where the ranked overlap score sits among this extractor's stability repeats (None without stability)."""
+        return None if self.stability is None else self.stability.position_of(self.overlap.score)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form without ``runtime`` (the benchmark result stores timings separately); ``error`` only when set."""
+        optional = ("error", "target_view", "label_view")  # written only when set
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "runtime" and not (f.name == "error" and self.error is None)}
+                if f.name != "runtime" and not (f.name in optional and getattr(self, f.name) is None)}
         data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
         data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
         data["separatix"] = None if self.separatix is None else self.separatix.to_dict()
@@ -108,36 +124,57 @@ class BenchmarkResult:
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     # -- ranking views ---------------------------------------------------------
-    def ranked_results(self) -> list[ExtractorResult]:
+    def views(self) -> list[str | None]:
+        """The tasks in this result, in order: ``None`` (the dataset's targets) and/or ``target=…``/``level=…``."""
+        return list(dict.fromkeys(r.view for r in self.extractor_results))
+
+    def ranked_results(self, view: str | None = None) -> list[ExtractorResult]:
         """Valid results best-first by the primary metric, respecting its direction.
 
         Invalid aggregates are omitted; if every aggregate is invalid the ranking is
-        empty (never filled with a fallback).  Ties keep extractor order.
+        empty (never filled with a fallback).  Ties keep extractor order.  A view is a
+        different task, so views are never ranked against each other: ``view=`` gives one
+        view's ranking, and without it the per-view rankings follow each other in view order.
         """
-        valid = [r for r in self.extractor_results if r.aggregate_valid]
-        return sorted(valid, key=lambda r: -r.primary_score if r.primary_metric.higher_is_better else r.primary_score)
+        if view is not None and view not in self.views():
+            raise KeyError(f"no view {view!r} in this result; views: {self.views()}")
+        ranked = []
+        for task in ([view] if view is not None else self.views()):
+            valid = [r for r in self.extractor_results if r.aggregate_valid and r.view == task]
+            ranked += sorted(valid, key=lambda r: -r.primary_score if r.primary_metric.higher_is_better
+                             else r.primary_score)
+        return ranked
 
     @property
     def ranking_stability(self) -> dict[str, Any] | None:
         """How stable the overlap-score ranking is across stability repeats (see docs/stability.md).
 
         Derived from the extractors' repeat scores, which share seeds because a benchmark
-        gives every extractor the same StabilityConfig; None with fewer than two analysed.
+        gives every extractor the same StabilityConfig; None with fewer than two analysed,
+        and None when the result scores several views (separate tasks: read each view's intervals).
         """
-        repeats = {r.name: r.stability.repeat_scores["score"]
-                   for r in self.extractor_results if r.stability is not None}
-        return ranking_stability(repeats) if len(repeats) >= 2 else None
+        if len(self.views()) > 1:
+            return None
+        analysed = [r for r in self.extractor_results if r.stability is not None]
+        if len(analysed) < 2:
+            return None
+        by_overlap = sorted(analysed, key=lambda r: -r.overlap.score)  # the overlap ranking (ties: extractor order)
+        return ranking_stability({r.name: r.stability.repeat_scores["score"] for r in analysed},
+                                 ranked=[r.name for r in by_overlap])
 
     @property
     def ranking_available(self) -> bool:
         return bool(self.ranked_results())
 
-    def quality_cohort(self, tolerance: float | None = None) -> list[ExtractorResult]:
-        """Results within an absolute ``tolerance`` of the best primary score, in ranking order."""
+    def quality_cohort(self, tolerance: float | None = None, view: str | None = None) -> list[ExtractorResult]:
+        """Results within an absolute ``tolerance`` of the best primary score, in ranking order (of one view)."""
         tolerance = self.metadata.get("quality_tolerance", 0.0) if tolerance is None else tolerance
         if tolerance < 0:
             raise ValueError(f"tolerance must be >= 0, got {tolerance}")
-        ranked = self.ranked_results()
+        if view is None and len(self.views()) > 1:
+            raise ConfigError(f"this result scores several views {self.views()}; a quality cohort is defined within "
+                              "one view: pass view=...")
+        ranked = self.ranked_results(view if view is not None else self.views()[0] if self.views() else None)
         if not ranked:
             return []
         best = ranked[0]
@@ -153,7 +190,7 @@ class BenchmarkResult:
     def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
         """One flat dict per result (the DataFrame rows), ranked; invalid ones last with rank None."""
         ranked = self.ranked_results()
-        rank_of = {id(r): i + 1 for i, r in enumerate(ranked)}
+        rank_of = {id(r): i + 1 for view in self.views() for i, r in enumerate(self.ranked_results(view))}
         chosen = ranked + ([r for r in self.extractor_results if id(r) not in rank_of] if include_invalid else [])
         return [result_row(r, rank_of.get(id(r))) for r in chosen]
 
@@ -282,6 +319,10 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "extractor_type": result.extractor_type,
         "parent_extractor": result.embedding.get("parent_extractor_name", result.name),
         "output_name": result.embedding.get("output_name"),
+        "hidden_layer": result.embedding.get("hidden_layer"),
+        "pooling": result.embedding.get("pooling"),
+        "target_view": result.target_view,
+        "label_view": result.label_view,
         "primary_metric": result.primary_metric_name,
         "primary_score": result.primary_score,
         "aggregate_valid": result.aggregate_valid,
@@ -303,7 +344,7 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "embedding_sparse": result.embedding.get("sparse"),
         "embedding_nnz": result.embedding.get("nnz"),
         "warnings": len(result.warnings),
-        **_stability_columns(result.stability),
+        **_stability_columns(result.stability, None if result.overlap is None else result.overlap.score),
     }
     for name, metric in result.metrics.items():
         row[f"metric.{name}"] = metric.score
@@ -316,12 +357,14 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
 STABILITY_SUMMARY_FIELDS = ("mean", "std", "min", "max", "interval_low", "interval_high", "interval_width")
 
 
-def _stability_columns(stability: StabilityResult | None) -> dict[str, Any]:
-    """The stability row columns; all None when no stability analysis ran."""
-    names = ["mode", "repeats", "interval_level", *STABILITY_SUMMARY_FIELDS]
+def _stability_columns(stability: StabilityResult | None, score: float | None) -> dict[str, Any]:
+    """The stability row columns (``score`` is the ranked overlap score); all None when no stability analysis ran."""
+    names = ["mode", "repeats", "interval_level", *STABILITY_SUMMARY_FIELDS, "score_percentile", "score_position"]
     if stability is None:
         return {f"stability_{name}": None for name in names}
     config, summary = stability.config, stability.summary
+    position = stability.position_of(score)
     values = [config.mode, config.repeats, config.interval_level,
-              *(getattr(summary, field) for field in STABILITY_SUMMARY_FIELDS)]
+              *(getattr(summary, field) for field in STABILITY_SUMMARY_FIELDS),
+              position["percentile"], position["relative_to_interval"]]
     return {f"stability_{name}": value for name, value in zip(names, values)}

@@ -27,6 +27,7 @@ Example (TOML)::
     [benchmark]
     quality_tolerance = 0.02
     # primary_metric = "my_metric"
+    # on_error = "record"         # keep the other extractors when one fails (default "raise")
 
     [cache]                       # CacheConfig fields (optional; no cache without this section or --cache)
     store = "cache"               # a folder (relative to this file), file://, s3://bucket/prefix, gs://...
@@ -38,7 +39,8 @@ Example (TOML)::
     higher_is_better = true       # optional; also aggregate_valid, params = {...}
 
 Relative paths are resolved against the config file's folder.  Unknown sections and
-keys are rejected with the list of allowed ones.
+keys are rejected with the list of allowed ones.  :func:`input_files` records every
+file a run reads (path as given, size, SHA-256) for the result's metadata.
 """
 
 from __future__ import annotations
@@ -51,10 +53,10 @@ from typing import Any
 from .benchmark import Benchmark
 from .cache import CacheConfig
 from .datasets import BenchmarkDataset
-from .errors import ConfigError
+from .errors import ConfigError, ConfigTypeError
 from .extractors import PrecomputedExtractor
 from .identity import DatasetIdentity
-from .io import load_column, load_config_file, load_matrix
+from .io import file_record, load_column, load_config_file, load_matrix
 from .scoring.metrics import metrics_from_config
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from .scoring.separatix import SeparatixConfig
@@ -63,7 +65,7 @@ from .scoring.stability import StabilityConfig
 DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target_type", "label_names", "target_names",
                 "groups", "groups_column", "name"}
 EXTRACTOR_KEYS = {"name", "embeddings"}
-BENCHMARK_KEYS = {"primary_metric", "quality_tolerance"}
+BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
             "cache"}
@@ -71,7 +73,7 @@ SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "sepa
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
-        raise ConfigError(f"config section {where} must be a table/mapping, got {type(data).__name__}")
+        raise ConfigTypeError(f"config section {where} must be a table/mapping, got {type(data).__name__}")
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"config section {where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
@@ -138,13 +140,13 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     kwargs = benchmark_kwargs(config)  # config errors before loading large files
     if "cache" in config:
         kwargs["cache_config"] = cache_config_from_section(config["cache"], base_dir)
-    resolve = lambda p: (base_dir / p) if not pathlib.Path(p).is_absolute() else pathlib.Path(p)  # noqa: E731
+    resolve = _resolver(base_dir)
     y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
     extractors = []
     for i, entry in enumerate(extractors_cfg):
-        entry = _check_keys(f"[[extractors]] #{i + 1}", entry, EXTRACTOR_KEYS)
+        entry = _check_keys(f"extractors[{i}]", entry, EXTRACTOR_KEYS)
         if "name" not in entry or "embeddings" not in entry:
-            raise ConfigError(f"config [[extractors]] #{i + 1} needs name and embeddings")
+            raise ConfigError(f"config extractors[{i}] needs name and embeddings")
         extractors.append(PrecomputedExtractor(str(entry["name"]), load_matrix(resolve(entry["embeddings"]))))
     first = extractors[0].embeddings
     dataset = BenchmarkDataset.from_embeddings(
@@ -154,3 +156,26 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     if "groups" in section:
         dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))
     return Benchmark(dataset, extractors, progress=progress, **kwargs)
+
+
+def _resolver(base_dir: pathlib.Path) -> Any:
+    """Relative paths in a config are relative to the config file's folder."""
+    return lambda p: (base_dir / p) if not pathlib.Path(p).is_absolute() else pathlib.Path(p)
+
+
+def input_files(config: Mapping[str, Any], config_path: str | pathlib.Path) -> list[dict[str, Any]]:
+    """Provenance of every file a validated run config reads: the config itself, labels, groups, embeddings.
+
+    Paths are recorded as given (on the command line, in the config); sizes and SHA-256
+    hashes are of the bytes read, so a result names exactly the files it came from.
+    """
+    resolve = _resolver(pathlib.Path(config_path).resolve().parent)
+    section = config["dataset"]
+    records = [file_record("config", config_path, pathlib.Path(config_path)),
+               file_record("labels", section["labels"], resolve(section["labels"]))]
+    if "groups" in section:
+        records.append(file_record("groups", section["groups"], resolve(section["groups"])))
+    for entry in config["extractors"]:
+        records.append({**file_record("embeddings", entry["embeddings"], resolve(entry["embeddings"])),
+                        "extractor": str(entry["name"])})
+    return records

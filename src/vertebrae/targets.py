@@ -132,8 +132,12 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
                   argument: str = "y") -> Targets:
     """Validate user targets and return the matching targets object.
 
-    ``target_type=None`` infers single- or multi-label; regression is never
-    inferred (a float column is just as often a class id) and must be requested.
+    ``target_type=None`` infers the type: a 2-D array, a sparse matrix, or a sequence
+    whose items are all label collections (lists, tuples, sets, arrays; what
+    scikit-learn's ``MultiLabelBinarizer`` reads) is multi-label; anything else is
+    single-label.  Tuple-valued single labels (e.g. hierarchy paths) need
+    ``target_type="single_label"``.  Regression is never inferred (a float column is
+    just as often a class id) and must be requested.
     """
     if target_type is not None and target_type not in TARGET_TYPES:
         raise InputValidationError(f"target_type must be one of {list(TARGET_TYPES)} or None, got {target_type!r}")
@@ -145,7 +149,7 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
         if label_names is not None:
             raise InputValidationError(f"label_names only applies to multi-label indicator targets; "
                                        f"for single-label {argument} the labels are the values themselves")
-        targets = _single_label(y, argument)
+        targets = _single_label(y, argument, inferred=target_type is None)
     if n_samples is not None and targets.n_samples != n_samples:
         raise InputValidationError(f"{argument} has {targets.n_samples} rows but the embeddings/inputs have {n_samples}; "
                                    "give exactly one target per sample, in the same order")
@@ -155,16 +159,46 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
 def _looks_multilabel(y: Any) -> bool:
     if is_sparse(y):
         return True
-    if isinstance(y, np.ndarray):
+    if isinstance(y, np.ndarray) and (y.dtype != object or y.ndim != 1):
         return y.ndim == 2
-    if isinstance(y, (list, tuple)) and len(y) > 0:
-        return all(_is_collection(item) for item in y[: min(len(y), 50)]) and not all(isinstance(i, tuple) for i in y[:50])
-    return False
+    if isinstance(y, (str, bytes)) or not hasattr(y, "__len__") or len(y) == 0:
+        return False
+    return all(_is_collection(item) for item in y)  # lists, tuples, object arrays, pandas Series
 
 
-def _single_label(y: Any, argument: str) -> SingleLabelTargets:
-    if isinstance(y, str) or (isinstance(y, np.ndarray) and y.ndim != 1):
-        raise InputValidationError(f"{argument} must be a 1-D sequence of class labels")
+#: Share of distinct values above which an inferred float target is read as continuous, not as class ids.
+_CONTINUOUS_UNIQUE_SHARE = 0.5
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, float):
+        return value
+    if isinstance(value, str):  # labels read from a text file
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _looks_continuous(y: Any, values: list[Any]) -> bool:
+    """Floats (or numeric text) with mostly distinct, non-integral values: a regression target, not class ids."""
+    if isinstance(y, np.ndarray) and y.dtype.kind == "f":
+        floats = y
+    else:
+        parsed = (_as_float(v) for v in values)
+        floats = np.array([v for v in parsed if v is not None and math.isfinite(v)], dtype=np.float64)
+    n = len(y)
+    if floats.size < max(n // 2, 1) or floats.size < 3:
+        return False
+    return bool(np.unique(floats).size > _CONTINUOUS_UNIQUE_SHARE * n and np.any(floats != np.round(floats)))
+
+
+def _single_label(y: Any, argument: str, inferred: bool = False) -> SingleLabelTargets:
+    if isinstance(y, str) or not hasattr(y, "__len__"):
+        raise InputTypeError(f"{argument} must be a 1-D sequence of class labels, got {type(y).__name__}")
+    if isinstance(y, np.ndarray) and y.ndim != 1:
+        raise InputValidationError(f"{argument} must be a 1-D sequence of class labels, got shape {y.shape}")
     typed = isinstance(y, np.ndarray) and y.dtype.kind in _TYPED_KINDS
     values = [] if typed else list(y.tolist() if isinstance(y, np.ndarray) else y)
     if len(y) == 0:
@@ -183,6 +217,11 @@ def _single_label(y: Any, argument: str) -> SingleLabelTargets:
         raise InputValidationError(f"{argument} has a single class ({catalog.display(catalog.keys[0])!r}); "
                                    "class separation needs at least two classes")
     small = {k: c for k, c in counts.items() if c < 2}
+    if small and inferred and _looks_continuous(y, values):
+        raise InputValidationError(
+            f"{argument} looks continuous ({len(counts)} distinct non-integer numbers in {targets.n_samples} rows), not like "
+            f"class labels; for a regression target pass target_type=\"regression\" (in a run config: "
+            f"target_type = \"regression\" in [dataset]); for class ids use integers or strings")
     if small:
         names = ", ".join(f"{catalog.display(k)!r} ({c} sample)" for k, c in list(small.items())[:_SHOWN])
         raise InputValidationError(f"{argument}: class(es) {names} have fewer than 2 samples; a class needs at least 2 "

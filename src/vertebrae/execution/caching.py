@@ -205,12 +205,12 @@ register_codec("retrieval", "encode", ArtifactCodec("retrieval_endpoints", _enco
 def stage_cache(config: Any) -> StageCache | None:
     """The run's cache from a ``cache_config`` argument (None or disabled: no cache); opens the store now."""
     from ..cache import CacheConfig
-    from ..errors import ConfigError
+    from ..errors import ConfigTypeError
 
     if config is None:
         return None
     if not isinstance(config, CacheConfig):
-        raise ConfigError(f"cache_config must be a vertebrae.cache.CacheConfig or None, got {type(config).__name__}")
+        raise ConfigTypeError(f"cache_config must be a vertebrae.cache.CacheConfig or None, got {type(config).__name__}")
     if not config.enabled:
         return None
     cache = StageCache(config)

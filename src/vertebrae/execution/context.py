@@ -28,6 +28,8 @@ class Chain:
     extractor_id: str
     parent: str
     output: str | None = None
+    #: ``("target" | "level", name)``: the target view this chain scores (None: the dataset's own targets).
+    view: tuple[str, str] | None = None
 
 
 @dataclasses.dataclass
@@ -60,16 +62,16 @@ def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any
 class RunContext:
     """Live objects of one run plus their fingerprints (computed once, on first use)."""
 
-    def __init__(self, settings: Any, extractors: Sequence[Any], *, dataset: Any = None,
-                 dataset_safe: bool = True, cache: Any = None) -> None:
+    def __init__(self, settings: Any, extractors: Sequence[Any], dataset: Any, *, cache: Any = None) -> None:
         self.settings = settings
         #: The run's :class:`~vertebrae.execution.caching.StageCache`, or None without a cache.
         self.cache = cache
         self.dataset = dataset
-        self.dataset_safe = dataset_safe
+        #: An ephemeral dataset identity is never reused across runs.
+        self.dataset_safe = dataset.identity.cache_eligible
         self.extractors: dict[str, Any] = {}
         self._identities: dict[str, Fact] = {}
-        self._facts: dict[str, Fact] = {}
+        self._facts: dict[tuple[str, Any], Fact] = {}
         self._ids: list[str] = []
         first_position: dict[int, int] = {}
         for position, extractor in enumerate(extractors):
@@ -93,26 +95,36 @@ class RunContext:
             return self._identities[chain.extractor_id]
         if name == "output":
             return Fact(chain.output)
+        if name == "view":
+            return Fact(None if chain.view is None else list(chain.view))
         if name == "name":
             return Fact(chain.name)
-        if name == "fit_targets":
+        if name == "fit_targets":  # extraction fits on the dataset's own targets, whatever view is scored
             supervised = bool(getattr(self.extractors[chain.extractor_id], "supervised", False))
-            return self.fact("targets", chain) if supervised else Fact(None)
-        if name not in self._facts:
-            self._facts[name] = self._dataset_fact(name)
-        return self._facts[name]
+            return self._dataset_fact("targets", None) if supervised else Fact(None)
+        return self._dataset_fact(name, chain.view if name == "targets" else None)
 
-    def _dataset_fact(self, name: str) -> Fact:
+    def targets(self, job: Any) -> Any:
+        """The targets a job scores: its chain's target view, or the dataset's own targets."""
+        return self.dataset.view_targets(job.params.get("view"))
+
+    def _dataset_fact(self, name: str, view: tuple[str, str] | None) -> Fact:
+        if (name, view) not in self._facts:
+            self._facts[name, view] = self._compute_fact(name, view)
+        return self._facts[name, view]
+
+    def _compute_fact(self, name: str, view: tuple[str, str] | None) -> Fact:
         fingerprint = getattr(self.dataset, f"{name}_fingerprint", None)
         if fingerprint is None:
             raise ConfigError(f"the dataset ({type(self.dataset).__name__}) has no {name!r} fact for the stages "
                               "that declare it")
         try:
-            return Fact(fingerprint(), self.dataset_safe)
+            return Fact(fingerprint(view) if view is not None else fingerprint(), self.dataset_safe)
         except InputTypeError:
             # Inputs that cannot be hashed by content (e.g. opaque objects): the declared identity governs.
             identity = self.dataset.identity
             return Fact({"identity": identity.fingerprint}, identity.kind == "declared" and self.dataset_safe)
 
     def params(self, chain: Chain) -> Mapping[str, Any]:
-        return {"extractor": chain.extractor_id, "parent": chain.parent, "output": chain.output, "name": chain.name}
+        return {"extractor": chain.extractor_id, "parent": chain.parent, "output": chain.output, "name": chain.name,
+                "view": chain.view}

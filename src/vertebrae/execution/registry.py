@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ConfigError
 
 #: Facts of the run context a stage may declare in ``context``.
-CONTEXT_FACTS = ("inputs", "targets", "fit_targets", "groups", "extractor", "output", "name", "query_inputs",
+CONTEXT_FACTS = ("inputs", "targets", "fit_targets", "groups", "extractor", "output", "view", "name", "query_inputs",
                  "gallery_inputs", "relevance")
 
 

@@ -109,7 +109,7 @@ def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
 def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    return ScoreArtifact(scorer.score(inputs["embedding"].matrix, context.dataset.targets))
+    return ScoreArtifact(scorer.score(inputs["embedding"].matrix, context.targets(job)))
 
 
 def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
@@ -128,7 +128,7 @@ def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
     """
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    result = run_stability_analysis(inputs["embedding"].matrix, context.dataset.targets,
+    result = run_stability_analysis(inputs["embedding"].matrix, context.targets(job),
                                     config=settings.stability_config, scorer=scorer)
     return StabilityArtifact(result)
 
@@ -145,7 +145,7 @@ def _metrics_safe(settings: Any) -> bool:
        config=_metrics_config, safe=_metrics_safe)
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
     """Custom metrics on the matrix the score stage scored, with the seed it used."""
-    return run_metrics(context.settings.metrics, inputs["embedding"].matrix, context.dataset.targets,
+    return run_metrics(context.settings.metrics, inputs["embedding"].matrix, context.targets(job),
                        context.dataset.groups, seed=inputs["score"].overlap.metadata["seed"],
                        extractor=job.params["name"], timings=timings)
 
@@ -163,7 +163,7 @@ def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     """Separatix on the matrix the score stage scored, gated by that overlap score."""
     settings, dataset = context.settings, context.dataset
     scorer = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config)
-    return scorer.diagnose(inputs["embedding"].matrix, dataset.targets, overlap_score=inputs["score"].overlap.score,
+    return scorer.diagnose(inputs["embedding"].matrix, context.targets(job), overlap_score=inputs["score"].overlap.score,
                            groups=dataset.groups, source=f"extractor {job.params['name']!r}")
 
 
@@ -172,7 +172,7 @@ def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
 
 
 @stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"), optional_reads=("stability", "metrics", "diagnose"),
-       context=("name", "output", "extractor"), config=_assemble_config, final=True)
+       context=("name", "output", "view", "extractor"), config=_assemble_config, final=True)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
     """Build the ExtractorResult of one chain from its stage artifacts."""
     from ..results import ExtractorResult, recommendation_label
@@ -190,6 +190,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     embedding_metadata = {**embedding_artifact.metadata, "parent_extractor_name": job.params["parent"]}
     if job.params["output"] is not None:
         embedding_metadata.update(output_metadata(extractor, job.params["output"]))
+    view = job.params.get("view")
     return ExtractorResult(
         name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
@@ -197,7 +198,9 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
         warnings=list(overlap.warnings) + measured.warnings(), recommendation=recommendation_label(overlap.score),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},
-        separatix=separatix, stability=None if repeated is None else repeated.stability)
+        separatix=separatix, stability=None if repeated is None else repeated.stability,
+        target_view=view[1] if view is not None and view[0] == "target" else None,
+        label_view=view[1] if view is not None and view[0] == "level" else None)
 
 
 def output_metadata(extractor: Any, output: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..fingerprint import callable_name, canonical, content_sha256
+from ..fingerprint import callable_name, canonical, check_cache_identity, content_sha256
 
 
 @runtime_checkable
@@ -36,16 +36,11 @@ class Extractor(Protocol):
 
 
 def check_extractor_name(name: Any) -> str:
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str):
+        raise InputTypeError(f"extractor name must be a non-empty string, got {type(name).__name__} {name!r}")
+    if not name.strip():
         raise InputValidationError(f"extractor name must be a non-empty string, got {name!r}")
     return name
-
-
-def check_cache_identity(owner: str, cache_identity: Any) -> str | None:
-    if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):
-        raise InputTypeError(f"{owner}: cache_identity must be a non-empty string that changes whenever the "
-                             f"function's behaviour does (e.g. 'my_features-v2'), got {cache_identity!r}")
-    return cache_identity
 
 
 class PrecomputedExtractor:

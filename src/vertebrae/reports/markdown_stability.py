@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..scoring.stability import score_position
 from .markdown_table import table, text
 
 
@@ -23,16 +24,29 @@ def stability_section(data: Mapping[str, Any]) -> str:
     how = (f"subsample mode (fraction {config['subsample_fraction']}, effective "
            f"{min(first['effective_subsample_fractions']):.4f})" if config["mode"] == "subsample"
            else "prototype mode (fixed data, MiniBatchKMeans seed varies)")
+    primary = ("The first repeat (repeat 0) is the primary draw (the scorer's own seed), so the ranked score is one of the repeats. "
+               if first.get("includes_primary_draw") else "")
     lines = ["## Stability\n",
              f"Overlap score over {config['repeats']} repeats, {how}, random_state {config['random_state']}. The "
              f"stability interval is the central {config['interval_level']:.0%} percentile range of the repeat scores "
-             "(a spread under this protocol, not a confidence interval); std uses ddof=1.\n"]
-    rows = []
+             "(a spread under this protocol, not a confidence interval); std uses ddof=1. " + primary +
+             "*Ranked percentile* is the share of repeats below the ranked score (ties count half).\n"]
+    rows, outside = [], []
     for r in analysed:
         s = r["stability"]["summaries"]["score"]
-        rows.append([r["name"], s["mean"], s["std"], s["min"], s["max"],
+        position = score_position(r["overlap"]["score"], r["stability"]["repeat_scores"]["score"], s["interval_low"],
+                                  s["interval_high"])
+        if position["relative_to_interval"] != "inside":
+            outside.append(f"{text(r['name'])} ({position['score']:.4f} is {position['relative_to_interval']} "
+                           f"[{s['interval_low']:.4f}, {s['interval_high']:.4f}], mean {s['mean']:.4f})")
+        rows.append([r["name"], position["score"], position["percentile"], s["mean"], s["std"], s["min"], s["max"],
                      interval_text(s["interval_low"], s["interval_high"]), s["interval_high"] - s["interval_low"]])
-    lines.append(table(["extractor", "mean", "std", "min", "max", "stability_interval", "width"], rows))
+    lines.append(table(["extractor", "ranked score", "ranked percentile", "mean", "std", "min", "max",
+                        "stability_interval", "width"], rows))
+    if outside:
+        lines.append("**The ranked score lies outside its own stability interval** for " + "; ".join(outside)
+                     + ": the ranked draw is an outlier among its own repeats, so compare extractors by the repeat "
+                     "mean too.\n")
     ranking = data.get("ranking_stability")
     if ranking:
         tau = ranking["mean_kendall_tau"]
@@ -48,4 +62,19 @@ def stability_section(data: Mapping[str, Any]) -> str:
         lines.append(table(["extractor", "reference rank", "mean rank", "rank retention"],
                            [[name, ranking["reference_ranks"][name], ranking["mean_ranks"][name],
                              ranking["rank_retention"][name]] for name in ranking["extractors"]]))
+        if "pair_agreement" in ranking:
+            lines.append(_order_text(ranking))
     return "\n".join(lines)
+
+
+def _order_text(ranking: Mapping[str, Any]) -> str:
+    """How often the repeats keep each adjacent pair of the overlap ranking, and the flag when one does not."""
+    pairs = ", ".join(f"{text(p['better'])} over {text(p['worse'])} in {p['agreement']:.0%}"
+                      for p in ranking["pair_agreement"])
+    if ranking["order_stable"]:
+        return f"The overlap ranking's order holds across the repeats ({pairs}).\n"
+    flagged = ", ".join(f"{text(p['better'])} over {text(p['worse'])} ({p['agreement']:.0%})"
+                        for p in ranking["unstable_pairs"])
+    return (f"**Unstable ranking:** the repeats keep the overlap ranking's order below "
+            f"{ranking['order_agreement_threshold']:.0%} of the time for {flagged}; treat those extractors as tied "
+            f"under this protocol. All pairs: {pairs}.\n")

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
+from ..errors import ConfigTypeError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
 from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
 from ..execution.context import Chain, RunContext
 from ..execution.local import LocalRunner, check_on_error
@@ -47,7 +47,7 @@ class RetrievalBenchmark:
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
         config = RetrievalConfig() if retrieval_config is None else retrieval_config
         if not isinstance(config, RetrievalConfig):
-            raise ConfigError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
+            raise ConfigTypeError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
         self.dataset, self.config, self.progress = dataset, config, progress
         self.on_error = check_on_error("RetrievalBenchmark", on_error)
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
@@ -86,8 +86,7 @@ class RetrievalBenchmark:
 
     # -- running ---------------------------------------------------------------
     def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, dataset=self.dataset,
-                          dataset_safe=self.dataset.identity.cache_eligible, cache=self.cache)
+        return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark, one chain per extractor."""

@@ -18,8 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..extractors.base import PrecomputedExtractor, check_cache_identity, check_extractor_name
-from ..fingerprint import callable_name, canonical, content_sha256
+from ..extractors.base import PrecomputedExtractor, check_extractor_name
+from ..fingerprint import callable_name, canonical, check_cache_identity, content_sha256
 
 
 @runtime_checkable

@@ -27,7 +27,8 @@ import numpy as np
 
 from .._config import check_bool
 from .._sparse import is_sparse, sparse_module
-from ..errors import ConfigError, InputTypeError, MetricError, ScoringWarning, SerializationError
+from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, ScoringWarning, SerializationError
+from ..fingerprint import check_cache_identity
 from ..labels import LabelCatalog, mark
 from ..reports import json_codec
 from ..targets import TARGET_TYPES, MultiLabelTargets, RegressionTargets, Targets
@@ -82,6 +83,31 @@ def _callable_path(fn: Any) -> str:
     return f"{getattr(target, '__module__', '?')}:{target.__qualname__}"
 
 
+#: How vertebrae calls a metric, as error messages show it.
+CALL_SIGNATURE = "fn(embeddings, labels, *, target_metadata=None, groups=None, seed=None, **params)"
+
+
+def check_call_signature(fn: Any, name: str, params: Mapping[str, Any] | None = None) -> None:
+    """Fail before any run when ``fn`` cannot accept the arguments :func:`run_metrics` passes.
+
+    Callables without an introspectable signature (some builtins) are accepted: their
+    failure is still recorded per extractor by the metrics stage.
+    """
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None, **{argument: None for argument in CALL_ARGUMENTS}, **dict(params or {}))
+    except TypeError as exc:
+        raise InputTypeError(f"metric {name!r} ({_callable_path(fn)}{signature}) cannot be called the way vertebrae "
+                             f"calls metrics: {exc}; it needs the signature {CALL_SIGNATURE} and must return "
+                             "{'score': float, ...}; wrap other functions (e.g. sklearn.metrics scores, which take "
+                             "y_true, y_pred) in a function with that signature") from None
+
+
 def _json_safe(value: Any, what: str, error: type[Exception] = MetricError) -> Any:
     """``value`` as it will read back from a result JSON, or ``error`` naming ``what``."""
     try:
@@ -108,10 +134,10 @@ class OverlapMetric:
 
     def __post_init__(self) -> None:
         if self.config is not None and not isinstance(self.config, OverlapScoringConfig):
-            raise ConfigError(f"OverlapMetric.config must be an OverlapScoringConfig, got {type(self.config).__name__}")
+            raise ConfigTypeError(f"OverlapMetric.config must be an OverlapScoringConfig, got {type(self.config).__name__}")
         continuous = self.continuous_config
         if continuous is not None and not isinstance(continuous, ContinuousOverlapScoringConfig):
-            raise ConfigError("OverlapMetric.continuous_config must be a ContinuousOverlapScoringConfig, got "
+            raise ConfigTypeError("OverlapMetric.continuous_config must be a ContinuousOverlapScoringConfig, got "
                               f"{type(continuous).__name__}")
 
 
@@ -142,10 +168,8 @@ class CallableMetric:
             raise ConfigError(f"CallableMetric {name!r}: params must have string keys other than "
                               f"{['embeddings', 'labels', *CALL_ARGUMENTS]}, got {sorted(map(repr, params))}")
         self.params = _json_safe(params, f"CallableMetric {name!r} params", ConfigError)
-        if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):
-            raise InputTypeError(f"CallableMetric {name!r}: cache_identity must be a non-empty string (e.g. a version "
-                                 f"of the function, 'my_metric-v2'), got {cache_identity!r}")
-        self.cache_identity = cache_identity
+        check_call_signature(fn, self.name, self.params)
+        self.cache_identity = check_cache_identity(f"CallableMetric {name!r}", cache_identity)
 
     @property
     def cache_eligible(self) -> bool:
@@ -215,16 +239,16 @@ CONFIG_ENTRY_KEYS = ("path", "name", "higher_is_better", "aggregate_valid", "par
 def metrics_from_config(entries: Any) -> list[Metric]:
     """``metrics = [{path = "pkg.module:function", name = ..., higher_is_better = ..., params = {...}}]``."""
     if not isinstance(entries, list):
-        raise ConfigError('config metrics must be a list of tables such as [{path = "my_pkg.metrics:fn"}], got '
+        raise ConfigTypeError('config metrics must be a list of tables such as [{path = "my_pkg.metrics:fn"}], got '
                           f"{type(entries).__name__}")
     loaded = []
-    for i, entry in enumerate(entries, 1):
+    for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or "path" not in entry:
-            raise ConfigError(f'config metrics #{i} must be a table with path = "package.module:function", '
+            raise ConfigError(f'config metrics[{i}] must be a table with path = "package.module:function", '
                               f"got {entry!r}")
         unknown = sorted(set(entry) - set(CONFIG_ENTRY_KEYS))
         if unknown:
-            raise ConfigError(f"config metrics #{i} has unknown key(s) {unknown}; allowed: {list(CONFIG_ENTRY_KEYS)}")
+            raise ConfigError(f"config metrics[{i}] has unknown key(s) {unknown}; allowed: {list(CONFIG_ENTRY_KEYS)}")
         loaded.append(load_metric(entry["path"], entry.get("name"), entry.get("higher_is_better"),
                                   aggregate_valid=entry.get("aggregate_valid"), params=entry.get("params")))
     return loaded
@@ -273,6 +297,8 @@ def resolve_metrics(metrics: Sequence[Any] | None, scoring_config: OverlapScorin
             raise MetricError(f"metric {name!r} supports {list(metric.supported_target_types)} targets, but this "
                               f"dataset is {target_type}; it is not defined there, so remove it from metrics")
         _json_safe(metric.identity(), f"metric {name!r} identity()", ConfigError)
+        if not isinstance(metric, CallableMetric):  # a CallableMetric checked its function when it was built
+            check_call_signature(metric, name)
         custom[name] = metric
     return scoring_config, continuous_config, tuple(custom.values())
 

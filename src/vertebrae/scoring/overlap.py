@@ -22,7 +22,7 @@ import numpy as np
 from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
 from .._sparse import is_sparse
 from ..embeddings import evaluated_matrix, is_constant, validate_embeddings, zero_rows
-from ..errors import ConfigError, InputValidationError, ScoringWarning
+from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
 from ..labels import LabelCatalog, decode_key, semantic_key
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
@@ -325,9 +325,9 @@ class OverlapIndexScorer:
         self.config = config or OverlapScoringConfig()
         self.continuous_config = continuous_config or ContinuousOverlapScoringConfig()
         if not isinstance(self.config, OverlapScoringConfig):
-            raise ConfigError(f"config must be an OverlapScoringConfig, got {type(self.config).__name__}")
+            raise ConfigTypeError(f"config must be an OverlapScoringConfig, got {type(self.config).__name__}")
         if not isinstance(self.continuous_config, ContinuousOverlapScoringConfig):
-            raise ConfigError("continuous_config must be a ContinuousOverlapScoringConfig, got "
+            raise ConfigTypeError("continuous_config must be a ContinuousOverlapScoringConfig, got "
                               f"{type(self.continuous_config).__name__}")
 
     def score(self, embeddings: Any, targets: Targets | Any, *, seed: int | None = None,

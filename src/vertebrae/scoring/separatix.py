@@ -26,7 +26,8 @@ from .._config import Config, check_bool, check_choice, check_float, check_int, 
 from .._sparse import is_sparse
 from ..datasets import Groups, build_groups
 from ..embeddings import evaluated_matrix, validate_embeddings
-from ..errors import ConfigError, DensificationBudgetError, InputValidationError, ScoringWarning, SerializationError
+from ..errors import (ConfigTypeError, DensificationBudgetError, InputValidationError, ScoringWarning,
+                      SerializationError)
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
 from .overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
@@ -187,7 +188,7 @@ class SeparatixScorer:
                                       ("overlap_config", self.overlap_config, OverlapScoringConfig),
                                       ("continuous_config", self.continuous_config, ContinuousOverlapScoringConfig)):
             if not isinstance(value, kind):
-                raise ConfigError(f"{argument} must be a {kind.__name__}, got {type(value).__name__}")
+                raise ConfigTypeError(f"{argument} must be a {kind.__name__}, got {type(value).__name__}")
 
     def diagnose(self, embeddings: Any, targets: Targets | Any, *, overlap_score: float, groups: Any = None,
                  target_type: str | None = None, source: str = "") -> SeparatixResult:

@@ -5,8 +5,11 @@ different MiniBatchKMeans seed per repeat, isolating clustering sensitivity.
 *Subsample* mode also draws a target-preserving subset of rows per repeat.  Every
 repeat goes through :class:`OverlapIndexScorer`; the whole plan (seeds and rows) is
 drawn and checked before anything is scored, so an infeasible request fails before
-any work.  Summaries report *stability intervals*: percentile ranges of the repeat
-scores, not confidence intervals.  The rules are spelled out in docs/stability.md.
+any work.  The first repeat always uses the scorer's own seed, so in prototype mode it
+*is* the primary score a benchmark ranks by, and the ranked score is one member of the
+distribution it is compared with.  Summaries report *stability intervals*: percentile
+ranges of the repeat scores, not confidence intervals.  The rules are spelled out in
+docs/stability.md.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 
 from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
-from ..errors import ConfigError, InputValidationError, ScoringWarning
+from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
 
@@ -35,6 +38,10 @@ METRICS = ("score", "macro", "weighted")
 STD_DDOF = 1
 #: numpy.percentile method of the stability interval.
 INTERVAL_METHOD = "linear"
+#: Version of the repeat protocol, part of every stability artifact key.  2: repeat 0 is the primary draw.
+PROTOCOL_VERSION = 2
+#: An adjacent pair of the reported ranking is flagged unstable when its order holds in fewer repeats than this.
+ORDER_AGREEMENT = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +79,8 @@ class StabilityConfig(Config):
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields that shape the results (artifact keys): ``n_jobs`` changes only the speed."""
-        return {name: value for name, value in self.to_dict().items() if name != "n_jobs"}
+        fields = {name: value for name, value in self.to_dict().items() if name != "n_jobs"}
+        return {**fields, "protocol_version": PROTOCOL_VERSION}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +118,8 @@ class StabilityResult:
     ``repeat_class_counts`` are empty in prototype mode (nothing is sampled);
     ``repeat_class_counts`` is also empty for regression (there are no classes).
     ``scoring_config`` is the scorer config that applies to ``target_type``.
+    ``includes_primary_draw``: repeat 0 is exactly the primary score (prototype mode:
+    same data, the scorer's own seed); False for results written before that rule.
     """
 
     config: StabilityConfig
@@ -124,11 +134,16 @@ class StabilityResult:
     repeat_scores: dict[str, list[float]]
     summaries: dict[str, StabilitySummary]
     warnings: list[str]
+    includes_primary_draw: bool = False
 
     @property
     def summary(self) -> StabilitySummary:
         """Summary of the scorer's primary ``score`` (what the DataFrame stability columns show)."""
         return self.summaries["score"]
+
+    def position_of(self, score: float) -> dict[str, Any]:
+        """Where ``score`` (the ranked overlap score) sits among the repeat scores; see :func:`score_position`."""
+        return score_position(score, self.repeat_scores["score"], self.summary.interval_low, self.summary.interval_high)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)  # deep copy; summaries become plain dicts
@@ -139,6 +154,22 @@ class StabilityResult:
     def from_dict(cls, data: Mapping[str, Any]) -> StabilityResult:
         return cls(**{**data, "config": StabilityConfig.from_dict(data["config"]),
                       "summaries": {name: StabilitySummary(**s) for name, s in data["summaries"].items()}})
+
+
+def score_position(score: float, repeat_scores: Sequence[float], interval_low: float,
+                   interval_high: float) -> dict[str, Any]:
+    """Where one score sits in a repeat distribution, JSON-safe.
+
+    ``percentile`` is the mid-rank share of repeats below it (ties count half; what
+    ``scipy.stats.percentileofscore(kind="mean")`` gives, divided by 100);
+    ``relative_to_interval`` is ``"below"``, ``"inside"`` or ``"above"`` the stability interval.
+    """
+    values = np.asarray(repeat_scores, dtype=np.float64)
+    below, above = int((values < score).sum()), int((values > score).sum())
+    where = "below" if score < interval_low else "above" if score > interval_high else "inside"
+    return {"score": float(score), "percentile": (below + 0.5 * (values.size - below - above)) / values.size,
+            "repeats_below": below, "repeats_above": above, "n_repeats": int(values.size),
+            "relative_to_interval": where}
 
 
 # ----------------------------------------------------------------------- sampling plan
@@ -238,15 +269,19 @@ class _Repeat(NamedTuple):
     rows: np.ndarray | None  # None: every row (prototype mode)
 
 
-def plan_repeats(targets: Targets, config: StabilityConfig) -> tuple[list[_Repeat], list[int]]:
+def plan_repeats(targets: Targets, config: StabilityConfig,
+                 primary_seed: int | None = None) -> tuple[list[_Repeat], list[int]]:
     """Draw every repeat's scoring seed and rows; returns (repeats, sampling seeds).
 
     ``SeedSequence(random_state).spawn(2)`` gives two independent streams: the first
     yields the scoring seeds, the second the sampling seeds (one ``default_rng`` per
-    repeat), so changing the mode never changes the scoring seeds.
+    repeat), so changing the mode never changes the scoring seeds.  ``primary_seed``
+    (the scorer's own seed) is the first repeat's scoring seed, followed by the first
+    ``repeats - 1`` seeds of the scoring stream.
     """
     scoring_stream, sampling_stream = np.random.SeedSequence(config.random_state).spawn(2)
-    scoring_seeds = scoring_stream.generate_state(config.repeats).tolist()
+    drawn = scoring_stream.generate_state(config.repeats).tolist()
+    scoring_seeds = drawn if primary_seed is None else [primary_seed, *drawn[: config.repeats - 1]]
     if config.mode == "prototype":
         return [_Repeat(seed, None) for seed in scoring_seeds], []
     sampler = _SAMPLERS[targets.target_type](targets, config.subsample_fraction)
@@ -312,37 +347,39 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
     """
     config = StabilityConfig() if config is None else config
     if not isinstance(config, StabilityConfig):
-        raise ConfigError(f"config must be a StabilityConfig, got {type(config).__name__}")
+        raise ConfigTypeError(f"config must be a StabilityConfig, got {type(config).__name__}")
     scorer = OverlapIndexScorer() if scorer is None else scorer
     if not isinstance(scorer, OverlapIndexScorer):
-        raise ConfigError(f"scorer must be an OverlapIndexScorer, got {type(scorer).__name__}")
+        raise ConfigTypeError(f"scorer must be an OverlapIndexScorer, got {type(scorer).__name__}")
     X = validate_embeddings(embeddings)
     if not isinstance(targets, (SingleLabelTargets, MultiLabelTargets, RegressionTargets)):
         targets = build_targets(targets, target_type=target_type, n_samples=X.shape[0], argument="targets")
     elif targets.n_samples != X.shape[0]:
         raise InputValidationError(f"targets has {targets.n_samples} rows but embeddings has {X.shape[0]}; "
                                    "give exactly one target per embedding row")
-    repeats, sampling_seeds = plan_repeats(targets, config)
+    categorical = not isinstance(targets, RegressionTargets)
+    scoring_config = scorer.config if categorical else scorer.continuous_config
+    # Repeat 0 uses the scorer's own seed: in prototype mode it is the primary score itself.
+    repeats, sampling_seeds = plan_repeats(targets, config, primary_seed=scoring_config.random_state)
     outcomes = _score_all(X, targets, scorer, repeats, config.n_jobs)
 
     n = targets.n_samples
     counts = [n if r.rows is None else int(r.rows.size) for r in repeats]
-    categorical = not isinstance(targets, RegressionTargets)
     class_counts = [targets.subset(r.rows).counts() for r in repeats if r.rows is not None and categorical]
     values = {name: [float(o.values[i]) for o in outcomes] for i, name in enumerate(METRICS)}
-    scoring_config = scorer.config if categorical else scorer.continuous_config
     return StabilityResult(
         config=config, target_type=targets.target_type, n_samples=n, scoring_config=scoring_config.to_dict(),
         scoring_seeds=[r.scoring_seed for r in repeats], sampling_seeds=sampling_seeds,
         effective_sample_counts=counts, effective_subsample_fractions=[c / n for c in counts],
         repeat_class_counts=class_counts, repeat_scores=values,
         summaries={name: StabilitySummary.of(v, config.interval_level) for name, v in values.items()},
-        warnings=list(dict.fromkeys(w for o in outcomes for w in o.warnings)))
+        warnings=list(dict.fromkeys(w for o in outcomes for w in o.warnings)),
+        includes_primary_draw=config.mode == "prototype")
 
 
 # ----------------------------------------------------------------------- ranking stability
 def ranking_stability(per_extractor_repeat_scores: Mapping[str, Sequence[float]], *,
-                      higher_is_better: bool = True) -> dict[str, Any]:
+                      higher_is_better: bool = True, ranked: Sequence[str] | None = None) -> dict[str, Any]:
     """How stable the extractor ranking is across stability repeats.
 
     Repeat r of every extractor forms one ranking, so every extractor must have been
@@ -355,6 +392,12 @@ def ranking_stability(per_extractor_repeat_scores: Mapping[str, Sequence[float]]
     ``mean_kendall_tau``: Kendall's tau-b between the rankings of every pair of repeats,
     averaged; pairs where tau is undefined (all scores of a repeat tied) are left out,
     and it is None when no pair is defined.
+
+    ``ranked`` is the order a report shows (best first, e.g. by the primary draw); for
+    each adjacent pair of it, ``pair_agreement`` gives the share of repeats in which the
+    better-ranked extractor scores better (ties count half), and ``order_stable`` is False
+    when any pair holds in fewer than ``ORDER_AGREEMENT`` of the repeats (those pairs are
+    listed in ``unstable_pairs``).
     """
     from scipy.stats import kendalltau, rankdata  # scipy.stats is slow to import; keep `import vertebrae` fast
 
@@ -385,4 +428,20 @@ def ranking_stability(per_extractor_repeat_scores: Mapping[str, Sequence[float]]
         "rank_retention": {n: float(v) for n, v in zip(names, (ranks == reference[:, None]).mean(axis=1))},
         "top_extractor": names[top], "top_retention": float((ranks[top] == 1).mean()),
         "mean_kendall_tau": float(np.mean(defined)) if defined else None, "kendall_tau_pairs": len(defined),
+        **({} if ranked is None else _order_agreement(list(ranked), names, better_first)),
     }
+
+
+def _order_agreement(ranked: list[str], names: list[str], better_first: np.ndarray) -> dict[str, Any]:
+    """Per adjacent pair of ``ranked``: share of repeats that keep its order (lower ``better_first`` is better)."""
+    if sorted(ranked) != sorted(names):
+        raise InputValidationError(f"ranked must list the analysed extractors {names} once each, got {ranked}")
+    row = {name: i for i, name in enumerate(names)}
+    pairs = []
+    for better, worse in zip(ranked, ranked[1:]):
+        a, b = better_first[row[better]], better_first[row[worse]]
+        agreement = float(((a < b).sum() + 0.5 * (a == b).sum()) / a.size)
+        pairs.append({"better": better, "worse": worse, "agreement": agreement})
+    unstable = [p for p in pairs if p["agreement"] < ORDER_AGREEMENT]
+    return {"ranked_order": ranked, "order_agreement_threshold": ORDER_AGREEMENT, "pair_agreement": pairs,
+            "unstable_pairs": unstable, "order_stable": not unstable}

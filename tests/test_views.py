@@ -1,0 +1,143 @@
+"""Target views and label hierarchies: validation, one result per view, shared extraction, fidelity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.decomposition import PCA
+
+from tests.conftest import gaussian_classes
+from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, ContinuousOverlapScoringConfig, DatasetIdentity,
+                       InputTypeError, InputValidationError, LabelViewConfig, OverlapScoringConfig,
+                       PrecomputedExtractor, SeparatixConfig, SklearnExtractor, TargetView, TargetViewConfig)
+
+IDENTITY = DatasetIdentity.declared("views", "1")
+QUIET = dict(separatix_config=SeparatixConfig(enabled=False), scoring_config=OverlapScoringConfig(k=4),
+             continuous_config=ContinuousOverlapScoringConfig(k=3, n_null_permutations=2))
+
+
+@pytest.fixture(scope="module")
+def viewed():
+    """Six blob classes; views: coarse (pairs of classes), multi-label tags, and a regression score."""
+    X, y = gaussian_classes(n_per_class=15, n_classes=6, dim=6, seed=3)
+    coarse = np.array(["low", "low", "mid", "mid", "high", "high"])[y]
+    tags = [tuple(t for t, on in (("even", c % 2 == 0), ("big", c >= 3), ("one", c == 1)) if on) or ("none",)
+            for c in y]
+    score = X[:, 0] * 2.0 + np.random.default_rng(0).normal(0, 0.1, len(y))
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY).with_target_views([
+        TargetView("coarse", coarse), TargetView("tags", tags, target_type="multi_label"),
+        TargetView("severity", score, target_type="regression", target_names=["severity"])])
+    return dataset, X
+
+
+def extractors(X):
+    return [PrecomputedExtractor("raw", X), SklearnExtractor("pca2", PCA(2, random_state=0))]
+
+
+# ----------------------------------------------------------------------------- validation
+def test_views_are_validated_like_targets_and_named_in_errors(viewed):
+    dataset, X = viewed
+    with pytest.raises(InputValidationError, match="target view .short. has 6 rows"):
+        dataset.with_target_views([TargetView("short", [1, 2, 3] * 2)])
+    with pytest.raises(InputValidationError, match="view named 'coarse' already exists"):
+        dataset.with_target_views([TargetView("coarse", np.zeros(len(X)))])
+    with pytest.raises(InputValidationError, match="no brackets"):
+        dataset.with_target_views([TargetView("a[b]", np.zeros(len(X)))])
+    with pytest.raises(InputTypeError, match="not a TargetView"):
+        dataset.with_target_views([("coarse", np.zeros(len(X)))])
+    with pytest.raises(ConfigError, match=r"unknown target view\(s\) \['fine'\]"):
+        Benchmark(dataset, extractors(X), target_view_config=TargetViewConfig(views=("fine",)))
+    with pytest.raises(ConfigError, match=r"names output\(s\) \['layer_6'\] that no extractor produces"):
+        Benchmark(dataset, extractors(X), target_view_config=TargetViewConfig(output_views={"layer_6": ("coarse",)}))
+    with pytest.raises(ConfigError, match="unknown field 'view'"):
+        TargetViewConfig(view=("coarse",))
+
+
+def test_hierarchy_paths_are_structural_and_classification_only():
+    X, y = gaussian_classes(n_per_class=10, n_classes=4, dim=4)
+    # "a/b" + "c" and "a" + "b/c" would collide if the levels were joined with "/"
+    paths = [("a/b", "c"), ("a", "b/c"), ("a/b", "d"), ("a", "e")] * 10
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY).with_label_hierarchy(paths, ("top", "leaf"))
+    assert len(dataset.label_view("top").targets.catalog) == 2
+    assert len(dataset.label_view("leaf").targets.catalog) == 4
+    with pytest.raises(InputValidationError, match=r"label_paths\[2\] = \('a',\) must be a sequence of 2 labels"):
+        BenchmarkDataset.from_arrays(X, y, identity=IDENTITY).with_label_hierarchy(
+            paths[:2] + [("a",)] + paths[3:], ("top", "leaf"))
+    regression = BenchmarkDataset.from_arrays(X, X[:, 0], identity=IDENTITY, target_type="regression")
+    with pytest.raises(InputValidationError, match="label hierarchies are classification"):
+        regression.with_label_hierarchy(paths, ("top", "leaf"))
+
+
+# ----------------------------------------------------------------------------- in a benchmark
+def test_one_result_per_view_named_as_the_spec_shows_with_shared_extraction(viewed):
+    dataset, X = viewed
+    benchmark = Benchmark(dataset, extractors(X), target_view_config=TargetViewConfig(), **QUIET)
+    plan = benchmark.plan()
+    names = [chain.name for chain in plan.chains]
+    assert names == [f"{e}[target={v}]" for e in ("raw", "pca2") for v in ("coarse", "tags", "severity")]
+    extract_keys = {keys["extract"] for keys in plan.chain_keys}
+    assert len(extract_keys) == 2  # one extraction per extractor, shared by its three views
+    assert sum(job.stage == "extract" for job in plan.jobs) == 2
+    scores = {keys["score"] for keys in plan.chain_keys}
+    assert len(scores) == 6
+    result = benchmark.run()
+    coarse = result["pca2[target=coarse]"]
+    assert coarse.target_view == "coarse" and coarse.label_view is None and coarse.view == "target=coarse"
+    assert result["raw[target=tags]"].overlap.target_type == "multi_label"
+    assert result["raw[target=severity]"].overlap.target_type == "regression"
+    assert result.views() == ["target=coarse", "target=tags", "target=severity"]
+    frame = result.to_dataframe()
+    assert {"target_view", "label_view"} <= set(frame.columns)
+    assert frame.groupby("target_view")["rank"].apply(sorted).to_dict() == {v: [1, 2] for v in
+                                                                             ("coarse", "tags", "severity")}
+    reloaded = type(result).from_dict(result.to_dict())
+    assert reloaded["raw[target=tags]"].target_view == "tags"
+    assert "raw[target=coarse]" in result.to_markdown()
+
+
+def test_rankings_and_cohorts_stay_within_a_view(viewed):
+    dataset, X = viewed
+    result = Benchmark(dataset, extractors(X), target_view_config=TargetViewConfig(views=("coarse", "tags")),
+                       **QUIET).run()
+    for view in ("target=coarse", "target=tags"):
+        assert {r.view for r in result.ranked_results(view)} == {view}
+        assert {r.view for r in result.quality_cohort(1.0, view=view)} == {view}
+    assert [r.view for r in result.ranked_results()] == ["target=coarse"] * 2 + ["target=tags"] * 2
+    with pytest.raises(ConfigError, match="within one view"):
+        result.quality_cohort()
+    assert sum("Top candidate" in note for note in result.recommendations) == 2
+    with pytest.raises(KeyError, match="no view"):
+        result.ranked_results("target=nope")
+
+
+@pytest.mark.parametrize("view", ["coarse", "tags", "severity"])
+def test_each_view_scores_exactly_like_a_plain_benchmark_on_its_targets(viewed, view):
+    dataset, X = viewed
+    viewed_result = Benchmark(dataset, extractors(X), target_view_config=TargetViewConfig(views=(view,)),
+                              **QUIET).run()
+    plain = Benchmark(dataset.target_view(view), extractors(X), **QUIET).run()
+    for name in ("raw", "pca2"):
+        assert viewed_result[f"{name}[target={view}]"].overlap.to_dict() == plain[name].overlap.to_dict()
+
+
+def test_digits_with_a_two_level_hierarchy():
+    """Coarse shape families above the digit: the digit level equals a plain benchmark on the digits."""
+    X, y = load_digits(return_X_y=True)
+    family = {0: "loop", 6: "loop", 8: "loop", 9: "loop", 1: "stroke", 7: "stroke", 4: "stroke",
+              2: "curve", 3: "curve", 5: "curve"}
+    paths = [(family[int(d)], int(d)) for d in y]
+    identity = DatasetIdentity.declared("sklearn-digits", "1797x64")
+    dataset = BenchmarkDataset.from_arrays(X.astype(np.float32), y, identity=identity).with_label_hierarchy(
+        paths, ("family", "digit"))
+    pca = [SklearnExtractor("pca8", PCA(8, random_state=0))]
+    result = Benchmark(dataset, pca, label_view_config=LabelViewConfig(), separatix_config=SeparatixConfig(
+        enabled=False)).run()
+    assert [r.name for r in result.extractor_results] == ["pca8[level=family]", "pca8[level=digit]"]
+    family_result, digit_result = result["pca8[level=family]"], result["pca8[level=digit]"]
+    assert family_result.label_view == "family" and len(family_result.overlap.per_class_scores) == 3
+    plain = Benchmark(BenchmarkDataset.from_arrays(X.astype(np.float32), paths, identity=identity,
+                                                   target_type="single_label"), pca,
+                      separatix_config=SeparatixConfig(enabled=False)).run()
+    assert digit_result.overlap.score == plain["pca8"].overlap.score
+    assert 0.0 < family_result.overlap.score < 1.0
