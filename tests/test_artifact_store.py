@@ -398,3 +398,20 @@ def test_sweep_on_each_backend(store):
     assert [p.rsplit("/", 1)[-1] for p in store.sweep(datetime.timedelta(0))] == ["matrix.0123456789abcdef.npy"]
     assert not store.fs.exists(orphan)
     _assert_same(store.read(KEY), _artifact())
+
+
+def test_a_refresh_between_manifest_and_data_reads_is_retried_once(tmp_path):
+    """A reader that got the old manifest just before a refresh deleted its files re-reads the new one."""
+    url = str(tmp_path / "cache")
+
+    class RefreshedDuringRead(FsspecStore):
+        refreshed = False
+
+        def _read_files(self, key, manifest):
+            if not self.refreshed:  # another writer publishes v2 (and removes v1's files) at this moment
+                RefreshedDuringRead.refreshed = True
+                FsspecStore(url).write(key, _artifact(2))
+            return super()._read_files(key, manifest)
+
+    FsspecStore(url).write(KEY, _artifact(1))
+    _assert_same(RefreshedDuringRead(url).read(KEY), _artifact(2))

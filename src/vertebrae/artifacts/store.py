@@ -188,16 +188,19 @@ class FsspecStore:
     def read(self, key: str) -> StoredArtifact:
         """Read and verify every file; a manifest replaced mid-read (a concurrent refresh) is retried once."""
         manifest = self._require(key)
-        for attempt in range(2):
-            try:
-                return self._read_files(key, manifest)
-            except FileNotFoundError as exc:
-                latest = self._require(key)
-                if attempt or latest == manifest:
-                    raise ArtifactIntegrityError(f"{self.url}/{key}: file {exc.args[0]!r} listed in the manifest "
-                                                 "is missing") from None
-                manifest = latest
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            return self._read_files(key, manifest)
+        except FileNotFoundError as exc:
+            latest = self._require(key)
+            if latest == manifest:
+                raise self._missing(key, exc) from None
+        try:
+            return self._read_files(key, latest)
+        except FileNotFoundError as exc:
+            raise self._missing(key, exc) from None
+
+    def _missing(self, key: str, exc: FileNotFoundError) -> ArtifactIntegrityError:
+        return ArtifactIntegrityError(f"{self.url}/{key}: file {exc.args[0]!r} listed in the manifest is missing")
 
     def _require(self, key: str) -> Manifest:
         manifest = self.manifest(key)
