@@ -101,13 +101,14 @@ def test_markdown_has_the_sections_and_escapes_cells(identity):
     ds = BenchmarkDataset.from_embeddings(X, labels, identity=identity)
     result = Benchmark(ds, [PrecomputedExtractor("a|b\nc")], scoring_config=OverlapScoringConfig(k=3)).run()
     md = result.to_markdown()
-    for heading in ("## Dataset summary", "## Target summary", "## Extractors", "## Overlap configuration",
-                    "## Ranking", "## Per-extractor details", "## Recommendations", "## Reproducibility"):
-        assert heading in md
+    headings = ("## Answer", "## Ranking", "## How to read these numbers", "## Dataset summary", "## Target summary",
+                "## Extractors", "## Overlap configuration", "## Per-extractor details", "## Reproducibility")
+    positions = [md.index(heading) for heading in headings]  # present, and the answer leads
+    assert positions == sorted(positions)
     table_lines = [line for line in md.splitlines() if line.startswith("|")]
     for line in table_lines:  # every row of a table has as many unescaped pipes as its header
         assert "a\\|b<br>c" in line or "a|b" not in line
-    ranking = md[md.index("## Ranking"):md.index("## Per-extractor")]
+    ranking = md[md.index("## Ranking"):md.index("## How to read")]
     rows = [line for line in ranking.splitlines() if line.startswith("|")]
     header_cells = rows[0].count(" | ")
     assert all(row.replace("\\|", "").count(" | ") == header_cells for row in rows if row != rows[1])
@@ -219,7 +220,7 @@ def test_markdown_shows_typed_settings_by_display_label_and_escapes_html(identit
     ds = BenchmarkDataset.from_embeddings(X, y, identity=identity)
     config = OverlapScoringConfig(k=[(1, 3), ("1", 4)], exclude_classes=["<b>x</b>"])
     md = Benchmark(ds, [PrecomputedExtractor("a`b")], scoring_config=config).run().to_markdown()
-    section = md[md.index("## Overlap configuration"):md.index("## Ranking")]
+    section = md[md.index("## Overlap configuration"):md.index("## Per-extractor details")]
     assert '{"1 (int)": 3, "1 (str)": 4}' in section
     assert "Excluded from macro/weighted aggregation (still fitted and shown per class): &lt;b&gt;x&lt;/b&gt;" in section
     assert "<b>" not in md and "a\\`b" in md

@@ -18,7 +18,7 @@ from .conftest import gaussian_classes
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["run", "--help"], ["score", "--help"],
-                                  ["report", "--help"]])
+                                  ["report", "--help"], ["compare", "--help"]])
 def test_help_everywhere(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -32,9 +32,11 @@ def test_demo_prints_ranking_and_writes_reports(tmp_path, capsys):
     assert "raw_pixels" in out and "pca_2" in out and "report.json" in out
     data = json.loads((tmp_path / "report.json").read_text())
     assert len(data["extractor_results"]) == 5
-    ranking = out.splitlines()[1:6]
+    ranking = out.splitlines()[2:7]  # header, rule, five rows
     assert ranking[-1].split()[1] == "pca_2"  # two PCA components separate ten digits worst
     assert (tmp_path / "report.md").read_text().startswith("# vertebrae benchmark report")
+    assert "Top candidate: raw_pixels" in out and str(tmp_path / "report.html") in out
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
 @pytest.fixture
@@ -153,7 +155,7 @@ def test_console_script_exit_code_on_usage_error():
 
 def test_import_is_light():
     code = ("import sys, vertebrae; heavy = [m for m in ('pandas', 'sklearn', 'overlapindex', 'separatix', 'torch', "
-            "'scipy', 'tqdm') if m in sys.modules]; print(heavy)")
+            "'scipy', 'tqdm', 'matplotlib') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 

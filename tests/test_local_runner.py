@@ -101,5 +101,5 @@ def test_retrieval_runs_on_the_same_runner_with_keys_and_recorded_failures():
     entry = result["pair"]
     assert set(entry.artifact_keys) == {"encode", "endpoints", "rank_forward", "assemble"}
     assert result["broken"].error["stage"] == "encode" and "ZeroDivisionError" in result["broken"].error["message"]
-    assert [e.extractor for e in result.ranked_results()] == ["pair"]
+    assert [e.name for e in result.ranked_results()] == ["pair"]
     assert set(entry.runtime) == {"fit", "encode_queries", "encode_gallery", "rank_forward"}

@@ -120,7 +120,7 @@ def test_text_retrieval_with_sparse_tfidf_and_a_callable_extractor():
     result = run(data, [tfidf, lsa, lengths])
     assert result["tfidf"].embeddings["gallery"]["sparse"] is True
     assert result["tfidf"].forward.metrics["mrr"] == 1.0  # every query shares its words only with its document
-    assert result.ranked_results()[0].extractor == "tfidf"
+    assert result.ranked_results()[0].name == "tfidf"
     assert result["lsa"].embeddings["query"]["embedding_dim"] == 3
 
 

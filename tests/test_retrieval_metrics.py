@@ -66,7 +66,7 @@ def evaluate(dataset: RetrievalDataset, **config) -> dict:
         warnings.simplefilter("ignore")
         result = RetrievalBenchmark(dataset, [PrecomputedExtractor("candidate")],
                                     retrieval_config=RetrievalConfig(cutoffs=CUTOFFS, **config), progress=False).run()
-    return result.entries[0]
+    return result.extractor_results[0]
 
 
 def trec(scores: np.ndarray, grades: np.ndarray, eligible: np.ndarray | None = None,

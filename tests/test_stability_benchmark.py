@@ -91,10 +91,13 @@ def test_json_round_trip_and_ranking_stability(run) -> None:
 def test_markdown_interval_column_and_sections(run) -> None:
     _, result, *_ = run
     text = result.to_markdown()
-    header = next(line for line in text.splitlines() if line.startswith("| rank"))
-    assert "stability_interval" in header
+    headers = [line for line in text.splitlines() if line.startswith("| rank")]
+    assert "stability_interval" in headers[1]  # the ranking table; the answer table leads
     summary = result["raw"].stability.summary
-    assert f"[{summary.interval_low:.4f}, {summary.interval_high:.4f}]" in text
+    interval = f"[{summary.interval_low:.4f}, {summary.interval_high:.4f}]"
+    answer = text[text.index("## Answer"):text.index("## Ranking")]
+    assert f"| {result['raw'].primary_score:.4f} {interval} |" in answer  # primary score with its interval
+    assert interval in text[text.index("## Ranking"):]
     assert "## Stability" in text and "### Ranking stability" in text
     assert "subsample mode" in text
 

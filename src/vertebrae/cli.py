@@ -1,7 +1,7 @@
-"""The ``vertebrae`` command: ``demo``, ``run CONFIG`` and ``report RESULT.json``.
+"""The ``vertebrae`` command: ``demo``, ``run CONFIG``, ``report RESULT.json`` and ``compare A.json B.json``.
 
 Exit codes: 0 success, 2 bad input or usage (one-line message on stderr),
-1 unexpected failure.
+1 unexpected failure, or (``compare``) a candidate's primary score dropped by more than the tolerance.
 """
 
 from __future__ import annotations
@@ -68,11 +68,27 @@ def _parser() -> argparse.ArgumentParser:
                           "the first failure (overrides [benchmark] on_error)")
     _output_options(run)
 
-    report = sub.add_parser("report", help="regenerate the Markdown report from an archived result JSON",
-                            description="Render the Markdown report of RESULT (a report.json written by vertebrae).")
+    report = sub.add_parser("report", help="regenerate the Markdown or HTML report from an archived result JSON",
+                            description="Render the report of RESULT (a result JSON written by vertebrae: benchmark "
+                                        "or retrieval).")
     report.add_argument("result", type=pathlib.Path, help="path to a result JSON file")
+    report.add_argument("--format", "-f", choices=("markdown", "html"), default="markdown",
+                        help="markdown (default) or a self-contained HTML page with figures")
     report.add_argument("--output", "-o", type=pathlib.Path, default=None,
-                        help="write the Markdown here (default: print to stdout)")
+                        help="write the report here (default: print to stdout)")
+
+    compare = sub.add_parser("compare", help="compare two result JSON files (exit 1 when a score regresses)",
+                             description="Compare baseline A with new run B: ranking changes, primary-score deltas "
+                                         "against stability intervals, per-class regressions and whether the "
+                                         "protocols match. Exits with 1 when any candidate's primary score gets "
+                                         "worse by more than --tolerance, so it can guard CI.")
+    compare.add_argument("a", type=pathlib.Path, help="baseline result JSON")
+    compare.add_argument("b", type=pathlib.Path, help="new result JSON")
+    compare.add_argument("--tolerance", "-t", type=float, default=0.0,
+                         help="allowed absolute primary-score drop before a candidate counts as regressed (default 0)")
+    compare.add_argument("--format", "-f", choices=("markdown", "html", "json"), default="markdown")
+    compare.add_argument("--output", "-o", type=pathlib.Path, default=None,
+                         help="write the comparison here (default: print to stdout)")
     _add_cache_commands(sub)
     return parser
 
@@ -103,26 +119,47 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> A
     return result
 
 
+REPORT_FILES = ("report.json", "report.md", "report.html")
+
+
 def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
     output.mkdir(parents=True, exist_ok=True)
-    result.save_json(output / "report.json")
-    result.save_markdown(output / "report.md")
+    json_path, markdown_path, html_path = (output / name for name in REPORT_FILES)
+    result.save_json(json_path)
+    result.save_markdown(markdown_path)
+    result.save_html(html_path)
     if not quiet:
-        print(_ranking_text(result))
+        print(console_summary(result))
         if result.metadata.get("cache"):
             print(f"\nCache: {result.metadata['cache']['store']} ({result.metadata['cache']['mode']})")
-        print(f"\nWrote {output / 'report.json'} and {output / 'report.md'}")
+        print(f"\nWrote {json_path}, {markdown_path} and {html_path}")
 
 
-def _ranking_text(result) -> str:
+def console_summary(result) -> str:
+    """An aligned ranking table (any name length), then one line naming the top candidate and why."""
     ranked = result.ranked_results()
     if not ranked:
         return "Ranking unavailable: no extractor has a valid primary aggregate."
-    width = max(len(r.name) for r in ranked)
-    lines = [f"{'rank':>4}  {'extractor':<{width}}  {ranked[0].primary_metric_name:>10}  recommendation"]
-    for i, r in enumerate(ranked, 1):
-        lines.append(f"{i:>4}  {r.name:<{width}}  {r.primary_score:>10.4f}  {r.recommendation}")
-    return "\n".join(lines)
+    metric = ranked[0].primary_metric_name
+    headers = ["rank", "extractor", metric, "recommendation"]
+    rows = [[str(i), r.name, f"{r.primary_score:.4f}", getattr(r, "recommendation", "–")]
+            for i, r in enumerate(ranked, 1)]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    right = {0, 2}  # numbers right-aligned, text left-aligned
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    best = ranked[0]
+    why = f"Top candidate: {best.name} — highest {metric} ({best.primary_score:.4f})"
+    if len(ranked) > 1:
+        gap = abs(best.primary_score - ranked[1].primary_score)
+        why += f", {gap:.4f} ahead of {ranked[1].name}"
+        cohort = result.quality_cohort()
+        if len(cohort) > 1:
+            why += f"; {len(cohort) - 1} other(s) within the quality tolerance, so compare them on cost"
+    return "\n".join(lines) + "\n\n" + why + "."
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -173,25 +210,29 @@ def _metric_entry(spec: str) -> dict[str, str]:
     return {"path": spec}
 
 
-def _report(args: argparse.Namespace) -> int:
-    from .reports import json_codec
-    from .results import BenchmarkResult
+def _load(path: pathlib.Path):
+    """Any vertebrae result JSON; a missing file or a malformed document is one clear message."""
+    from .errors import SerializationError
+    from .results import load_result
 
+    if not path.is_file():
+        raise VertebraeError(f"result file {str(path)!r} does not exist")
     try:
-        data = json_codec.read(args.result)
-    except FileNotFoundError:
-        raise VertebraeError(f"result file {str(args.result)!r} does not exist") from None
-    except ValueError as exc:
-        raise VertebraeError(f"{args.result} is not valid JSON: {exc}") from None
-    try:
-        result = BenchmarkResult.from_dict(json_codec.decode(data))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise VertebraeError(f"{args.result} is not a vertebrae benchmark result (missing or malformed {exc})") from None
-    markdown = result.to_markdown()
-    if args.output is None:
-        sys.stdout.write(markdown)
+        return load_result(path)
+    except SerializationError as exc:
+        raise SerializationError(f"{path}: {exc}") from None
+
+
+def _emit(text: str, output: pathlib.Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
     else:
-        args.output.write_text(markdown, encoding="utf-8")
+        output.write_text(text, encoding="utf-8")
+
+
+def _report(args: argparse.Namespace) -> int:
+    result = _load(args.result)
+    _emit(result.to_html() if args.format == "html" else result.to_markdown(), args.output)
     return EXIT_OK
 
 
@@ -264,8 +305,22 @@ def _cache(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from .compare import compare_results
+    from .reports import json_codec
+    from .reports.compare_report import render_comparison_html, render_comparison_markdown
+
+    a, b = _load(args.a), _load(args.b)
+    comparison = compare_results(a.serialized(), b.serialized(), tolerance=args.tolerance,
+                                 names=(str(args.a), str(args.b)))
+    renderers = {"json": json_codec.dumps, "markdown": render_comparison_markdown, "html": render_comparison_html}
+    _emit(renderers[args.format](comparison), args.output)
+    return EXIT_FAILURE if comparison["regressed"] else EXIT_OK
+
+
 # Subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
-COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report, "cache": _cache}
+COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report, "compare": _compare,
+            "cache": _cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

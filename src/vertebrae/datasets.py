@@ -171,6 +171,20 @@ class BenchmarkDataset:
         """What extractors receive: raw inputs if given, else the embedding matrix."""
         return self.inputs if self.inputs is not None else self.embeddings
 
+    def __repr__(self) -> str:
+        """A few facts, never the rows (the default dataclass repr printed every embedding row)."""
+        summary = self.targets.summary()
+        size = {"single_label": "n_classes", "multi_label": "n_labels"}.get(self.target_type)
+        targets = (f"{summary[size]} {size[2:]}" if size else f"targets {', '.join(summary['target_names'])}")
+        data = self.extractor_input
+        shape = getattr(data, "shape", None)
+        kind = "embeddings" if self.inputs is None else "inputs"
+        described = (f"{kind} {type(data).__name__}{tuple(shape)}" if shape is not None
+                     else f"{kind} {type(data).__name__} of {len(data)}")
+        groups = "" if self.groups is None else f", {len(self.groups.catalog)} groups"
+        return (f"BenchmarkDataset(name={self.name!r}, {self.n_samples} samples, {self.target_type}: {targets}, "
+                f"{described}{groups}, identity={self.identity.kind}:{self.identity.dataset_id})")
+
     def summary(self) -> dict[str, Any]:
         summary = {"name": self.name, "identity": self.identity.to_dict(), **self.targets.summary()}
         summary["input_kind"] = "raw_inputs" if self.inputs is not None else "embeddings"

@@ -8,11 +8,14 @@ byte-identical for the same inputs and seeds.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import json
 import pathlib
-from collections.abc import Mapping
-from typing import Any
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
 
 from .errors import ConfigError, SerializationError
 from .scoring.metric_result import MetricResult
@@ -21,18 +24,204 @@ from .scoring.separatix import SeparatixResult
 from .scoring.stability import StabilityResult, ranking_stability
 
 SCHEMA_VERSION = 1
-#: Recommendation thresholds on the overlap score (documented in docs/results.md).
-STRONG_OVERLAP = 0.8
-MODERATE_OVERLAP = 0.5
+#: Recommendation cut-offs on the overlap score per target type: (strong, moderate, label stem).
+#: Multi-label and regression cut-offs were calibrated on targets of known predictability
+#: (benchmarks/recommendation_calibration.py; evidence in docs/results.md).
+RECOMMENDATION_CUTOFFS: dict[str, tuple[float, float, str]] = {
+    "single_label": (0.8, 0.5, "separation"),
+    "multi_label": (0.5, 0.35, "separation"),
+    "regression": (0.25, 0.10, "continuous_structure"),
+}
+STRONG_OVERLAP, MODERATE_OVERLAP, _ = RECOMMENDATION_CUTOFFS["single_label"]
 
 
-def recommendation_label(overlap_score: float) -> str:
-    """Lightweight guidance from the overlap score, not a verdict."""
-    if overlap_score >= STRONG_OVERLAP:
-        return "strong_separation"
-    if overlap_score >= MODERATE_OVERLAP:
-        return "moderate_separation"
-    return "weak_separation"
+def recommendation_label(overlap_score: float, target_type: str = "single_label") -> str:
+    """Lightweight guidance from the overlap score with the cut-offs of the target type, not a verdict."""
+    if target_type not in RECOMMENDATION_CUTOFFS:
+        raise ValueError(f"target_type must be one of {sorted(RECOMMENDATION_CUTOFFS)}, got {target_type!r}")
+    strong, moderate, stem = RECOMMENDATION_CUTOFFS[target_type]
+    if overlap_score >= strong:
+        return f"strong_{stem}"
+    if overlap_score >= moderate:
+        return f"moderate_{stem}"
+    return f"weak_{stem}"
+
+
+# --------------------------------------------------------------------- reading JSON
+@contextlib.contextmanager
+def reading(path: str) -> Iterator[None]:
+    """Turn a missing key or a wrongly typed value inside ``path`` into one SerializationError.
+
+    Every result type loads its JSON through this, so malformed or foreign documents fail
+    with the path inside the document instead of a bare ``KeyError``.
+    """
+    try:
+        yield
+    except SerializationError:
+        raise
+    except KeyError as exc:
+        raise SerializationError(f"{path}: missing key {exc.args[0]!r}; the file is incomplete, edited by hand or "
+                                 "not written by this version of vertebrae") from None
+    except (TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise SerializationError(f"{path}: malformed value ({type(exc).__name__}: {exc})") from None
+
+
+def check_header(data: Any, result_type: str, schema_versions: tuple[int, ...]) -> None:
+    if not isinstance(data, Mapping):
+        raise SerializationError(f"$: not a vertebrae {result_type} result: expected a JSON object, "
+                                 f"got {type(data).__name__}")
+    if data.get("result_type") != result_type or data.get("schema_version") not in schema_versions:
+        raise SerializationError(f"$: not a vertebrae {result_type} result of schema {schema_versions[-1]} "
+                                 f"(result_type={data.get('result_type')!r}, "
+                                 f"schema_version={data.get('schema_version')!r})")
+
+
+def read_json(path: str | pathlib.Path) -> Any:
+    """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
+    from .reports import json_codec
+
+    try:
+        return json_codec.decode(json_codec.read(path))
+    except json.JSONDecodeError as exc:
+        raise SerializationError(f"$: {path} is not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SerializationError(f"$: {path} is not UTF-8 text ({exc})") from None
+
+
+def result_from_dict(data: Any) -> "ResultFamily":
+    """Rebuild any vertebrae result (benchmark, retrieval, ...) from its serialized dict."""
+    kinds = result_classes()
+    kind = data.get("result_type") if isinstance(data, Mapping) else None
+    if kind not in kinds:
+        raise SerializationError(f"$.result_type: {kind!r} is not a vertebrae result type; expected one of "
+                                 f"{sorted(kinds)}")
+    return kinds[kind].from_dict(data)
+
+
+def load_result(path: str | pathlib.Path) -> "ResultFamily":
+    """Load any vertebrae result JSON file, whatever its result type."""
+    return result_from_dict(read_json(path))
+
+
+def result_classes() -> dict[str, type["ResultFamily"]]:
+    """Result type name -> class; a new result type (e.g. zero-shot) registers here."""
+    from .retrieval.result import RetrievalBenchmarkResult
+
+    return {"benchmark": BenchmarkResult, "retrieval": RetrievalBenchmarkResult}
+
+
+class ResultFamily:
+    """What every result type shares: lookup by name, the quality cohort, persistence and reports.
+
+    Subclasses provide ``RESULT_TYPE``, ``extractor_results``, ``ranked_results()``,
+    ``to_dict()`` and ``from_dict()``.  Markdown and HTML are rendered from exactly the
+    JSON ``save_json`` writes, so an archived file regenerates the same report.
+    """
+
+    RESULT_TYPE: ClassVar[str]
+    extractor_results: list[Any]
+
+    def ranked_results(self) -> list[Any]:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def _default_tolerance(self) -> float:
+        return 0.0
+
+    def __getitem__(self, name: str) -> Any:
+        for result in self.extractor_results:
+            if result.name == name:
+                return result
+        raise KeyError(f"no extractor result named {name!r}; have {[r.name for r in self.extractor_results]}")
+
+    def quality_cohort(self, tolerance: float | None = None) -> list[Any]:
+        """Results within an absolute ``tolerance`` of the best primary score, in ranking order."""
+        return self._cohort(self.ranked_results(), tolerance)
+
+    def _cohort(self, ranked: list[Any], tolerance: float | None) -> list[Any]:
+        tolerance = self._default_tolerance() if tolerance is None else tolerance
+        if tolerance < 0:
+            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+        if not ranked:
+            return []
+        best = ranked[0]
+        return [r for r in ranked if abs(r.primary_score - best.primary_score) <= tolerance + 1e-12]
+
+    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def serialized(self) -> dict[str, Any]:
+        """The decoded JSON document ``save_json`` writes (what every report is rendered from)."""
+        from .reports import json_codec
+
+        return json_codec.decode(json.loads(self.to_json()))
+
+    def to_json(self) -> str:
+        from .reports import json_codec
+
+        return json_codec.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> Any:
+        from .reports import json_codec
+
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SerializationError(f"$: not valid JSON ({exc})") from None
+        return cls.from_dict(json_codec.decode(data))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
+        from .reports import json_codec
+
+        return json_codec.write(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path: str | pathlib.Path) -> Any:
+        return cls.from_dict(read_json(path))
+
+    def to_markdown(self) -> str:
+        from .reports.render import render_markdown
+
+        return render_markdown(self.serialized())
+
+    def save_markdown(self, path: str | pathlib.Path) -> pathlib.Path:
+        return _write_text(path, self.to_markdown())
+
+    def to_html(self) -> str:
+        """One self-contained HTML page (figures inline when matplotlib is installed)."""
+        from .reports.html import render_html
+
+        return render_html(self.serialized())
+
+    def save_html(self, path: str | pathlib.Path) -> pathlib.Path:
+        return _write_text(path, self.to_html())
+
+
+def _write_text(path: str | pathlib.Path, text: str) -> pathlib.Path:
+    path = pathlib.Path(path)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def deprecated_alias(old: str, new: str) -> property:
+    """A read-only property ``old`` that returns ``new`` with a DeprecationWarning (kept for one release)."""
+    def get(self: Any) -> Any:
+        warnings.warn(f"{type(self).__name__}.{old} is deprecated; use .{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    return property(get, doc=f"Deprecated alias of ``{new}``.")
+
+
+def _score_text(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+#: ExtractorResult fields written to JSON only when they are set (older files stay byte-identical).
+OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_view"})
 
 
 @dataclasses.dataclass
@@ -68,6 +257,8 @@ class ExtractorResult:
         if self.target_view is not None:
             return f"target={self.target_view}"
         return None if self.label_view is None else f"level={self.label_view}"
+    #: Measured resources (latency, memory, embedding bytes) when profiling ran; see docs/reports.md.
+    resource_profile: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
@@ -82,6 +273,11 @@ class ExtractorResult:
     def primary_metric(self) -> MetricResult:
         return self.metrics[self.primary_metric_name]
 
+    def __repr__(self) -> str:
+        dim = self.embedding.get("embedding_dim")
+        return (f"ExtractorResult(name={self.name!r}, {self.primary_metric_name}={_score_text(self.primary_score)}, "
+                f"recommendation={self.recommendation!r}, dim={dim}, warnings={len(self.warnings)})")
+
     @property
     def aggregate_valid(self) -> bool:
         return self.error is None and self.primary_metric.rankable
@@ -92,10 +288,12 @@ class ExtractorResult:
         return None if self.stability is None else self.stability.position_of(self.overlap.score)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form without ``runtime`` (the benchmark result stores timings separately); ``error`` only when set."""
-        optional = ("error", "target_view", "label_view")  # written only when set
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "runtime" and not (f.name in optional and getattr(self, f.name) is None)}
+        """JSON form without ``runtime`` (the benchmark result stores timings separately).
+
+        ``error``, ``resource_profile``, ``target_view`` and ``label_view`` are written only when set.
+        """
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runtime"
+                and not (f.name in OPTIONAL_FIELDS and getattr(self, f.name) is None)}
         data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
         data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
         data["separatix"] = None if self.separatix is None else self.separatix.to_dict()
@@ -103,20 +301,33 @@ class ExtractorResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None = None) -> "ExtractorResult":
-        fields = dict(data)
-        fields["overlap"] = None if fields["overlap"] is None else OverlapScoreResult.from_dict(fields["overlap"])
-        fields["metrics"] = {name: MetricResult.from_dict(m) for name, m in fields["metrics"].items()}
+    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None = None,
+                  path: str = "$") -> "ExtractorResult":
+        with reading(path):
+            fields = dict(data)
+            overlap, metrics = fields["overlap"], dict(fields["metrics"])
+        with reading(f"{path}.overlap"):
+            fields["overlap"] = None if overlap is None else OverlapScoreResult.from_dict(overlap)
+        fields["metrics"] = {}
+        for name, m in metrics.items():
+            with reading(f"{path}.metrics.{name}"):
+                fields["metrics"][name] = MetricResult.from_dict(m)
         if fields.get("separatix") is not None:
-            fields["separatix"] = SeparatixResult.from_dict(fields["separatix"])
+            with reading(f"{path}.separatix"):
+                fields["separatix"] = SeparatixResult.from_dict(fields["separatix"])
         if fields.get("stability") is not None:
-            fields["stability"] = StabilityResult.from_dict(fields["stability"])
+            with reading(f"{path}.stability"):
+                fields["stability"] = StabilityResult.from_dict(fields["stability"])
         fields["runtime"] = dict(runtime or {})
-        return cls(**fields)
+        with reading(path):
+            return cls(**fields)
 
 
-@dataclasses.dataclass
-class BenchmarkResult:
+@dataclasses.dataclass(eq=True)
+class BenchmarkResult(ResultFamily):
+    """The result of ``Benchmark.run()``: one ExtractorResult per extractor (or named output)."""
+
+    RESULT_TYPE: ClassVar[str] = "benchmark"
     dataset_summary: dict[str, Any]
     extractor_results: list[ExtractorResult]
     recommendations: list[str]
@@ -167,24 +378,27 @@ class BenchmarkResult:
         return bool(self.ranked_results())
 
     def quality_cohort(self, tolerance: float | None = None, view: str | None = None) -> list[ExtractorResult]:
-        """Results within an absolute ``tolerance`` of the best primary score, in ranking order (of one view)."""
-        tolerance = self.metadata.get("quality_tolerance", 0.0) if tolerance is None else tolerance
-        if tolerance < 0:
-            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
-        if view is None and len(self.views()) > 1:
-            raise ConfigError(f"this result scores several views {self.views()}; a quality cohort is defined within "
+        """Results within an absolute ``tolerance`` of the best primary score, in ranking order, within one view."""
+        views = self.views()
+        if view is None and len(views) > 1:
+            raise ConfigError(f"this result scores several views {views}; a quality cohort is defined within "
                               "one view: pass view=...")
-        ranked = self.ranked_results(view if view is not None else self.views()[0] if self.views() else None)
-        if not ranked:
-            return []
-        best = ranked[0]
-        return [r for r in ranked if abs(r.primary_score - best.primary_score) <= tolerance + 1e-12]
+        return self._cohort(self.ranked_results(view), tolerance)
 
-    def __getitem__(self, name: str) -> ExtractorResult:
-        for result in self.extractor_results:
-            if result.name == name:
-                return result
-        raise KeyError(f"no extractor result named {name!r}; have {[r.name for r in self.extractor_results]}")
+    def _default_tolerance(self) -> float:
+        return self.metadata.get("quality_tolerance", 0.0)
+
+    def __repr__(self) -> str:
+        ranked = self.ranked_results()
+        head = (f"BenchmarkResult(dataset={self.dataset_summary.get('name')!r}, "
+                f"target_type={self.dataset_summary.get('target_type')!r}, "
+                f"{len(self.extractor_results)} extractor result(s), ranked by "
+                f"{self.metadata.get('primary_metric', 'overlap')!r})")
+        lines = [f"  {i}. {r.name}: {_score_text(r.primary_score)} ({r.recommendation})"
+                 for i, r in enumerate(ranked[:REPR_ROWS], 1)]
+        if len(ranked) > REPR_ROWS:
+            lines.append(f"  ... {len(ranked) - REPR_ROWS} more; see to_dataframe()")
+        return "\n".join([head, *lines])
 
     # -- tabular ---------------------------------------------------------------
     def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
@@ -234,45 +448,29 @@ class BenchmarkResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BenchmarkResult":
-        if data.get("result_type") != "benchmark" or data.get("schema_version") != SCHEMA_VERSION:
-            raise SerializationError(f"$: not a vertebrae benchmark result of schema {SCHEMA_VERSION} "
-                                     f"(result_type={data.get('result_type')!r}, schema_version={data.get('schema_version')!r})")
-        timing = dict(data.get("timing", {}))
-        runtime = timing.pop("runtime", {})
-        diagnostic_timings = timing.pop("separatix", {})
+        check_header(data, cls.RESULT_TYPE, (SCHEMA_VERSION,))
+        with reading("$.timing"):
+            timing = dict(data.get("timing", {}))
+            runtime = dict(timing.pop("runtime", {}))
+            diagnostic_timings = dict(timing.pop("separatix", {}))
+        with reading("$"):
+            items = list(data["extractor_results"])
         results = []
-        for item in data["extractor_results"]:
-            if item.get("separatix") is not None and item["name"] in diagnostic_timings:
-                item = {**item, "separatix": copy.deepcopy(item["separatix"])}
-                put_timings(item["separatix"], diagnostic_timings[item["name"]])
-            results.append(ExtractorResult.from_dict(item, runtime.get(item["name"])))
-        return cls(dict(data["dataset_summary"]), results, list(data["recommendations"]), dict(data["metadata"]), timing)
+        for i, item in enumerate(items):
+            path = f"$.extractor_results[{i}]"
+            with reading(path):
+                name = item["name"]
+                if item.get("separatix") is not None and name in diagnostic_timings:
+                    item = {**item, "separatix": copy.deepcopy(item["separatix"])}
+                    put_timings(item["separatix"], diagnostic_timings[name])
+            results.append(ExtractorResult.from_dict(item, runtime.get(name), path))
+        with reading("$"):
+            return cls(dict(data["dataset_summary"]), results, list(data["recommendations"]), dict(data["metadata"]),
+                       timing)
 
-    def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
-        from .reports import json_codec
 
-        return json_codec.write(self.to_dict(), path)
-
-    @classmethod
-    def load(cls, path: str | pathlib.Path) -> "BenchmarkResult":
-        from .reports import json_codec
-
-        return cls.from_dict(json_codec.decode(json_codec.read(path)))
-
-    def to_markdown(self) -> str:
-        """Rendered from exactly what ``save_json`` writes, so archived JSON gives the same report."""
-        import json
-
-        from .reports import json_codec
-        from .reports.markdown import render_benchmark
-
-        return render_benchmark(json_codec.decode(json.loads(json_codec.dumps(self.to_dict()))))
-
-    def save_markdown(self, path: str | pathlib.Path) -> pathlib.Path:
-        path = pathlib.Path(path)
-        text = self.to_markdown()
-        path.write_text(text, encoding="utf-8")
-        return path
+#: Ranked lines shown by ``repr()`` of a result; the DataFrame shows them all.
+REPR_ROWS = 5
 
 
 # --------------------------------------------------------------------- timings

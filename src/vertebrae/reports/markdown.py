@@ -10,10 +10,11 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .markdown_separatix import separatix_detail
-from .markdown_stability import interval_text, stability_section
 from .markdown_metrics import metrics_detail
+from .markdown_separatix import separatix_detail
+from .markdown_stability import stability_section
 from .markdown_table import table, text
+from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
 Section = Callable[[Mapping[str, Any]], str]
 
@@ -61,13 +62,28 @@ def _target_summary(data: Mapping[str, Any]) -> str:
     return "## Target summary\n\n" + table([heading, "count"], rows)
 
 
+def _answer(data: Mapping[str, Any]) -> str:
+    """The top candidate, the recommendations and a short ranked summary, before any detail."""
+    answer = benchmark_answer(data)
+    notes = "".join(f"- {text(n)}\n" for n in answer["notes"])
+    if answer["headers"] is None:
+        return "## Answer\n\n" + text(answer["lead"]) + "\n\n" + notes
+    return ("## Answer\n\n" + text(answer["lead"]).replace(answer["top_text"], f"**{answer['top_text']}**", 1)
+            + "\n\n" + notes + "\n" + table(answer["headers"], answer["rows"]))
+
+
+def _how_to_read(data: Mapping[str, Any]) -> str:
+    return "## How to read these numbers\n\n" + "".join(f"{text(part)}\n\n" for part in how_to_read(data))
+
+
 def _extractor_summary(data: Mapping[str, Any]) -> str:
     rows = []
     for r in data["extractor_results"]:
         e = r["embedding"]
         rows.append([r["name"], r["extractor_type"], e.get("embedding_dim"), e.get("dtype"), e.get("sparse"),
-                     e.get("nnz"), json.dumps(r["recipe"], sort_keys=True)])
-    return "## Extractors\n\n" + table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows)
+                     e.get("nnz"), recipe_summary(r["recipe"])])
+    return ("## Extractors\n\nRecipes are summarized; the JSON report keeps them whole.\n\n"
+            + table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows))
 
 
 def _overlap_configuration(data: Mapping[str, Any]) -> str:
@@ -93,40 +109,25 @@ def _overlap_configuration(data: Mapping[str, Any]) -> str:
     return "## Overlap configuration\n\nBackend: MiniBatchKMeans (fixed).\n\n" + body + note
 
 
-#: Row-builder columns shown in the ranking table (see ``vertebrae.results.result_row``).
-RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
-                              "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
-                              "probe_score",
-                              "embedding_dim", "recommendation", "separatix_recommendation", "separatix_confidence"]
-
-
-def _ranking_cell(row: Mapping[str, Any], column: str) -> Any:
-    """A row-builder value; ``stability_interval`` is rendered from the row's interval bounds."""
-    if column == "stability_interval":
-        return interval_text(row["stability_interval_low"], row["stability_interval_high"])
-    return row.get(column)
-
-
 def _ranking(data: Mapping[str, Any]) -> str:
-    from ..results import BenchmarkResult
-
-    result = BenchmarkResult.from_dict(data)
-    ranked = result.ranked_results()
-    if not ranked:
-        return "## Ranking\n\nUnavailable: no extractor has a valid primary aggregate.\n"
-    rows = result.rows(include_invalid=True)
-    valid_rows = [r for r in rows if r["rank"] is not None]
-    invalid = [r["extractor"] for r in rows if r["rank"] is None]
-    body = table(RANKING_COLUMNS, [[_ranking_cell(row, c) for c in RANKING_COLUMNS] for row in valid_rows])
+    ranking = benchmark_ranking(data)
+    if ranking["columns"] is None:
+        return "## Ranking\n\n" + text(ranking["heading"]) + "\n"
+    invalid = ranking["invalid"]
     tail = f"\nNot ranked (invalid primary aggregate): {', '.join(text(n) for n in invalid)}\n" if invalid else ""
-    order = "higher is better" if ranked[0].primary_metric.higher_is_better else "lower is better"
-    return (f"## Ranking\n\nRanked by **{text(ranked[0].primary_metric_name)}** ({order}).\n\n" + body + tail)
+    return ("## Ranking\n\n" + text(ranking["heading"]).replace(ranking["metric"], f"**{ranking['metric']}**", 1)
+            + "\n\n" + table(ranking["columns"], ranking["rows"]) + tail)
 
 
 def _extractor_details(data: Mapping[str, Any]) -> str:
+    """Every extractor's detail; the pairwise matrix only for the top candidate (all of them stay in the JSON)."""
+    from ..results import BenchmarkResult
+
+    ranked = BenchmarkResult.from_dict(data).ranked_results()
+    top = ranked[0].name if ranked else None
     parts = ["## Per-extractor details\n"]
     for r in data["extractor_results"]:
-        parts.append(extractor_detail(r))
+        parts.append(extractor_detail(r, pairwise=r["name"] == top))
     return "\n".join(parts)
 
 
@@ -143,7 +144,7 @@ def _pairwise(o: Mapping[str, Any]) -> str:
     return "Pairwise overlap (row vs column):\n\n" + table(["class", *(_display(o, b) for b in keys)], rows)
 
 
-def extractor_detail(r: Mapping[str, Any]) -> str:
+def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> str:
     o = r["overlap"]
     if r.get("error"):
         error = r["error"]
@@ -160,7 +161,8 @@ def extractor_detail(r: Mapping[str, Any]) -> str:
         rows = [[_display(o, k), o["class_counts"].get(k), o["k_per_class"].get(k), v,
                  "yes" if k in meta.get("aggregation_classes", []) else "no"] for k, v in o["per_class_scores"].items()]
         lines.append(table(["class", "count", "k", "overlap", "aggregated"], rows))
-        lines.append(_pairwise(o))
+        lines.append(_pairwise(o) if pairwise else "Pairwise overlap: shown for the top candidate; all pairs are in "
+                     "`pairwise_scores` in the JSON and in the HTML report.\n")
     if o.get("loss_ratio") is not None:
         null = o["regression"]["null_calibration"]
         lines.append(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null {null['null_loss']:.4f}; "
@@ -175,10 +177,6 @@ def extractor_detail(r: Mapping[str, Any]) -> str:
     if r.get("separatix"):
         lines.append(separatix_detail(r["separatix"]))
     return "\n".join(lines)
-
-
-def _recommendations(data: Mapping[str, Any]) -> str:
-    return "## Recommendations\n\n" + "".join(f"- {text(n)}\n" for n in data["recommendations"])
 
 
 def _reproducibility(data: Mapping[str, Any]) -> str:
@@ -197,8 +195,9 @@ def _reproducibility(data: Mapping[str, Any]) -> str:
 
 
 #: Report sections in order; later features append their own section functions here.
-SECTIONS: list[Section] = [_title, _dataset_summary, _target_summary, _extractor_summary, _overlap_configuration,
-                           _ranking, stability_section, _extractor_details, _recommendations, _reproducibility]
+SECTIONS: list[Section] = [_title, _answer, _ranking, _how_to_read, _dataset_summary, _target_summary,
+                           _extractor_summary, _overlap_configuration, stability_section, _extractor_details,
+                           _reproducibility]
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:

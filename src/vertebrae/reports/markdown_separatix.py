@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .markdown_table import table, text
+from .reading import SEPARATIX_SCORE_DIRECTIONS
 
 
 def _number(value: Any) -> str:
@@ -24,9 +25,10 @@ def separatix_detail(s: Mapping[str, Any]) -> str:
         lines.append(f"Blocking skip: {text(s['reason'])}\n")
     if s["decision_path"]:
         lines.append("Decision path:\n\n" + "".join(f"1. {text(step)}\n" for step in s["decision_path"]))
-    scores = [[name, value] for name, value in s["scores"].items() if value is not None]
+    scores = [[name, value, SEPARATIX_SCORE_DIRECTIONS.get(name, "see the Separatix documentation")]
+              for name, value in s["scores"].items() if value is not None]
     if scores:
-        lines.append(table(["Separatix score", "value"], scores))
+        lines.append(table(["Separatix score", "value", "direction (Separatix's own)"], scores))
     lines.append(_probe_evidence(s["probe_summary"]))
     lines.append(_context(s))
     skips = [f"{d['name']}: {d.get('reason', '')}" for d in s["skipped_diagnostics"]]

@@ -7,16 +7,20 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def plain(value: Any, digits: int = 4) -> str:
+    """The display text of one value, shared by the Markdown and HTML renderers (escaping is theirs)."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return "–" if not math.isfinite(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
 def cell(value: Any, digits: int = 4) -> str:
     """Render one value as a safe cell: HTML, pipes, backslashes and backticks escaped, line breaks as <br>."""
-    if value is None:
-        text = "–"
-    elif isinstance(value, bool):
-        text = "yes" if value else "no"
-    elif isinstance(value, float):
-        text = "–" if not math.isfinite(value) else f"{value:.{digits}f}"
-    else:
-        text = str(value)
+    text = plain(value, digits)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # no raw HTML from labels
     text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "<br>")

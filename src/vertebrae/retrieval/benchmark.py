@@ -119,7 +119,7 @@ class RetrievalBenchmark:
             if entry.embeddings:
                 entry.embeddings = _with_cache_facts(entry.embeddings, keys["encode"], plan, outcome, self.cache)
             entries.append(entry)
-        run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.extractor for e in entries]}
+        run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.name for e in entries]}
         protocol = self.protocol()
         if self.cache is not None:
             protocol["cache"] = cache_summary(self.cache)

@@ -55,6 +55,13 @@ class RetrievalDataset:
     def n_gallery(self) -> int:
         return len(self.gallery_ids)
 
+    def __repr__(self) -> str:
+        """A few facts, never the ids, relevance or endpoint rows."""
+        kind = "embeddings" if self.has_embeddings else "inputs"
+        return (f"RetrievalDataset({self.n_queries} queries x {self.n_gallery} gallery items, "
+                f"{self.relevance.nnz} relevant pairs, {self.exclusions.nnz} excluded, {kind}, "
+                f"identity={self.identity.kind}:{self.identity.dataset_id}, fingerprint={self.fingerprint[:12]})")
+
     @property
     def has_embeddings(self) -> bool:
         return self.query_embeddings is not None

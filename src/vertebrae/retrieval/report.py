@@ -21,7 +21,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     """Title, ranking, per-cutoff metrics, full-ranking metrics and diagnostics, protocol, extractors, warnings."""
     result = RetrievalBenchmarkResult.from_dict(data)
     protocol = data["protocol"]
-    directions = [d for d in DIRECTIONS if any(e[d] is not None for e in data["entries"])]
+    directions = [d for d in DIRECTIONS if any(e[d] is not None for e in _scored(data))]
     sections = [f"# vertebrae retrieval report: {text(protocol['identity']['dataset_id'])}\n",
                 _ranking(result, directions), _cutoff_metrics(data, directions), _full_ranking(data, directions),
                 _protocol(protocol), _extractors(data), _warnings(data)]
@@ -34,20 +34,24 @@ def _ranking(result: RetrievalBenchmarkResult, directions: list[str]) -> str:
         + ["query_embedding_dim", "gallery_embedding_dim"]
     how = "mean of forward and reverse" if len(directions) == 2 else "forward (query -> gallery)"
     rows = [[row.get(c) for c in columns] for row in result.rows()]
-    return f"## Ranking\n\nRanked by **{text(primary)}** (higher is better; {how}).\n\n" + table(columns, rows)
+    ranked = result.ranked_results()
+    top = (f"**Top candidate: {text(ranked[0].name)}** ({text(primary)} {ranked[0].primary_score:.4f}).\n\n"
+           if ranked else "No extractor was scored.\n\n")
+    return (f"## Ranking\n\n{top}Ranked by **{text(primary)}** (higher is better; {how}).\n\n"
+            + table(columns, rows))
 
 
 def _cutoff_metrics(data: Mapping[str, Any], directions: list[str]) -> str:
     cutoffs = data["protocol"]["config"]["cutoffs"]
-    rows = [[e["extractor"], d, k] + [e[d]["metrics"][f"{m}@{k}"] for m in CUTOFF_METRICS]
-            for e in data["entries"] for d in directions for k in cutoffs]
+    rows = [[e["name"], d, k] + [e[d]["metrics"][f"{m}@{k}"] for m in CUTOFF_METRICS]
+            for e in _scored(data) for d in directions for k in cutoffs]
     return "## Metrics per cutoff\n\n" + table(["extractor", "direction", "k", *CUTOFF_METRICS], rows)
 
 
 def _full_ranking(data: Mapping[str, Any], directions: list[str]) -> str:
-    rows = [[e["extractor"], d, e[d]["n_queries"]] + [e[d]["metrics"][m] for m in FULL_RANKING_METRICS]
+    rows = [[e["name"], d, e[d]["n_queries"]] + [e[d]["metrics"][m] for m in FULL_RANKING_METRICS]
             + [e[d]["diagnostics"][name] for name in _DIAGNOSTICS] + [e[d]["block_plan"]["rows_per_block"]]
-            for e in data["entries"] for d in directions]
+            for e in _scored(data) for d in directions]
     headers = ["extractor", "direction", "queries", *FULL_RANKING_METRICS, "mean positive sim",
                "mean negative sim", "margin", "rows per block"]
     return ("## Full-ranking metrics and similarity diagnostics\n\n"
@@ -87,14 +91,19 @@ def _protocol(protocol: Mapping[str, Any]) -> str:
 
 def _extractors(data: Mapping[str, Any]) -> str:
     rows = []
-    for e in data["entries"]:
+    for e in _scored(data):
         q, g = e["embeddings"]["query"], e["embeddings"]["gallery"]
-        rows.append([e["extractor"], f"{q['embedding_dim']} {q['dtype']}{' sparse' if q['sparse'] else ''}",
+        rows.append([e["name"], f"{q['embedding_dim']} {q['dtype']}{' sparse' if q['sparse'] else ''}",
                      f"{g['embedding_dim']} {g['dtype']}{' sparse' if g['sparse'] else ''}",
                      json.dumps(e["recipe"], sort_keys=True)])
     return "## Extractors\n\n" + table(["extractor", "query embedding", "gallery embedding", "recipe"], rows)
 
 
+def _scored(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Entries with scores; failed ones (``on_error="record"``) appear in the warnings only."""
+    return [e for e in data["extractor_results"] if not e.get("error")]
+
+
 def _warnings(data: Mapping[str, Any]) -> str:
-    notes = list(data["warnings"]) + [f"{e['extractor']}: {w}" for e in data["entries"] for w in e["warnings"]]
+    notes = list(data["warnings"]) + [f"{e['name']}: {w}" for e in data["extractor_results"] for w in e["warnings"]]
     return "## Warnings\n\n" + ("".join(f"- {text(n)}\n" for n in notes) if notes else "None.\n")

@@ -10,15 +10,17 @@ configuration, protocol fingerprint and dataset identity are identical.
 from __future__ import annotations
 
 import dataclasses
-import json
-import pathlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from ..errors import InputTypeError, InputValidationError, SerializationError
+from ..errors import InputTypeError, InputValidationError
+from ..results import REPR_ROWS, ResultFamily, check_header, deprecated_alias, reading
 from .config import RetrievalConfig
 
-SCHEMA_VERSION = 1
+#: Schema 2 names entries ``extractor_results`` with ``name`` (the benchmark vocabulary);
+#: schema 1 files (``entries`` / ``extractor``) still load.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 RESULT_TYPE = "retrieval"
 DIRECTIONS = ("forward", "reverse")
 
@@ -41,9 +43,13 @@ class DirectionResult:
 
 @dataclasses.dataclass
 class RetrievalEntry:
-    """Everything measured for one extractor; ``runtime`` is stored in the result's timing section."""
+    """Everything measured for one extractor; ``runtime`` is stored in the result's timing section.
 
-    extractor: str
+    ``primary_metric_name`` is filled from the protocol by the owning result;
+    ``artifact_keys`` maps each stage of the entry's chain to its artifact key.
+    """
+
+    name: str
     recipe: dict[str, Any]
     primary_score: float | None
     forward: DirectionResult | None
@@ -55,71 +61,110 @@ class RetrievalEntry:
     runtime: dict[str, float] = dataclasses.field(default_factory=dict)
     #: Why this entry has no scores (``on_error="record"``): stage, type, message, extractor.
     error: dict[str, Any] | None = None
+    primary_metric_name: str = ""
+
+    extractor = deprecated_alias("extractor", "name")
 
     @classmethod
-    def failed(cls, extractor: str, recipe: dict[str, Any], error: dict[str, Any]) -> "RetrievalEntry":
+    def failed(cls, name: str, recipe: dict[str, Any], error: dict[str, Any]) -> "RetrievalEntry":
         """An unranked entry standing for an extractor whose chain failed."""
-        return cls(extractor, recipe, None, None, None, {},
+        return cls(name, recipe, None, None, None, {},
                    [f"failed in the {error['stage']} stage: {error['type']}: {error['message']}"], error=error)
 
     def direction(self, name: str) -> DirectionResult | None:
         return self.forward if name == "forward" else self.reverse
 
+    def __repr__(self) -> str:
+        dims = "/".join(str(self.embeddings.get(side, {}).get("embedding_dim")) for side in ("query", "gallery"))
+        score = "failed" if self.primary_score is None else f"{self.primary_score:.4f}"
+        return (f"RetrievalEntry(name={self.name!r}, {self.primary_metric_name or 'primary_score'}={score}, "
+                f"query/gallery dim={dims}, warnings={len(self.warnings)})")
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` only when set."""
+        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` only when set.
+
+        ``primary_metric_name`` is the protocol's and is not repeated per entry.
+        """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "runtime" and not (f.name == "error" and self.error is None)}
+                if f.name not in ("runtime", "primary_metric_name") and not (f.name == "error" and self.error is None)}
         data["forward"] = None if self.forward is None else self.forward.to_dict()
         data["reverse"] = None if self.reverse is None else self.reverse.to_dict()
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None) -> "RetrievalEntry":
-        fields = dict(data)
-        fields["forward"] = None if fields["forward"] is None else DirectionResult(**fields["forward"])
-        fields["reverse"] = None if fields["reverse"] is None else DirectionResult(**fields["reverse"])
-        return cls(**fields, runtime=dict(runtime or {}))
+    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None,
+                  path: str = "$") -> "RetrievalEntry":
+        with reading(path):
+            fields = dict(data)
+            if "extractor" in fields and "name" not in fields:  # schema 1
+                fields["name"] = fields.pop("extractor")
+        for side in DIRECTIONS:
+            with reading(f"{path}.{side}"):
+                fields[side] = None if fields[side] is None else DirectionResult(**fields[side])
+        with reading(path):
+            return cls(**fields, runtime=dict(runtime or {}))
 
 
 @dataclasses.dataclass
-class RetrievalBenchmarkResult:
+class RetrievalBenchmarkResult(ResultFamily):
+    """The result of ``RetrievalBenchmark.run()``: the complete protocol and one entry per extractor."""
+
+    RESULT_TYPE: ClassVar[str] = RESULT_TYPE
     protocol: dict[str, Any]
-    entries: list[RetrievalEntry]
+    extractor_results: list[RetrievalEntry]
     warnings: list[str]
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    entries = deprecated_alias("entries", "extractor_results")
+
+    def __post_init__(self) -> None:
+        primary = self.protocol.get("config", {}).get("primary_metric", "")
+        for entry in self.extractor_results:
+            entry.primary_metric_name = primary
 
     @property
     def config(self) -> RetrievalConfig:
         return RetrievalConfig.from_dict(self.protocol["config"])
 
-    def __getitem__(self, name: str) -> RetrievalEntry:
-        for entry in self.entries:
-            if entry.extractor == name:
-                return entry
-        raise KeyError(f"no retrieval result named {name!r}; have {[e.extractor for e in self.entries]}")
+    def __repr__(self) -> str:
+        ranked = self.ranked_results()
+        head = (f"RetrievalBenchmarkResult(dataset={self.protocol['identity'].get('dataset_id')!r}, "
+                f"{self.protocol.get('n_queries')} queries x {self.protocol.get('n_gallery')} gallery items, "
+                f"{len(ranked)} extractor result(s), ranked by {self.protocol['config']['primary_metric']!r})")
+        lines = [f"  {i}. {e.name}: {e.primary_score:.4f}" for i, e in enumerate(ranked[:REPR_ROWS], 1)]
+        if len(ranked) > REPR_ROWS:
+            lines.append(f"  ... {len(ranked) - REPR_ROWS} more; see to_dataframe()")
+        return "\n".join([head, *lines])
 
     # -- ranking views ---------------------------------------------------------
     def ranked_results(self) -> list[RetrievalEntry]:
         """Scored entries best-first by primary score (every retrieval metric is higher-is-better); ties by name.
 
-        Failed entries (``on_error="record"``) are not ranked."""
-        return sorted((e for e in self.entries if e.error is None), key=lambda e: (-e.primary_score, e.extractor))
+        Failed entries (``on_error="record"``) are not ranked.
+        """
+        return sorted((e for e in self.extractor_results if e.error is None), key=lambda e: (-e.primary_score, e.name))
 
-    def rows(self) -> list[dict[str, Any]]:
-        """One flat dict per entry in rank order (the DataFrame rows); tied scores share a rank."""
+    def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
+        """One flat dict per entry in rank order (the DataFrame rows); tied scores share a rank.
+
+        ``include_invalid=True`` appends failed entries (``on_error="record"``) with rank None.
+        """
         ranked = self.ranked_results()
+        primary = self.protocol["config"]["primary_metric"]
         rows, rank = [], 0
         for position, entry in enumerate(ranked, start=1):
             if position == 1 or entry.primary_score != ranked[position - 2].primary_score:
                 rank = position
-            rows.append(result_row(entry, rank, self.protocol["config"]["primary_metric"]))
+            rows.append(result_row(entry, rank, primary))
+        if include_invalid:
+            rows += [result_row(e, None, primary) for e in self.extractor_results if e.error is not None]
         return rows
 
-    def to_dataframe(self) -> Any:
+    def to_dataframe(self, include_invalid: bool = False) -> Any:
         """A pandas DataFrame of :meth:`rows` (columns like ``forward.ndcg@10`` and ``runtime.rank_forward``)."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows())
+        return pd.DataFrame(self.rows(include_invalid))
 
     # -- combining ---------------------------------------------------------------
     @classmethod
@@ -140,15 +185,15 @@ class RetrievalBenchmarkResult:
                     raise InputValidationError(
                         f"results[{i}] has a different {what} than results[0] ({difference}); only results of the "
                         "identical protocol can be combined — rerun with the same dataset and RetrievalConfig")
-        entries = [entry for result in results for entry in result.entries]
+        entries = [entry for result in results for entry in result.extractor_results]
         seen: dict[str, int] = {}
         for i, result in enumerate(results):
-            for entry in result.entries:
-                if entry.extractor in seen:
-                    raise InputValidationError(f"extractor {entry.extractor!r} appears in "
-                                               f"results[{seen[entry.extractor]}] and results[{i}]; each extractor "
+            for entry in result.extractor_results:
+                if entry.name in seen:
+                    raise InputValidationError(f"extractor {entry.name!r} appears in "
+                                               f"results[{seen[entry.name]}] and results[{i}]; each extractor "
                                                "may appear once in a combined result")
-                seen[entry.extractor] = i
+                seen[entry.name] = i
         warnings = list(dict.fromkeys(w for result in results for w in result.warnings))
         runs = [run for result in results for run in result.timing.get("runs", [])]
         return cls(dict(first), entries, warnings, {"runs": runs})
@@ -159,63 +204,32 @@ class RetrievalBenchmarkResult:
             "schema_version": SCHEMA_VERSION,
             "result_type": RESULT_TYPE,
             "protocol": self.protocol,
-            "entries": [e.to_dict() for e in self.entries],
+            "extractor_results": [e.to_dict() for e in self.extractor_results],
             "warnings": list(self.warnings),
-            "timing": {**self.timing, "runtime": {e.extractor: dict(e.runtime) for e in self.entries}},
+            "timing": {**self.timing, "runtime": {e.name: dict(e.runtime) for e in self.extractor_results}},
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RetrievalBenchmarkResult":
-        if not isinstance(data, Mapping) or data.get("result_type") != RESULT_TYPE \
-                or data.get("schema_version") != SCHEMA_VERSION:
-            found = (data.get("result_type"), data.get("schema_version")) if isinstance(data, Mapping) else type(data)
-            raise SerializationError(f"$: not a vertebrae retrieval result of schema {SCHEMA_VERSION} (found "
-                                     f"result_type/schema_version {found!r})")
-        try:
+        check_header(data, RESULT_TYPE, READABLE_SCHEMAS)
+        key = "extractor_results" if data["schema_version"] >= 2 else "entries"
+        with reading("$"):
             timing = dict(data["timing"])
-            runtime = timing.pop("runtime")
-            entries = [RetrievalEntry.from_dict(e, runtime.get(e["extractor"])) for e in data["entries"]]
+            items = list(data[key])
+        with reading("$.timing"):
+            runtime = dict(timing.pop("runtime"))
+        entries = []
+        for i, item in enumerate(items):
+            with reading(f"$.{key}[{i}]"):
+                name = item["name" if "name" in item else "extractor"]
+            entries.append(RetrievalEntry.from_dict(item, runtime.get(name), f"$.{key}[{i}]"))
+        with reading("$"):
             return cls(dict(data["protocol"]), entries, list(data["warnings"]), timing)
-        except (KeyError, TypeError) as exc:
-            raise SerializationError(f"$: malformed retrieval result ({type(exc).__name__}: {exc}); the file is "
-                                     "incomplete or was edited by hand") from None
-
-    def to_json(self) -> str:
-        from ..reports import json_codec
-
-        return json_codec.dumps(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str) -> "RetrievalBenchmarkResult":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SerializationError(f"$: not valid JSON ({exc})") from None
-        return cls.from_dict(data)
-
-    def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
-        from ..reports import json_codec
-
-        return json_codec.write(self.to_dict(), path)
-
-    @classmethod
-    def load(cls, path: str | pathlib.Path) -> "RetrievalBenchmarkResult":
-        return cls.from_json(pathlib.Path(path).read_text(encoding="utf-8"))
-
-    def to_markdown(self) -> str:
-        from .report import render_markdown
-
-        return render_markdown(json.loads(self.to_json()))
-
-    def save_markdown(self, path: str | pathlib.Path) -> pathlib.Path:
-        path = pathlib.Path(path)
-        path.write_text(self.to_markdown(), encoding="utf-8")
-        return path
 
 
-def result_row(entry: RetrievalEntry, rank: int, primary_metric: str) -> dict[str, Any]:
+def result_row(entry: RetrievalEntry, rank: int | None, primary_metric: str) -> dict[str, Any]:
     """The canonical flat row of one entry; the DataFrame and the Markdown ranking use it."""
-    row: dict[str, Any] = {"rank": rank, "extractor": entry.extractor, "primary_metric": primary_metric,
+    row: dict[str, Any] = {"rank": rank, "extractor": entry.name, "primary_metric": primary_metric,
                            "primary_score": entry.primary_score}
     for name in DIRECTIONS:
         direction = entry.direction(name)
@@ -224,10 +238,10 @@ def result_row(entry: RetrievalEntry, rank: int, primary_metric: str) -> dict[st
             row.update({f"{name}.{metric}": value for metric, value in direction.metrics.items()})
             row.update({f"{name}.{key}": value for key, value in direction.diagnostics.items()})
     for side in ("query", "gallery"):
-        meta = entry.embeddings[side]
-        row[f"{side}_embedding_dim"] = meta["embedding_dim"]
-        row[f"{side}_embedding_dtype"] = meta["dtype"]
-        row[f"{side}_embedding_sparse"] = meta["sparse"]
+        meta = entry.embeddings.get(side, {})  # empty for a failed entry
+        row[f"{side}_embedding_dim"] = meta.get("embedding_dim")
+        row[f"{side}_embedding_dtype"] = meta.get("dtype")
+        row[f"{side}_embedding_sparse"] = meta.get("sparse")
     row["warnings"] = len(entry.warnings)
     row.update({f"runtime.{stage}": seconds for stage, seconds in entry.runtime.items()})
     return row

@@ -1,0 +1,104 @@
+"""Compare two serialized results of the same type (``vertebrae compare A.json B.json``).
+
+The comparison is itself plain data (rendered as Markdown, HTML or JSON by
+:mod:`vertebrae.reports.compare_report`): ranking changes, primary-score deltas read
+against stability intervals where both runs have them, per-class regressions, and
+whether the protocols match.  A candidate *regresses* when its primary score moves the
+wrong way (respecting the metric's direction) by more than ``tolerance``; the CLI exits
+with 1 then, so a comparison can guard CI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InputValidationError
+
+
+def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What must be equal for two runs' scores to be comparable."""
+    if data["result_type"] == "retrieval":
+        protocol = data["protocol"]
+        return {"config": protocol["config"], "dataset identity": protocol["identity"],
+                "protocol fingerprint": protocol["fingerprint"]}
+    settings = data["metadata"]["settings"]
+    return {"dataset identity": data["dataset_summary"]["identity"],
+            "target type": data["dataset_summary"]["target_type"],
+            "primary metric": data["metadata"].get("primary_metric"),
+            "scoring config": settings.get("scoring_config"), "continuous config": settings.get("continuous_config"),
+            "stability config": settings.get("stability_config"), "metrics": settings.get("metrics")}
+
+
+def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """name -> rank, primary score, direction, stability interval and per-class scores."""
+    from .results import result_from_dict
+
+    result = result_from_dict(data)
+    ranks = {r.name: i for i, r in enumerate(result.ranked_results(), 1)}
+    serialized = {r["name"]: r for r in data["extractor_results"]}
+    view = {}
+    for r in result.extractor_results:
+        stability = getattr(r, "stability", None)
+        interval = None
+        if stability is not None and r.primary_metric_name == "overlap":
+            interval = [stability.summary.interval_low, stability.summary.interval_high]
+        overlap = serialized[r.name].get("overlap") or {}
+        labels = overlap.get("labels", {})
+        per_class = {labels.get(k, k): v for k, v in (overlap.get("per_class_scores") or {}).items()}
+        primary = getattr(r, "metrics", {}).get(r.primary_metric_name)  # retrieval: always higher-is-better
+        view[r.name] = {"rank": ranks.get(r.name), "score": r.primary_score, "interval": interval,
+                        "higher_is_better": True if primary is None else primary.higher_is_better,
+                        "metric": r.primary_metric_name, "per_class": per_class}
+    return view
+
+
+def _worse_by(a: float, b: float, higher_is_better: bool) -> float:
+    """How much worse b is than a in the metric's direction (negative: b is better)."""
+    return a - b if higher_is_better else b - a
+
+
+def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: float = 0.0,
+                    names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
+    """The comparison of serialized results ``a`` (baseline) and ``b`` (new run) as plain data."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not tolerance >= 0:
+        raise InputValidationError(f"tolerance must be a number >= 0 (an absolute primary-score drop), got "
+                                   f"{tolerance!r}")
+    kinds = (a.get("result_type"), b.get("result_type"))
+    if kinds[0] != kinds[1]:
+        raise InputValidationError(f"{names[0]} is a {kinds[0]!r} result and {names[1]} a {kinds[1]!r} result; "
+                                   "compare two results of the same type")
+    protocol_a, protocol_b = _protocol(a), _protocol(b)
+    differences = [f"{key}: {names[0]} {protocol_a[key]!r} vs {names[1]} {protocol_b[key]!r}"
+                   for key in protocol_a if protocol_a[key] != protocol_b.get(key)]
+    view_a, view_b = _candidates(a), _candidates(b)
+    rows, class_regressions = [], []
+    for name in [n for n in view_a if n in view_b]:
+        old, new = view_a[name], view_b[name]
+        row = {"extractor": name, "rank_a": old["rank"], "rank_b": new["rank"], "score_a": old["score"],
+               "score_b": new["score"], "delta": None, "interval_a": old["interval"], "interval_b": new["interval"],
+               "beyond_intervals": None, "regressed": False}
+        if old["score"] is not None and new["score"] is not None:
+            row["delta"] = new["score"] - old["score"]
+            row["regressed"] = _worse_by(old["score"], new["score"], old["higher_is_better"]) > tolerance + 1e-12
+            if old["interval"] and new["interval"]:
+                row["beyond_intervals"] = old["interval"][1] < new["interval"][0] or new["interval"][1] < old["interval"][0]
+        elif old["score"] is not None:
+            row["regressed"] = True  # a valid aggregate became invalid
+        rows.append(row)
+        for label in [k for k in old["per_class"] if k in new["per_class"]]:
+            drop = old["per_class"][label] - new["per_class"][label]
+            if drop > tolerance + 1e-12:
+                class_regressions.append({"extractor": name, "class": label, "score_a": old["per_class"][label],
+                                          "score_b": new["per_class"][label], "delta": -drop})
+    rows.sort(key=lambda r: (r["rank_b"] is None, r["rank_b"] or 0, r["extractor"]))
+    top = [min((n for n in view if view[n]["rank"] == 1), default=None) for view in (view_a, view_b)]
+    return {
+        "result_type": "comparison", "compared_type": kinds[0], "names": list(names), "tolerance": float(tolerance),
+        "primary_metric": next(iter(view_a.values()), {}).get("metric"),
+        "protocol_match": not differences, "protocol_differences": differences,
+        "top_a": top[0], "top_b": top[1], "candidates": rows,
+        "only_in_a": [n for n in view_a if n not in view_b], "only_in_b": [n for n in view_b if n not in view_a],
+        "class_regressions": class_regressions,
+        "regressed": [r["extractor"] for r in rows if r["regressed"]],
+    }

@@ -1,0 +1,260 @@
+"""Report figures: the one matplotlib adapter (imported lazily; ``pip install 'vertebrae[plots]'``).
+
+Every figure function takes a *serialized* result (the decoded JSON document) and
+returns an SVG string, or None when the document lacks the figure's data, so the
+HTML report shows each figure exactly when its data exists.  Figures are drawn on
+a bare :class:`matplotlib.figure.Figure` (Agg canvas; pyplot and the user's global
+backend are never touched).  The JSON fields each figure reads are listed in
+docs/reports.md.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+#: Candidates shown in the per-class figure and the most classes a heatmap or per-class plot shows.
+TOP_CANDIDATES = 3
+MAX_CLASSES = 30
+INSTALL_HINT = "Figures need matplotlib: pip install 'vertebrae[plots]'."
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported (the HTML report draws figures only then)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _svg(fig: Any) -> str:
+    """The figure as inline SVG with text kept as text and stable ids (same JSON, same SVG)."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "vertebrae"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _ranked(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Serialized results with a valid primary score, best first (as ``ranked_results`` orders them)."""
+    from ..results import result_from_dict
+
+    result = result_from_dict(data)
+    order = {r.name: i for i, r in enumerate(result.ranked_results())}
+    chosen = [r for r in data["extractor_results"] if r["name"] in order]
+    return sorted(chosen, key=lambda r: order[r["name"]])
+
+
+def _interval(r: Mapping[str, Any]) -> tuple[float, float] | None:
+    stability = r.get("stability")
+    if not stability or r.get("primary_metric_name", "overlap") != "overlap":
+        return None
+    summary = stability["summaries"]["score"]
+    return summary["interval_low"], summary["interval_high"]
+
+
+# ------------------------------------------------------------------ figures
+def ranking(data: Mapping[str, Any]) -> str | None:
+    """Primary score per ranked candidate; stability intervals as error bars when present."""
+    ranked = _ranked(data)
+    if not ranked:
+        return None
+    names = [r["name"] for r in ranked][::-1]
+    scores = [r["primary_score"] for r in ranked][::-1]
+    intervals = [_interval(r) for r in ranked][::-1]
+    fig = _figure(7, 0.9 + 0.35 * len(names))
+    ax = fig.subplots()
+    bars = ax.barh(names, scores, color="#4C72B0")
+    ax.bar_label(bars, fmt="%.4f", padding=3, fontsize=8)
+    ax.margins(x=0.15)  # room for the value labels
+    if any(intervals):  # the interval of the repeat scores; the full-data score may lie outside it
+        shown = [(n, i) for n, i in zip(names, intervals) if i]
+        ax.errorbar([(i[0] + i[1]) / 2 for _, i in shown], [n for n, _ in shown],
+                    xerr=[(i[1] - i[0]) / 2 for _, i in shown], fmt="none", ecolor="black", capsize=3,
+                    label="stability interval")
+        ax.legend(loc="lower right", fontsize=8)
+    metric = ranked[0].get("primary_metric_name") or data.get("protocol", {}).get("config", {}).get("primary_metric")
+    ax.set_xlabel(f"{metric} (primary score)")
+    ax.set_title("Ranking")
+    return _svg(fig)
+
+
+def per_class(data: Mapping[str, Any]) -> str | None:
+    """Per-class (per-label) overlap of the top candidates, one group of bars per class."""
+    ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("per_class_scores")][:TOP_CANDIDATES]
+    if not ranked:
+        return None
+    keys = list(ranked[0]["overlap"]["per_class_scores"])[:MAX_CLASSES]
+    labels = [ranked[0]["overlap"].get("labels", {}).get(k, k) for k in keys]
+    fig = _figure(min(11.0, max(6.0, 0.25 * len(keys) * len(ranked))), 3.6)
+    ax = fig.subplots()
+    width = 0.8 / len(ranked)
+    for j, r in enumerate(ranked):
+        scores = r["overlap"]["per_class_scores"]
+        ax.bar([i + j * width for i in range(len(keys))], [scores.get(k, math.nan) for k in keys], width,
+               label=r["name"])
+    short = max(len(str(label)) for label in labels) <= 4
+    ax.set_xticks([i + width * (len(ranked) - 1) / 2 for i in range(len(keys))], labels, rotation=0 if short else 45,
+                  ha="center" if short else "right", fontsize=9)
+    ax.set_ylim(0, 1.18)
+    ax.set_ylabel("overlap score (1 = separated)")
+    ax.set_title(f"Per-class overlap of the top {len(ranked)} candidate(s)")
+    ax.legend(fontsize=8, ncol=len(ranked), loc="upper center")
+    return _svg(fig)
+
+
+def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
+    """Pairwise overlap of the best candidate (row class against column class); blank where unevaluable."""
+    ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("pairwise_scores")]
+    if not ranked:
+        return None
+    overlap = ranked[0]["overlap"]
+    keys = list(overlap["pairwise_scores"])[:MAX_CLASSES]
+    labels = [overlap.get("labels", {}).get(k, k) for k in keys]
+    matrix = [[_number(overlap["pairwise_scores"][a].get(b)) for b in keys] for a in keys]
+    fig = _figure(1.6 + 0.42 * len(keys), 1.2 + 0.38 * len(keys))
+    ax = fig.subplots()
+    image = ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(keys)), labels, fontsize=8)
+    fig.colorbar(image, ax=ax, label="pairwise overlap (1 = separated)")
+    ax.set_title(f"Pairwise overlap: {ranked[0]['name']}")
+    return _svg(fig)
+
+
+def compression_frontier(data: Mapping[str, Any]) -> str | None:
+    """Primary score against evaluated bytes per row; shown when any result records ``embedding.compression``."""
+    ranked = [r for r in _ranked(data) if r["embedding"].get("logical_bytes") and r["embedding"].get("n_samples")]
+    if not any(r["embedding"].get("compression") for r in ranked):
+        return None
+    points = sorted(((r["embedding"]["logical_bytes"] / r["embedding"]["n_samples"], r["primary_score"], r["name"])
+                     for r in ranked), key=lambda p: p[0])
+    higher = _higher_is_better(ranked[0])
+    frontier, best = [], None
+    for x, y, _ in points:
+        if best is None or (y > best if higher else y < best):
+            frontier.append((x, y))
+            best = y
+    fig = _figure(6.5, 4.0)
+    ax = fig.subplots()
+    ax.scatter([p[0] for p in points], [p[1] for p in points], color="#4C72B0")
+    ax.plot([p[0] for p in frontier], [p[1] for p in frontier], color="#DD8452", label="frontier")
+    _annotate(ax, points)
+    ax.set_xscale("log")
+    ax.set_xlabel("evaluated bytes per row (log scale)")
+    ax.set_ylabel(f"{ranked[0]['primary_metric_name']} (primary score)")
+    ax.set_title("Compression frontier")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def cohort_resources(data: Mapping[str, Any]) -> str | None:
+    """Quality-cohort members' primary score against warm latency (else embedding bytes) from ``resource_profile``."""
+    from ..results import result_from_dict
+
+    cohort = {r.name for r in result_from_dict(data).quality_cohort()}
+    members = [r for r in _ranked(data) if r["name"] in cohort and r.get("resource_profile")]
+    points, label = _resource_points(members, "latency", "warm_median_seconds", "warm median latency (s)")
+    if not points:
+        points, label = _resource_points(members, "embedding_bytes", "evaluated_logical_bytes",
+                                         "evaluated embedding bytes")
+    if not points:
+        return None
+    fig = _figure(6.5, 4.0)
+    ax = fig.subplots()
+    ax.scatter([p[0] for p in points], [p[1] for p in points], color="#55A868")
+    _annotate(ax, points)
+    ax.set_xlabel(label)
+    ax.set_ylabel(f"{members[0]['primary_metric_name']} (primary score)")
+    ax.set_title("Quality cohort: score against resources")
+    return _svg(fig)
+
+
+def monitor_trend(data: Mapping[str, Any]) -> str | None:
+    """Primary score per extractor over a monitor's snapshots (``rows`` with ``evaluation_index``)."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for row in data.get("rows", []):
+        if row.get("status", "completed") == "completed" and row.get("primary_score") is not None:
+            series.setdefault(row["extractor"], []).append((row["evaluation_index"], row["primary_score"]))
+    if not series:
+        return None
+    fig = _figure(7, 3.8)
+    ax = fig.subplots()
+    for name, values in series.items():
+        values.sort()
+        ax.plot([v[0] for v in values], [v[1] for v in values], marker="o", label=name)
+    failed = sorted({row["evaluation_index"] for row in data["rows"] if row.get("status", "completed") != "completed"})
+    for index in failed:
+        ax.axvline(index, color="#C44E52", linestyle=":", linewidth=1)
+    ax.set_xlabel("snapshot (evaluation_index)" + ("; dotted: failed snapshot" if failed else ""))
+    ax.set_ylabel("primary score")
+    ax.set_title("Monitor trend")
+    ax.legend(fontsize=8)
+    return _svg(fig)
+
+
+def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
+    """Each cutoff metric at every k, one panel per metric, forward direction (and reverse when run)."""
+    from ..retrieval.config import CUTOFF_METRICS
+
+    cutoffs = data.get("protocol", {}).get("config", {}).get("cutoffs")
+    if not cutoffs:
+        return None
+    fig = _figure(3.0 * 3, 2.6 * 2)
+    axes = fig.subplots(2, 3, sharex=True).ravel()
+    for ax, metric in zip(axes, CUTOFF_METRICS):
+        for entry in [e for e in data["extractor_results"] if not e.get("error")]:
+            for direction, style in (("forward", "-"), ("reverse", "--")):
+                if entry.get(direction):
+                    values = [entry[direction]["metrics"][f"{metric}@{k}"] for k in cutoffs]
+                    suffix = "" if direction == "forward" else " (reverse)"
+                    ax.plot(cutoffs, values, style, marker="o", label=entry["name"] + suffix)
+        ax.set_title(f"{metric}@k", fontsize=9)
+        ax.set_ylim(0, 1.05)
+    axes[0].legend(fontsize=7)
+    fig.supxlabel("cutoff k")
+    return _svg(fig)
+
+
+#: (title, figure function) in page order; each is drawn only when its data exists.
+BENCHMARK_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
+    ("Ranking", ranking), ("Per-class scores", per_class), ("Pairwise overlap", pairwise_heatmap),
+    ("Compression frontier", compression_frontier), ("Quality cohort resources", cohort_resources))
+RETRIEVAL_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
+    ("Ranking", ranking), ("Metrics at each cutoff", retrieval_cutoffs))
+MONITOR_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Trend", monitor_trend),)
+
+
+# ------------------------------------------------------------------ helpers
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _higher_is_better(r: Mapping[str, Any]) -> bool:
+    metric = r.get("metrics", {}).get(r.get("primary_metric_name"), {})
+    return metric.get("higher_is_better", True)
+
+
+def _annotate(ax: Any, points: Sequence[tuple[float, float, str]]) -> None:
+    for x, y, name in points:
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+
+
+def _resource_points(members: Sequence[Mapping[str, Any]], section: str, field: str,
+                     label: str) -> tuple[list[tuple[float, float, str]], str]:
+    points = [(r["resource_profile"][section][field], r["primary_score"], r["name"]) for r in members
+              if isinstance(r["resource_profile"].get(section), Mapping)
+              and r["resource_profile"][section].get(field) is not None]
+    return points, label

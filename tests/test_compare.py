@@ -1,0 +1,131 @@
+"""``vertebrae compare``: deltas, intervals, per-class regressions, protocol checks and the CI exit code."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, InputValidationError, OverlapScoringConfig,
+                       RetrievalBenchmark, RetrievalConfig, RetrievalDataset, StabilityConfig)
+from vertebrae.cli import main
+from vertebrae.compare import compare_results
+from vertebrae.errors import DataWarning
+from vertebrae.extractors import PrecomputedExtractor
+
+from .conftest import gaussian_classes
+
+IDENTITY = DatasetIdentity.declared("compare", "1")
+X, Y = gaussian_classes(n_per_class=40, n_classes=3, dim=6, seed=7)
+
+
+def degraded(noise: float, seed: int = 0, rows=slice(None)) -> np.ndarray:
+    """X with Gaussian noise on the given rows (so only those classes get worse)."""
+    out = X.copy()
+    out[rows] += np.random.default_rng(seed).normal(0, noise, out[rows].shape).astype(np.float32)
+    return out
+
+
+def run(second: np.ndarray, k: int = 3):
+    dataset = BenchmarkDataset.from_embeddings(X, Y, identity=IDENTITY)
+    extractors = [PrecomputedExtractor("clean", X), PrecomputedExtractor("candidate", second)]
+    return Benchmark(dataset, extractors, scoring_config=OverlapScoringConfig(k=k),
+                     stability_config=StabilityConfig(repeats=3), progress=False).run()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compare")
+    baseline = run(degraded(1.0))
+    worse = run(degraded(6.0, rows=slice(0, 40)))  # only class 0 rows get much noisier
+    paths = {"a": baseline.save_json(folder / "a.json"), "b": worse.save_json(folder / "b.json"),
+             "k": run(degraded(1.0), k=4).save_json(folder / "k.json")}
+    return baseline, worse, paths
+
+
+def test_deltas_and_regressions_match_the_results(runs):
+    baseline, worse, _ = runs
+    comparison = compare_results(baseline.serialized(), worse.serialized(), tolerance=0.01)
+    rows = {r["extractor"]: r for r in comparison["candidates"]}
+    old, new = baseline["candidate"].primary_score, worse["candidate"].primary_score
+    assert new < old - 0.01  # the scenario: the candidate really got worse
+    assert rows["candidate"]["delta"] == pytest.approx(new - old)
+    assert rows["candidate"]["regressed"] and not rows["clean"]["regressed"]
+    assert rows["clean"]["delta"] == 0.0 and comparison["regressed"] == ["candidate"]
+    interval = baseline["candidate"].stability.summary
+    assert rows["candidate"]["interval_a"] == [interval.interval_low, interval.interval_high]
+    new_interval = worse["candidate"].stability.summary
+    assert rows["candidate"]["beyond_intervals"] == (new_interval.interval_high < interval.interval_low)
+    assert comparison["protocol_match"] and comparison["top_a"] == comparison["top_b"] == "clean"
+    regressed_classes = {(r["extractor"], r["class"]) for r in comparison["class_regressions"]}
+    per_class_old = baseline["candidate"].overlap.per_class_scores
+    per_class_new = worse["candidate"].overlap.per_class_scores
+    expected = {("candidate", baseline["candidate"].overlap.display(k)) for k in per_class_old
+                if per_class_old[k] - per_class_new[k] > 0.01}
+    assert regressed_classes == expected and ("candidate", "0") in expected
+
+
+def test_cli_exit_code_guards_ci(runs, capsys):
+    _, _, paths = runs
+    assert main(["compare", str(paths["a"]), str(paths["b"])]) == 1
+    out = capsys.readouterr().out
+    assert "Regressed (primary score worse by more than 0): candidate." in out and "## Per-class regressions" in out
+    assert main(["compare", str(paths["a"]), str(paths["b"]), "--tolerance", "1"]) == 0
+    assert main(["compare", str(paths["b"]), str(paths["a"])]) == 0  # an improvement is not a regression
+
+
+def test_cli_formats(runs, capsys, tmp_path):
+    _, _, paths = runs
+    main(["compare", str(paths["a"]), str(paths["b"]), "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["result_type"] == "comparison" and data["regressed"] == ["candidate"]
+    main(["compare", str(paths["a"]), str(paths["b"]), "--format", "html", "-o", str(tmp_path / "c.html")])
+    page = (tmp_path / "c.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<h2>Per-class regressions</h2>" in page
+
+
+def test_protocol_mismatch_is_a_message_not_a_crash(runs, capsys):
+    _, _, paths = runs
+    code = main(["compare", str(paths["a"]), str(paths["k"]), "--tolerance", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "The protocols differ" in out and "scoring config" in out
+
+
+def test_results_of_different_types_are_rejected(runs, tmp_path, capsys):
+    _, _, paths = runs
+    rng = np.random.default_rng(0)
+    ds = RetrievalDataset.from_embeddings(rng.normal(size=(4, 3)), rng.normal(size=(6, 3)),
+                                          relevance=[(i, i, 1) for i in range(4)], identity=IDENTITY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
+        retrieval = RetrievalBenchmark(ds, [PrecomputedExtractor("own")], retrieval_config=RetrievalConfig(
+            cutoffs=[1]), progress=False).run()
+    path = retrieval.save_json(tmp_path / "retrieval.json")
+    assert main(["compare", str(paths["a"]), str(path)]) == 2
+    assert "is a 'benchmark' result and" in capsys.readouterr().err
+    with pytest.raises(InputValidationError, match="tolerance must be a number >= 0"):
+        compare_results(retrieval.serialized(), retrieval.serialized(), tolerance=-1)
+    (tmp_path / "bad.json").write_text('{"result_type": "benchmark", "schema_version": 1}')
+    assert main(["compare", str(paths["a"]), str(tmp_path / "bad.json")]) == 2
+    assert "missing key" in capsys.readouterr().err
+
+
+def test_retrieval_results_compare():
+    rng = np.random.default_rng(3)
+    queries = rng.normal(size=(8, 4))
+    gallery = np.vstack([queries + 0.2 * rng.normal(size=(8, 4)), rng.normal(size=(8, 4))])
+    ds = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(8)],
+                                          identity=IDENTITY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
+        good = RetrievalBenchmark(ds, [PrecomputedExtractor("own")], progress=False).run()
+        noisy_gallery = gallery + rng.normal(0, 3, gallery.shape)
+        from vertebrae.retrieval import PrecomputedPairExtractor
+        bad = RetrievalBenchmark(ds, [PrecomputedPairExtractor("own", queries, noisy_gallery)], progress=False).run()
+    comparison = compare_results(good.serialized(), bad.serialized())
+    row = comparison["candidates"][0]
+    assert row["delta"] == pytest.approx(bad["own"].primary_score - good["own"].primary_score)
+    assert row["regressed"] == (row["delta"] < 0) and row["interval_a"] is None
+    assert comparison["class_regressions"] == []

@@ -1,0 +1,307 @@
+"""HTML report and figures, the Markdown that leads with the answer, target-aware recommendations."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, ContinuousOverlapScoringConfig, DatasetIdentity,
+                       OverlapIndexScorer, OverlapScoringConfig, RetrievalBenchmark, RetrievalConfig,
+                       RetrievalDataset, SerializationError, StabilityConfig)
+from vertebrae.cli import console_summary, main
+from vertebrae.errors import DataWarning
+from vertebrae.extractors import PrecomputedExtractor
+from vertebrae.reports import figures
+from vertebrae.reports.html import render_html
+from vertebrae.results import RECOMMENDATION_CUTOFFS, recommendation_label
+from vertebrae.targets import build_targets
+
+from .conftest import gaussian_classes
+
+IDENTITY = DatasetIdentity.declared("reports", "1")
+CHROMIUM = pathlib.Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def result() -> BenchmarkResult:
+    X, y = gaussian_classes(n_per_class=40, n_classes=4, dim=6, seed=4)
+    labels = np.array(["cat", "dog", "<b>bold</b>", "a|b"])[y]
+    dataset = BenchmarkDataset.from_embeddings(X, labels, identity=IDENTITY, name="report data")
+    rng = np.random.default_rng(0)
+    extractors = [PrecomputedExtractor("clean", X),
+                  PrecomputedExtractor("<script>alert(1)</script>", X + rng.normal(0, 4, X.shape)),
+                  PrecomputedExtractor("a much longer extractor name than the others", X + rng.normal(0, 9, X.shape))]
+    return Benchmark(dataset, extractors, scoring_config=OverlapScoringConfig(k=3),
+                     stability_config=StabilityConfig(repeats=3), progress=False).run()
+
+
+@pytest.fixture(scope="module")
+def retrieval_data() -> dict:
+    rng = np.random.default_rng(1)
+    queries, gallery = rng.normal(size=(10, 4)), rng.normal(size=(30, 4))
+    gallery[:10] = queries + 0.4 * rng.normal(size=(10, 4))
+    ds = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(10)],
+                                          identity=IDENTITY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
+        run = RetrievalBenchmark(ds, [PrecomputedExtractor("own")], retrieval_config=RetrievalConfig(
+            cutoffs=[1, 3, 10], bidirectional=True), progress=False).run()
+    return run.serialized()
+
+
+# ----------------------------------------------------------------------------- HTML
+def test_html_is_one_self_contained_page_with_every_figure(result):
+    page = result.to_html()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<script" not in page and "<link" not in page and "<img" not in page  # no JavaScript, no fetches
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)  # nothing loaded over the network
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", page)
+    assert captions == ["Ranking", "Per-class scores", "Pairwise overlap"]  # no compression or resource data
+    assert page.count("<svg") == 3
+    assert "stability interval" in page  # the ranking's error bars have their legend
+    assert page.index("<h2>Answer</h2>") < page.index("<h2>Figures</h2>") < page.index("<h2>Ranking</h2>")
+    assert "Top candidate: clean" in page
+
+
+def test_html_escapes_every_name(result):
+    page = result.to_html()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;b&gt;bold&lt;/b&gt;" in page
+    assert "<b>bold</b>" not in page
+
+
+def test_html_is_rendered_from_the_json_only(result, tmp_path):
+    path = result.save_json(tmp_path / "r.json")
+    assert BenchmarkResult.load(path).to_html() == result.to_html()  # deterministic, figures included
+    assert main(["report", str(path), "--format", "html", "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").read_text() == result.to_html()
+
+
+def test_html_without_matplotlib_keeps_the_tables(result, tmp_path):
+    # matplotlib is installed for the tests; hiding it from a child interpreter is the only way to
+    # exercise the missing-extra path (sys.modules[name] = None makes the import fail for real).
+    path = result.save_json(tmp_path / "r.json")
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from vertebrae.results import load_result\n"
+            f"print(load_result({str(path)!r}).to_html())")
+    page = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert figures.INSTALL_HINT.replace("'", "&#x27;") in page and "<svg" not in page
+    assert "<h2>Ranking</h2>" in page and "clean" in page
+
+
+def test_retrieval_html_shows_the_cutoff_figure(retrieval_data):
+    page = render_html(retrieval_data)
+    assert re.findall(r"<figcaption>(.*?)</figcaption>", page) == ["Ranking", "Metrics at each cutoff"]
+    svg = figures.retrieval_cutoffs(retrieval_data)
+    assert "ndcg@k" in svg and "own (reverse)" in svg
+
+
+def test_render_html_rejects_unknown_result_types():
+    with pytest.raises(SerializationError, match=r"\$.result_type: no HTML report for result type 'zebra'"):
+        render_html({"result_type": "zebra"})
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_headless_chromium_renders_the_page(result, tmp_path):
+    from PIL import Image
+
+    page = result.save_html(tmp_path / "report.html")
+    shot = tmp_path / "shot.png"
+    subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1100,1600", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    image = np.asarray(Image.open(shot).convert("L"))
+    assert image.shape == (1600, 1100)
+    assert (image < 128).mean() > 0.01  # text and figures drew dark pixels, not a blank page
+
+
+# ----------------------------------------------------------------------------- figures from documented fields
+def _with_compression(data: dict) -> dict:
+    data = copy.deepcopy(data)
+    for i, r in enumerate(data["extractor_results"]):
+        r["embedding"]["compression"] = {"method": "pca", "dimension": 6 - i}
+        r["embedding"]["logical_bytes"] = r["embedding"]["n_samples"] * 4 * (6 - 2 * i)
+    return data
+
+
+def test_compression_frontier_needs_the_compression_field(result):
+    data = result.serialized()
+    assert figures.compression_frontier(data) is None
+    svg = figures.compression_frontier(_with_compression(data))
+    assert "Compression frontier" in svg and "bytes per row" in svg
+    assert "Compression frontier" in render_html(_with_compression(data))
+
+
+def test_cohort_resources_reads_the_resource_profile(result):
+    data = copy.deepcopy(result.serialized())
+    data["metadata"]["quality_tolerance"] = 1.0  # everyone in the cohort
+    assert figures.cohort_resources(data) is None
+    for i, r in enumerate(data["extractor_results"]):
+        r["resource_profile"] = {"latency": {"warm_median_seconds": 0.01 * (i + 1)},
+                                 "embedding_bytes": {"evaluated_logical_bytes": 1000}}
+    svg = figures.cohort_resources(data)
+    assert "warm median latency (s)" in svg and "clean" in svg
+    for r in data["extractor_results"]:
+        r["resource_profile"]["latency"] = {}
+    assert "evaluated embedding bytes" in figures.cohort_resources(data)
+
+
+def test_monitor_trend_from_snapshot_rows():
+    rows = [{"evaluation_index": i, "status": "completed", "extractor": name, "primary_score": 0.9 - 0.1 * i}
+            for i in range(3) for name in ("a", "b")]
+    rows.append({"evaluation_index": 3, "status": "failed", "extractor": "a", "primary_score": None})
+    document = {"result_type": "monitor", "rows": rows}
+    svg = figures.monitor_trend(document)
+    assert "Monitor trend" in svg and "failed snapshot" in svg
+    page = render_html(document)
+    assert "Trend" in page and page.count("<tr>") == len(rows) + 1
+    assert figures.monitor_trend({"result_type": "monitor", "rows": []}) is None
+
+
+def test_figures_are_drawn_without_touching_pyplot(result):
+    figures.ranking(result.serialized())
+    assert "matplotlib.pyplot" not in sys.modules
+
+
+# ----------------------------------------------------------------------------- Markdown
+def test_markdown_leads_with_the_answer(result):
+    md = result.to_markdown()
+    sections = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert sections[:3] == ["Answer", "Ranking", "How to read these numbers"]
+    answer = md[md.index("## Answer"):md.index("## Ranking")]
+    clean = result["clean"]
+    low, high = clean.stability.summary.interval_low, clean.stability.summary.interval_high
+    assert answer.startswith("## Answer\n\n**Top candidate: clean**")
+    assert f"| 1 | clean | {clean.primary_score:.4f} [{low:.4f}, {high:.4f}] | {clean.recommendation} |" in answer
+    reading = md[md.index("## How to read"):md.index("## Dataset summary")]
+    assert "1.0 means separated classes, 0.0 complete overlap" in reading
+    assert "strong_separation at an overlap score of at least 0.8" in reading
+    ranking = md[md.index("## Ranking"):md.index("## How to read")]
+    header = ranking.splitlines()[4]
+    for column in ("primary_metric", "primary_score", "overlap_score", "overlap_macro", "overlap_weighted",
+                   "stability_interval", "weakest_class", "best_probe", "probe_metric", "probe_score", "recipe"):
+        assert f"| {column} |" in header
+    assert "precomputed (sha256 " in ranking and '"content_sha256"' not in md  # recipes summarized
+
+
+def test_console_table_is_aligned_for_any_name_length(result):
+    lines = console_summary(result).splitlines()
+    header, rule, rows = lines[0], lines[1], lines[2:5]
+    ends = {line.index("overlap") + len("overlap") for line in [header]}
+    for row in rows:  # scores are right-aligned under the metric header
+        score = re.search(r"\d\.\d{4}", row)
+        assert score.end() in ends
+    assert rule.split("  ")[1] == "-" * len("a much longer extractor name than the others")
+    assert lines[-1].startswith("Top candidate: clean — highest overlap")
+
+
+# ----------------------------------------------------------------------------- recommendations
+def test_recommendation_cutoffs_per_target_type():
+    assert recommendation_label(0.8) == "strong_separation" and recommendation_label(0.79) == "moderate_separation"
+    assert recommendation_label(0.5, "multi_label") == "strong_separation"
+    assert recommendation_label(0.34, "multi_label") == "weak_separation"
+    assert recommendation_label(0.25, "regression") == "strong_continuous_structure"
+    assert recommendation_label(0.1, "regression") == "moderate_continuous_structure"
+    assert recommendation_label(0.09, "regression") == "weak_continuous_structure"
+    assert set(RECOMMENDATION_CUTOFFS) == {"single_label", "multi_label", "regression"}
+    with pytest.raises(ValueError, match="target_type must be one of"):
+        recommendation_label(0.5, "ranking")
+
+
+def test_regression_cutoffs_fit_known_predictable_targets():
+    """A near-linear target (Ridge R² about 0.98) is strong; an unpredictable one weak; row norm matters."""
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import cross_val_score
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 16))
+    linear = X @ rng.normal(size=16) + 0.3 * rng.normal(size=600)
+    noise = rng.normal(size=600)
+    magnitude = np.linalg.norm(X, axis=1)
+    assert cross_val_score(Ridge(), X, linear, cv=5, scoring="r2").mean() > 0.95  # the independent reference
+    assert cross_val_score(Ridge(), X, noise, cv=5, scoring="r2").mean() < 0.05
+
+    def score(y, normalize=True):
+        config = ContinuousOverlapScoringConfig(normalize_embeddings=normalize, n_null_permutations=5)
+        return OverlapIndexScorer(continuous_config=config).score(X, build_targets(
+            y, target_type="regression", n_samples=len(y))).score
+
+    assert recommendation_label(score(linear), "regression") == "strong_continuous_structure"
+    assert recommendation_label(score(noise), "regression") == "weak_continuous_structure"
+    assert score(magnitude, normalize=False) > score(magnitude) + 0.05  # normalization removes the norm
+
+
+def test_regression_markdown_explains_loss_ratio_and_normalization():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(150, 4))
+    dataset = BenchmarkDataset.from_embeddings(X, X[:, 0] + 0.1 * rng.normal(size=150), target_type="regression",
+                                               identity=IDENTITY)
+    run = Benchmark(dataset, [PrecomputedExtractor("linear")], progress=False,
+                    continuous_config=ContinuousOverlapScoringConfig(n_null_permutations=2)).run()
+    md = run.to_markdown()
+    reading = md[md.index("## How to read"):md.index("## Dataset summary")]
+    assert "1 - loss_ratio" in reading and "normalize_embeddings=True" in reading
+    assert "strong_continuous_structure at an overlap score of at least 0.25" in reading
+    page = run.to_html()
+    assert "loss_ratio" in page and "<svg" in page
+    data = json.loads(run.to_json())
+    assert figures.pairwise_heatmap(data) is None  # regression has no class pairs
+
+
+def test_reports_and_compare_cover_recorded_failures(tmp_path):
+    """A failed extractor (PCA(32) on 6 features; a gallery branch dividing by zero) is reported, not fatal."""
+    from sklearn.decomposition import PCA
+
+    from vertebrae import SeparatixConfig, SklearnExtractor
+    from vertebrae.compare import compare_results
+    from vertebrae.retrieval import PrecomputedPairExtractor, TwoBranchExtractor
+
+    X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=6, seed=5)
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+    run = Benchmark(dataset, [SklearnExtractor("pca32", PCA(32)), SklearnExtractor("pca3", PCA(3, random_state=0))],
+                    separatix_config=SeparatixConfig(enabled=False), on_error="record", progress=False).run()
+    assert run["pca32"].error is not None
+    page, md = run.to_html(), run.to_markdown()
+    assert "Failed in the" in page and "Top candidate: pca3" in page and "Failed in the" in md
+    assert [row["extractor"] for row in run.rows(include_invalid=True)] == ["pca3", "pca32"]
+    comparison = compare_results(run.serialized(), run.serialized())
+    assert comparison["regressed"] == [] and {c["extractor"] for c in comparison["candidates"]} == {"pca3", "pca32"}
+
+    rng = np.random.default_rng(0)
+    queries, gallery = rng.normal(size=(6, 4)), rng.normal(size=(15, 4))
+    data = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(6)],
+                                            identity=IDENTITY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
+        retrieval = RetrievalBenchmark(data, [PrecomputedPairExtractor("pair", queries, gallery),
+                                              TwoBranchExtractor("broken", lambda q: q, lambda g: 1 / 0)],
+                                       retrieval_config=RetrievalConfig(cutoffs=[1, 5]), on_error="record",
+                                       progress=False).run()
+    assert "broken: failed in the" in retrieval.to_markdown() and "Top candidate: pair" in retrieval.to_html()
+    assert [row["rank"] for row in retrieval.rows(include_invalid=True)] == [1, None]
+    assert "failed" in repr(retrieval["broken"])
+
+
+def test_multi_label_reading_gives_the_chance_level_and_its_cutoffs():
+    from vertebrae import SeparatixConfig
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8))
+    logits = X @ rng.normal(size=(8, 3))
+    Y = (logits > 0).astype(int)
+    Y[np.arange(300), logits.argmax(axis=1)] = 1
+    dataset = BenchmarkDataset.from_embeddings(X, Y, target_type="multi_label", identity=IDENTITY)
+    run = Benchmark(dataset, [PrecomputedExtractor("x")], separatix_config=SeparatixConfig(enabled=False),
+                    progress=False).run()
+    md = run.to_markdown()
+    reading = md[md.index("## How to read"):md.index("## Dataset summary")]
+    assert "1.0 means separated labels" in reading and "random labels scored 0.21-0.29" in reading
+    assert "strong_separation at an overlap score of at least 0.5, moderate_separation at least 0.35" in reading
+    assert run.to_html().count("<svg") == 3  # ranking, per-label bars, pairwise heatmap
