@@ -103,12 +103,10 @@ def test_stability_n_jobs_changes_no_key(base):
 
 
 def test_a_new_package_version_changes_the_stages_it_computes(base, monkeypatch):
-    real = plan_module.package_version
-    monkeypatch.setattr(plan_module, "package_version",
-                        lambda name: "99.0" if name == "separatix" else real(name))
+    real = plan_module.version_of
+    monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "separatix" else real(name))
     assert changed(base, keys()) == {"diagnose", "assemble"}
-    monkeypatch.setattr(plan_module, "package_version",
-                        lambda name: "99.0" if name == "overlapindex" else real(name))
+    monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "overlapindex" else real(name))
     assert changed(base, keys()) == {"score", "stability", "metrics", "diagnose", "assemble"}
 
 

@@ -178,14 +178,14 @@ def test_a_changed_dependency_version_changes_the_key(data, tmp_path):
     benchmark = Benchmark(data, [CountingExtractor()], separatix_config=None,
                           cache_config=CacheConfig(store=str(tmp_path)))
     before = benchmark.plan().chain_keys[0]["extract"]
-    saved = plan_module.package_version
+    saved = plan_module.version_of
     real = saved("numpy")
     try:
         # Swapping the version lookup is the only way to "install" another numpy inside one test process.
-        plan_module.package_version = lambda name: "0.0-other" if name == "numpy" else saved(name)
+        plan_module.version_of = lambda name: "0.0-other" if name == "numpy" else saved(name)
         after = benchmark.plan().chain_keys[0]["extract"]
     finally:
-        plan_module.package_version = saved
+        plan_module.version_of = saved
     assert before != after and real != "0.0-other"
 
 

@@ -154,7 +154,7 @@ def test_cohort_resources_reads_the_resource_profile(result):
 
 
 def test_monitor_trend_from_snapshot_rows():
-    rows = [{"evaluation_index": i, "status": "completed", "extractor": name, "primary_score": 0.9 - 0.1 * i}
+    rows = [{"evaluation_index": i, "status": "ok", "extractor": name, "primary_score": 0.9 - 0.1 * i}
             for i in range(3) for name in ("a", "b")]
     rows.append({"evaluation_index": 3, "status": "failed", "extractor": "a", "primary_score": None})
     document = {"result_type": "monitor", "rows": rows}

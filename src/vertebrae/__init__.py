@@ -13,9 +13,11 @@ from .datasets import BenchmarkDataset
 from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
 from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
+from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
+from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
@@ -45,4 +47,5 @@ __all__ = [
     "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
     "open_store", "CacheConfig",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
+    "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
 ]

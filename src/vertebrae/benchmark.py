@@ -21,6 +21,7 @@ from .errors import ConfigTypeError, InputTypeError, InputValidationError, Verte
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
                                 stage_cache)
 from .execution.context import Chain, RunContext
+from .fingerprint import package_version
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
@@ -229,8 +230,6 @@ def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
 
 def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], settings: BenchmarkSettings,
                   plan: Plan, started: _dt.datetime) -> BenchmarkResult:
-    from importlib.metadata import version
-
     metadata = {
         "settings": settings.to_dict(),
         "quality_tolerance": settings.quality_tolerance,
@@ -238,7 +237,7 @@ def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], set
         "label_catalog": None if dataset.target_type == "regression" else dataset.targets.catalog.to_dict(),
         "plan": [{"stage": j.stage, "extractor": j.extractor, "key": j.key} for j in plan.jobs],
         "run_key": artifact_key("run", [j.key for j in plan.jobs]),
-        "versions": {name: version(name)
+        "versions": {name: package_version(name)
                      for name in ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")},
     }
     result = BenchmarkResult(dataset.summary(), results, [], metadata,

@@ -53,6 +53,14 @@ class DensificationBudgetError(VertebraeError, MemoryError):
     """A dense-only diagnostic would exceed the dense-memory budget and the policy is ``"fail"``."""
 
 
+class HistoryError(VertebraeError, ValueError):
+    """A monitor history file cannot be used: not a history, corrupted, or written for other data/settings."""
+
+
+class HistoryLockedError(HistoryError):
+    """Another writer holds the lock on a monitor history file (one writer at a time)."""
+
+
 class VertebraeWarning(UserWarning):
     """Base class of warnings emitted by vertebrae (they are also recorded in results)."""
 
@@ -79,3 +87,7 @@ class ArtifactIntegrityError(ArtifactError):
 
 class ArtifactWarning(VertebraeWarning):
     """A store problem that did not stop the run (an unreadable manifest skipped, an object stat that failed)."""
+
+
+class HistoryWarning(VertebraeWarning):
+    """A monitor history had an incomplete last line (a crash mid-write); it was set aside."""

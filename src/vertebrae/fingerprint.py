@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import functools
 import hashlib
 import math
 import uuid
@@ -56,6 +57,17 @@ def canonical(value: Any) -> Any:
     if callable(value):
         return {"callable": callable_name(value)}
     return {"content": content_sha256(value)}
+
+
+@functools.cache
+def package_version(name: str) -> str:
+    """Installed version of a distribution (cached: keys and results ask for it many times per run)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "not-installed"
 
 
 def check_cache_identity(owner: str, cache_identity: Any) -> str | None:

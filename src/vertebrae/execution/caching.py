@@ -24,7 +24,7 @@ from ..artifacts.store import Store
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactWarning
 from .context import BYPASSED_UNSAFE_IDENTITY
 from .local import run_job
-from .plan import StageJob, package_version
+from .plan import StageJob, version_of
 from .registry import get_stage
 
 HIT, MISS, DISABLED = "hit", "miss", "disabled"
@@ -143,7 +143,7 @@ def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
 
 
 def _versions(job: StageJob) -> dict[str, str]:
-    return {package: package_version(package) for package in get_stage(job.pipeline, job.stage).packages}
+    return {package: version_of(package) for package in get_stage(job.pipeline, job.stage).packages}
 
 
 def _listing(job: StageJob, context: Any) -> dict[str, str]:

@@ -15,9 +15,9 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from functools import cache
 from typing import Any
 
+from ..fingerprint import package_version
 from ..reports.json_codec import encode
 from .context import Chain, RunContext
 from .registry import pipeline_stages
@@ -49,14 +49,9 @@ def artifact_key(stage: str, document: Any) -> str:
     return f"{stage}/{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
 
-@cache
-def package_version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "not-installed"
+def version_of(name: str) -> str:
+    """The version a key records for a package (one seam, so tests can show that versions enter keys)."""
+    return package_version(name)
 
 
 def key_document(definition: Any, needs: Mapping[str, str], context: RunContext, chain: Chain,
@@ -64,7 +59,7 @@ def key_document(definition: Any, needs: Mapping[str, str], context: RunContext,
     """Everything a job's key hashes (exposed so tests and docs can show it)."""
     return {"stage": definition.name, "version": definition.version, "reads": dict(sorted(needs.items())),
             "context": {fact: context.fact(fact, chain).fingerprint for fact in definition.context},
-            "config": config, "packages": {p: package_version(p) for p in definition.packages}}
+            "config": config, "packages": {p: version_of(p) for p in definition.packages}}
 
 
 @dataclasses.dataclass(frozen=True)

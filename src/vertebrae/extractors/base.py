@@ -19,7 +19,7 @@ import numpy as np
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..fingerprint import callable_name, canonical, check_cache_identity, content_sha256
+from ..fingerprint import callable_name, canonical, check_cache_identity, content_sha256, package_version
 
 
 @runtime_checkable
@@ -150,10 +150,8 @@ class SklearnExtractor:
 
     def identity(self) -> dict[str, Any]:
         """Estimator class, every parameter by content (nested estimators recursively), scikit-learn's version."""
-        from importlib.metadata import version
-
         return {"type": "sklearn", "estimator": canonical(self.estimator), "supervised": self.supervised,
-                "scikit-learn": version("scikit-learn")}
+                "scikit-learn": package_version("scikit-learn")}
 
 
 def _param_text(value: Any) -> Any:

@@ -186,7 +186,7 @@ def monitor_trend(data: Mapping[str, Any]) -> str | None:
     """Primary score per extractor over a monitor's snapshots (``rows`` with ``evaluation_index``)."""
     series: dict[str, list[tuple[float, float]]] = {}
     for row in data.get("rows", []):
-        if row.get("status", "completed") == "completed" and row.get("primary_score") is not None:
+        if row.get("status") == "ok" and row.get("primary_score") is not None:
             series.setdefault(row["extractor"], []).append((row["evaluation_index"], row["primary_score"]))
     if not series:
         return None
@@ -195,7 +195,7 @@ def monitor_trend(data: Mapping[str, Any]) -> str | None:
     for name, values in series.items():
         values.sort()
         ax.plot([v[0] for v in values], [v[1] for v in values], marker="o", label=name)
-    failed = sorted({row["evaluation_index"] for row in data["rows"] if row.get("status", "completed") != "completed"})
+    failed = sorted({row["evaluation_index"] for row in data["rows"] if row.get("status") == "failed"})
     for index in failed:
         ax.axvline(index, color="#C44E52", linestyle=":", linewidth=1)
     ax.set_xlabel("snapshot (evaluation_index)" + ("; dotted: failed snapshot" if failed else ""))

@@ -23,6 +23,7 @@ from .._config import Config, FrozenDict, check_bool, check_choice, check_int, c
 from .._sparse import is_sparse
 from ..embeddings import evaluated_matrix, is_constant, validate_embeddings, zero_rows
 from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
+from ..fingerprint import package_version
 from ..labels import LabelCatalog, decode_key, semantic_key
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
@@ -505,7 +506,7 @@ def _backend_metadata(cfg: Any, X: Any, kmeans_kwargs: Mapping[str, Any], zeros:
             "offline_chunk_size": cfg.offline_chunk_size, "seed": kmeans_kwargs["random_state"],
             "kmeans_kwargs": dict(kmeans_kwargs), "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "thread_limit": cfg.thread_limit,
-            "zero_rows": int(zeros.size), "overlapindex_version": _version("overlapindex")}
+            "zero_rows": int(zeros.size), "overlapindex_version": package_version("overlapindex")}
 
 
 def _py(label: Any) -> Any:
@@ -518,8 +519,3 @@ def _finite(value: Any) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
 
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)
