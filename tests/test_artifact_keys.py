@@ -230,17 +230,20 @@ def test_retrieval_keys_follow_what_each_stage_reads():
 KEY_TABLE = {
     ("benchmark", "extract"): ((), {"inputs", "fit_targets", "extractor"}, {"numpy"}),
     ("benchmark", "embedding"): (("extract",), {"output"}, set()),
-    ("benchmark", "score"): (("embedding",), {"targets"}, {"overlapindex"}),
-    ("benchmark", "stability"): (("embedding",), {"targets"}, {"overlapindex"}),
-    ("benchmark", "metrics"): (("embedding", "score"), {"targets", "groups"}, set()),
-    ("benchmark", "diagnose"): (("embedding", "score"), {"targets", "groups"}, {"separatix"}),
-    ("benchmark", "assemble"): (("embedding", "score", "stability", "metrics", "diagnose"),
+    ("benchmark", "compress"): (("embedding",), set(), {"numpy", "scikit-learn"}),
+    ("benchmark", "score"): (("embedding", "compress"), {"targets"}, {"overlapindex"}),
+    ("benchmark", "stability"): (("embedding", "compress"), {"targets"}, {"overlapindex"}),
+    ("benchmark", "metrics"): (("embedding", "score", "compress"), {"targets", "groups"}, set()),
+    ("benchmark", "diagnose"): (("embedding", "score", "compress"), {"targets", "groups"}, {"separatix"}),
+    ("benchmark", "assemble"): (("embedding", "score", "compress", "stability", "metrics", "diagnose"),
                                 {"name", "output", "view", "extractor"}, set()),
     ("retrieval", "encode"): ((), {"query_inputs", "gallery_inputs", "extractor"}, {"numpy"}),
-    ("retrieval", "endpoints"): (("encode",), set(), set()),
+    ("retrieval", "compress"): (("encode",), set(), {"numpy", "scikit-learn"}),
+    ("retrieval", "endpoints"): (("encode", "compress"), set(), set()),
     ("retrieval", "rank_forward"): (("endpoints",), {"relevance"}, set()),
     ("retrieval", "rank_reverse"): (("endpoints",), {"relevance"}, set()),
-    ("retrieval", "assemble"): (("encode", "rank_forward", "rank_reverse"), {"name", "extractor"}, set()),
+    ("retrieval", "assemble"): (("encode", "rank_forward", "compress", "rank_reverse"), {"name", "extractor"},
+                                set()),
 }
 
 

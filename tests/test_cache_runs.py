@@ -424,3 +424,25 @@ def test_retrieval_reuses_encodings(tmp_path):
     unsafe = RetrievalBenchmark(data, [TwoBranchExtractor("dual", encode, encode)], cache_config=config,
                                 progress=False).run()
     assert unsafe.entries[0].embeddings["query"]["cache_status"] == "bypassed_unsafe_identity"
+
+
+def test_compressed_variants_reuse_the_cached_raw_embedding_and_keep_its_status(data, tmp_path):
+    """Raw and evaluated footprints stay separate through compression; the variant keeps the source's status."""
+    from vertebrae import EmbeddingCompressionConfig
+
+    config = CacheConfig(store=str(tmp_path / "cache"))
+    variants = [EmbeddingCompressionConfig(), EmbeddingCompressionConfig(method="pca", n_components=3, random_state=0)]
+    cold = _run(data, [CountingExtractor(dim=6)], config, compression=variants)
+    warm = _run(data, [CountingExtractor(dim=6, refuse=True)], config, compression=variants)
+    for result, status in ((cold, "miss"), (warm, "hit")):
+        by_name = {r.name: r for r in result.extractor_results}
+        raw, pca = by_name["proj"], by_name["proj+pca3"]
+        assert raw.embedding["cache_status"] == pca.embedding["cache_status"] == status
+        assert pca.compression["cache_status"] == status and pca.compression["cache_eligible"] is True
+        assert pca.embedding["footprint"]["raw"] == raw.embedding["footprint"]["raw"]
+        assert pca.embedding["footprint"]["raw"]["logical_bytes"] == 120 * 6 * 4
+        assert pca.embedding["footprint"]["raw"]["persisted_bytes"] == 120 * 6 * 4 + 128
+        assert pca.embedding["footprint"]["evaluated"] == {"logical_bytes": 120 * 3 * 4, "persisted_bytes": None,
+                                                           "persisted_status": "not_persisted"}  # float32 PCA output
+    assert len(list(FsspecStore(str(tmp_path / "cache")).keys())) == 1  # one extraction behind both variants
+    assert [r.overlap.score for r in warm.extractor_results] == [r.overlap.score for r in cold.extractor_results]

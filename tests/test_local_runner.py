@@ -103,3 +103,10 @@ def test_retrieval_runs_on_the_same_runner_with_keys_and_recorded_failures():
     assert result["broken"].error["stage"] == "encode" and "ZeroDivisionError" in result["broken"].error["message"]
     assert [e.name for e in result.ranked_results()] == ["pair"]
     assert set(entry.runtime) == {"fit", "encode_queries", "encode_gallery", "rank_forward"}
+
+
+def test_extractors_sharing_an_identity_keep_their_own_names_and_recipes():
+    a, b = SklearnExtractor("a", PCA(3, random_state=0)), SklearnExtractor("b", PCA(3, random_state=0))
+    result = Benchmark(dataset(), [a, b], separatix_config=NO_SEPARATIX).run()
+    assert result["a"].recipe["name"] == "a" and result["b"].recipe["name"] == "b"
+    assert result["b"].embedding["parent_extractor_name"] == "b"

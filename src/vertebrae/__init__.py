@@ -9,6 +9,7 @@ separatix) are imported lazily, so ``import vertebrae`` stays fast.
 from .artifacts import FsspecStore, MemoryStore, StoredArtifact, open_store
 from .benchmark import Benchmark
 from .cache import CacheConfig
+from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
@@ -48,4 +49,5 @@ __all__ = [
     "open_store", "CacheConfig",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
+    "EmbeddingCompressionConfig",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from ._config import check_float
 from .cache import CacheConfig
+from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
 from .errors import ConfigTypeError, InputTypeError, InputValidationError, VertebraeError
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
@@ -48,13 +49,16 @@ class BenchmarkSettings:
     metrics: tuple[Metric, ...] = ()
     separatix_config: SeparatixConfig | None = None
     stability_config: StabilityConfig | None = None
+    #: Compression variants evaluated for every extractor (empty: the raw embedding only).
+    compression: tuple[EmbeddingCompressionConfig, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
                 "primary_metric": self.primary_metric, "quality_tolerance": self.quality_tolerance,
                 "metrics": metrics_fingerprint(self.metrics)["metrics"],
                 "separatix_config": None if self.separatix_config is None else self.separatix_config.to_dict(),
-                "stability_config": None if self.stability_config is None else self.stability_config.to_dict()}
+                "stability_config": None if self.stability_config is None else self.stability_config.to_dict(),
+                "compression": [config.to_dict() for config in self.compression]}
 
 
 class Benchmark:
@@ -70,6 +74,7 @@ class Benchmark:
                  stability_config: StabilityConfig | None = None,
                  target_view_config: TargetViewConfig | None = None,
                  label_view_config: LabelViewConfig | None = None,
+                 compression: Sequence[EmbeddingCompressionConfig] | None = None,
                  on_error: str = "raise",
                  progress: bool | None = None,
                  cache_config: CacheConfig | None = None) -> None:
@@ -100,7 +105,8 @@ class Benchmark:
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
-            separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config)
+            separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config,
+            compression=check_compression("Benchmark", compression))
         for argument, value, kind in (("target_view_config", target_view_config, TargetViewConfig),
                                       ("label_view_config", label_view_config, LabelViewConfig)):
             if value is not None and not isinstance(value, kind):
@@ -135,19 +141,22 @@ class Benchmark:
         return [output for e in self.extractors for output in self._extractor_outputs(e)]
 
     def chains(self, context: RunContext | None = None) -> list[Chain]:
-        """One chain per result: each extractor (or each named output of it), per scored view.
+        """One chain per result: each extractor (or each named output of it), times each compression variant,
+        times each scored view.
 
-        Names read ``extractor``, ``extractor:output``, ``extractor[target=coarse]`` or
-        ``extractor:output[level=family]`` (spec, results page).
+        Names read ``extractor``, ``extractor:output``, ``extractor+pca64``, ``extractor[target=coarse]`` or
+        ``extractor:output+int8[level=family]`` (spec, results page).
         """
         context = self._context() if context is None else context
+        variants = self.settings.compression or (None,)
         chains = []
         for extractor, extractor_id in zip(self.extractors, context.extractor_ids()):
             for output in self._extractor_outputs(extractor):
                 base = extractor.name if output is None else f"{extractor.name}:{output}"
-                for view in self._views[output] or [None]:
-                    name = base if view is None else f"{base}[{view_label(view)}]"
-                    chains.append(Chain(name, extractor_id, extractor.name, output, view))
+                for variant in variants:
+                    for view in self._views[output] or [None]:
+                        name = variant_name(base, variant) + ("" if view is None else f"[{view_label(view)}]")
+                        chains.append(Chain(name, extractor_id, extractor.name, output, view, variant))
         return chains
 
     def _context(self) -> RunContext:
@@ -183,13 +192,15 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
         return ExtractorResult.failed(chain.name, settings.primary_metric,
                                       {**failure.to_dict(), "extractor": chain.parent},
                                       artifact_keys=dict(keys))
-    embedding = {**assembled.embedding, "cache_eligible": cache_eligible,
-                 "cache_status": outcome.statuses[keys["extract"]]}
+    facts = {"cache_eligible": cache_eligible, "cache_status": outcome.statuses[keys["extract"]]}
+    embedding = {**assembled.embedding, **facts}
     if cache is not None:
         embedding["footprint"] = embedding_footprint(assembled.embedding["logical_bytes"],
                                                      outcome.persisted.get(keys["extract"]), chain.output)
+    # A compressed variant is derived from the extracted embedding: it keeps that source's eligibility and status.
+    compression = None if assembled.compression is None else {**assembled.compression, **facts}
     result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
-                                 embedding=embedding)
+                                 embedding=embedding, compression=compression)
     result.runtime = _runtime(keys, outcome, result)
     return result
 
@@ -197,9 +208,9 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
 def _runtime(keys: dict[str, str], outcome: RunOutcome, result: ExtractorResult) -> dict[str, float]:
     """Seconds per stage of this run (runtimes are recorded beside artifacts, never inside them)."""
     runtime: dict[str, float] = {}
-    for stage in ("extract", "score", "stability", "metrics"):
+    for stage in ("extract", "compress", "score", "stability", "metrics"):
         timings = outcome.timings.get(keys.get(stage, ""), {})
-        if timings and outcome.statuses.get(keys[stage]) == HIT:
+        if timings and outcome.statuses.get(keys.get(stage, "")) == HIT:
             runtime[stage] = NOT_MEASURED_CACHE_HIT  # the extractor did not run; only the read is timed
             runtime[f"{stage}_cache_read"] = timings["seconds"]
         elif timings:

@@ -30,6 +30,8 @@ config format (TOML shown; YAML uses the same sections and keys):
   [separatix]               SeparatixConfig fields; enabled = false turns it off
   [benchmark]               quality_tolerance, primary_metric, on_error
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
+  [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
+                            n_components, whiten, dtype, random_state, name (docs/compression.md)
 Relative paths are relative to the config file; unknown sections and keys are rejected.
 Full reference with an example: docs/cli.md
 """

@@ -203,8 +203,8 @@ def inputs_sha256(X: Any) -> str:
 
 
 def targets_sha256(targets: Targets) -> str:
-    if isinstance(targets, SingleLabelTargets):
-        return content_sha256(["single_label", targets.keys])
+    if isinstance(targets, SingleLabelTargets):  # codes into the catalog say exactly which label each row has
+        return content_sha256(["single_label", targets.codes, list(targets.catalog.keys)])
     if isinstance(targets, MultiLabelTargets):
         return content_sha256(["multi_label", targets.indicator, list(targets.catalog.keys)])
     return content_sha256(["regression", targets.values, list(targets.target_names)])

@@ -91,3 +91,7 @@ class ArtifactWarning(VertebraeWarning):
 
 class HistoryWarning(VertebraeWarning):
     """A monitor history had an incomplete last line (a crash mid-write); it was set aside."""
+
+
+class CompressionWarning(VertebraeWarning):
+    """A compression variant could not be applied as requested (e.g. wider than the embedding)."""

@@ -221,7 +221,7 @@ def _score_text(value: float | None) -> str:
 
 
 #: ExtractorResult fields written to JSON only when they are set (older files stay byte-identical).
-OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_view"})
+OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_view", "compression"})
 
 
 @dataclasses.dataclass
@@ -259,6 +259,8 @@ class ExtractorResult:
         return None if self.label_view is None else f"level={self.label_view}"
     #: Measured resources (latency, memory, embedding bytes) when profiling ran; see docs/reports.md.
     resource_profile: dict[str, Any] | None = None
+    #: The compression variant this result evaluates (method, dims, applied, footprint); None without variants.
+    compression: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
@@ -543,12 +545,26 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "embedding_nnz": result.embedding.get("nnz"),
         "warnings": len(result.warnings),
         **_stability_columns(result.stability, None if result.overlap is None else result.overlap.score),
+        **_compression_columns(result.compression),
     }
     for name, metric in result.metrics.items():
         row[f"metric.{name}"] = metric.score
     for stage, seconds in result.runtime.items():
         row[f"runtime.{stage}"] = seconds
     return row
+
+
+#: Compression facts flattened into rows as ``compression_<field>`` (footprints under their own names).
+COMPRESSION_FIELDS = ("variant", "method", "requested_dim", "output_dim", "applied", "explained_variance_ratio")
+FOOTPRINT_FIELDS = ("raw_bytes_per_row", "evaluated_bytes_per_row", "raw_bytes", "evaluated_bytes")
+
+
+def _compression_columns(compression: dict[str, Any] | None) -> dict[str, Any]:
+    """The compression row columns; all None when the benchmark has no compression variants."""
+    compression = compression or {}
+    footprint = compression.get("footprint", {})
+    return {**{f"compression_{name}": compression.get(name) for name in COMPRESSION_FIELDS},
+            **{name: footprint.get(name) for name in FOOTPRINT_FIELDS}}
 
 
 #: StabilitySummary fields flattened into rows as ``stability_<field>`` (primary overlap score).

@@ -29,6 +29,12 @@ Example (TOML)::
     # primary_metric = "my_metric"
     # on_error = "record"         # keep the other extractors when one fails (default "raise")
 
+    [[compression]]               # EmbeddingCompressionConfig fields, one table per variant (optional)
+    method = "none"               # keep the raw embedding beside the compressed variants
+    [[compression]]
+    method = "pca"
+    n_components = 64
+
     [cache]                       # CacheConfig fields (optional; no cache without this section or --cache)
     store = "cache"               # a folder (relative to this file), file://, s3://bucket/prefix, gs://...
     mode = "read_write"           # or "read_only", "refresh"; also enabled = false, storage_options = {...}
@@ -52,6 +58,7 @@ from typing import Any
 
 from .benchmark import Benchmark
 from .cache import CacheConfig
+from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, ConfigTypeError
 from .extractors import PrecomputedExtractor
@@ -68,7 +75,7 @@ EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
-            "cache"}
+            "cache", "compression"}
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
@@ -107,6 +114,8 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["separatix_config"] = SeparatixConfig.from_dict(config["separatix"])
     if "metrics" in config:
         kwargs["metrics"] = metrics_from_config(config["metrics"])
+    if "compression" in config:
+        kwargs["compression"] = compression_from_config(config["compression"])
     kwargs.update(_check_keys("[benchmark]", config.get("benchmark", {}), BENCHMARK_KEYS))
     return kwargs
 
@@ -118,6 +127,20 @@ def cache_config_from_section(section: Any, base_dir: pathlib.Path) -> CacheConf
     if store is not None and "://" not in store and not pathlib.Path(store).expanduser().is_absolute():
         cache = cache.replace(store=str(base_dir / store))
     return cache
+
+
+def compression_from_config(entries: Any) -> list[EmbeddingCompressionConfig]:
+    """``[[compression]]`` tables -> configs (each validated; unknown keys rejected by the config)."""
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError("config [[compression]] must be a list of tables (one per variant), e.g. "
+                          "[[compression]] method = \"pca\" n_components = 64")
+    configs = []
+    for i, entry in enumerate(entries):
+        try:
+            configs.append(EmbeddingCompressionConfig.from_dict(entry))
+        except ConfigError as exc:
+            raise ConfigError(f"config [[compression]] #{i + 1}: {exc}") from None
+    return configs
 
 
 def load_run_config(path: str | pathlib.Path) -> dict[str, Any]:

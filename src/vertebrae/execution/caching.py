@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..artifacts.codecs import StoredArtifact
+from ..artifacts.codecs import StoredArtifact, array_nbytes
 from ..artifacts.store import Store
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactWarning
 from .context import BYPASSED_UNSAFE_IDENTITY
@@ -61,6 +61,12 @@ class JobRun:
     #: Array name -> bytes of its stored object (``.npy``/``.npz`` file, S3 object, GCS blob).
     persisted: dict[str, int] = dataclasses.field(default_factory=dict)
     persisted_status: str = NOT_PERSISTED
+    #: Array name -> logical resident bytes of a cacheable artifact's matrices (empty for other stages).
+    logical: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def footprint(self) -> dict[str, Any]:
+        """What the runner records beside the artifact (``RunOutcome.persisted``)."""
+        return {"status": self.persisted_status, "bytes": dict(self.persisted), "logical": dict(self.logical)}
 
 
 class StageCache:
@@ -138,8 +144,12 @@ def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
     codec = CODECS.get((job.pipeline, job.stage))
     if cache is None or codec is None or not job.cache_eligible:
         artifact, timings = run_job(job, inputs, context)
-        return JobRun(artifact, timings, DISABLED if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY)
-    return cache.run(job, inputs, context, codec)
+        ran = JobRun(artifact, timings, DISABLED if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY)
+    else:
+        ran = cache.run(job, inputs, context, codec)
+    if codec is not None:
+        ran.logical = {name: array_nbytes(value) for name, value in codec.encode(ran.artifact).arrays.items()}
+    return ran
 
 
 def _versions(job: StageJob) -> dict[str, str]:
@@ -223,21 +233,22 @@ def cache_summary(cache: StageCache) -> dict[str, Any]:
     return {"store": cache.config.url, "mode": cache.config.mode}
 
 
-def embedding_footprint(logical_bytes: int, persisted: dict[str, Any] | None, output: str | None) -> dict[str, Any]:
+def embedding_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, output: str | None) -> dict[str, Any]:
     """Logical resident bytes and persisted object bytes, separately for the raw and the evaluated embedding.
 
-    The evaluated embedding is a view of the raw output (no copy, nothing stored) until a
-    derived stage such as compression persists its own.
+    ``raw`` is the extractor's output as stored; ``evaluated`` is what the chain scored (a
+    compressed variant, or a view of the raw output), which is never persisted.
     """
-    return endpoint_footprint(logical_bytes, persisted, output_array(output))
+    return endpoint_footprint(evaluated_bytes, persisted, output_array(output))
 
 
-def endpoint_footprint(logical_bytes: int, persisted: dict[str, Any] | None, array: str) -> dict[str, Any]:
+def endpoint_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, array: str) -> dict[str, Any]:
     """:func:`embedding_footprint` for the stored array named ``array``."""
     status = NOT_PERSISTED if persisted is None else persisted["status"]
     stored = None if persisted is None else persisted["bytes"].get(array)
+    raw_bytes = evaluated_bytes if persisted is None else persisted["logical"].get(array, evaluated_bytes)
     if status == MEASURED and stored is None:
         status = UNAVAILABLE
-    return {"raw": {"logical_bytes": int(logical_bytes), "persisted_bytes": stored, "persisted_status": status},
-            "evaluated": {"logical_bytes": int(logical_bytes), "persisted_bytes": None,
+    return {"raw": {"logical_bytes": int(raw_bytes), "persisted_bytes": stored, "persisted_status": status},
+            "evaluated": {"logical_bytes": int(evaluated_bytes), "persisted_bytes": None,
                           "persisted_status": NOT_PERSISTED}}

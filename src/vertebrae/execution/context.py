@@ -30,6 +30,8 @@ class Chain:
     output: str | None = None
     #: ``("target" | "level", name)``: the target view this chain scores (None: the dataset's own targets).
     view: tuple[str, str] | None = None
+    #: The compression variant this chain evaluates (an EmbeddingCompressionConfig); None: the raw embedding.
+    variant: Any = None
 
 
 @dataclasses.dataclass
@@ -73,6 +75,7 @@ class RunContext:
         self._identities: dict[str, Fact] = {}
         self._facts: dict[tuple[str, Any], Fact] = {}
         self._ids: list[str] = []
+        self._by_name = {getattr(e, "name", None): e for e in extractors}
         first_position: dict[int, int] = {}
         for position, extractor in enumerate(extractors):
             token = f"extractor-object-{first_position.setdefault(id(extractor), position)}"
@@ -87,7 +90,12 @@ class RunContext:
         return list(self._ids)
 
     def extractor(self, job: Any) -> Any:
-        return self.extractors[job.params["extractor"]]
+        """The extractor a job names: by its name (so a result shows its own recipe), else by identity.
+
+        Jobs shared by extractors with one identity carry the first one's name; any of them computes
+        the same artifact.
+        """
+        return self._by_name.get(job.params.get("parent"), self.extractors[job.params["extractor"]])
 
     def fact(self, name: str, chain: Chain) -> Fact:
         """The fingerprint of one context fact for ``chain`` (see registry.CONTEXT_FACTS)."""
@@ -127,4 +135,4 @@ class RunContext:
 
     def params(self, chain: Chain) -> Mapping[str, Any]:
         return {"extractor": chain.extractor_id, "parent": chain.parent, "output": chain.output, "name": chain.name,
-                "view": chain.view}
+                "view": chain.view, "variant": None if chain.variant is None else chain.variant.to_dict()}

@@ -57,7 +57,8 @@ class RunOutcome:
     failures: dict[str, JobFailure]
     #: key -> cache status of the artifact: hit, miss, disabled (no cache) or bypassed_unsafe_identity.
     statuses: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: key -> {"status": measured | not_persisted | unavailable, "bytes": {array name: stored object bytes}}.
+    #: key -> {"status": measured | not_persisted | unavailable, "bytes": {array: stored object bytes},
+    #: "logical": {array: resident bytes}} (arrays only for cacheable stages).
     persisted: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
@@ -108,7 +109,7 @@ class LocalRunner:
                         memory[job.key] = ran.artifact
                         outcome.timings[job.key] = ran.timings
                         outcome.statuses[job.key] = ran.status
-                        outcome.persisted[job.key] = {"status": ran.persisted_status, "bytes": ran.persisted}
+                        outcome.persisted[job.key] = ran.footprint()
                 for key in job.needs.values():
                     remaining_reads[key] -= 1
                     if remaining_reads[key] == 0 and key not in final:

@@ -1,7 +1,9 @@
 """The stages of a labeled-data benchmark, registered under the ``benchmark`` pipeline.
 
-extract -> embedding -> score -> (stability, metrics, diagnose) -> assemble, one chain
-per result.  Each stage is a module-level function of (job, input artifacts, run
+extract -> embedding (-> compress) -> score -> (stability, metrics, diagnose) -> assemble,
+one chain per result.  ``compress`` is in the plan only for a compressed variant; the
+analysis stages read :func:`evaluated` (the compressed matrix when present, else the
+raw one).  Each stage is a module-level function of (job, input artifacts, run
 context, timings); its declaration says what its key hashes.  Adding a stage is one
 ``@stage`` function here (or in any imported module) plus, for the reports, the field
 it adds to :class:`~vertebrae.results.ExtractorResult` — see docs/architecture.md.
@@ -13,6 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
+                           raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
@@ -40,6 +44,18 @@ class EmbeddingArtifact:
 
     matrix: Any
     metadata: dict[str, Any]
+
+
+@dataclasses.dataclass
+class CompressedEmbedding(EmbeddingArtifact):
+    """A compressed variant of a chain's embedding plus what the compression did (method, dims, footprint)."""
+
+    compression: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def evaluated(inputs: Mapping[str, Any]) -> EmbeddingArtifact:
+    """The embedding the analyses read: the chain's compressed variant when it has one, else the raw embedding."""
+    return inputs.get("compress", inputs["embedding"])
 
 
 @dataclasses.dataclass
@@ -104,12 +120,24 @@ def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
     return EmbeddingArtifact(produced.matrices[output], dict(produced.metadata[output]))
 
 
-@stage(PIPELINE, "score", version=1, reads=("embedding",), context=("targets",), packages=("overlapindex",),
-       config=scoring_fingerprint)
+@stage(PIPELINE, "compress", version=1, reads=("embedding",), packages=("numpy", "scikit-learn"),
+       config=compression_fingerprint)
+def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> CompressedEmbedding:
+    """Fit the chain's variant on the evaluated embedding and apply it (transductive, like every variant)."""
+    config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
+    raw = inputs["embedding"].matrix
+    compressor = Compressor(config, source=f"extractor {job.params['name']!r}",
+                            matryoshka=declares_matryoshka(context.extractor(job), job.params["output"]))
+    matrix = compressor.fit_transform(raw)
+    return CompressedEmbedding(matrix, embedding_metadata(matrix), compressor.metadata(raw, matrix))
+
+
+@stage(PIPELINE, "score", version=1, reads=("embedding",), optional_reads=("compress",), context=("targets",),
+       packages=("overlapindex",), config=scoring_fingerprint)
 def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    return ScoreArtifact(scorer.score(inputs["embedding"].matrix, context.targets(job)))
+    return ScoreArtifact(scorer.score(evaluated(inputs).matrix, context.targets(job)))
 
 
 def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
@@ -118,8 +146,8 @@ def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     return {"stability": settings.stability_config.fingerprint(), **scoring_fingerprint(settings)}
 
 
-@stage(PIPELINE, "stability", version=1, reads=("embedding",), context=("targets",), packages=("overlapindex",),
-       config=_stability_config)
+@stage(PIPELINE, "stability", version=1, reads=("embedding",), optional_reads=("compress",), context=("targets",),
+       packages=("overlapindex",), config=_stability_config)
 def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> StabilityArtifact:
     """Repeated overlap scoring of the matrix the score stage scored, with the same scorer settings.
 
@@ -128,7 +156,7 @@ def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
     """
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
-    result = run_stability_analysis(inputs["embedding"].matrix, context.targets(job),
+    result = run_stability_analysis(evaluated(inputs).matrix, context.targets(job),
                                     config=settings.stability_config, scorer=scorer)
     return StabilityArtifact(result)
 
@@ -141,11 +169,11 @@ def _metrics_safe(settings: Any) -> bool:
     return metrics_cache_eligible(settings.metrics)
 
 
-@stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), context=("targets", "groups"),
-       config=_metrics_config, safe=_metrics_safe)
+@stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), optional_reads=("compress",),
+       context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe)
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
     """Custom metrics on the matrix the score stage scored, with the seed it used."""
-    return run_metrics(context.settings.metrics, inputs["embedding"].matrix, context.targets(job),
+    return run_metrics(context.settings.metrics, evaluated(inputs).matrix, context.targets(job),
                        context.dataset.groups, seed=inputs["score"].overlap.metadata["seed"],
                        extractor=job.params["name"], timings=timings)
 
@@ -157,28 +185,32 @@ def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     return {"separatix": config.to_dict(), **scoring_fingerprint(settings)}
 
 
-@stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), context=("targets", "groups"),
-       packages=("separatix",), config=_diagnose_config)
+@stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), optional_reads=("compress",),
+       context=("targets", "groups"), packages=("separatix",), config=_diagnose_config)
 def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> SeparatixResult:
     """Separatix on the matrix the score stage scored, gated by that overlap score."""
     settings, dataset = context.settings, context.dataset
     scorer = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config)
-    return scorer.diagnose(inputs["embedding"].matrix, context.targets(job), overlap_score=inputs["score"].overlap.score,
+    return scorer.diagnose(evaluated(inputs).matrix, context.targets(job), overlap_score=inputs["score"].overlap.score,
                            groups=dataset.groups, source=f"extractor {job.params['name']!r}")
 
 
 def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
-    return {"primary_metric": settings.primary_metric, "quality_tolerance": settings.quality_tolerance}
+    config = {"primary_metric": settings.primary_metric, "quality_tolerance": settings.quality_tolerance}
+    if getattr(chain, "variant", None) is not None:  # the result records its variant (also the raw `none` one)
+        config["variant"] = chain.variant.to_dict()
+    return config
 
 
-@stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"), optional_reads=("stability", "metrics", "diagnose"),
+@stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"),
+       optional_reads=("compress", "stability", "metrics", "diagnose"),
        context=("name", "output", "view", "extractor"), config=_assemble_config, final=True)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
     """Build the ExtractorResult of one chain from its stage artifacts."""
     from ..results import ExtractorResult, recommendation_label
 
     settings, extractor = context.settings, context.extractor(job)
-    embedding_artifact: EmbeddingArtifact = inputs["embedding"]
+    embedding_artifact = evaluated(inputs)
     overlap = inputs["score"].overlap
     separatix: SeparatixResult | None = inputs.get("diagnose")
     repeated: StabilityArtifact | None = inputs.get("stability")
@@ -187,6 +219,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     primary = metrics[settings.primary_metric]
     weakest = overlap.weakest_class()
     recipe = extractor.recipe()
+    compression = _compression(job, inputs)
     embedding_metadata = {**embedding_artifact.metadata, "parent_extractor_name": job.params["parent"]}
     if job.params["output"] is not None:
         embedding_metadata.update(output_metadata(extractor, job.params["output"]))
@@ -195,13 +228,28 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
         name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
         primary_score=primary.score if primary.rankable else None, embedding=embedding_metadata,
-        warnings=list(overlap.warnings) + measured.warnings(),
+        warnings=list(overlap.warnings) + measured.warnings() + list((compression or {}).get("warnings", [])),
         recommendation=recommendation_label(overlap.score, overlap.target_type),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},
         separatix=separatix, stability=None if repeated is None else repeated.stability,
+        compression=compression,
         target_view=view[1] if view is not None and view[0] == "target" else None,
         label_view=view[1] if view is not None and view[0] == "level" else None)
+
+
+def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The variant's compression facts (plus ``source``: the result name of its raw embedding); None without
+    compression variants."""
+    if job.params["variant"] is None:
+        return None
+    parent, output = job.params["parent"], job.params["output"]
+    if "compress" in inputs:
+        facts = inputs["compress"].compression
+    else:
+        facts = raw_variant_metadata(inputs["embedding"].matrix,
+                                     EmbeddingCompressionConfig.from_dict(job.params["variant"]))
+    return {**facts, "source": parent if output is None else f"{parent}:{output}"}
 
 
 def output_metadata(extractor: Any, output: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .markdown_compression import compression_section
 from .markdown_metrics import metrics_detail
 from .markdown_separatix import separatix_detail
 from .markdown_stability import stability_section
@@ -198,6 +199,8 @@ def _reproducibility(data: Mapping[str, Any]) -> str:
 SECTIONS: list[Section] = [_title, _answer, _ranking, _how_to_read, _dataset_summary, _target_summary,
                            _extractor_summary, _overlap_configuration, stability_section, _extractor_details,
                            _reproducibility]
+
+SECTIONS.append(compression_section)
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:

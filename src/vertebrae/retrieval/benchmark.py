@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..compression import EmbeddingCompressionConfig, check_compression, variant_name
 from ..errors import ConfigTypeError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
 from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
 from ..execution.context import Chain, RunContext
@@ -41,7 +42,8 @@ class RetrievalBenchmark:
 
     def __init__(self, dataset: RetrievalDataset, extractors: Sequence[Any], *,
                  retrieval_config: RetrievalConfig | None = None, on_error: str = "raise",
-                 progress: bool | None = None, cache_config: Any = None) -> None:
+                 progress: bool | None = None,
+                 compression: Sequence[EmbeddingCompressionConfig] | None = None, cache_config: Any = None) -> None:
         if not isinstance(dataset, RetrievalDataset):
             raise InputTypeError(f"dataset must be a RetrievalDataset, got {type(dataset).__name__}; build one with "
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
@@ -50,6 +52,8 @@ class RetrievalBenchmark:
             raise ConfigTypeError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
         self.dataset, self.config, self.progress = dataset, config, progress
         self.on_error = check_on_error("RetrievalBenchmark", on_error)
+        #: Paired compression variants (fitted on the gallery, applied to the queries); empty: raw endpoints only.
+        self.compression = check_compression("RetrievalBenchmark", compression)
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.extractors = _validate_extractors(extractors, dataset)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
@@ -67,7 +71,8 @@ class RetrievalBenchmark:
         if self._reverse is not None:
             reverse = {"n_queries": int(self._reverse.rows.size),
                        "n_skipped": int(self.dataset.n_gallery - self._reverse.rows.size)}
-        return {"config": self.config.to_dict(), **self.dataset.summary(), "tie_rule": TIE_RULE, "reverse": reverse}
+        return {"config": self.config.to_dict(), **self.dataset.summary(), "tie_rule": TIE_RULE, "reverse": reverse,
+                "compression": [config.to_dict() for config in self.compression]}
 
     def protocol_warnings(self) -> list[str]:
         notes = list(self.dataset.warnings)
@@ -89,10 +94,11 @@ class RetrievalBenchmark:
         return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
-        """The stage jobs of this benchmark, one chain per extractor."""
+        """The stage jobs of this benchmark, one chain per extractor and compression variant."""
         context = self._context() if context is None else context
-        chains = [Chain(e.name, extractor_id, e.name) for e, extractor_id in zip(self.extractors,
-                                                                              context.extractor_ids())]
+        chains = [Chain(variant_name(e.name, variant), extractor_id, e.name, None, variant=variant)
+                  for e, extractor_id in zip(self.extractors, context.extractor_ids())
+                  for variant in self.compression or (None,)]
         return build_plan("retrieval", chains, context)
 
     def run(self, runner: Any = None) -> RetrievalBenchmarkResult:
@@ -110,7 +116,7 @@ class RetrievalBenchmark:
             entry = outcome.artifacts.get(keys["assemble"])
             if entry is None:
                 failure = outcome.failures[keys["assemble"]]
-                entry = RetrievalEntry.failed(chain.name, self.recipes[chain.name],
+                entry = RetrievalEntry.failed(chain.name, self.recipes[chain.parent],
                                               {**failure.to_dict(), "extractor": chain.parent})
             for note in entry.warnings:
                 warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
@@ -158,7 +164,8 @@ def _with_cache_facts(embeddings: dict[str, dict[str, Any]], encode_key: str, pl
 
 
 def _runtime(keys: dict[str, str], outcome: Any) -> dict[str, Any]:
-    """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, rank_* (beside the artifacts).
+    """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, compress, rank_* (beside the
+    artifacts).
 
     On a cache hit nothing was fitted or encoded: those steps read ``not_measured_cache_hit``.
     """
@@ -168,7 +175,7 @@ def _runtime(keys: dict[str, str], outcome: Any) -> dict[str, Any]:
         runtime["encode_cache_read"] = timings[keys["encode"]]["seconds"]
     else:
         runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items() if step != "seconds"}
-    for stage in ("rank_forward", "rank_reverse"):
+    for stage in ("compress", "rank_forward", "rank_reverse"):
         if stage in keys and keys[stage] in timings:
             runtime[stage] = timings[keys[stage]]["seconds"]
     return runtime

@@ -1,7 +1,9 @@
 """The stages of a retrieval benchmark, registered under the ``retrieval`` pipeline.
 
-encode -> endpoints -> rank_forward (, rank_reverse) -> assemble, one chain per
-extractor, executed by the same runners as the labeled-data benchmark.  ``encode``
+encode (-> compress) -> endpoints -> rank_forward (, rank_reverse) -> assemble, one
+chain per extractor and compression variant, executed by the same runners as the
+labeled-data benchmark.  ``compress`` (paired compression) fits the variant on the
+gallery and applies it to both endpoints.  ``encode``
 fits the extractor once on the gallery and embeds both endpoints (a fitted extractor
 is not an artifact, so fitting and both encodings share one job); its artifact holds
 the raw query and gallery matrices, ``endpoints`` the similarity-ready copies.
@@ -16,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
+                           raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ExtractorError
+from ..errors import ExtractorError, InputValidationError
 from ..execution.registry import stage
 from ..threads import limited_threads
 from .metrics import ranking_metrics, similarity_diagnostics
@@ -56,6 +60,13 @@ def _call(extractor: Any, name: str, method: str, data: Any) -> Any:
 class EncodedEndpoints:
     queries: EndpointArtifact
     gallery: EndpointArtifact
+    #: Paired compression facts (method, dims, applied, query and gallery footprints); None for raw endpoints.
+    compression: dict[str, Any] | None = None
+
+
+def evaluated_endpoints(inputs: Mapping[str, Any]) -> EncodedEndpoints:
+    """The endpoints ranked: the chain's compressed variant when it has one, else the encoded ones."""
+    return inputs.get("compress", inputs["encode"])
 
 
 def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str, float]) -> EncodedEndpoints:
@@ -79,15 +90,37 @@ def encode(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str,
     return encode_endpoints(context.extractor(job), job.params["name"], context.dataset, timings)
 
 
+@stage(PIPELINE, "compress", version=1, reads=("encode",), packages=("numpy", "scikit-learn"),
+       config=compression_fingerprint)
+def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EncodedEndpoints:
+    """Paired compression: fit the variant on the gallery, apply the same fitted transform to both endpoints."""
+    config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
+    encoded: EncodedEndpoints = inputs["encode"]
+    if encoded.queries.matrix.shape[1] != encoded.gallery.matrix.shape[1]:  # before fitting on one side
+        raise InputValidationError(f"extractor {job.params['name']!r}: query embeddings have "
+                                   f"{encoded.queries.matrix.shape[1]} columns but gallery embeddings have "
+                                   f"{encoded.gallery.matrix.shape[1]}; both endpoints must be embedded in the same "
+                                   "space (same width) before they can be compressed together")
+    compressor = Compressor(config, source=f"extractor {job.params['name']!r}",
+                            matryoshka=declares_matryoshka(context.extractor(job)))
+    compressor.fit(encoded.gallery.matrix)
+    queries, gallery = compressor.transform(encoded.queries.matrix), compressor.transform(encoded.gallery.matrix)
+    facts = compressor.metadata(encoded.gallery.matrix, gallery)
+    facts["footprint"] = {"query": compressor.metadata(encoded.queries.matrix, queries)["footprint"],
+                          "gallery": facts["footprint"]}
+    return EncodedEndpoints(EndpointArtifact(queries, embedding_metadata(queries)),
+                            EndpointArtifact(gallery, embedding_metadata(gallery)), {**facts, "fitted_on": "gallery"})
+
+
 def _similarity(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
     return {"similarity": settings.config.similarity}
 
 
-@stage(PIPELINE, "endpoints", version=1, reads=("encode",), config=_similarity)
+@stage(PIPELINE, "endpoints", version=1, reads=("encode",), optional_reads=("compress",), config=_similarity)
 def endpoints(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Endpoints:
     """Both endpoints in the similarity's geometry (checked: same width, bounded norms)."""
-    dataset = context.dataset
-    return prepare_endpoints(inputs["encode"].queries.matrix, inputs["encode"].gallery.matrix,
+    dataset, encoded = context.dataset, evaluated_endpoints(inputs)
+    return prepare_endpoints(encoded.queries.matrix, encoded.gallery.matrix,
                              context.settings.config.similarity, query_ids=dataset.query_ids,
                              gallery_ids=dataset.gallery_ids, source=f"extractor {job.params['name']!r}")
 
@@ -128,17 +161,44 @@ def rank_reverse(job: Any, inputs: Mapping[str, Any], context: Any, timings: dic
                           int(reverse.rows.size), dataset.n_queries, context.settings.config)
 
 
+def _assemble_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
+    config = _ranking_config(settings, chain)
+    if getattr(chain, "variant", None) is not None:  # the entry records its variant (also the raw `none` one)
+        config = {**config, "variant": chain.variant.to_dict()}
+    return config
+
+
 @stage(PIPELINE, "assemble", version=1, reads=("encode", "rank_forward"),
-       optional_reads=("rank_reverse",), context=("name", "extractor"), config=_ranking_config, final=True)
+       optional_reads=("compress", "rank_reverse"), context=("name", "extractor"), config=_assemble_config,
+       final=True)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> RetrievalEntry:
     """The entry of one extractor: primary score = mean of the directions' primary metric."""
     config, dataset, name = context.settings.config, context.dataset, job.params["name"]
     forward, reverse = inputs["rank_forward"], inputs.get("rank_reverse")
     notes = []
-    encoded: EncodedEndpoints = inputs["encode"]
+    encoded = evaluated_endpoints(inputs)
     if dataset.n_gallery > 1 and is_constant(encoded.gallery.matrix):
         notes.append(f"all {dataset.n_gallery} gallery embeddings are identical, so every query sees tied "
                      "similarities and scores by the pessimistic tie rule (worst case); check the extractor")
     scores = [forward.metrics[config.primary_metric]] + ([] if reverse is None else [reverse.metrics[config.primary_metric]])
     metadata = {"query": encoded.queries.metadata, "gallery": encoded.gallery.metadata}
-    return RetrievalEntry(name, context.settings.recipes[name], float(np.mean(scores)), forward, reverse, metadata, notes)
+    compression = _compression(job, inputs)
+    if compression is not None:
+        metadata["compression"] = compression
+        notes += compression["warnings"]
+    return RetrievalEntry(name, context.settings.recipes[job.params["parent"]], float(np.mean(scores)), forward,
+                          reverse, metadata, notes)
+
+
+def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The paired compression facts of this entry's variant; None without compression variants."""
+    if job.params["variant"] is None:
+        return None
+    if "compress" in inputs:
+        return dict(inputs["compress"].compression)
+    encoded: EncodedEndpoints = inputs["encode"]
+    config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
+    facts = raw_variant_metadata(encoded.gallery.matrix, config)
+    facts["footprint"] = {"query": raw_variant_metadata(encoded.queries.matrix, config)["footprint"],
+                          "gallery": facts["footprint"]}
+    return {**facts, "fitted_on": None}
