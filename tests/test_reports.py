@@ -123,20 +123,23 @@ def test_headless_chromium_renders_the_page(result, tmp_path):
 
 
 # ----------------------------------------------------------------------------- figures from documented fields
-def _with_compression(data: dict) -> dict:
-    data = copy.deepcopy(data)
-    for i, r in enumerate(data["extractor_results"]):
-        r["embedding"]["compression"] = {"method": "pca", "dimension": 6 - i}
-        r["embedding"]["logical_bytes"] = r["embedding"]["n_samples"] * 4 * (6 - 2 * i)
-    return data
+def test_compression_frontier_is_drawn_from_real_variants(result):
+    """No figure without variants; with them, one series per source with the variant labels."""
+    from sklearn.datasets import load_digits
 
+    from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, EmbeddingCompressionConfig,
+                           PrecomputedExtractor, SeparatixConfig)
 
-def test_compression_frontier_needs_the_compression_field(result):
-    data = result.serialized()
-    assert figures.compression_frontier(data) is None
-    svg = figures.compression_frontier(_with_compression(data))
-    assert "Compression frontier" in svg and "bytes per row" in svg
-    assert "Compression frontier" in render_html(_with_compression(data))
+    assert figures.compression_frontier(result.serialized()) is None
+    X, y = load_digits(return_X_y=True)
+    dataset = BenchmarkDataset.from_embeddings(X[:400], y[:400], identity=DatasetIdentity.declared("digits", "400"))
+    variants = [EmbeddingCompressionConfig(method="none"), EmbeddingCompressionConfig(method="pca", n_components=8),
+                EmbeddingCompressionConfig(method="quantize", dtype="int8")]
+    compressed = Benchmark(dataset, [PrecomputedExtractor("raw")], compression=variants,
+                           separatix_config=SeparatixConfig(enabled=False)).run()
+    svg = figures.compression_frontier(compressed.serialized())
+    assert "Compression frontier" in svg and "pca8" in svg and "int8" in svg
+    assert "Compression frontier" in compressed.to_html()
 
 
 def test_cohort_resources_reads_the_resource_profile(result):

@@ -30,6 +30,8 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
 from .views import LabelViewConfig, TargetView, TargetViewConfig
+from .zero_shot import (PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
+                        ZeroShotConfig, ZeroShotDataset)
 
 __version__ = "0.1.0"
 
@@ -44,6 +46,8 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "LabelViewConfig", "TargetView", "TargetViewConfig",
+    "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult", "ZeroShotConfig",
+    "ZeroShotDataset",
     "VertebraeError", "VertebraeWarning", "__version__",
     "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
     "open_store", "CacheConfig",

@@ -22,6 +22,11 @@ def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
         protocol = data["protocol"]
         return {"config": protocol["config"], "dataset identity": protocol["identity"],
                 "protocol fingerprint": protocol["fingerprint"]}
+    if data["result_type"] == "zero_shot":
+        protocol = data["protocol"]
+        return {"config": protocol["config"], "dataset identity": protocol["identity"],
+                "prompts fingerprint": protocol["prompts_fingerprint"],
+                "targets fingerprint": protocol["targets_fingerprint"]}
     settings = data["metadata"]["settings"]
     return {"dataset identity": data["dataset_summary"]["identity"],
             "target type": data["dataset_summary"]["target_type"],

@@ -106,8 +106,9 @@ def load_result(path: str | pathlib.Path) -> "ResultFamily":
 def result_classes() -> dict[str, type["ResultFamily"]]:
     """Result type name -> class; a new result type (e.g. zero-shot) registers here."""
     from .retrieval.result import RetrievalBenchmarkResult
+    from .zero_shot.result import ZeroShotBenchmarkResult
 
-    return {"benchmark": BenchmarkResult, "retrieval": RetrievalBenchmarkResult}
+    return {"benchmark": BenchmarkResult, "retrieval": RetrievalBenchmarkResult, "zero_shot": ZeroShotBenchmarkResult}
 
 
 class ResultFamily:

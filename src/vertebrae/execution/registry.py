@@ -25,7 +25,7 @@ from ..errors import ConfigError
 
 #: Facts of the run context a stage may declare in ``context``.
 CONTEXT_FACTS = ("inputs", "targets", "fit_targets", "groups", "extractor", "output", "view", "name", "query_inputs",
-                 "gallery_inputs", "relevance")
+                 "gallery_inputs", "relevance", "prompts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,3 +102,4 @@ def _load_builtin_stages() -> None:
     """Importing the stage modules registers their stages (also on a fresh worker process)."""
     from . import stages  # noqa: F401
     from ..retrieval import stages as retrieval_stages  # noqa: F401
+    from ..zero_shot import stages as zero_shot_stages  # noqa: F401

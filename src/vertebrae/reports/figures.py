@@ -135,26 +135,28 @@ def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
 
 
 def compression_frontier(data: Mapping[str, Any]) -> str | None:
-    """Primary score against evaluated bytes per row; shown when any result records ``embedding.compression``."""
-    ranked = [r for r in _ranked(data) if r["embedding"].get("logical_bytes") and r["embedding"].get("n_samples")]
-    if not any(r["embedding"].get("compression") for r in ranked):
+    """Primary score against evaluated bytes per row, one series per source embedding, frontier variants ringed.
+
+    Drawn from :func:`vertebrae.compression.frontier_rows` (the Markdown frontier table's rows), so the two agree.
+    """
+    from ..compression import frontier_rows
+
+    rows = frontier_rows(data["extractor_results"])
+    if not rows:
         return None
-    points = sorted(((r["embedding"]["logical_bytes"] / r["embedding"]["n_samples"], r["primary_score"], r["name"])
-                     for r in ranked), key=lambda p: p[0])
-    higher = _higher_is_better(ranked[0])
-    frontier, best = [], None
-    for x, y, _ in points:
-        if best is None or (y > best if higher else y < best):
-            frontier.append((x, y))
-            best = y
     fig = _figure(6.5, 4.0)
     ax = fig.subplots()
-    ax.scatter([p[0] for p in points], [p[1] for p in points], color="#4C72B0")
-    ax.plot([p[0] for p in frontier], [p[1] for p in frontier], color="#DD8452", label="frontier")
-    _annotate(ax, points)
+    for source in dict.fromkeys(row["source"] for row in rows):
+        series = sorted((r for r in rows if r["source"] == source), key=lambda r: r["evaluated_bytes_per_row"])
+        xs, ys = [r["evaluated_bytes_per_row"] for r in series], [r["primary_score"] for r in series]
+        ax.plot(xs, ys, marker="o", label=source)
+        on_frontier = [r for r in series if r["frontier"]]
+        ax.scatter([r["evaluated_bytes_per_row"] for r in on_frontier], [r["primary_score"] for r in on_frontier],
+                   s=120, facecolors="none", edgecolors="#C44E52")
+        _annotate(ax, [(x, y, r["variant"]) for x, y, r in zip(xs, ys, series)])
     ax.set_xscale("log")
-    ax.set_xlabel("evaluated bytes per row (log scale)")
-    ax.set_ylabel(f"{ranked[0]['primary_metric_name']} (primary score)")
+    ax.set_xlabel("evaluated bytes per row (log scale); ringed: on the quality/size frontier")
+    ax.set_ylabel(f"{rows[0]['primary_metric']} (primary score)")
     ax.set_title("Compression frontier")
     ax.legend(fontsize=8)
     return _svg(fig)
@@ -232,6 +234,7 @@ def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
 BENCHMARK_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
     ("Ranking", ranking), ("Per-class scores", per_class), ("Pairwise overlap", pairwise_heatmap),
     ("Compression frontier", compression_frontier), ("Quality cohort resources", cohort_resources))
+ZERO_SHOT_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Ranking", ranking),)
 RETRIEVAL_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
     ("Ranking", ranking), ("Metrics at each cutoff", retrieval_cutoffs))
 MONITOR_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Trend", monitor_trend),)

@@ -187,6 +187,30 @@ def render_retrieval_html(data: Mapping[str, Any]) -> str:
                                  else "<p>None.</p>\n")])
 
 
+# ------------------------------------------------------------------ zero-shot
+def render_zero_shot_html(data: Mapping[str, Any]) -> str:
+    """Answer, ranking figure and table (zero-shot metric, top-k, margins, overlap as context), protocol."""
+    from ..zero_shot.result import ZeroShotBenchmarkResult
+
+    result = ZeroShotBenchmarkResult.from_dict(data)
+    protocol, metric = data["protocol"], result.primary_metric_name
+    ranked = result.ranked_results()
+    lead = (f"<p><strong>Top candidate: {esc(ranked[0].name)}</strong> — {esc(metric)} "
+            f"{esc(ranked[0].primary_score)} (higher is better). The overlap score of the sample embeddings is "
+            "context, never combined with it.</p>" if ranked else "<p>No encoder was evaluated.</p>")
+    rows = result.rows(include_invalid=True)
+    columns = [c for c in ("rank", "extractor", "primary_score", "macro_f1", "balanced_accuracy", "margin_mean",
+                           "overlap_score", "embedding_dim") if any(c in row for row in rows)]
+    prompts = [[p["display"], "; ".join(p["prompts"])] for p in protocol["prompts"]]
+    return page(f"vertebrae zero-shot report: {protocol['identity']['dataset_id']}", [
+        f"<h2>Answer</h2>\n<div class=\"answer\">{lead}</div>\n", _figures(data, figures.ZERO_SHOT_FIGURES),
+        "<h2>Ranking</h2>\n" + html_table(columns, [[row.get(c) for c in columns] for row in rows]),
+        "<h2>Prompts</h2>\n" + html_table(["class", "prompts"], prompts),
+        "<h2>Protocol</h2>\n" + html_table(["field", "value"], [["tie rule", protocol["tie_rule"]],
+                                                                 ["ensemble", protocol["ensemble"]],
+                                                                 ["ranking", protocol["ranking"]]])])
+
+
 # ------------------------------------------------------------------ monitor history
 def render_monitor_html(data: Mapping[str, Any]) -> str:
     """A monitor history document: ``rows`` of snapshot rows (evaluation_index, status, extractor, primary_score)."""
@@ -197,7 +221,8 @@ def render_monitor_html(data: Mapping[str, Any]) -> str:
 
 
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
-    "benchmark": render_benchmark_html, "retrieval": render_retrieval_html, "monitor": render_monitor_html}
+    "benchmark": render_benchmark_html, "retrieval": render_retrieval_html, "zero_shot": render_zero_shot_html,
+    "monitor": render_monitor_html}
 
 
 def render_html(data: Mapping[str, Any]) -> str:

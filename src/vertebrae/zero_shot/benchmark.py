@@ -1,0 +1,142 @@
+"""ZeroShotBenchmark: fixed prompt-prototype classification of frozen encoders.
+
+Each encoder embeds the samples and the prompts; prompts are averaged into one
+prototype per class (:mod:`vertebrae.zero_shot.classify`) and every sample is
+assigned its nearest prototype, blocked under a memory budget.  Encoders are ranked
+by the configured zero-shot metric; OverlapIndex of the sample embeddings is
+reported beside it as context.  Everything that can be checked without running an
+encoder (types, names, the config, the memory plan, precomputed embeddings) is
+checked in the constructor.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import warnings
+from typing import Any
+
+from ..errors import ConfigError, DataWarning, InputTypeError, InputValidationError, ScoringWarning
+from ..execution.context import Chain, RunContext
+from ..execution.local import LocalRunner, RunOutcome, check_on_error
+from ..execution.plan import Plan, artifact_key, build_plan
+from ..retrieval.benchmark import _plain
+from ..scoring.overlap import OverlapScoringConfig, check_class_settings
+from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
+from .config import ZeroShotConfig
+from .dataset import ZeroShotDataset
+from .encoders import PrecomputedZeroShotEncoder, as_encoders
+from .result import ZeroShotBenchmarkResult, ZeroShotExtractorResult
+from .stages import PIPELINE, ZeroShotSettings, encode_branch
+
+
+class ZeroShotBenchmark:
+    """Compare encoders on one zero-shot protocol (a single-label dataset and its ordered prompts)."""
+
+    def __init__(self, dataset: ZeroShotDataset, encoders: Any, *, config: ZeroShotConfig | None = None,
+                 scoring_config: OverlapScoringConfig | None = None, on_error: str = "raise",
+                 progress: bool | None = None) -> None:
+        if not isinstance(dataset, ZeroShotDataset):
+            raise InputTypeError(f"dataset must be a ZeroShotDataset, got {type(dataset).__name__}; build one with "
+                                 "ZeroShotDataset.from_templates(source_dataset, templates=[...]) or .from_prompts")
+        config = ZeroShotConfig() if config is None else config
+        if not isinstance(config, ZeroShotConfig):
+            raise ConfigError(f"config must be a ZeroShotConfig, got {type(config).__name__}")
+        scoring_config = OverlapScoringConfig() if scoring_config is None else scoring_config
+        if not isinstance(scoring_config, OverlapScoringConfig):
+            raise ConfigError(f"scoring_config must be an OverlapScoringConfig, got {type(scoring_config).__name__}")
+        check_class_settings(scoring_config, dataset.targets.counts(), dataset.catalog)
+        self.dataset, self.config, self.progress = dataset, config, progress
+        self.on_error = check_on_error("ZeroShotBenchmark", on_error)
+        self.encoders = as_encoders(encoders)
+        self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
+        self.settings = ZeroShotSettings(config, scoring_config, self.recipes)
+        # A budget too small for one tile fails here, before any encoder runs.
+        self.block_plan = plan_blocks(dataset.n_samples, dataset.n_classes, config.max_dense_bytes, config.block_rows)
+        for encoder in self.encoders:
+            if isinstance(encoder, PrecomputedZeroShotEncoder):
+                self._validate_precomputed(encoder)
+
+    # -- protocol --------------------------------------------------------------
+    def protocol(self) -> dict[str, Any]:
+        """The complete protocol stored in the result: config, dataset summary, ordered prompts, rules, block plan."""
+        return {"config": self.config.to_dict(), "overlap_config": self.settings.scoring_config.to_dict(),
+                "dataset": self.dataset.summary(), "prompts": self.dataset.declaration(),
+                "prompts_fingerprint": self.dataset.fingerprint,
+                "targets_fingerprint": self.dataset.targets_fingerprint(),
+                "identity": self.dataset.identity.to_dict(), "tie_rule": TIE_RULE,
+                "ensemble": ENSEMBLE_RULE[self.config.similarity], "block_plan": self.block_plan.to_dict(),
+                "ranking": f"by {self.config.metric} only; OverlapIndex of the sample embeddings is context and is "
+                           "never combined with it"}
+
+    def protocol_warnings(self) -> list[str]:
+        n_classes = self.dataset.n_classes
+        trivial = [k for k in self.config.top_k if k >= n_classes and k > 1]
+        if trivial:
+            return [f"top-k accuracy for k = {trivial} is 1 by construction with {n_classes} classes "
+                    "(scikit-learn's top_k_accuracy_score convention)"]
+        return []
+
+    # -- running ---------------------------------------------------------------
+    def _context(self) -> RunContext:
+        return RunContext(self.settings, self.encoders, self.dataset)
+
+    def plan(self, context: RunContext | None = None) -> Plan:
+        """The stage jobs of this benchmark, one chain per encoder."""
+        context = self._context() if context is None else context
+        chains = [Chain(e.name, extractor_id, e.name) for e, extractor_id in zip(self.encoders,
+                                                                              context.extractor_ids())]
+        return build_plan(PIPELINE, chains, context)
+
+    def run(self, runner: Any = None) -> ZeroShotBenchmarkResult:
+        """Execute the plan with ``runner`` (default: an in-process LocalRunner)."""
+        started = _dt.datetime.now(_dt.timezone.utc)
+        notes = self.protocol_warnings()
+        for note in notes:
+            warnings.warn(note, DataWarning, stacklevel=2)
+        context = self._context()
+        plan = self.plan(context)
+        runner = LocalRunner(self.progress) if runner is None else runner
+        outcome = runner.run(plan.jobs, context, on_error=self.on_error, description="vertebrae zero-shot")
+        eligible = {job.key: job.cache_eligible for job in plan.jobs}
+        results = []
+        for chain, keys in zip(plan.chains, plan.chain_keys):
+            result = self._chain_result(chain, keys, outcome, eligible)
+            for note in result.warnings:
+                warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
+            results.append(result)
+        protocol = {**self.protocol(), "run_key": artifact_key("run", [j.key for j in plan.jobs])}
+        timing = {"started_at": started.isoformat(),
+                  "host": {"python": platform.python_version(), "platform": platform.platform(),
+                           "machine": platform.machine()}}
+        return ZeroShotBenchmarkResult(protocol, results, notes, timing)
+
+    def _chain_result(self, chain: Chain, keys: dict[str, str], outcome: RunOutcome,
+                      eligible: dict[str, bool]) -> ZeroShotExtractorResult:
+        result = outcome.artifacts.get(keys["assemble"])
+        if result is None:
+            failure = outcome.failures[keys["assemble"]]
+            return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.name], self.config.metric,
+                                                  {**failure.to_dict(), "extractor": chain.parent}, dict(keys))
+        for branch in ("samples", "prompts"):
+            key = keys[f"encode_{branch}"]
+            result.embedding[branch] = {**result.embedding[branch], "cache_eligible": eligible[key],
+                                        "cache_status": outcome.statuses[key]}
+        result.artifact_keys = dict(keys)
+        result.runtime = {step: seconds for stage in ("encode_samples", "encode_prompts")
+                          for step, seconds in outcome.timings.get(keys[stage], {}).items() if step != "seconds"}
+        for stage in ("prototypes", "classify", "overlap"):
+            if keys[stage] in outcome.timings:
+                result.runtime[stage] = outcome.timings[keys[stage]]["seconds"]
+        return result
+
+    def _validate_precomputed(self, encoder: PrecomputedZeroShotEncoder) -> None:
+        """Rows, widths and prompt norms of embeddings that exist already, checked before any work."""
+        samples = encode_branch(encoder, encoder.name, "samples", self.dataset, {})
+        prompts = encode_branch(encoder, encoder.name, "prompts", self.dataset, {})
+        if samples.matrix.shape[1] != prompts.matrix.shape[1]:
+            raise InputValidationError(f"encoder {encoder.name!r}: sample embeddings have {samples.matrix.shape[1]} columns "
+                              f"but prompt embeddings have {prompts.matrix.shape[1]}; both must share one space")
+        names = [self.dataset.catalog.display(k) for k in self.dataset.catalog.keys]
+        build_prototypes(prompts.matrix, self.dataset.prompt_classes, names, self.dataset.flat_prompts,
+                         self.config.similarity)

@@ -1,0 +1,187 @@
+"""ZeroShotBenchmarkResult: the complete protocol plus one result per encoder.
+
+Field names follow :class:`~vertebrae.results.BenchmarkResult` (``extractor_results``,
+``name``, ``primary_metric_name``, ``primary_score``, ``artifact_keys``,
+``ranked_results()``, ``quality_cohort()``, ``to_dataframe()``).  The ranking uses
+the configured zero-shot metric only; OverlapIndex of the sample embeddings is
+kept beside it as context and never combined with it.  JSON is strict and
+deterministic apart from the top-level ``timing`` section; Markdown and DataFrame
+views are built from the serialized dict, so archived JSON regenerates the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..errors import SerializationError
+from ..results import ResultFamily
+from ..scoring.overlap import OverlapScoreResult
+from .config import ZeroShotConfig
+
+SCHEMA_VERSION = 1
+RESULT_TYPE = "zero_shot"
+
+
+@dataclasses.dataclass
+class ZeroShotExtractorResult:
+    """Everything measured for one encoder; ``runtime`` is stored in the result's timing section.
+
+    ``per_class`` maps each semantic class key to precision, recall, f1, support and
+    predicted (count); ``confusion_matrix`` rows are true classes and columns
+    predicted classes, both in label catalog order.
+    """
+
+    name: str
+    extractor_type: str
+    recipe: dict[str, Any]
+    primary_metric_name: str
+    primary_score: float | None
+    scores: dict[str, float]
+    top_k_accuracies: dict[str, float]
+    per_class: dict[str, dict[str, Any]]
+    confusion_matrix: list[list[int]]
+    margins: dict[str, Any]
+    #: OverlapIndex of the sample embeddings (context; never part of the ranking).
+    overlap: OverlapScoreResult | None
+    #: Branch metadata: ``samples`` and ``prompts`` (shape, dtype, modality, branch, source, cache facts).
+    embedding: dict[str, dict[str, Any]]
+    prototypes: dict[str, Any]
+    warnings: list[str]
+    artifact_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    runtime: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Why this result has no scores (``on_error="record"``): stage, type, message, extractor.
+    error: dict[str, Any] | None = None
+
+    @classmethod
+    def failed(cls, name: str, recipe: dict[str, Any], primary_metric_name: str, error: dict[str, Any],
+               artifact_keys: dict[str, str]) -> "ZeroShotExtractorResult":
+        """An unranked result standing for an encoder whose chain failed."""
+        return cls(name, recipe.get("type", "encoder"), recipe, primary_metric_name, None, {}, {}, {}, [], {}, None,
+                   {}, {}, [f"failed in the {error['stage']} stage: {error['type']}: {error['message']}"],
+                   artifact_keys=artifact_keys, error=error)
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None and self.primary_score is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` only when set."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "runtime" and not (f.name == "error" and self.error is None)}
+        data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None = None
+                  ) -> "ZeroShotExtractorResult":
+        fields = dict(data)
+        fields["overlap"] = None if fields["overlap"] is None else OverlapScoreResult.from_dict(fields["overlap"])
+        return cls(**fields, runtime=dict(runtime or {}))
+
+
+@dataclasses.dataclass(repr=False)
+class ZeroShotBenchmarkResult(ResultFamily):
+    """The protocol (config, ordered prompts, fingerprints, tie and ensemble rules) and each encoder's result.
+
+    Lookup by name, the quality cohort, JSON, Markdown and HTML come from
+    :class:`~vertebrae.results.ResultFamily`, shared with the other result types.
+    """
+
+    RESULT_TYPE: ClassVar[str] = RESULT_TYPE
+
+    protocol: dict[str, Any]
+    extractor_results: list[ZeroShotExtractorResult]
+    warnings: list[str]
+    timing: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def config(self) -> ZeroShotConfig:
+        return ZeroShotConfig.from_dict(self.protocol["config"])
+
+    @property
+    def primary_metric_name(self) -> str:
+        return self.protocol["config"]["metric"]
+
+    def _default_tolerance(self) -> float:
+        return self.protocol["config"]["quality_tolerance"]
+
+    # -- ranking views ---------------------------------------------------------
+    def ranked_results(self) -> list[ZeroShotExtractorResult]:
+        """Valid results best-first by the zero-shot metric (higher is better); ties keep encoder order."""
+        return sorted((r for r in self.extractor_results if r.valid), key=lambda r: -r.primary_score)
+
+    def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
+        """One flat dict per result (the DataFrame rows), ranked; tied scores share a rank; invalid ones last."""
+        ranked = self.ranked_results()
+        rows, rank = [], 0
+        for position, result in enumerate(ranked, start=1):
+            if position == 1 or result.primary_score != ranked[position - 2].primary_score:
+                rank = position
+            rows.append(result_row(result, rank))
+        if include_invalid:
+            rows += [result_row(r, None) for r in self.extractor_results if not r.valid]
+        return rows
+
+    def to_dataframe(self, include_invalid: bool = False) -> Any:
+        """A pandas DataFrame of :meth:`rows` (columns like ``top1_accuracy``, ``top5_accuracy``, ``overlap_score``)."""
+        import pandas as pd
+
+        frame = pd.DataFrame(self.rows(include_invalid))
+        if "rank" in frame:
+            frame["rank"] = frame["rank"].astype("Int64")
+        return frame
+
+    # -- persistence -------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "result_type": RESULT_TYPE,
+            "protocol": self.protocol,
+            "extractor_results": [r.to_dict() for r in self.extractor_results],
+            "warnings": list(self.warnings),
+            "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results}},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ZeroShotBenchmarkResult":
+        if not isinstance(data, Mapping) or data.get("result_type") != RESULT_TYPE \
+                or data.get("schema_version") != SCHEMA_VERSION:
+            found = (data.get("result_type"), data.get("schema_version")) if isinstance(data, Mapping) else type(data)
+            raise SerializationError(f"$: not a vertebrae zero-shot result of schema {SCHEMA_VERSION} (found "
+                                     f"result_type/schema_version {found!r})")
+        try:
+            timing = dict(data["timing"])
+            runtime = timing.pop("runtime")
+            results = [ZeroShotExtractorResult.from_dict(r, runtime.get(r["name"])) for r in data["extractor_results"]]
+            return cls(dict(data["protocol"]), results, list(data["warnings"]), timing)
+        except (KeyError, TypeError) as exc:
+            raise SerializationError(f"$: malformed zero-shot result ({type(exc).__name__}: {exc}); the file is "
+                                     "incomplete or was edited by hand") from None
+
+    def __repr__(self) -> str:
+        ranked = self.ranked_results()
+        lines = [f"ZeroShotBenchmarkResult({len(self.extractor_results)} encoder(s), {len(self.protocol['prompts'])} "
+                 f"class(es), ranked by {self.primary_metric_name})"]
+        lines += [f"  {i}. {r.name}: {r.primary_score:.4f}" for i, r in enumerate(ranked[:5], 1)]
+        return "\n".join(lines)
+
+
+def result_row(result: ZeroShotExtractorResult, rank: int | None) -> dict[str, Any]:
+    """The canonical flat row of one result; the DataFrame and the Markdown ranking use it."""
+    samples = result.embedding.get("samples", {})
+    overlap = result.overlap
+    row: dict[str, Any] = {
+        "rank": rank, "extractor": result.name, "extractor_type": result.extractor_type,
+        "primary_metric": result.primary_metric_name, "primary_score": result.primary_score,
+        "aggregate_valid": result.valid, **result.scores, **result.top_k_accuracies,
+        "margin_mean": result.margins.get("mean"), "margin_median": result.margins.get("median"),
+        "overlap_score": None if overlap is None else overlap.score,
+        "overlap_macro": None if overlap is None else overlap.macro_score,
+        "overlap_weighted": None if overlap is None else overlap.weighted_score,
+        "embedding_dim": samples.get("embedding_dim"), "embedding_dtype": samples.get("dtype"),
+        "embedding_sparse": samples.get("sparse"), "warnings": len(result.warnings),
+    }
+    row.update({f"runtime.{stage}": seconds for stage, seconds in result.runtime.items()})
+    return row
