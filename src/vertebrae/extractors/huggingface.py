@@ -1,0 +1,196 @@
+"""HFTextExtractor: hidden layers x poolings of a Hugging Face ``transformers`` text encoder.
+
+One forward pass per batch (``output_hidden_states=True`` unless only the last layer
+is asked for) yields every requested (hidden layer, pooling) pair as its own named
+output, e.g. ``layer4_mean``.  Padding
+never leaks into a pooled vector: mean and max ignore padded positions, ``cls`` takes
+the first attended token and ``last_token`` the last one, so left- and right-padded
+batches agree.  The model is identified by the contents of its folder (hashed
+without importing transformers) and loaded on first use; nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DependencyError, InputTypeError, InputValidationError
+from .base import check_cache_identity
+from .batching import BatchedExtractor, check_texts
+from .model_identity import files_sha256
+from .torch import check_device, frozen, resolve_device, to_device
+
+POOLINGS = ("mean", "cls", "max", "last_token")
+
+
+def local_model_dir(model_path_or_id: Any, *, where: str) -> Path:
+    """A local model folder, or a hub id already in the local Hugging Face cache (never downloaded)."""
+    if not isinstance(model_path_or_id, (str, os.PathLike)):
+        raise InputTypeError(f"{where}: model must be a folder path or a Hugging Face model id, got "
+                             f"{type(model_path_or_id).__name__}")
+    path = Path(model_path_or_id)
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError:
+        raise DependencyError(f"{where}: {str(model_path_or_id)!r} is not a folder and huggingface_hub is not "
+                              "installed to look it up; pip install 'vertebrae[text]'") from None
+    try:
+        return Path(snapshot_download(str(model_path_or_id), local_files_only=True))
+    except (LocalEntryNotFoundError, ValueError, OSError):
+        raise InputValidationError(f"{where}: {str(model_path_or_id)!r} is neither a model folder nor a model id in the "
+                                   "local Hugging Face cache; vertebrae never downloads models: pass a local folder, "
+                                   "or download it first (huggingface-cli download ID)") from None
+
+
+def _num_hidden_layers(model_dir: Path, *, where: str) -> int:
+    config_file = model_dir / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputValidationError(f"{where}: cannot read {config_file} ({exc}); a transformers model folder has a "
+                                   "config.json") from None
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    raise InputValidationError(f"{where}: {config_file} gives no layer count (num_hidden_layers); pass a "
+                               "transformers encoder folder")
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return (value,) if isinstance(value, (str, int)) else tuple(value)
+
+
+def resolve_layers(hidden_layer: Any, n_layers: int, *, where: str) -> tuple[int, ...]:
+    """Layer indices into the ``n_layers + 1`` hidden states (0 = embeddings); negatives count from the top."""
+    layers = []
+    for layer in _as_tuple(hidden_layer):
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -(n_layers + 1) <= layer <= n_layers:
+            raise ConfigError(f"{where}: hidden_layer {layer!r} is out of range; this model has {n_layers + 1} hidden "
+                              f"states: 0 (embeddings) to {n_layers}, or -1 (last) to {-(n_layers + 1)}")
+        resolved = int(layer) % (n_layers + 1)
+        if resolved in layers:
+            raise ConfigError(f"{where}: hidden_layer lists layer {resolved} twice ({hidden_layer!r})")
+        layers.append(resolved)
+    if not layers:
+        raise ConfigError(f"{where}: hidden_layer is empty; pass an int or a list of ints")
+    return tuple(layers)
+
+
+def check_poolings(pooling: Any, *, where: str) -> tuple[str, ...]:
+    poolings = _as_tuple(pooling)
+    bad = [p for p in poolings if p not in POOLINGS]
+    if bad or not poolings or len(set(poolings)) != len(poolings):
+        raise ConfigError(f"{where}: pooling must be one of {list(POOLINGS)} or a list of distinct ones, got {pooling!r}")
+    return poolings
+
+
+def pool(hidden: Any, mask: Any, pooling: str) -> Any:
+    """Pool token states ``(batch, tokens, width)`` over the attended positions given by ``mask``."""
+    import torch
+
+    if pooling == "mean":
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+    if pooling == "max":
+        return hidden.masked_fill(~mask.bool().unsqueeze(-1), torch.finfo(hidden.dtype).min).amax(1)
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    attended = mask.long()
+    if pooling == "cls":  # the first attended position (position 0 unless the batch is left-padded)
+        return hidden[rows, attended.argmax(1)]
+    # last_token: the last attended position, wherever the padding sits
+    return hidden[rows, mask.shape[1] - 1 - attended.flip(1).argmax(1)]
+
+
+class HFTextExtractor(BatchedExtractor):
+    """Texts through ``AutoModel``; one output per (hidden layer, pooling) pair from one forward pass per batch.
+
+    ``hidden_layer`` indexes the model's hidden states (0 = the embedding layer, -1 =
+    the last layer); ``max_length`` truncates (default: the tokenizer's limit);
+    ``padding_side`` overrides the tokenizer's (``"left"`` passes position ids counted
+    over attended tokens so absolute-position encoders see unshifted positions).
+    """
+
+    def __init__(self, name: str, model_path_or_id: Any, *, hidden_layer: int | Sequence[int] = -1,
+                 pooling: str | Sequence[str] = "mean", max_length: int | None = None, batch_size: int = 32,
+                 device: str = "auto", padding_side: str | None = None, cache_identity: str | None = None,
+                 progress: bool | None = None) -> None:
+        super().__init__(name, batch_size, progress)
+        where = f"HFTextExtractor {name!r}"
+        self.model_dir = local_model_dir(model_path_or_id, where=where)
+        self.n_layers = _num_hidden_layers(self.model_dir, where=where)
+        self.hidden_layers = resolve_layers(hidden_layer, self.n_layers, where=where)
+        self.poolings = check_poolings(pooling, where=where)
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+            raise ConfigError(f"{where}: max_length must be a positive integer or None, got {max_length!r}")
+        if padding_side not in (None, "left", "right"):
+            raise ConfigError(f"{where}: padding_side must be 'left', 'right' or None, got {padding_side!r}")
+        self.max_length, self.padding_side = max_length, padding_side
+        self.device = check_device(device, where=where)
+        self.cache_identity = check_cache_identity(where, cache_identity)
+        self.pairs = tuple(itertools.product(self.hidden_layers, self.poolings))
+        self.outputs = tuple(f"layer{layer}_{pooling}" for layer, pooling in self.pairs)
+        self.model_: Any = None
+        self.tokenizer_: Any = None
+
+    def _output_metadata(self) -> dict[str, dict[str, Any]]:
+        return {name: {"hidden_layer": layer, "pooling": pooling}
+                for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+
+    def recipe(self) -> dict[str, Any]:
+        return {"type": "huggingface_text", "model_files_sha256": files_sha256([self.model_dir]),
+                "hidden_layers": list(self.hidden_layers), "poolings": list(self.poolings),
+                "max_length": self.max_length, "padding_side": self.padding_side, "cache_identity": self.cache_identity}
+
+    def load(self) -> tuple[Any, Any]:
+        """Tokenizer and model from the local folder, loaded on first use."""
+        if self.model_ is None:
+            try:
+                from transformers import AutoModel, AutoTokenizer
+            except ImportError:
+                raise DependencyError("HFTextExtractor needs transformers; pip install 'vertebrae[text]'") from None
+            device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
+            self.tokenizer_ = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            if self.padding_side is not None:
+                self.tokenizer_.padding_side = self.padding_side
+            self.model_ = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True).to(device)
+        return self.tokenizer_, self.model_
+
+    def _needs_position_ids(self, model: Any) -> bool:
+        """Left padding shifts absolute positions; models that derive positions from padding (RoBERTa) handle it."""
+        import inspect
+
+        embeddings = getattr(model, "embeddings", None)
+        return (self.tokenizer_.padding_side == "left" and getattr(embeddings, "padding_idx", None) is None
+                and "position_ids" in inspect.signature(model.forward).parameters)
+
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
+        texts = check_texts(X, where=f"HFTextExtractor {self.name!r}")
+        tokenizer, model = self.load()
+        device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
+        position_ids = self._needs_position_ids(model)
+        names = self.outputs
+        # Only the last layer: skip output_hidden_states, which keeps every layer's states alive per batch.
+        every_layer = any(layer != self.n_layers for layer in self.hidden_layers)
+
+        def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
+            encoded = to_device(dict(tokenizer([texts[i] for i in rows], padding=True, truncation=True,
+                                               max_length=self.max_length, return_tensors="pt")), device)
+            if position_ids:
+                encoded["position_ids"] = (encoded["attention_mask"].long().cumsum(1) - 1).clamp(min=0)
+            out = model(**encoded, output_hidden_states=every_layer)
+            hidden = out.hidden_states if every_layer else {self.n_layers: out.last_hidden_state}
+            mask = encoded["attention_mask"]
+            return {name: pool(hidden[layer], mask, pooling).float().cpu().numpy()
+                    for name, (layer, pooling) in zip(names, self.pairs)}
+
+        with frozen(model, device):
+            return self._stream(len(texts), embed)

@@ -1,0 +1,93 @@
+"""Cache-identity helpers shared by the model extractors (standard library only).
+
+A model extractor's ``recipe()`` is the key of its embedding artifact, so it must
+change whenever the computation changes: checkpoint *file contents* for models
+given as a path (hashed without importing any framework, so a cache hit never
+loads one), and the *identity of user functions* (collate/output hooks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import time
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputTypeError, InputValidationError
+from ..fingerprint import callable_name
+
+_CHUNK = 1 << 20
+#: A file modified this recently may change again within the timestamp resolution: never memoized (git's rule).
+_RACY_NS = 2_000_000_000
+#: (path, inode, size, mtime_ns, ctime_ns) -> sha256, so repeated recipe() calls hash a model file once.
+_FILE_HASHES: dict[tuple[Any, ...], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    stat = path.stat()
+    memo = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if memo in _FILE_HASHES:
+        return _FILE_HASHES[memo]
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _RACY_NS:
+        _FILE_HASHES[memo] = digest.hexdigest()
+    return digest.hexdigest()
+
+
+def files_sha256(paths: Sequence[Path]) -> str:
+    """One hash over files and directories (every regular file below them, by relative path)."""
+    digest = hashlib.sha256()
+    for root in paths:
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for file in files:
+            relative = file.relative_to(root).as_posix() if root.is_dir() else file.name
+            digest.update(f"{relative}\x00{file_sha256(file)}\x00".encode())
+    return digest.hexdigest()
+
+
+def check_paths(argument: str, paths: Any, *, where: str) -> tuple[Path, ...]:
+    """``paths`` (one path or a sequence) as existing Paths, or a clear error naming the missing one."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise InputValidationError(f"{where}: {argument} is empty; pass the checkpoint file(s) the model is built from")
+    result = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise InputTypeError(f"{where}: {argument} must hold paths, got {type(item).__name__}")
+        path = Path(item)
+        if not path.exists():
+            raise InputValidationError(f"{where}: {argument} {str(path)!r} does not exist; pass an existing file or folder")
+        result.append(path)
+    return tuple(result)
+
+
+def function_identity(fn: Callable[..., Any] | None) -> dict[str, Any] | None:
+    """Qualified name plus a hash of the source of a module-level function (``None`` stays ``None``)."""
+    if fn is None:
+        return None
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        source = ""
+    return {"callable": callable_name(fn), "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
+
+
+def trusted_function(fn: Callable[..., Any] | None) -> bool:
+    """True for ``None`` and plain module-level functions: their name and source say what they compute.
+
+    Lambdas, closures, nested functions, partials and callable objects can carry state
+    a recipe cannot see, so an extractor using one is not cache-eligible unless the
+    user declares a ``cache_identity``.
+    """
+    if fn is None:
+        return True
+    return (isinstance(fn, types.FunctionType) and fn.__closure__ is None and fn.__name__ != "<lambda>"
+            and "<locals>" not in fn.__qualname__)
+

@@ -1,0 +1,85 @@
+"""ONNXExtractor: an exported ``.onnx`` model run with onnxruntime (the one onnxruntime adapter).
+
+The model file's contents are its cache identity (hashed without importing
+onnxruntime); the session is created on first use.  ``providers`` picks the
+execution providers (default: CPU) and is not part of the identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DependencyError, ExtractorError, InputTypeError
+from .base import check_cache_identity
+from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
+from .model_identity import check_paths, files_sha256, function_identity, trusted_function
+
+
+class ONNXExtractor(BatchedExtractor):
+    """Embed inputs with an ONNX model, one ``session.run`` per batch.
+
+    ``input_fn(rows) -> {input name: array}`` builds the feeds (default: the rows as
+    float32 for the model's only input).  Without ``outputs`` the model's first
+    output is the embedding; ``outputs=("a", "b")`` keeps those ONNX outputs as named
+    outputs.  ``output_fn(dict of ONNX outputs)`` may post-process them and returns an
+    array (single output) or a mapping with the ``outputs`` names.
+    """
+
+    def __init__(self, name: str, model_path: Any, *, input_fn: Callable[[Any], Mapping[str, Any]] | None = None,
+                 output_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
+                 outputs: Sequence[str] | None = None, providers: Sequence[str] | None = None,
+                 batch_size: int = 256, cache_identity: str | None = None, progress: bool | None = None) -> None:
+        super().__init__(name, batch_size, progress)
+        where = f"ONNXExtractor {name!r}"
+        for argument, fn in (("input_fn", input_fn), ("output_fn", output_fn)):
+            if fn is not None and not callable(fn):
+                raise InputTypeError(f"{where}: {argument} must be callable or None, got {type(fn).__name__}")
+        self.model_path = check_paths("model_path", model_path, where=where)[0]
+        self.input_fn, self.output_fn = input_fn, output_fn
+        self.outputs = check_outputs(outputs, where=where)
+        self.providers = list(providers) if providers is not None else ["CPUExecutionProvider"]
+        self.cache_identity = check_cache_identity(where, cache_identity)
+        self.cache_eligible = (trusted_function(input_fn) and trusted_function(output_fn)) or cache_identity is not None
+        self.session_: Any = None
+
+    def recipe(self) -> dict[str, Any]:
+        return {"type": "onnx", "model_files_sha256": files_sha256([self.model_path]),
+                "input_fn": function_identity(self.input_fn), "output_fn": function_identity(self.output_fn),
+                "outputs": None if self.outputs is None else list(self.outputs), "cache_identity": self.cache_identity}
+
+    def load(self) -> Any:
+        if self.session_ is None:
+            try:
+                import onnxruntime
+            except ImportError:
+                raise DependencyError("ONNXExtractor needs onnxruntime; pip install 'vertebrae[onnx]'") from None
+            self.session_ = onnxruntime.InferenceSession(str(self.model_path), providers=self.providers)
+        return self.session_
+
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
+        n_rows = n_inputs(X, where=f"ONNXExtractor {self.name!r}")
+        session = self.load()
+        inputs = [i.name for i in session.get_inputs()]
+        available = [o.name for o in session.get_outputs()]
+        if self.input_fn is None and len(inputs) != 1:
+            raise ExtractorError(f"ONNXExtractor {self.name!r}: the model has inputs {inputs}; pass input_fn=... "
+                                 "returning a dict with one array per input")
+        missing = [] if self.outputs is None or self.output_fn is not None else \
+            [o for o in self.outputs if o not in available]
+        if missing:
+            raise ExtractorError(f"ONNXExtractor {self.name!r}: outputs {missing} are not model outputs {available}")
+        fetch = available if self.output_fn is not None or self.outputs is None else list(self.outputs)
+
+        def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
+            batch = take_rows(X, rows)
+            feeds = self.input_fn(batch) if self.input_fn else {inputs[0]: np.asarray(batch, dtype=np.float32)}
+            produced = dict(zip(fetch, session.run(fetch, dict(feeds))))
+            if self.output_fn is not None:
+                out = self.output_fn(produced)
+                return out if self.outputs is not None else {SINGLE_OUTPUT: out}
+            return produced if self.outputs is not None else {SINGLE_OUTPUT: produced[fetch[0]]}
+
+        return self._stream(n_rows, embed)

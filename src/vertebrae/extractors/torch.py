@@ -1,0 +1,249 @@
+"""TorchExtractor: any ``torch.nn.Module`` as a frozen feature extractor (the one torch adapter).
+
+The model runs under ``eval()`` and ``torch.inference_mode()`` on the resolved
+device, one forward pass per batch, and may emit several named outputs from that
+pass.  Its previous train/eval state (per submodule) and device are restored
+afterwards.  Its cache identity is its class, its configuration (``repr``) and a
+hash of its state-dict tensor bytes — or, for a model given as a TorchScript file
+or built by a factory from checkpoint files, a hash of those files, computed
+without importing torch so that a cache hit never loads the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
+from ..fingerprint import callable_name
+from .base import check_cache_identity
+from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
+from .model_identity import check_paths, files_sha256, function_identity, trusted_function
+
+_DEVICE_TYPES = ("auto", "cpu", "cuda", "mps")
+
+
+def import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise DependencyError("this extractor needs torch; install it with pip install 'vertebrae[torch]' "
+                              "(pins torch==2.13.0)") from None
+    return torch
+
+
+def check_device(device: Any, *, where: str) -> str:
+    """Validate the device spelling now (no torch import); availability is checked when the model loads."""
+    if not isinstance(device, str) or device.split(":")[0] not in _DEVICE_TYPES:
+        raise ConfigError(f"{where}: device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
+    return device
+
+
+def resolve_device(device: str, *, where: str) -> Any:
+    """``"auto"`` picks cuda, then mps, then cpu; an unavailable device is an error, not a silent fallback."""
+    torch = import_torch()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps" if torch.backends.mps.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{where}: device {device!r} requested but CUDA is not available; use device='cpu' or 'auto'")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{where}: device {device!r} requested but MPS is not available; use device='cpu' or 'auto'")
+    return resolved
+
+
+def state_dict_sha256(module: Any) -> str:
+    """Hash of every parameter and buffer: name, dtype, shape and raw bytes."""
+    torch = import_torch()
+    digest = hashlib.sha256()
+    for key, tensor in module.state_dict().items():
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{key}|{flat.dtype}|{tuple(tensor.shape)}\x00".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def module_identity(module: Any) -> dict[str, Any]:
+    """Class, configuration (the module's ``repr`` lists its layers and their hyperparameters) and weights."""
+    return {"class": callable_name(type(module)), "config_sha256": hashlib.sha256(repr(module).encode()).hexdigest(),
+            "weights_sha256": state_dict_sha256(module)}
+
+
+def is_torch_module(obj: Any) -> bool:
+    """True for an ``nn.Module``; never imports torch (a module instance implies torch is already loaded)."""
+    return "torch" in sys.modules and isinstance(obj, sys.modules["torch"].nn.Module)
+
+
+@contextlib.contextmanager
+def frozen(module: Any, device: Any, *, inference_mode: bool = True) -> Iterator[None]:
+    """Run ``module`` in eval mode without autograd on ``device``; restore modes and device afterwards."""
+    torch = import_torch()
+    modes = [(m, m.training) for m in module.modules()]
+    first = next(iter(module.parameters()), None)
+    original = None if first is None else first.device
+    if original is not None and original != device:
+        module.to(device)
+    module.eval()
+    try:
+        with torch.inference_mode() if inference_mode else torch.no_grad():
+            yield
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the extract stage's timing must include queued kernels
+    finally:
+        for m, training in modes:
+            m.training = training
+        if original is not None and original != device:
+            module.to(original)
+
+
+def to_device(value: Any, device: Any) -> Any:
+    """Tensors (also inside dicts, lists, tuples) moved to ``device``; anything else unchanged."""
+    if hasattr(value, "to") and hasattr(value, "device"):
+        return value.to(device, non_blocking=True)
+    if isinstance(value, Mapping):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A tensor (any device) or array as a NumPy array; bfloat16 and other NumPy-less dtypes become float32."""
+    if hasattr(value, "detach"):
+        value = value.detach()
+        torch = import_torch()
+        if value.dtype.is_floating_point and value.dtype not in (torch.float16, torch.float32, torch.float64):
+            value = value.float()
+        return value.to("cpu").numpy()
+    return np.asarray(value)
+
+
+def default_collate(batch: Any) -> Any:
+    """Rows as one float32 tensor: a tensor slice stays, a list of tensors is stacked, arrays are converted."""
+    torch = import_torch()
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, list) and batch and isinstance(batch[0], torch.Tensor):
+        return torch.stack(batch)
+    return torch.as_tensor(np.asarray(batch, dtype=np.float32))
+
+
+def call_model(model: Any, inputs: Any) -> Any:
+    """A dict of inputs is passed as keywords, a tuple as positional arguments, anything else as one argument."""
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    if isinstance(inputs, tuple):
+        return model(*inputs)
+    return model(inputs)
+
+
+class TorchExtractor(BatchedExtractor):
+    """Embed inputs with a frozen torch model, one forward pass per batch.
+
+    ``model`` is an ``nn.Module``, a path to a TorchScript file (``torch.jit.save``),
+    or a zero-argument factory returning a module together with the
+    ``checkpoint_paths`` it loads.  ``collate_fn(rows) -> model input`` turns a batch
+    of dataset rows into the model input (default: one float32 tensor);
+    ``output_fn(model output)`` returns a tensor, or with ``outputs=("a", "b")`` a
+    mapping holding those named outputs (default: the model output itself).
+    """
+
+    def __init__(self, name: str, model: Any, *, collate_fn: Callable[[Any], Any] | None = None,
+                 output_fn: Callable[[Any], Any] | None = None, device: str = "auto",
+                 outputs: Sequence[str] | None = None, batch_size: int = 64,
+                 checkpoint_paths: Any = None, cache_identity: str | None = None, inference_mode: bool = True,
+                 progress: bool | None = None) -> None:
+        super().__init__(name, batch_size, progress)
+        where = f"TorchExtractor {name!r}"
+        for argument, fn in (("collate_fn", collate_fn), ("output_fn", output_fn)):
+            if fn is not None and not callable(fn):
+                raise InputTypeError(f"{where}: {argument} must be callable or None, got {type(fn).__name__}")
+        self.collate_fn, self.output_fn = collate_fn, output_fn
+        self.device = check_device(device, where=where)
+        self.outputs = check_outputs(outputs, where=where)
+        self.cache_identity = check_cache_identity(where, cache_identity)
+        self.inference_mode = bool(inference_mode)
+        self.checkpoint_paths = None if checkpoint_paths is None else check_paths("checkpoint_paths", checkpoint_paths,
+                                                                                   where=where)
+        self.script_path: Path | None = None
+        self.factory: Callable[[], Any] | None = None
+        self.model_: Any = None
+        if isinstance(model, (str, os.PathLike)):
+            self.script_path = check_paths("model", model, where=where)[0]
+        elif is_torch_module(model):
+            self.model_ = model
+        elif callable(model):
+            if self.checkpoint_paths is None and self.cache_identity is None:
+                raise InputValidationError(f"{where}: a model factory needs checkpoint_paths=... (the files it loads) "
+                                           "or cache_identity=... so its weights can be identified without building it")
+            self.factory = model
+        else:
+            raise InputTypeError(f"{where}: model must be a torch.nn.Module, a TorchScript file path or a factory "
+                                 f"function, got {type(model).__name__}")
+        trusted = trusted_function(collate_fn) and trusted_function(output_fn) and trusted_function(self.factory)
+        self.cache_eligible = trusted or self.cache_identity is not None
+
+    def recipe(self) -> dict[str, Any]:
+        if self.script_path is not None:
+            model: dict[str, Any] = {"class": "torch.jit.ScriptModule", "files_sha256": files_sha256([self.script_path])}
+        elif self.factory is not None:
+            model = {"factory": function_identity(self.factory),
+                     "checkpoint_sha256": None if self.checkpoint_paths is None else files_sha256(self.checkpoint_paths)}
+        else:
+            model = module_identity(self.model_)
+            if self.checkpoint_paths is not None:
+                model["checkpoint_sha256"] = files_sha256(self.checkpoint_paths)
+        return {"type": "torch", "model": model, "collate_fn": function_identity(self.collate_fn),
+                "output_fn": function_identity(self.output_fn),
+                "outputs": None if self.outputs is None else list(self.outputs),
+                "cache_identity": self.cache_identity}
+
+    def load(self) -> Any:
+        """The model, loaded on first use (a TorchScript file or a factory call)."""
+        if self.model_ is None:
+            torch = import_torch()
+            device = resolve_device(self.device, where=f"TorchExtractor {self.name!r}")
+            if self.script_path is not None:
+                self.model_ = torch.jit.load(str(self.script_path), map_location=device)
+            else:
+                built = self.factory()  # type: ignore[misc]
+                if not is_torch_module(built):
+                    raise ExtractorError(f"TorchExtractor {self.name!r}: the model factory returned "
+                                         f"{type(built).__name__}, not a torch.nn.Module")
+                self.model_ = built.to(device)
+        return self.model_
+
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
+        where = f"TorchExtractor {self.name!r}"
+        n_rows = n_inputs(X, where=where)
+        model = self.load()
+        device = resolve_device(self.device, where=where)
+        collate = self.collate_fn or default_collate
+
+        def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
+            raw = call_model(model, to_device(collate(take_rows(X, rows)), device))
+            return self._named_outputs(raw if self.output_fn is None else self.output_fn(raw))
+
+        with frozen(model, device, inference_mode=self.inference_mode):
+            return self._stream(n_rows, embed)
+
+    def _named_outputs(self, out: Any) -> dict[str, np.ndarray]:
+        if self.outputs is None:
+            if isinstance(out, (Mapping, tuple, list)):
+                raise ExtractorError(f"TorchExtractor {self.name!r}: the model output is a {type(out).__name__}; pass "
+                                     "output_fn=... to pick the embedding tensor, or outputs=(...) to keep several")
+            return {SINGLE_OUTPUT: to_numpy(out)}
+        if not isinstance(out, Mapping):
+            raise ExtractorError(f"TorchExtractor {self.name!r}: outputs={list(self.outputs)} needs output_fn to return "
+                                 f"a mapping of those names to tensors, got {type(out).__name__}")
+        return {name: to_numpy(value) for name, value in out.items()}
+

@@ -1,0 +1,86 @@
+"""ONNXExtractor on real exported models (skl2onnx from scikit-learn, a hand-built two-output graph)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.decomposition import PCA
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from vertebrae import ONNXExtractor
+from vertebrae.errors import ExtractorError, InputValidationError
+
+X = np.random.default_rng(0).normal(size=(300, 6)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from skl2onnx import to_onnx
+
+    pipeline = make_pipeline(StandardScaler(), PCA(n_components=3, random_state=0)).fit(X)
+    path = tmp_path_factory.mktemp("onnx") / "pca.onnx"
+    path.write_bytes(to_onnx(pipeline, X[:1], target_opset=17).SerializeToString())
+    return pipeline, path
+
+
+@pytest.fixture(scope="module")
+def two_outputs(tmp_path_factory):
+    """y = x * 2 and z = x + 1 from one graph."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["double"]), helper.make_node("Add", ["x", "one"], ["plus_one"])],
+        "two_outputs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 6])],
+        [helper.make_tensor_value_info("double", TensorProto.FLOAT, [None, 6]),
+         helper.make_tensor_value_info("plus_one", TensorProto.FLOAT, [None, 6])],
+        [numpy_helper.from_array(np.float32(2.0), "two"), numpy_helper.from_array(np.float32(1.0), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("onnx") / "two.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_equals_the_source_sklearn_pipeline(exported):
+    pipeline, path = exported
+    extractor = ONNXExtractor("pca", path, batch_size=64, progress=False)
+    assert extractor.session_ is None  # loaded on first transform
+    out = extractor.transform(X)
+    assert out.shape == (300, 3) and out.dtype == np.float32
+    np.testing.assert_allclose(out, pipeline.transform(X), rtol=1e-4, atol=1e-5)
+
+
+def test_named_outputs_from_one_run(two_outputs):
+    extractor = ONNXExtractor("two", two_outputs, outputs=("double", "plus_one"), batch_size=128, progress=False)
+    out = extractor.transform_many(X)
+    np.testing.assert_array_equal(out["double"], X * 2)
+    np.testing.assert_array_equal(out["plus_one"], X + 1)
+    post = ONNXExtractor("post", two_outputs, output_fn=difference, progress=False).transform(X)
+    np.testing.assert_allclose(post, X * 2 - (X + 1), rtol=1e-6)
+
+
+def difference(outputs):
+    return outputs["double"] - outputs["plus_one"]
+
+
+def test_recipe_is_the_file_contents_and_needs_no_onnxruntime(exported, two_outputs):
+    _, path = exported
+    code = ("import sys, json; from vertebrae import ONNXExtractor; "
+            f"print(json.dumps(ONNXExtractor('m', {str(path)!r}).recipe())); print('onnxruntime' in sys.modules)")
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert json.loads(lines[0]) == ONNXExtractor("other", path).recipe() and lines[1] == "False"
+    assert ONNXExtractor("m", two_outputs).recipe() != ONNXExtractor("m", path).recipe()
+    assert not ONNXExtractor("m", path, input_fn=lambda rows: {"X": rows}).cache_eligible
+
+
+def test_rejections(exported, two_outputs, tmp_path):
+    _, path = exported
+    with pytest.raises(InputValidationError, match="model_path .* does not exist"):
+        ONNXExtractor("m", tmp_path / "missing.onnx")
+    with pytest.raises(ExtractorError, match=r"outputs \['nope'\] are not model outputs \['double', 'plus_one'\]"):
+        ONNXExtractor("m", two_outputs, outputs=("nope",), progress=False).transform_many(X)

@@ -1,0 +1,164 @@
+"""SentenceTransformerExtractor and HFTextExtractor on the real MiniLM model (offline)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from vertebrae import HFTextExtractor, SentenceTransformerExtractor
+from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
+
+LAYERS = [0, 3, -1]
+POOLINGS = ["mean", "cls", "max", "last_token"]
+
+
+@pytest.fixture(scope="session")
+def auto_model(minilm_path):
+    """A plain AutoModel/AutoTokenizer pair: the independent reference for HFTextExtractor."""
+    from transformers import AutoModel, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(minilm_path)), AutoModel.from_pretrained(str(minilm_path)).eval()
+
+
+@pytest.fixture(scope="session")
+def hf_outputs(minilm_path, tweets):
+    extractor = HFTextExtractor("minilm", minilm_path, hidden_layer=LAYERS, pooling=POOLINGS, batch_size=8,
+                                device="cpu", progress=False)
+    return extractor.transform_many(tweets.texts)
+
+
+def test_sentence_transformer_equals_encode_with_the_same_batch_size(minilm, minilm_path, tweets):
+    expected = minilm.encode(tweets.texts, batch_size=8)
+    from_path = SentenceTransformerExtractor("st", minilm_path, batch_size=8, device="cpu", progress=False)
+    in_memory = SentenceTransformerExtractor("st", minilm, batch_size=8, progress=False)
+    for extractor in (from_path, in_memory):
+        out = extractor.transform(tweets.texts)
+        assert out.shape == (36, 384) and out.dtype == np.float32
+        np.testing.assert_allclose(out, expected, rtol=0, atol=1e-6)
+    normalized = SentenceTransformerExtractor("n", minilm, batch_size=8, normalize_embeddings=True, progress=False)
+    np.testing.assert_allclose(normalized.transform(tweets.texts),
+                               minilm.encode(tweets.texts, batch_size=8, normalize_embeddings=True), atol=1e-6)
+
+
+def test_hf_layers_and_poolings_match_unpadded_automodel_runs(auto_model, tweets, hf_outputs):
+    """Reference: each text alone through AutoModel (no padding at all), pooled in NumPy."""
+    tokenizer, model = auto_model
+    reference: dict[str, list[np.ndarray]] = {}
+    with torch.no_grad():
+        for text in tweets.texts:
+            states = model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states
+            for layer in (0, 3, 6):
+                tokens = states[layer][0].numpy()
+                for pooling, vector in (("mean", tokens.mean(0)), ("cls", tokens[0]), ("max", tokens.max(0)),
+                                        ("last_token", tokens[-1])):
+                    reference.setdefault(f"layer{layer}_{pooling}", []).append(vector)
+    assert sorted(hf_outputs) == sorted(reference)
+    for name, rows in reference.items():
+        np.testing.assert_allclose(hf_outputs[name], np.stack(rows), rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_left_and_right_padding_give_equal_outputs(minilm_path, tweets, hf_outputs):
+    left = HFTextExtractor("left", minilm_path, hidden_layer=LAYERS, pooling=POOLINGS, batch_size=8,
+                           padding_side="left", device="cpu", progress=False)
+    out = left.transform_many(tweets.texts)
+    assert left.tokenizer_.padding_side == "left"
+    for name in hf_outputs:
+        np.testing.assert_allclose(out[name], hf_outputs[name], rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_last_layer_mean_equals_the_sentence_transformer_before_normalization(minilm, tweets, hf_outputs):
+    mean = hf_outputs["layer6_mean"]
+    np.testing.assert_allclose(mean / np.linalg.norm(mean, axis=1, keepdims=True),
+                               minilm.encode(tweets.texts, batch_size=8), atol=1e-5)
+
+
+def test_output_names_and_metadata_are_known_without_loading(minilm_path):
+    extractor = HFTextExtractor("m", minilm_path, hidden_layer=[2, -1], pooling=["cls", "mean"])
+    assert extractor.output_names() == ("layer2_cls", "layer2_mean", "layer6_cls", "layer6_mean")
+    assert extractor.output_metadata()["layer6_mean"] == {"hidden_layer": 6, "pooling": "mean"}
+    assert extractor.model_ is None and extractor.cache_eligible
+    recipe = extractor.recipe()
+    assert recipe["hidden_layers"] == [2, 6] and recipe["poolings"] == ["cls", "mean"] and "name" not in recipe
+    assert json.loads(json.dumps(recipe)) == recipe
+    assert HFTextExtractor("other-name", minilm_path, hidden_layer=[2, 6], pooling=["cls", "mean"]).recipe() == recipe
+    assert HFTextExtractor("m", minilm_path, hidden_layer=[2, 6], pooling=["cls", "mean"],
+                           max_length=16).recipe() != recipe
+
+
+def test_recipes_of_path_models_import_no_framework(minilm_path):
+    code = ("import sys, json; from vertebrae import HFTextExtractor, SentenceTransformerExtractor; "
+            f"p = {str(minilm_path)!r}; "
+            "print(json.dumps([HFTextExtractor('h', p, hidden_layer=[1, 2]).recipe(), "
+            "SentenceTransformerExtractor('s', p).recipe()])); "
+            "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'tokenizers') "
+            "if m in sys.modules))")
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert lines[1] == "[]"
+    assert json.loads(lines[0])[0] == HFTextExtractor("h", minilm_path, hidden_layer=[1, 2]).recipe()
+
+
+def test_changing_one_weight_changes_the_recipe(minilm_path, minilm, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "minilm"
+    shutil.copytree(minilm_path, copy)
+    before = (HFTextExtractor("h", copy).recipe(), SentenceTransformerExtractor("s", copy).recipe())
+    weights = load_file(copy / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name].view(-1)[0] += 1e-3
+    save_file(weights, copy / "model.safetensors", metadata={"format": "pt"})
+    assert HFTextExtractor("h", copy).recipe() != before[0]
+    assert SentenceTransformerExtractor("s", copy).recipe() != before[1]
+    in_memory = SentenceTransformerExtractor("s", minilm).recipe()
+    parameter = next(minilm.parameters())
+    with torch.no_grad():
+        parameter.view(-1)[0] += 1e-3
+        try:
+            assert SentenceTransformerExtractor("s", minilm).recipe() != in_memory
+        finally:
+            parameter.view(-1)[0] -= 1e-3
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"hidden_layer": 7}, ConfigError, r"hidden_layer 7 is out of range; this model has 7 hidden states: 0 \(embed"),
+    ({"hidden_layer": [-1, 6]}, ConfigError, "lists layer 6 twice"),
+    ({"pooling": "median"}, ConfigError, "pooling must be one of"),
+    ({"max_length": 0}, ConfigError, "max_length must be a positive integer"),
+    ({"padding_side": "top"}, ConfigError, "padding_side must be 'left', 'right' or None"),
+    ({"device": "gpu"}, ConfigError, "device must be 'auto', 'cpu'"),
+])
+def test_hf_rejections(minilm_path, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        HFTextExtractor("bad", minilm_path, **kwargs)
+
+
+def test_models_that_are_not_local_are_rejected_without_download(tmp_path):
+    with pytest.raises(InputValidationError, match="vertebrae never downloads models"):
+        HFTextExtractor("bad", "no-such-org/no-such-model")
+    with pytest.raises(InputValidationError, match="vertebrae never downloads models"):
+        SentenceTransformerExtractor("bad", str(tmp_path / "missing"))
+    with pytest.raises(InputTypeError, match="model must be a folder path or a Hugging Face model id"):
+        SentenceTransformerExtractor("bad", 3)
+
+
+def test_non_text_inputs_fail_before_the_model_loads(minilm_path):
+    extractor = HFTextExtractor("m", minilm_path)
+    with pytest.raises(InputTypeError, match=r"X\[1\] is float, not str"):
+        extractor.transform(["fine", 1.5])
+    assert extractor.model_ is None
+
+
+def test_max_length_truncates_like_the_tokenizer(minilm_path, auto_model, tweets):
+    tokenizer, model = auto_model
+    out = HFTextExtractor("short", minilm_path, pooling="mean", max_length=8, batch_size=16, device="cpu",
+                          progress=False).transform(tweets.texts)
+    with torch.no_grad():
+        expected = np.stack([model(**tokenizer(t, truncation=True, max_length=8, return_tensors="pt"))
+                             .last_hidden_state[0].mean(0).numpy() for t in tweets.texts])
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=2e-5)
