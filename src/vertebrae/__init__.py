@@ -6,10 +6,12 @@ DataFrame reports.  Heavy dependencies (pandas, scikit-learn, overlapindex,
 separatix) are imported lazily, so ``import vertebrae`` stays fast.
 """
 
+from .artifacts import FsspecStore, MemoryStore, StoredArtifact, open_store
 from .benchmark import Benchmark
+from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
-from .errors import (ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
+from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
                      SerializationError, VertebraeError, VertebraeWarning)
 from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
 from .errors import HistoryError, HistoryLockedError, HistoryWarning
@@ -50,6 +52,8 @@ __all__ = [
     "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult", "ZeroShotConfig",
     "ZeroShotDataset",
     "VertebraeError", "VertebraeWarning", "__version__",
+    "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
+    "open_store", "CacheConfig",
     "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",

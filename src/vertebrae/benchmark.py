@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._config import check_float
+from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
 from .errors import ConfigTypeError, InputTypeError, InputValidationError, VertebraeError
+from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
+                                stage_cache)
 from .execution.context import Chain, RunContext
 from .fingerprint import package_version
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
@@ -77,7 +80,8 @@ class Benchmark:
                  compression: Sequence[EmbeddingCompressionConfig] | None = None,
                  on_error: str = "raise",
                  progress: bool | None = None,
-                 memory_config: MemoryConfig | None = None) -> None:
+                 memory_config: MemoryConfig | None = None,
+                 cache_config: CacheConfig | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
@@ -119,6 +123,7 @@ class Benchmark:
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress
+        self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
 
     def _check_labels_against_config(self) -> None:
         """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
@@ -162,7 +167,7 @@ class Benchmark:
         return chains
 
     def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, self.dataset)
+        return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark (what ``run`` executes), with their content-aware keys."""
@@ -177,13 +182,16 @@ class Benchmark:
         runner = LocalRunner(self.progress) if runner is None else runner
         outcome = runner.run(plan.jobs, context, on_error=self.on_error)
         eligible = {job.key: job.cache_eligible for job in plan.jobs}
-        results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]])
+        results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]], self.cache)
                    for chain, keys in zip(plan.chains, plan.chain_keys)]
-        return _build_result(self.dataset, results, self.settings, plan, started)
+        result = _build_result(self.dataset, results, self.settings, plan, started)
+        if self.cache is not None:
+            result.metadata["cache"] = cache_summary(self.cache)
+        return result
 
 
 def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, settings: BenchmarkSettings,
-                  cache_eligible: bool) -> ExtractorResult:
+                  cache_eligible: bool, cache: StageCache | None = None) -> ExtractorResult:
     """The assembled result of one chain, with its keys, runtimes and cache facts; or its failure."""
     assembled = outcome.artifacts.get(keys["assemble"])
     if assembled is None:
@@ -191,10 +199,13 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
         return ExtractorResult.failed(chain.name, settings.primary_metric,
                                       {**failure.to_dict(), "extractor": chain.parent},
                                       artifact_keys=dict(keys))
-    cache = {"cache_eligible": cache_eligible, "cache_status": outcome.statuses[keys["extract"]]}
-    embedding = {**assembled.embedding, **cache}
+    facts = {"cache_eligible": cache_eligible, "cache_status": outcome.statuses[keys["extract"]]}
+    embedding = {**assembled.embedding, **facts}
+    if cache is not None:
+        embedding["footprint"] = embedding_footprint(assembled.embedding["logical_bytes"],
+                                                     outcome.persisted.get(keys["extract"]), chain.output)
     # A compressed variant is derived from the extracted embedding: it keeps that source's eligibility and status.
-    compression = None if assembled.compression is None else {**assembled.compression, **cache}
+    compression = None if assembled.compression is None else {**assembled.compression, **facts}
     result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
                                  embedding=embedding, compression=compression)
     result.runtime = _runtime(keys, outcome, result)
@@ -206,7 +217,10 @@ def _runtime(keys: dict[str, str], outcome: RunOutcome, result: ExtractorResult)
     runtime: dict[str, float] = {}
     for stage in ("extract", "compress", "score", "stability", "metrics"):
         timings = outcome.timings.get(keys.get(stage, ""), {})
-        if timings:
+        if timings and outcome.statuses.get(keys.get(stage, "")) == HIT:
+            runtime[stage] = NOT_MEASURED_CACHE_HIT  # the extractor did not run; only the read is timed
+            runtime[f"{stage}_cache_read"] = timings["seconds"]
+        elif timings:
             runtime[stage] = timings["seconds"]
             runtime.update({name: seconds for name, seconds in timings.items() if name != "seconds"})
     if result.separatix is not None:

@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                           "metrics go in the config's [[metrics]] with higher_is_better = false")
     run.add_argument("--primary-metric", metavar="NAME", default=None,
                      help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
+    run.add_argument("--cache", metavar="URL", default=None,
+                     help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
+                          "gs://bucket/prefix); overrides [cache] store; default: no cache")
     run.add_argument("--on-error", choices=("raise", "record"), default=None,
                      help="'record': an extractor that fails becomes an unranked result with its error and the "
                           "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
@@ -94,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--format", "-f", choices=("markdown", "html", "json"), default="markdown")
     compare.add_argument("--output", "-o", type=pathlib.Path, default=None,
                          help="write the comparison here (default: print to stdout)")
+    _add_cache_commands(sub)
     return parser
 
 
@@ -134,6 +138,8 @@ def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
     result.save_html(html_path)
     if not quiet:
         print(console_summary(result))
+        if result.metadata.get("cache"):
+            print(f"\nCache: {result.metadata['cache']['store']} ({result.metadata['cache']['mode']})")
         print(f"\nWrote {json_path}, {markdown_path} and {html_path}")
 
 
@@ -180,6 +186,9 @@ def _run(args: argparse.Namespace) -> int:
     from .run_config import benchmark_from_config, input_files, load_run_config
 
     config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
+        config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
+                           if "://" not in args.cache else args.cache, "enabled": True}
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
@@ -243,6 +252,75 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_cache_commands(sub) -> None:
+    """``vertebrae cache list|verify|prune`` over one store (see docs/cache.md)."""
+    cache = sub.add_parser("cache", help="inspect, verify or prune an artifact cache",
+                           description="Inspect, verify or prune an artifact cache. The store is --store, else "
+                                       "$VERTEBRAE_CACHE_DIR, else the user cache folder. Credentials come from "
+                                       "--storage-options or the usual environment (AWS_*, GOOGLE_*).")
+    actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
+    shown = {
+        "list": "list every artifact: key, kind, extractor, dataset, bytes, created",
+        "verify": "re-check every file against its manifest checksums; exit 1 if any artifact is corrupt",
+        "prune": "delete artifacts older than --older-than and/or the oldest beyond --max-bytes",
+    }
+    for name, text in shown.items():
+        action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        action.add_argument("--store", metavar="URL", default=None,
+                            help="folder path, file://, s3://bucket/prefix or gs://bucket/prefix")
+        action.add_argument("--storage-options", metavar="JSON", default=None,
+                            help='fsspec options as a JSON object, e.g. \'{"client_kwargs": {"endpoint_url": '
+                                 '"http://127.0.0.1:9000"}}\' (prefer environment variables for secrets)')
+        if name == "prune":
+            action.add_argument("--older-than", metavar="AGE", default=None,
+                                help="delete artifacts created longer ago than AGE: 30d, 12h, 90m, 45s, 2w")
+            action.add_argument("--max-bytes", metavar="SIZE", default=None,
+                                help="then delete the oldest until the rest take at most SIZE: 500MB, 2GiB, 10GB")
+            action.add_argument("--dry-run", action="store_true", help="show what would be deleted, delete nothing")
+
+
+def _cache(args: argparse.Namespace) -> int:
+    import json
+
+    from .cache import (LEFTOVER_MIN_AGE, CacheConfig, list_entries, parse_duration, parse_size, prune_store,
+                        verify_store)
+
+    try:
+        options = json.loads(args.storage_options) if args.storage_options else {}
+    except ValueError as exc:
+        raise VertebraeError(f"--storage-options is not a JSON object: {exc}") from None
+    config = CacheConfig(store=args.store, storage_options=options)
+    store = config.open_store()
+    if args.cache_command == "list":
+        rows = [(e.key, e.kind, e.extractor, e.dataset, str(e.bytes), e.created_at) for e in list_entries(store)]
+        header = ("key", "kind", "extractor", "dataset", "bytes", "created")
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print(f"{len(rows)} artifact(s) in {config.url}")
+        return EXIT_OK
+    if args.cache_command == "verify":
+        problems = 0
+        total = 0
+        for key, problem in verify_store(store):
+            total += 1
+            if problem is not None:
+                problems += 1
+                print(f"CORRUPT {key}: {problem}")
+        print(f"{total} artifact(s) checked in {config.url}: {total - problems} valid, {problems} corrupt")
+        return EXIT_FAILURE if problems else EXIT_OK
+    deleted = prune_store(store, older_than=None if args.older_than is None else parse_duration(args.older_than),
+                          max_bytes=None if args.max_bytes is None else parse_size(args.max_bytes),
+                          dry_run=args.dry_run)
+    leftovers = store.sweep(LEFTOVER_MIN_AGE, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    for entry in deleted:
+        print(f"{verb} {entry.key} ({entry.bytes} bytes, created {entry.created_at})")
+    print(f"{verb} {len(deleted)} artifact(s), {sum(e.bytes for e in deleted)} bytes, and {len(leftovers)} "
+          f"leftover file(s) of interrupted writes, in {config.url}")
+    return EXIT_OK
+
+
 def _compare(args: argparse.Namespace) -> int:
     from .compare import compare_results
     from .reports import json_codec
@@ -257,7 +335,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 # Subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
-COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report, "compare": _compare}
+COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report, "compare": _compare,
+            "cache": _cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -81,6 +81,22 @@ class DataWarning(VertebraeWarning):
     """Input data is usable but suspicious (unused labels, dropped columns)."""
 
 
+class ArtifactError(VertebraeError):
+    """An artifact or artifact store cannot be used as asked (bad key, bad array, unreachable store)."""
+
+
+class ArtifactNotFoundError(ArtifactError, LookupError):
+    """The store has no published artifact (no manifest) under the requested key."""
+
+
+class ArtifactIntegrityError(ArtifactError):
+    """A stored artifact disagrees with its manifest (checksum, size, shape, unsafe content); never read as data."""
+
+
+class ArtifactWarning(VertebraeWarning):
+    """A store problem that did not stop the run (an unreadable manifest skipped, an object stat that failed)."""
+
+
 class HistoryWarning(VertebraeWarning):
     """A monitor history had an incomplete last line (a crash mid-write); it was set aside."""
 

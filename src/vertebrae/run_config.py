@@ -35,6 +35,10 @@ Example (TOML)::
     method = "pca"
     n_components = 64
 
+    [cache]                       # CacheConfig fields (optional; no cache without this section or --cache)
+    store = "cache"               # a folder (relative to this file), file://, s3://bucket/prefix, gs://...
+    mode = "read_write"           # or "read_only", "refresh"; also enabled = false, storage_options = {...}
+
     [[metrics]]                   # custom metrics, loaded with vertebrae.load_metric
     path = "my_project.metrics:label_aware_metric"
     name = "my_metric"            # optional: defaults to the function name
@@ -47,11 +51,13 @@ file a run reads (path as given, size, SHA-256) for the result's metadata.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 from .benchmark import Benchmark
+from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, ConfigTypeError
@@ -69,7 +75,7 @@ EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
-            "compression"}
+            "cache", "compression"}
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
@@ -114,6 +120,15 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def cache_config_from_section(section: Any, base_dir: pathlib.Path) -> CacheConfig:
+    """The ``[cache]`` section; a relative folder is resolved against the config file's folder."""
+    cache = CacheConfig.from_dict(_check_keys("[cache]", section, {f.name for f in dataclasses.fields(CacheConfig)}))
+    store = cache.store
+    if store is not None and "://" not in store and not pathlib.Path(store).expanduser().is_absolute():
+        cache = cache.replace(store=str(base_dir / store))
+    return cache
+
+
 def compression_from_config(entries: Any) -> list[EmbeddingCompressionConfig]:
     """``[[compression]]`` tables -> configs (each validated; unknown keys rejected by the config)."""
     if not isinstance(entries, list) or not entries:
@@ -146,6 +161,8 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     if not isinstance(extractors_cfg, list) or not extractors_cfg:
         raise ConfigError("config needs at least one [[extractors]] entry with name and embeddings")
     kwargs = benchmark_kwargs(config)  # config errors before loading large files
+    if "cache" in config:
+        kwargs["cache_config"] = cache_config_from_section(config["cache"], base_dir)
     resolve = _resolver(base_dir)
     y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
     extractors = []

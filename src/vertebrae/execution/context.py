@@ -64,8 +64,10 @@ def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any
 class RunContext:
     """Live objects of one run plus their fingerprints (computed once, on first use)."""
 
-    def __init__(self, settings: Any, extractors: Sequence[Any], dataset: Any) -> None:
+    def __init__(self, settings: Any, extractors: Sequence[Any], dataset: Any, *, cache: Any = None) -> None:
         self.settings = settings
+        #: The run's :class:`~vertebrae.execution.caching.StageCache`, or None without a cache.
+        self.cache = cache
         self.dataset = dataset
         #: An ephemeral dataset identity is never reused across runs.
         self.dataset_safe = dataset.identity.cache_eligible

@@ -1,7 +1,7 @@
 """The dask.distributed runner: a plan's jobs as cluster tasks, running the same stage code as the local runner.
 
-Every job becomes one task that calls :func:`~vertebrae.execution.local.run_job` on a
-worker; its inputs are the futures of the jobs it reads, so independent chains run in
+Every job becomes one task that calls :func:`~vertebrae.execution.caching.execute_job`
+(the run's cache, then the stage through ``run_job``) on a worker; its inputs are the futures of the jobs it reads, so independent chains run in
 parallel and artifacts stay on the workers (only the final ``assemble`` artifacts and
 each job's timings come back to the driver).  Two kinds of work fan out further:
 
@@ -34,7 +34,7 @@ from typing import Any
 from .._config import check_int
 from ..errors import ConfigError, DependencyError, ExecutionError
 from . import fanout
-from .local import JobFailure, LocalRunner, RunOutcome, check_on_error, progress_enabled, run_job, uncached_status
+from .local import JobFailure, LocalRunner, RunOutcome, check_on_error, progress_enabled
 from .plan import StageJob
 from .registry import get_stage
 
@@ -155,11 +155,17 @@ class _Failed:
 
 @dataclasses.dataclass
 class _Done:
-    """A task's result: the artifact and its timings, or the failure."""
+    """A task's result: the artifact, its timings and cache facts (``JobRun``), or the failure."""
 
     artifact: Any = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     failed: _Failed | None = None
+    status: str = ""
+    footprint: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ran: Any) -> _Done:
+        return cls(ran.artifact, ran.timings, None, ran.status, ran.footprint())
 
 
 def _upstream(job: StageJob, done: Sequence[_Done]) -> _Done | None:
@@ -176,15 +182,17 @@ def _execute(job: StageJob, context: Any, *needed: _Done) -> _Done:
     failed = _upstream(job, needed)
     if failed is not None:
         return failed
+    from .caching import execute_job
+
     inputs = {stage: item.artifact for stage, item in zip(job.needs, needed)}
     try:
         with fanout.installed(_cluster_map):
-            artifact, timings = run_job(job, inputs, context)
+            ran = execute_job(job, inputs, context)  # the run's cache, when it has one, as in the local runner
     except ExecutionError:
         raise  # the cluster's failure, not the stage's: the driver reports it as a lost job
     except Exception as exc:
         return _Done(failed=_Failed.of(job, exc))
-    return _Done(artifact, timings)
+    return _Done.of(ran)
 
 
 def _fit(job: StageJob, context: Any) -> _Done:
@@ -214,6 +222,7 @@ def _transform(job: StageJob, context: Any, fitted: _Done, start: int, stop: int
 
 def _stack(job: StageJob, context: Any, fitted: _Done, *parts: _Done) -> _Done:
     """Extract step 3 (sharded extract): stack and validate the shards into the job's artifact."""
+    from .caching import computed_run
     from .stages import embedding_set
 
     failed = next((item for item in (fitted, *parts) if item.failed is not None), None)
@@ -227,12 +236,12 @@ def _stack(job: StageJob, context: Any, fitted: _Done, *parts: _Done) -> _Done:
     timings = {"fit": fitted.timings["fit"], "transform": sum(part.timings["transform"] for part in parts),
                "shards": float(len(parts)), "stack": time.perf_counter() - began}
     timings["seconds"] = timings["fit"] + timings["transform"] + timings["stack"]
-    return _Done(artifact, timings)
+    return _Done.of(computed_run(job, artifact, timings))
 
 
 def _report(done: _Done) -> _Done:
     """The small part of a result the driver needs for every job: timings and failure, not the artifact."""
-    return _Done(None, done.timings, done.failed)
+    return _Done(None, done.timings, done.failed, done.status, done.footprint)
 
 
 def _apply(function: Callable[..., Any], shared: tuple, item: Any) -> Any:
@@ -279,6 +288,8 @@ class _DaskRun:
     def _shards(self, job: StageJob) -> list[tuple[int, int]] | None:
         """Row ranges of a sharded extract job, or None when it runs as one task."""
         n = self.context.dataset.n_samples if job.stage == "extract" and job.pipeline == "benchmark" else 0
+        if getattr(self.context, "cache", None) is not None:
+            n = 0  # with a cache the job runs whole, through the cache (a hit skips the extractor entirely)
         extractor = self.context.extractors.get(job.params["extractor"]) if n else None
         if self.shard_rows is None or n <= self.shard_rows or not getattr(extractor, "shardable", True):
             return None
@@ -363,7 +374,8 @@ class _DaskRun:
                 outcome.failures[job.key] = report.failed.failure
                 continue
             outcome.timings[job.key] = report.timings
-            outcome.statuses[job.key] = uncached_status(job)
+            outcome.statuses[job.key] = report.status
+            outcome.persisted[job.key] = report.footprint
             if job.key in results:
                 outcome.artifacts[job.key] = results[job.key].artifact
         return outcome

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from .context import BYPASSED_UNSAFE_IDENTITY
 from .plan import StageJob
 from .registry import get_stage
 
@@ -58,6 +57,9 @@ class RunOutcome:
     failures: dict[str, JobFailure]
     #: key -> cache status of the artifact: hit, miss, disabled (no cache) or bypassed_unsafe_identity.
     statuses: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: key -> {"status": measured | not_persisted | unavailable, "bytes": {array: stored object bytes},
+    #: "logical": {array: resident bytes}} (arrays only for cacheable stages).
+    persisted: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def run_job(job: StageJob, inputs: dict[str, Any], context: Any) -> tuple[Any, dict[str, float]]:
@@ -70,11 +72,6 @@ def run_job(job: StageJob, inputs: dict[str, Any], context: Any) -> tuple[Any, d
     return artifact, timings
 
 
-def uncached_status(job: StageJob) -> str:
-    """Cache status of an artifact computed without a cache: disabled, or bypassed for an unsafe identity."""
-    return "disabled" if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY
-
-
 class LocalRunner:
     """Runs jobs one after another in this process."""
 
@@ -84,6 +81,8 @@ class LocalRunner:
     def run(self, jobs: Sequence[StageJob], context: Any, *, on_error: str = "raise",
             description: str = "vertebrae") -> RunOutcome:
         from tqdm.auto import tqdm
+
+        from .caching import execute_job
 
         check_on_error("LocalRunner.run", on_error)
         remaining_reads = collections.Counter(key for job in jobs for key in job.needs.values())
@@ -100,17 +99,17 @@ class LocalRunner:
                     outcome.failures[job.key] = dataclasses.replace(cause, upstream=cause.upstream or failed_upstream)
                 else:
                     try:
-                        artifact, timings = run_job(job, {stage: memory[key] for stage, key in job.needs.items()},
-                                                    context)
+                        ran = execute_job(job, {stage: memory[key] for stage, key in job.needs.items()}, context)
                     except Exception as exc:
                         if on_error == "raise":
                             exc.add_note(f"vertebrae: raised in the {job.stage} stage of {job.extractor!r}")
                             raise
                         outcome.failures[job.key] = JobFailure(job.stage, type(exc).__name__, str(exc))
                     else:
-                        memory[job.key] = artifact
-                        outcome.timings[job.key] = timings
-                        outcome.statuses[job.key] = uncached_status(job)
+                        memory[job.key] = ran.artifact
+                        outcome.timings[job.key] = ran.timings
+                        outcome.statuses[job.key] = ran.status
+                        outcome.persisted[job.key] = ran.footprint()
                 for key in job.needs.values():
                     remaining_reads[key] -= 1
                     if remaining_reads[key] == 0 and key not in final:

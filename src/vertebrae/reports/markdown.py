@@ -188,6 +188,10 @@ def _reproducibility(data: Mapping[str, Any]) -> str:
     rows += [[f"artifact {j['stage']} {j['extractor']}", j["key"]] for j in meta["plan"]]
     rows += [[f"file {f['role']} {f['path']}", f"sha256 {f['sha256']} ({f['size_bytes']} bytes)"]
              for f in meta.get("input_files", [])]
+    if meta.get("cache"):  # only runs with a cache say where it lives
+        rows += [["cache store", meta["cache"]["store"]], ["cache mode", meta["cache"]["mode"]]]
+        rows += [[f"cache {r['name']}", r["embedding"].get("cache_status", "-")] for r in data["extractor_results"]
+                 if r.get("embedding")]
     return "## Reproducibility\n\n" + table(["field", "value"], rows)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..compression import EmbeddingCompressionConfig, check_compression, variant_name
 from ..errors import ConfigTypeError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
+from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
 from ..execution.context import Chain, RunContext
 from ..execution.local import LocalRunner, check_on_error
 from ..execution.plan import Plan, build_plan
@@ -42,7 +43,7 @@ class RetrievalBenchmark:
     def __init__(self, dataset: RetrievalDataset, extractors: Sequence[Any], *,
                  retrieval_config: RetrievalConfig | None = None, on_error: str = "raise",
                  progress: bool | None = None,
-                 compression: Sequence[EmbeddingCompressionConfig] | None = None) -> None:
+                 compression: Sequence[EmbeddingCompressionConfig] | None = None, cache_config: Any = None) -> None:
         if not isinstance(dataset, RetrievalDataset):
             raise InputTypeError(f"dataset must be a RetrievalDataset, got {type(dataset).__name__}; build one with "
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
@@ -53,6 +54,7 @@ class RetrievalBenchmark:
         self.on_error = check_on_error("RetrievalBenchmark", on_error)
         #: Paired compression variants (fitted on the gallery, applied to the queries); empty: raw endpoints only.
         self.compression = check_compression("RetrievalBenchmark", compression)
+        self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.extractors = _validate_extractors(extractors, dataset)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
         self._reverse = _reverse_protocol(dataset) if config.bidirectional else None
@@ -89,7 +91,7 @@ class RetrievalBenchmark:
 
     # -- running ---------------------------------------------------------------
     def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, self.dataset)
+        return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark, one chain per extractor and compression variant."""
@@ -119,10 +121,15 @@ class RetrievalBenchmark:
             for note in entry.warnings:
                 warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
             entry.artifact_keys = dict(keys)
-            entry.runtime = _runtime(keys, outcome.timings)
+            entry.runtime = _runtime(keys, outcome)
+            if entry.embeddings:
+                entry.embeddings = _with_cache_facts(entry.embeddings, keys["encode"], plan, outcome, self.cache)
             entries.append(entry)
         run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.name for e in entries]}
-        return RetrievalBenchmarkResult(self.protocol(), entries, notes, {"runs": [run]})
+        protocol = self.protocol()
+        if self.cache is not None:
+            protocol["cache"] = cache_summary(self.cache)
+        return RetrievalBenchmarkResult(protocol, entries, notes, {"runs": [run]})
 
     def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:
         """Rows, widths and norms of embeddings that exist already, checked before any extractor runs."""
@@ -141,10 +148,33 @@ class RetrievalBenchmark:
         return plans
 
 
-def _runtime(keys: dict[str, str], timings: dict[str, dict[str, float]]) -> dict[str, float]:
+def _with_cache_facts(embeddings: dict[str, dict[str, Any]], encode_key: str, plan: Plan, outcome: Any,
+                      cache: Any) -> dict[str, dict[str, Any]]:
+    """Each endpoint's metadata plus cache eligibility and status (and footprints when a cache is used)."""
+    eligible = next(job.cache_eligible for job in plan.jobs if job.key == encode_key)
+    facts = {"cache_eligible": eligible, "cache_status": outcome.statuses[encode_key]}
+    updated = {}
+    for side, metadata in embeddings.items():
+        updated[side] = {**metadata, **facts}
+        if cache is not None:
+            array = "queries" if side == "query" else "gallery"
+            persisted = outcome.persisted.get(encode_key)
+            updated[side]["footprint"] = endpoint_footprint(metadata["logical_bytes"], persisted, array)
+    return updated
+
+
+def _runtime(keys: dict[str, str], outcome: Any) -> dict[str, Any]:
     """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, compress, rank_* (beside the
-    artifacts)."""
-    runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items() if step != "seconds"}
+    artifacts).
+
+    On a cache hit nothing was fitted or encoded: those steps read ``not_measured_cache_hit``.
+    """
+    timings = outcome.timings
+    if outcome.statuses.get(keys["encode"]) == HIT:
+        runtime: dict[str, Any] = {step: NOT_MEASURED_CACHE_HIT for step in ("fit", "encode_queries", "encode_gallery")}
+        runtime["encode_cache_read"] = timings[keys["encode"]]["seconds"]
+    else:
+        runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items() if step != "seconds"}
     for stage in ("compress", "rank_forward", "rank_reverse"):
         if stage in keys and keys[stage] in timings:
             runtime[stage] = timings[keys[stage]]["seconds"]

@@ -1,0 +1,455 @@
+"""Artifact stores: where stage outputs live between stages and between runs.
+
+Layout of a persistent store: ``<root>/<stage>/<hex>/manifest.json`` plus the data files, each
+named ``<name>.<16 hex of its sha256>.<ext>``.  Publishing is atomic: data files are written first
+(on local disks to unique temporary names, then renamed; an object store shows an object only once
+its upload completes), the manifest last the same way.  Content-addressed file names mean that two
+processes writing one key at once never overwrite each other's data: whichever manifest lands last
+wins and points only at its own, complete files.  A reader trusts nothing but a manifest whose every
+file has the recorded size and sha256.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import uuid
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactWarning
+from .codecs import HashingSink, StoredArtifact, array_summary, decode_artifact, file_writers
+from .manifest import MANIFEST_FILE, Manifest, check_key, logical_name, stored_name, utc_now
+
+MEMORY_URL = "memory://"
+_OBJECT_STORE_PROTOCOLS = ("s3", "s3a", "gs", "gcs")
+#: storage_options names whose values are secrets; they are scrubbed from every error message.
+SECRET_OPTION = re.compile(r"key|secret|token|password|credential|session", re.IGNORECASE)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What a runner needs from a store (see :class:`MemoryStore` and :class:`FsspecStore`)."""
+
+    url: str
+
+    def has(self, key: str) -> bool: ...
+
+    def read(self, key: str) -> StoredArtifact: ...
+
+    def write(self, key: str, artifact: StoredArtifact, *, versions: Mapping[str, str] | None = None,
+              metadata: Mapping[str, Any] | None = None) -> Manifest: ...
+
+    def manifest(self, key: str) -> Manifest | None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def keys(self) -> Iterator[str]: ...
+
+    def manifests(self) -> Iterator[Manifest]: ...
+
+    def persisted_bytes(self, key: str) -> dict[str, int]: ...
+
+    def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]: ...
+
+
+def build_manifest(key: str, artifact: StoredArtifact, files: Mapping[str, Mapping[str, Any]],
+                   versions: Mapping[str, str] | None, metadata: Mapping[str, Any] | None) -> Manifest:
+    """The manifest for ``artifact`` whose logical files were stored as ``files`` (stored name -> entry)."""
+    from .. import __version__
+    import numpy
+
+    by_logical = {logical_name(name): name for name in files}
+    arrays = {}
+    for name, value in artifact.arrays.items():
+        summary = array_summary(value)
+        summary["file"] = by_logical.get(f"{name}.{'npz' if summary['sparse'] else 'npy'}")
+        arrays[name] = summary
+    return Manifest(key=key, kind=artifact.kind, created_at=utc_now(), files=dict(files), arrays=arrays,
+                    versions={"vertebrae": __version__, "numpy": numpy.__version__, **(versions or {})},
+                    metadata=dict(metadata or {}))
+
+
+class MemoryStore:
+    """In-process store: the default for a run without a cache.  Nothing is serialized or copied."""
+
+    def __init__(self) -> None:
+        self.url = MEMORY_URL
+        self._entries: dict[str, tuple[StoredArtifact, Manifest]] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._entries)} artifacts)"
+
+    def has(self, key: str) -> bool:
+        return check_key(key) in self._entries
+
+    def read(self, key: str) -> StoredArtifact:
+        if not self.has(key):
+            raise ArtifactNotFoundError(f"no artifact {key!r} in {self.url}")
+        return self._entries[key][0]
+
+    def write(self, key: str, artifact: StoredArtifact, *, versions: Mapping[str, str] | None = None,
+              metadata: Mapping[str, Any] | None = None) -> Manifest:
+        check_key(key)
+        if not isinstance(artifact, StoredArtifact):
+            raise ArtifactError(f"Store.write expects a StoredArtifact, got {type(artifact).__name__}")
+        # Memory keeps no files, but the manifest still describes the arrays (its files map is empty).
+        manifest = build_manifest(key, artifact, {}, versions, metadata)
+        self._entries[key] = (artifact, manifest)
+        return manifest
+
+    def manifest(self, key: str) -> Manifest | None:
+        entry = self._entries.get(check_key(key))
+        return None if entry is None else entry[1]
+
+    def delete(self, key: str) -> None:
+        self._entries.pop(check_key(key), None)
+
+    def keys(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def manifests(self) -> Iterator[Manifest]:
+        return (self._entries[key][1] for key in self.keys())
+
+    def persisted_bytes(self, key: str) -> dict[str, int]:
+        """Nothing is persisted in memory."""
+        if not self.has(key):
+            raise ArtifactNotFoundError(f"no artifact {key!r} in {self.url}")
+        return {}
+
+    def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]:
+        """Memory leaves no files behind."""
+        return []
+
+
+class FsspecStore:
+    """A store on any fsspec filesystem: local paths and ``file://`` (``s3://`` / ``gs://`` with the extras)."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(url, str) or not url:
+            raise ArtifactError(f"store URL must be a non-empty string, got {url!r}")
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise ArtifactError(f"storage_options must be a mapping of fsspec options, "
+                                f"got {type(storage_options).__name__}")
+        self._raw_url, self._options = url, dict(storage_options or {})
+        self.protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
+        self.url = redact_url(url)
+        self.fs, self.root = _filesystem(url, self.protocol, dict(self._options), self.url)
+        self._local = self.protocol in ("file", "local")
+        if "://" not in url:
+            self.url = self.root  # the absolute folder, so a report says exactly where the store lives
+
+    def __repr__(self) -> str:
+        return f"FsspecStore({self.url!r})"
+
+    def __reduce__(self):
+        return (FsspecStore, (self._raw_url, self._options))
+
+    # ------------------------------------------------------------ paths
+    def _folder(self, key: str) -> str:
+        return f"{self.root}/{check_key(key)}"
+
+    def _path(self, key: str, name: str) -> str:
+        return f"{self._folder(key)}/{name}"
+
+    def _error(self, action: str, key: str, exc: BaseException) -> ArtifactError:
+        return ArtifactError(self._scrub(f"cannot {action} {key!r} in {self.url}: {type(exc).__name__}: {exc}"))
+
+    def _scrub(self, text: str) -> str:
+        for secret in _secret_values(self._options):
+            text = text.replace(secret, "***")
+        return text
+
+    # ------------------------------------------------------------ reading
+    def has(self, key: str) -> bool:
+        path = self._path(key, MANIFEST_FILE)
+        try:
+            return self.fs.exists(path)
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("look up", key, exc) from None
+
+    def manifest(self, key: str) -> Manifest | None:
+        """The published manifest, ``None`` when absent; a malformed one raises ArtifactIntegrityError."""
+        path = self._path(key, MANIFEST_FILE)
+        try:
+            text = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("read the manifest of", key, exc) from None
+        manifest = Manifest.from_json(text)
+        if manifest.key != key:
+            raise ArtifactIntegrityError(f"manifest in {self.url}/{key} describes key {manifest.key!r}; "
+                                         "it was copied or tampered with")
+        return manifest
+
+    def read(self, key: str) -> StoredArtifact:
+        """Read and verify every file; a manifest replaced mid-read (a concurrent refresh) is retried once."""
+        manifest = self._require(key)
+        try:
+            return self._read_files(key, manifest)
+        except FileNotFoundError as exc:
+            latest = self._require(key)
+            if latest == manifest:
+                raise self._missing(key, exc) from None
+        try:
+            return self._read_files(key, latest)
+        except FileNotFoundError as exc:
+            raise self._missing(key, exc) from None
+
+    def _missing(self, key: str, exc: FileNotFoundError) -> ArtifactIntegrityError:
+        return ArtifactIntegrityError(f"{self.url}/{key}: file {exc.args[0]!r} listed in the manifest is missing")
+
+    def _require(self, key: str) -> Manifest:
+        manifest = self.manifest(key)
+        if manifest is None:
+            raise ArtifactNotFoundError(f"no artifact {key!r} in {self.url} (no manifest)")
+        return manifest
+
+    def _read_files(self, key: str, manifest: Manifest) -> StoredArtifact:
+        contents = {}
+        for name, entry in manifest.files.items():
+            contents[logical_name(name)] = self._read_verified(key, name, entry)
+        artifact = decode_artifact(manifest.kind, contents)
+        for name, expected in manifest.arrays.items():
+            value = artifact.arrays.get(name)
+            actual = None if value is None else {**array_summary(value), "file": expected["file"]}
+            if actual != dict(expected):
+                raise ArtifactIntegrityError(f"{self.url}/{key}: array {name!r} is {actual} but the manifest "
+                                             f"records {dict(expected)}")
+        return artifact
+
+    def _read_verified(self, key: str, name: str, entry: Mapping[str, Any]) -> bytearray:
+        """The file's bytes, read into one buffer while hashing; never returned unless size and sha256 match."""
+        size = int(entry["bytes"])
+        buffer = bytearray(size + 1)  # one spare byte reveals a file longer than recorded
+        sink, path = HashingSink(), self._path(key, name)
+        try:
+            with self.fs.open(path, "rb") as fileobj, memoryview(buffer) as view:
+                filled = 0
+                while filled < len(buffer):
+                    count = fileobj.readinto(view[filled:])
+                    if not count:
+                        break
+                    filled += count
+        except FileNotFoundError:
+            raise FileNotFoundError(name) from None
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("read", key, exc) from None
+        if filled != size:
+            raise ArtifactIntegrityError(f"{self.url}/{key}: {name} has {'more than ' if filled > size else ''}"
+                                         f"{filled} bytes, the manifest records {size} (truncated or replaced)")
+        del buffer[size:]
+        sink.write(buffer)
+        if sink.sha256 != entry["sha256"]:
+            raise ArtifactIntegrityError(f"{self.url}/{key}: {name} fails its sha256 check (corrupted); "
+                                         "it is not read")
+        return buffer
+
+    def persisted_bytes(self, key: str) -> dict[str, int]:
+        """``{stored file: bytes}`` from a stat of each data file (the manifest itself excluded)."""
+        manifest = self._require(key)
+        paths = {name: self._path(key, name) for name in manifest.files}
+        try:
+            return {name: int(self.fs.info(path)["size"]) for name, path in paths.items()}
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("stat the files of", key, exc) from None
+
+    def keys(self) -> Iterator[str]:
+        """Keys with a manifest file, sorted (the manifest's content is not checked here)."""
+        try:
+            paths = self.fs.glob(f"{self.root}/*/*/{MANIFEST_FILE}")
+        except FileNotFoundError:
+            return iter(())
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("list", "*", exc) from None
+        keys = []
+        for path in paths:
+            key = "/".join(self.fs._strip_protocol(path).rstrip("/").split("/")[-3:-1])
+            try:
+                keys.append(check_key(key))
+            except ArtifactError:
+                continue  # a foreign folder in the store root is not ours to interpret
+        return iter(sorted(keys))
+
+    def manifests(self) -> Iterator[Manifest]:
+        """Every readable manifest; an unreadable one is skipped with an :class:`ArtifactWarning`."""
+        for key in self.keys():
+            try:
+                manifest = self.manifest(key)
+            except ArtifactIntegrityError as exc:
+                warnings.warn(f"skipping {self.url}/{key}: {exc}", ArtifactWarning, stacklevel=2)
+                continue
+            if manifest is not None:
+                yield manifest
+
+    # ------------------------------------------------------------ writing
+    def write(self, key: str, artifact: StoredArtifact, *, versions: Mapping[str, str] | None = None,
+              metadata: Mapping[str, Any] | None = None) -> Manifest:
+        if not isinstance(artifact, StoredArtifact):
+            raise ArtifactError(f"Store.write expects a StoredArtifact, got {type(artifact).__name__}")
+        folder = self._folder(key)
+        # Validate versions and metadata (and that they are strict JSON) before writing any data.
+        build_manifest(key, artifact, {}, versions, metadata).to_json()
+        try:
+            previous = self.manifest(key)
+        except ArtifactIntegrityError:
+            previous = None  # a corrupt manifest is simply replaced
+        try:
+            if self._local:  # object stores have no folders (and s3fs would try to create the bucket)
+                self.fs.makedirs(folder, exist_ok=True)
+            files = {}
+            for filename, write in file_writers(artifact).items():
+                name, entry = self._publish_data(folder, filename, write)
+                files[name] = entry
+            manifest = build_manifest(key, artifact, files, versions, metadata)
+            self._put(f"{folder}/{MANIFEST_FILE}", manifest.to_json().encode("utf-8"))
+            self._collect_garbage(key, manifest, previous)
+        except ArtifactError:
+            raise
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("write", key, exc) from None
+        return manifest
+
+    def _publish_data(self, folder: str, filename: str, write) -> tuple[str, dict[str, Any]]:
+        if self._local:
+            temporary = f"{folder}/.{uuid.uuid4().hex}.{filename}.tmp"
+            try:
+                with self.fs.open(temporary, "wb") as fileobj:
+                    sink = HashingSink(fileobj)
+                    write(sink)
+                name = stored_name(filename, sink.sha256)
+                os.replace(temporary, f"{folder}/{name}")
+            finally:
+                if os.path.exists(temporary):  # an exception mid-write: no half file stays behind
+                    os.remove(temporary)
+        else:
+            # An object appears only once its upload completes, so the final name is written directly;
+            # the hashing pass first names it by content (no server-side copy of a big matrix).
+            sink = HashingSink()
+            write(sink)
+            name = stored_name(filename, sink.sha256)
+            with self.fs.open(f"{folder}/{name}", "wb") as fileobj:
+                write(fileobj)
+        return name, {"bytes": sink.size, "sha256": sink.sha256}
+
+    def _put(self, path: str, data: bytes) -> None:
+        if self._local:
+            temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+            self.fs.pipe_file(temporary, data)
+            os.replace(temporary, path)
+        else:
+            self.fs.pipe_file(path, data)
+
+    def _collect_garbage(self, key: str, mine: Manifest, previous: Manifest | None) -> None:
+        """Delete files no published manifest needs: the replaced version's, or ours if another writer won.
+
+        Only files this writer knows about are touched, so a concurrent writer's unpublished files survive.
+        """
+        current = self.manifest(key)
+        keep = set(current.files) if current is not None else set(mine.files)
+        candidates = set(mine.files) | (set(previous.files) if previous is not None else set())
+        for name in sorted(candidates - keep):
+            try:
+                self.fs.rm_file(self._path(key, name))
+            except FileNotFoundError:
+                pass
+
+    def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]:
+        """Delete files no manifest references and older than ``min_age``; return their paths.
+
+        These are what a killed writer (temporary files, data without a manifest) or a lost race
+        leaves behind.  ``min_age`` protects writers still in progress.  A folder whose manifest is
+        unreadable is left alone (``vertebrae cache verify`` reports it).
+        """
+        now = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            paths = [self.fs._strip_protocol(p) for p in self.fs.glob(f"{self.root}/*/*/*")]
+        except FileNotFoundError:
+            return []
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("list", "*", exc) from None
+        folders: dict[str, list[str]] = {}
+        for path in paths:
+            stage, digest, name = path.rstrip("/").split("/")[-3:]
+            folders.setdefault(f"{stage}/{digest}", []).append(path)
+        swept = []
+        for key, files in sorted(folders.items()):
+            try:
+                manifest = self.manifest(key)
+            except ArtifactError:
+                continue  # not our folder, or a corrupt manifest: leave it for verify
+            keep = {MANIFEST_FILE, *(manifest.files if manifest is not None else ())}
+            for path in sorted(files):
+                if path.rsplit("/", 1)[-1] in keep:
+                    continue
+                modified = self.fs.modified(path)
+                modified = modified if modified.tzinfo else modified.replace(tzinfo=datetime.timezone.utc)
+                if now - modified >= min_age:
+                    swept.append(path)
+                    if not dry_run:
+                        self.fs.rm_file(path)
+        return swept
+
+    def delete(self, key: str) -> None:
+        """Remove the manifest first (unpublish), then the folder."""
+        folder = self._folder(key)
+        try:
+            if self.fs.exists(f"{folder}/{MANIFEST_FILE}"):
+                self.fs.rm_file(f"{folder}/{MANIFEST_FILE}")
+            if self.fs.exists(folder):
+                self.fs.rm(folder, recursive=True)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
+            raise self._error("delete", key, exc) from None
+
+
+def _filesystem(url: str, protocol: str, options: dict[str, Any], shown: str) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ImportError:  # pragma: no cover - fsspec is a core dependency
+        from ..errors import DependencyError
+        raise DependencyError("artifact stores need fsspec: pip install fsspec") from None
+    extra = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}.get(protocol)
+    if protocol in _OBJECT_STORE_PROTOCOLS:
+        options.setdefault("use_listings_cache", False)  # stale listings would hide new artifacts
+    try:
+        fs, root = fsspec.core.url_to_fs(os.path.expanduser(url) if protocol == "file" else url, **options)
+    except ImportError:
+        from ..errors import DependencyError
+        raise DependencyError(f"store {shown} needs the {protocol}:// filesystem: "
+                              f"pip install 'vertebrae[{extra}]'") from None
+    except (ValueError, TypeError, OSError) as exc:
+        message = f"cannot open store {shown}: {type(exc).__name__}: {exc}"
+        for secret in _secret_values(options):
+            message = message.replace(secret, "***")
+        raise ArtifactError(message) from None
+    root = root.rstrip("/")
+    if protocol == "file":
+        root = os.path.abspath(root)
+    return fs, root
+
+
+def _secret_values(options: Mapping[str, Any]) -> list[str]:
+    found = []
+    for name, value in options.items():
+        if isinstance(value, Mapping):
+            found.extend(_secret_values(value))
+        elif isinstance(value, str) and value and SECRET_OPTION.search(str(name)):
+            found.append(value)
+    return found
+
+
+def redact_url(url: str) -> str:
+    """``s3://user:secret@bucket/x`` -> ``s3://***@bucket/x``: credentials never reach reprs or errors."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1***@", url)
+
+
+def open_store(url: str | None, storage_options: Mapping[str, Any] | None = None) -> Store:
+    """``None`` or ``memory://`` -> a fresh :class:`MemoryStore`; anything else -> :class:`FsspecStore`."""
+    if url is None or url == MEMORY_URL:
+        return MemoryStore()
+    return FsspecStore(url, storage_options)

@@ -1,0 +1,263 @@
+"""The embedding cache inside a run: reuse a stage's artifact from a store, or compute and store it.
+
+Every runner executes a job through :func:`execute_job`, so local and distributed runs
+reuse artifacts the same way.  A stage is cacheable when it has an :class:`ArtifactCodec`
+(its artifact has a storable form); today that is the extractor calls (``benchmark/extract``
+and ``retrieval/encode``), the expensive part of every benchmark.  A job is looked up only
+when its key is trustworthy across runs (``job.cache_eligible``); otherwise it runs and is
+marked ``bypassed_unsafe_identity``.  Runtimes never enter the store: a hit reports its
+inference as ``not_measured_cache_hit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ..artifacts.codecs import StoredArtifact, array_nbytes
+from ..artifacts.store import Store
+from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactWarning
+from .context import BYPASSED_UNSAFE_IDENTITY
+from .local import run_job
+from .plan import StageJob, version_of
+from .registry import get_stage
+
+HIT, MISS, DISABLED = "hit", "miss", "disabled"
+CACHE_STATUSES = (HIT, MISS, DISABLED, BYPASSED_UNSAFE_IDENTITY)
+NOT_MEASURED_CACHE_HIT = "not_measured_cache_hit"
+#: Persisted-footprint statuses: the object was stat'ed, nothing was stored, or the stat failed.
+MEASURED, NOT_PERSISTED, UNAVAILABLE = "measured", "not_persisted", "unavailable"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactCodec:
+    """How one stage's artifact becomes a :class:`StoredArtifact` and back."""
+
+    kind: str
+    encode: Callable[[Any], StoredArtifact]
+    decode: Callable[[StoredArtifact], Any]
+
+
+#: (pipeline, stage) -> codec; a stage is cached only if it is listed here.
+CODECS: dict[tuple[str, str], ArtifactCodec] = {}
+
+
+def register_codec(pipeline: str, stage: str, codec: ArtifactCodec) -> None:
+    CODECS[(pipeline, stage)] = codec
+
+
+@dataclasses.dataclass
+class JobRun:
+    """A job's artifact plus how it was obtained (beside the artifact, never inside it)."""
+
+    artifact: Any
+    timings: dict[str, float]
+    status: str
+    #: Array name -> bytes of its stored object (``.npy``/``.npz`` file, S3 object, GCS blob).
+    persisted: dict[str, int] = dataclasses.field(default_factory=dict)
+    persisted_status: str = NOT_PERSISTED
+    #: Array name -> logical resident bytes of a cacheable artifact's matrices (empty for other stages).
+    logical: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def footprint(self) -> dict[str, Any]:
+        """What the runner records beside the artifact (``RunOutcome.persisted``)."""
+        return {"status": self.persisted_status, "bytes": dict(self.persisted), "logical": dict(self.logical)}
+
+
+class StageCache:
+    """A :class:`~vertebrae.cache.CacheConfig` in action; pickles as its config (each process opens its store)."""
+
+    def __init__(self, config: Any, store: Store | None = None) -> None:
+        self.config = config
+        self._store = store
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "_store": None}
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = self.config.open_store()
+        return self._store
+
+    def run(self, job: StageJob, inputs: dict[str, Any], context: Any, codec: ArtifactCodec) -> JobRun:
+        mode = self.config.mode
+        if mode != "refresh":
+            found = self._lookup(job, codec)
+            if found is not None:
+                return found
+        artifact, timings = run_job(job, inputs, context)
+        if mode == "read_only":
+            return JobRun(artifact, timings, MISS)
+        start = time.perf_counter()
+        try:
+            manifest = self.store.write(job.key, codec.encode(artifact), versions=_versions(job),
+                                        metadata=_listing(job, context))
+            timings["cache_write"] = time.perf_counter() - start  # beside the artifact, like every runtime
+        except ArtifactError as exc:
+            warnings.warn(f"cache: could not store {job.key} in {self.config.url} ({exc}); the run continues "
+                          "without caching it", ArtifactWarning, stacklevel=2)
+            return JobRun(artifact, timings, MISS)
+        return JobRun(artifact, timings, MISS, *self._footprint(job.key, manifest))
+
+    def _lookup(self, job: StageJob, codec: ArtifactCodec) -> JobRun | None:
+        """The stored artifact (a hit), or None: absent, or corrupt/unreachable in read_write mode."""
+        start = time.perf_counter()
+        try:
+            stored = self.store.read(job.key)
+            if stored.kind != codec.kind:
+                raise ArtifactIntegrityError(f"{job.key} holds a {stored.kind!r} artifact, not {codec.kind!r}")
+            artifact = codec.decode(stored)
+        except ArtifactNotFoundError:
+            return None
+        except ArtifactError as exc:
+            what = "is corrupt" if isinstance(exc, ArtifactIntegrityError) else "cannot be read"
+            if self.config.mode == "read_only":
+                raise type(exc)(f"cache entry {job.key} in {self.config.url} {what}: {exc}. read_only mode never "
+                                "repairs entries: run `vertebrae cache verify`, or use mode='read_write' to recompute "
+                                "and replace it") from None
+            warnings.warn(f"cache entry {job.key} in {self.config.url} {what} ({exc}); recomputing it",
+                          ArtifactWarning, stacklevel=3)
+            return None
+        seconds = time.perf_counter() - start
+        return JobRun(artifact, {"seconds": seconds}, HIT, *self._footprint(job.key, self.store.manifest(job.key)))
+
+    def _footprint(self, key: str, manifest: Any) -> tuple[dict[str, int], str]:
+        """Stat the stored objects; a failed stat is a warning and an ``unavailable`` status, never a failure."""
+        try:
+            sizes = self.store.persisted_bytes(key)
+        except ArtifactError as exc:
+            warnings.warn(f"cache: could not stat {key} in {self.config.url} ({exc}); persisted bytes are "
+                          "unavailable", ArtifactWarning, stacklevel=3)
+            return {}, UNAVAILABLE
+        return {name: sizes[entry["file"]] for name, entry in manifest.arrays.items()}, MEASURED
+
+
+def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
+    """Run one job through the run's cache (``context.cache``, None without a cache): what every runner calls."""
+    cache: StageCache | None = getattr(context, "cache", None)
+    codec = CODECS.get((job.pipeline, job.stage))
+    if cache is None or codec is None or not job.cache_eligible:
+        artifact, timings = run_job(job, inputs, context)
+        return computed_run(job, artifact, timings)
+    return _with_logical(cache.run(job, inputs, context, codec), codec)
+
+
+def computed_run(job: StageJob, artifact: Any, timings: dict[str, float]) -> JobRun:
+    """A job computed without the cache: none configured, not cacheable, or an unsafe identity (also what the
+    dask runner reports for an extract it assembled from row shards)."""
+    ran = JobRun(artifact, timings, DISABLED if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY)
+    return _with_logical(ran, CODECS.get((job.pipeline, job.stage)))
+
+
+def _with_logical(ran: JobRun, codec: ArtifactCodec | None) -> JobRun:
+    if codec is not None:
+        ran.logical = {name: array_nbytes(value) for name, value in codec.encode(ran.artifact).arrays.items()}
+    return ran
+
+
+def _versions(job: StageJob) -> dict[str, str]:
+    return {package: version_of(package) for package in get_stage(job.pipeline, job.stage).packages}
+
+
+def _listing(job: StageJob, context: Any) -> dict[str, str]:
+    """What ``vertebrae cache list`` shows: a recipe summary and the dataset (labels only, never keys)."""
+    recipe = dict(context.extractor(job).recipe())
+    kind = recipe.get("estimator") or recipe.get("callable") or recipe.get("type", "extractor")
+    identity = getattr(context.dataset, "identity", None)
+    dataset = "-" if identity is None else f"{identity.dataset_id}" + (f"@{identity.revision}" if identity.revision
+                                                                       else "")
+    return {"extractor": f"{job.params['parent']} ({kind})", "dataset": dataset}
+
+
+# ---------------------------------------------------------------- codecs of the extractor stages
+def output_array(output: str | None) -> str:
+    """The array name of one extractor output (``embedding`` for the sole output): file-safe and unique."""
+    if output is None:
+        return "embedding"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", output)[:64]
+    return f"output-{safe}-{hashlib.sha256(output.encode()).hexdigest()[:8]}"
+
+
+def _encode_embedding_set(produced: Any) -> StoredArtifact:
+    outputs = list(produced.matrices)
+    return StoredArtifact("embedding_set", {output_array(o): produced.matrices[o] for o in outputs},
+                          {"outputs": outputs, "metadata": [produced.metadata[o] for o in outputs]})
+
+
+def _decode_embedding_set(stored: StoredArtifact) -> Any:
+    from .stages import EmbeddingSet
+
+    try:
+        outputs = stored.document["outputs"]
+        return EmbeddingSet({o: stored.arrays[output_array(o)] for o in outputs},
+                            {o: dict(m) for o, m in zip(outputs, stored.document["metadata"], strict=True)})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"embedding_set artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+
+def _encode_endpoints(encoded: Any) -> StoredArtifact:
+    return StoredArtifact("retrieval_endpoints", {"queries": encoded.queries.matrix, "gallery": encoded.gallery.matrix},
+                          {"queries": encoded.queries.metadata, "gallery": encoded.gallery.metadata})
+
+
+def _decode_endpoints(stored: StoredArtifact) -> Any:
+    from ..retrieval.stages import EncodedEndpoints, EndpointArtifact
+
+    try:
+        return EncodedEndpoints(*(EndpointArtifact(stored.arrays[side], dict(stored.document[side]))
+                                  for side in ("queries", "gallery")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"retrieval_endpoints artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+
+register_codec("benchmark", "extract", ArtifactCodec("embedding_set", _encode_embedding_set, _decode_embedding_set))
+register_codec("retrieval", "encode", ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints))
+
+
+# ---------------------------------------------------------------- what results record
+def stage_cache(config: Any) -> StageCache | None:
+    """The run's cache from a ``cache_config`` argument (None or disabled: no cache); opens the store now."""
+    from ..cache import CacheConfig
+    from ..errors import ConfigTypeError
+
+    if config is None:
+        return None
+    if not isinstance(config, CacheConfig):
+        raise ConfigTypeError(f"cache_config must be a vertebrae.cache.CacheConfig or None, got {type(config).__name__}")
+    if not config.enabled:
+        return None
+    cache = StageCache(config)
+    cache.store  # noqa: B018 - an unknown protocol or a missing s3fs/gcsfs fails here, before any extractor runs
+    return cache
+
+
+def cache_summary(cache: StageCache) -> dict[str, Any]:
+    """What a result says about its cache: where it lives (credentials redacted) and the mode."""
+    return {"store": cache.config.url, "mode": cache.config.mode}
+
+
+def embedding_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, output: str | None) -> dict[str, Any]:
+    """Logical resident bytes and persisted object bytes, separately for the raw and the evaluated embedding.
+
+    ``raw`` is the extractor's output as stored; ``evaluated`` is what the chain scored (a
+    compressed variant, or a view of the raw output), which is never persisted.
+    """
+    return endpoint_footprint(evaluated_bytes, persisted, output_array(output))
+
+
+def endpoint_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, array: str) -> dict[str, Any]:
+    """:func:`embedding_footprint` for the stored array named ``array``."""
+    status = NOT_PERSISTED if persisted is None else persisted["status"]
+    stored = None if persisted is None else persisted["bytes"].get(array)
+    raw_bytes = evaluated_bytes if persisted is None else persisted["logical"].get(array, evaluated_bytes)
+    if status == MEASURED and stored is None:
+        status = UNAVAILABLE
+    return {"raw": {"logical_bytes": int(raw_bytes), "persisted_bytes": stored, "persisted_status": status},
+            "evaluated": {"logical_bytes": int(evaluated_bytes), "persisted_bytes": None,
+                          "persisted_status": NOT_PERSISTED}}
