@@ -190,6 +190,27 @@ def test_zero_shot_is_byte_identical(dask_client):
     assert json_codec.dumps(local_data) == json_codec.dumps(remote_data)
 
 
+def test_the_cache_works_on_workers_miss_then_hit_with_identical_scores(dask_client, tmp_path):
+    from vertebrae.cache import CacheConfig
+
+    def make(store):
+        return Benchmark(classes(), three_extractors()[:2], separatix_config=NO_SEPARATIX,
+                         cache_config=CacheConfig(store=str(store)))
+
+    import shutil
+
+    store = tmp_path / "cache"
+    local = run_locally(make(store))
+    shutil.rmtree(store)  # the dask run starts from an empty store too (the location is part of the result)
+    first = make(store).run(runner=DaskRunner(dask_client))
+    assert without_timing(local) == without_timing(first)  # both misses
+    again = make(store).run(runner=DaskRunner(dask_client))
+    assert [r.embedding["cache_status"] for r in first.extractor_results] == ["miss", "miss"]
+    assert [r.embedding["cache_status"] for r in again.extractor_results] == ["hit", "hit"]
+    assert [r.overlap.to_dict() for r in again.extractor_results] == [r.overlap.to_dict()
+                                                                     for r in first.extractor_results]
+
+
 # ----------------------------------------------------------------------------- user errors
 def failing(X):
     raise KeyError("column 'age' is missing")
