@@ -17,6 +17,7 @@ from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, Skle
 from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
+from . import relational
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
@@ -52,4 +53,5 @@ __all__ = [
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",
+    "relational",
 ]

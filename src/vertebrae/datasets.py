@@ -6,6 +6,7 @@ any extractor runs.  Datasets are immutable; ``with_groups`` returns a new one.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -73,6 +74,9 @@ class BenchmarkDataset:
     target_views: Mapping[str, Targets] = dataclasses.field(default_factory=FrozenDict)
     #: Label-hierarchy levels, top first: level name -> single-label targets.
     label_levels: Mapping[str, Targets] = dataclasses.field(default_factory=FrozenDict)
+    #: How the rows were materialized (relational units, segmentation tokens, multi-modal fields): JSON-safe
+    #: report fields copied into :meth:`summary` under ``"structure"`` (see docs/datasets.md).
+    structure: Mapping[str, Any] = dataclasses.field(default_factory=FrozenDict)
 
     @property
     def n_samples(self) -> int:
@@ -194,6 +198,8 @@ class BenchmarkDataset:
             summary["target_views"] = {name: t.summary() for name, t in self.target_views.items()}
         if self.label_levels:
             summary["label_levels"] = {name: t.summary() for name, t in self.label_levels.items()}
+        if self.structure:
+            summary["structure"] = copy.deepcopy(dict(self.structure))
         return summary
 
 
