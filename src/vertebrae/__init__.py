@@ -18,6 +18,7 @@ from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtra
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from . import relational
+from .multimodal import FieldExtractor, MultiModalInputs
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
@@ -53,5 +54,5 @@ __all__ = [
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",
-    "relational",
+    "relational", "FieldExtractor", "MultiModalInputs",
 ]

@@ -20,6 +20,7 @@ from .datasets import BenchmarkDataset
 from .errors import ConfigTypeError, InputTypeError, InputValidationError, VertebraeError
 from .execution.context import Chain, RunContext
 from .fingerprint import package_version
+from .multimodal import check_extractor_fields
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
@@ -79,6 +80,7 @@ class Benchmark:
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
         self.dataset = dataset
         self.extractors = _validate_extractors(extractors)
+        check_extractor_fields(dataset, self.extractors)
         scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
                                                                             dataset.target_type)
         scoring_config = scoring_config or OverlapScoringConfig()

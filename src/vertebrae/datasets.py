@@ -122,6 +122,22 @@ class BenchmarkDataset:
         dataset = cls(identity, targets, inputs=X, name=name or identity.dataset_id)
         return dataset.with_groups(groups) if groups is not None else dataset
 
+    @classmethod
+    def from_multimodal(cls, inputs: Mapping[str, Any], labels: Any, *, modalities: Mapping[str, str],
+                        identity: DatasetIdentity | None = None, aligned_field: str | None = None,
+                        target_type: str | None = None, label_names: Sequence[Any] | None = None,
+                        target_names: Sequence[str] | None = None, groups: Any = None,
+                        name: str | None = None) -> "BenchmarkDataset":
+        """Dataset over several aligned input fields per sample (see :mod:`vertebrae.multimodal`)."""
+        from .multimodal import build_multimodal_inputs, multimodal_structure
+
+        identity = require_identity(identity, where="BenchmarkDataset.from_multimodal")
+        fields = build_multimodal_inputs(inputs, modalities)
+        structure = multimodal_structure(fields, aligned_field)
+        dataset = cls.from_arrays(fields, labels, identity=identity, target_type=target_type,
+                                  label_names=label_names, target_names=target_names, groups=groups, name=name)
+        return dataclasses.replace(dataset, structure=FrozenDict(structure))
+
     def with_groups(self, groups: Any) -> "BenchmarkDataset":
         """Attach independence groups (forwarded to group-aware diagnostics and metrics)."""
         return dataclasses.replace(self, groups=build_groups(groups, self.n_samples))
