@@ -19,6 +19,7 @@ from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from . import relational
 from .multimodal import FieldExtractor, MultiModalInputs
+from .segmentation import SegmentationDataset, spatial_feature_map
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
@@ -54,5 +55,5 @@ __all__ = [
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",
-    "relational", "FieldExtractor", "MultiModalInputs",
+    "relational", "FieldExtractor", "MultiModalInputs", "SegmentationDataset", "spatial_feature_map",
 ]
