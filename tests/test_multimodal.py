@@ -123,3 +123,18 @@ def test_bad_fields_are_rejected_before_anything_runs(data):
         BenchmarkDataset.from_multimodal([images], larger, modalities=modalities, identity=IDENTITY)
     with pytest.raises(InputValidationError, match="fields must be distinct non-empty field names"):
         FieldExtractor(SklearnExtractor("tfidf", text_model()), ("caption", "caption"))
+
+
+def test_named_outputs_pass_through_a_field_reader(data):
+    images, texts, larger = data
+    dataset = BenchmarkDataset.from_multimodal({"image": images, "caption": texts}, larger,
+                                               modalities={"image": "image", "caption": "text"}, identity=IDENTITY)
+    model = tiny_cnn(pooled=True)
+    two = TorchExtractor("cnn", model, device="cpu", outputs=("full", "half"),
+                         output_fn=lambda out: {"full": out, "half": out[:, :4]})
+    reader = FieldExtractor(two, "image")
+    assert not hasattr(FieldExtractor(TorchExtractor("one", model, device="cpu"), "image"), "output_names")
+    result = Benchmark(dataset, [reader], separatix_config=OFF).run()
+    assert [r.name for r in result.extractor_results] == ["cnn:full", "cnn:half"]
+    assert {r.embedding["output_name"]: r.embedding["source"] for r in result.extractor_results} == {
+        "full": "image", "half": "image"}

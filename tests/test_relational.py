@@ -61,7 +61,7 @@ def test_edge_rows_are_the_composed_endpoints_and_score_like_a_plain_benchmark(g
     assert structure["n_edges"] == len(kinds) == dataset.n_samples
 
 
-def test_node_rows_separate_planted_communities_and_reports_carry_the_unit(graph):
+def test_node_rows_separate_planted_communities_and_reports_carry_the_unit(graph, tmp_path):
     nodes, community, ids, edge_index, _ = graph
     dataset = relational.from_node_embeddings(nodes, community, ids, edge_index, identity=IDENTITY)
     result = _run(dataset)
@@ -75,6 +75,9 @@ def test_node_rows_separate_planted_communities_and_reports_carry_the_unit(graph
                                                     "directed": False, "self_loops": "error"}
     markdown = result.to_markdown()
     assert "## Dataset structure" in markdown and "| relational_unit | node |" in markdown
+    page = (tmp_path / "report.html")
+    result.save_html(page)
+    assert "<td>relational_unit</td><td>node</td>" in page.read_text().replace("\n", "")
 
 
 def test_entity_pair_and_triplet_rows(graph):

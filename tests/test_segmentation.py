@@ -144,3 +144,21 @@ def test_bad_segmentation_input_is_rejected(shapes):
         bad = features.copy()
         bad[3, 0, 0, 0] = np.nan
         dataset.token_dataset(bad)
+
+
+def test_separatix_sees_source_images_as_groups(shapes):
+    """The benchmark forwards the token groups: its Separatix result equals a direct grouped call."""
+    from vertebrae import SeparatixScorer
+
+    dataset, features = shapes
+    tokens = dataset.token_dataset(features)
+    benchmark = Benchmark(tokens, [PrecomputedExtractor("cnn")], separatix_config=SeparatixConfig(run_when="always"))
+    result, settings = benchmark.run().extractor_results[0], benchmark.settings
+    direct = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config).diagnose(
+        tokens.embeddings, tokens.targets, overlap_score=result.overlap.score,
+        groups=dataset.assign_cells((8, 8)).provenance[:, 0])
+    assert result.separatix.status == direct.status == "completed"
+    assert result.separatix.scores == direct.scores
+    ungrouped = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config).diagnose(
+        tokens.embeddings, tokens.targets, overlap_score=result.overlap.score)
+    assert result.separatix.report["grouping"] != ungrouped.report["grouping"]
