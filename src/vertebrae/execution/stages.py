@@ -19,6 +19,7 @@ from ..compression import (Compressor, EmbeddingCompressionConfig, compression_f
                            raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
+from ..multimodal import input_source
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
 from ..scoring.metrics import MetricsArtifact, metrics_cache_eligible, metrics_key_fingerprint, run_metrics
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
@@ -223,6 +224,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     embedding_metadata = {**embedding_artifact.metadata, "parent_extractor_name": job.params["parent"]}
     if job.params["output"] is not None:
         embedding_metadata.update(output_metadata(extractor, job.params["output"]))
+    embedding_metadata.update(input_source(extractor, context.dataset))  # multi-modal: fields read, source
     view = job.params.get("view")
     return ExtractorResult(
         name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
