@@ -20,6 +20,10 @@ from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, Skle
 from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
+from . import relational
+from .multimodal import FieldExtractor, MultiModalInputs
+from .segmentation import SegmentationDataset, spatial_feature_map
+from .structured import UnitAnnotations, save_unit_artifact
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
@@ -58,5 +62,7 @@ __all__ = [
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",
+    "relational", "FieldExtractor", "MultiModalInputs", "SegmentationDataset", "spatial_feature_map",
+    "UnitAnnotations", "save_unit_artifact",
     "ExecutionError", "MemoryBudgetError", "MemoryConfig",
 ]

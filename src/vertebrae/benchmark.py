@@ -23,6 +23,7 @@ from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_s
                                 stage_cache)
 from .execution.context import Chain, RunContext
 from .fingerprint import package_version
+from .multimodal import check_extractor_fields
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
@@ -87,6 +88,7 @@ class Benchmark:
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
         self.dataset = dataset
         self.extractors = _validate_extractors(extractors)
+        check_extractor_fields(dataset, self.extractors)
         scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
                                                                             dataset.target_type)
         scoring_config = scoring_config or OverlapScoringConfig()

@@ -6,6 +6,7 @@ any extractor runs.  Datasets are immutable; ``with_groups`` returns a new one.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -73,6 +74,9 @@ class BenchmarkDataset:
     target_views: Mapping[str, Targets] = dataclasses.field(default_factory=FrozenDict)
     #: Label-hierarchy levels, top first: level name -> single-label targets.
     label_levels: Mapping[str, Targets] = dataclasses.field(default_factory=FrozenDict)
+    #: How the rows were materialized (relational units, segmentation tokens, multi-modal fields): JSON-safe
+    #: report fields copied into :meth:`summary` under ``"structure"`` (see docs/datasets.md).
+    structure: Mapping[str, Any] = dataclasses.field(default_factory=FrozenDict)
 
     @property
     def n_samples(self) -> int:
@@ -117,6 +121,22 @@ class BenchmarkDataset:
             identity = identity.with_content(_content_hash(inputs_sha256(X), targets))
         dataset = cls(identity, targets, inputs=X, name=name or identity.dataset_id)
         return dataset.with_groups(groups) if groups is not None else dataset
+
+    @classmethod
+    def from_multimodal(cls, inputs: Mapping[str, Any], labels: Any, *, modalities: Mapping[str, str],
+                        identity: DatasetIdentity | None = None, aligned_field: str | None = None,
+                        target_type: str | None = None, label_names: Sequence[Any] | None = None,
+                        target_names: Sequence[str] | None = None, groups: Any = None,
+                        name: str | None = None) -> "BenchmarkDataset":
+        """Dataset over several aligned input fields per sample (see :mod:`vertebrae.multimodal`)."""
+        from .multimodal import build_multimodal_inputs, multimodal_structure
+
+        identity = require_identity(identity, where="BenchmarkDataset.from_multimodal")
+        fields = build_multimodal_inputs(inputs, modalities)
+        structure = multimodal_structure(fields, aligned_field)
+        dataset = cls.from_arrays(fields, labels, identity=identity, target_type=target_type,
+                                  label_names=label_names, target_names=target_names, groups=groups, name=name)
+        return dataclasses.replace(dataset, structure=FrozenDict(structure))
 
     def with_groups(self, groups: Any) -> "BenchmarkDataset":
         """Attach independence groups (forwarded to group-aware diagnostics and metrics)."""
@@ -194,6 +214,8 @@ class BenchmarkDataset:
             summary["target_views"] = {name: t.summary() for name, t in self.target_views.items()}
         if self.label_levels:
             summary["label_levels"] = {name: t.summary() for name, t in self.label_levels.items()}
+        if self.structure:
+            summary["structure"] = copy.deepcopy(dict(self.structure))
         return summary
 
 

@@ -409,7 +409,10 @@ class BenchmarkResult(ResultFamily):
         ranked = self.ranked_results()
         rank_of = {id(r): i + 1 for view in self.views() for i, r in enumerate(self.ranked_results(view))}
         chosen = ranked + ([r for r in self.extractor_results if id(r) not in rank_of] if include_invalid else [])
-        return [result_row(r, rank_of.get(id(r))) for r in chosen]
+        structured = {k: self.dataset_summary.get("structure", {}).get(k)  # structured unit outputs only
+                      for k in ("task_family", "alignment_mode", "alignment_recipe")}
+        extra = structured if structured["task_family"] is not None else {}
+        return [{**result_row(r, rank_of.get(id(r))), **extra} for r in chosen]
 
     def to_dataframe(self, include_invalid: bool = False) -> Any:
         """A pandas DataFrame, ranked and valid-only unless ``include_invalid=True``.

@@ -36,14 +36,20 @@ MEASURED, NOT_PERSISTED, UNAVAILABLE = "measured", "not_persisted", "unavailable
 
 @dataclasses.dataclass(frozen=True)
 class ArtifactCodec:
-    """How one stage's artifact becomes a :class:`StoredArtifact` and back."""
+    """How one stage's artifact becomes a :class:`StoredArtifact` and back.
+
+    ``cached=False``: the artifact has a serialized form (for stores shared by staged and
+    distributed runs) but the embedding cache does not reuse it (scores are cheap next to
+    extraction, and their runtimes should be measured).
+    """
 
     kind: str
     encode: Callable[[Any], StoredArtifact]
     decode: Callable[[StoredArtifact], Any]
+    cached: bool = True
 
 
-#: (pipeline, stage) -> codec; a stage is cached only if it is listed here.
+#: (pipeline, stage) -> codec; a stage is cached only if it is listed here with ``cached=True``.
 CODECS: dict[tuple[str, str], ArtifactCodec] = {}
 
 
@@ -142,6 +148,7 @@ def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
     """Run one job through the run's cache (``context.cache``, None without a cache): what every runner calls."""
     cache: StageCache | None = getattr(context, "cache", None)
     codec = CODECS.get((job.pipeline, job.stage))
+    codec = codec if codec is not None and codec.cached else None
     if cache is None or codec is None or not job.cache_eligible:
         artifact, timings = run_job(job, inputs, context)
         return computed_run(job, artifact, timings)
@@ -261,3 +268,5 @@ def endpoint_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, a
     return {"raw": {"logical_bytes": int(raw_bytes), "persisted_bytes": stored, "persisted_status": status},
             "evaluated": {"logical_bytes": int(evaluated_bytes), "persisted_bytes": None,
                           "persisted_status": NOT_PERSISTED}}
+
+from . import payload_codecs  # noqa: E402,F401  (registers the JSON codecs of the scoring payloads)

@@ -293,6 +293,9 @@ class _DaskRun:
         extractor = self.context.extractors.get(job.params["extractor"]) if n else None
         if self.shard_rows is None or n <= self.shard_rows or not getattr(extractor, "shardable", True):
             return None
+        rows = self.context.dataset.extractor_input
+        if not (hasattr(rows, "shape") or isinstance(rows, (list, tuple))):
+            return None  # inputs that do not slice by rows (e.g. multi-modal fields) run whole
         return [(start, min(start + self.shard_rows, n)) for start in range(0, n, self.shard_rows)]
 
     def _submit(self, job: StageJob, context: Any, needed: list[Any]) -> Any:

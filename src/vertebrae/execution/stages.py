@@ -24,6 +24,7 @@ from ..compression import (Compressor, EmbeddingCompressionConfig, compression_f
 from .._sparse import is_sparse, sparse_module
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError, VertebraeError
+from ..multimodal import input_source
 from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
 from ..scoring.memory import BudgetedInput, apply_memory_budget
 from ..scoring.metrics import MetricsArtifact, metrics_cache_eligible, metrics_key_fingerprint, run_metrics
@@ -292,6 +293,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     embedding_metadata = {**embedding_artifact.metadata, "parent_extractor_name": job.params["parent"]}
     if job.params["output"] is not None:
         embedding_metadata.update(output_metadata(extractor, job.params["output"]))
+    embedding_metadata.update(input_source(extractor, context.dataset))  # multi-modal: fields read, source
     budgeted: BudgetedInput | None = inputs.get("budget")
     if budgeted is not None:
         embedding_metadata["memory_budget"] = budgeted.record

@@ -194,3 +194,26 @@ class HFTextExtractor(BatchedExtractor):
 
         with frozen(model, device):
             return self._stream(len(texts), embed)
+
+
+def token_states(extractor: HFTextExtractor, texts: Any, *, hidden_layer: int = -1
+                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-token hidden states ``(n_tokens, width)`` of each text and its tokens' character offsets.
+
+    The structured output that :mod:`vertebrae.structured` aligns units to (one text per
+    forward pass, so no padding enters the states).
+    """
+    where = f"HFTextExtractor {extractor.name!r}"
+    texts = check_texts(texts, where=where)
+    (layer,) = resolve_layers(hidden_layer, extractor.n_layers, where=where)
+    tokenizer, model = extractor.load()
+    device = resolve_device(extractor.device, where=where)
+    states, offsets = [], []
+    with frozen(model, device):
+        for text in texts:
+            encoded = tokenizer(text, truncation=True, max_length=extractor.max_length, return_tensors="pt",
+                                return_offsets_mapping=True)
+            offsets.append(encoded.pop("offset_mapping")[0].numpy())
+            out = model(**to_device(dict(encoded), device), output_hidden_states=True)
+            states.append(out.hidden_states[layer][0].float().cpu().numpy())
+    return states, offsets

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import SerializationError
 from . import figures
+from .markdown_structure import structure_rows
 from .markdown_table import plain
 from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
@@ -90,6 +91,7 @@ def _dataset(data: Mapping[str, Any]) -> str:
             rows.append([key.replace("_", " "), s[key]])
     if s.get("target_names"):
         rows.append(["targets", ", ".join(s["target_names"])])
+    rows += structure_rows(s)  # relational units, segmentation tokens, structured units, multi-modal fields
     return "<h2>Dataset</h2>\n" + html_table(["field", "value"], rows)
 
 

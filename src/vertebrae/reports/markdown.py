@@ -14,6 +14,7 @@ from .markdown_compression import compression_section
 from .markdown_metrics import metrics_detail
 from .markdown_separatix import separatix_detail
 from .markdown_stability import stability_section
+from .markdown_structure import structure_section
 from .markdown_table import table, text
 from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
@@ -201,6 +202,7 @@ SECTIONS: list[Section] = [_title, _answer, _ranking, _how_to_read, _dataset_sum
                            _reproducibility]
 
 SECTIONS.append(compression_section)
+SECTIONS.insert(SECTIONS.index(_target_summary) + 1, structure_section)
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:

@@ -1,0 +1,21 @@
+"""Markdown section (and the rows the HTML report shows) for a dataset's structure: how its rows were materialized (relational units,
+segmentation tokens, multi-modal fields), from the serialized dataset summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .markdown_table import table
+
+
+def structure_rows(summary: Mapping[str, Any]) -> list[list[Any]]:
+    """One ``[field, value]`` row per structure field; nested values as compact JSON (the JSON keeps them whole)."""
+    return [[name, json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value]
+            for name, value in (summary.get("structure") or {}).items()]
+
+
+def structure_section(data: Mapping[str, Any]) -> str:
+    rows = structure_rows(data["dataset_summary"])
+    return "## Dataset structure\n\n" + table(["field", "value"], rows) if rows else ""
