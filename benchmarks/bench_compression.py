@@ -17,11 +17,11 @@ vertebrae alternate, and the median wall time is printed with the ratios: ``stag
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import statistics
 import time
 
 import numpy as np
+from fresh_process import in_fresh_process
 
 K, SEED = 20, 0
 VARIANTS = {"pca64": {"method": "pca", "n_components": 64}, "svd64": {"method": "truncated_svd", "n_components": 64},
@@ -84,13 +84,7 @@ def _child(kind: str, variant: str, size: dict, queue) -> None:
 
 
 def _once(kind: str, variant: str, size: dict) -> tuple[float, float]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(kind, variant, size, queue))
-    proc.start()
-    run = queue.get()
-    proc.join()
-    return run
+    return in_fresh_process(_child, kind, variant, size)
 
 
 def main() -> None:

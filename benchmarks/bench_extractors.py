@@ -18,11 +18,12 @@ runs alternate so load drifts hit both; median time and max peak RSS are reporte
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import resource
 import statistics
 import time
+
+from fresh_process import in_fresh_process
 
 
 def _texts(n: int) -> list[str]:
@@ -92,13 +93,7 @@ def _child(case: str, kind: str, args: dict, queue) -> None:
 
 
 def _once(case: str, kind: str, args: dict):
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(case, kind, args, queue))
-    proc.start()
-    run = queue.get()
-    proc.join()
-    return run
+    return in_fresh_process(_child, case, kind, args)
 
 
 def main() -> None:

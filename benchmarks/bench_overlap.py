@@ -11,12 +11,12 @@ the bare dependency call.  Both run under a one-thread limit with L2 normalizati
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import resource
 import statistics
 import time
 
 import numpy as np
+from fresh_process import in_fresh_process
 
 K, SEED = 20, 0
 
@@ -70,13 +70,7 @@ def _child(kind: str, case: dict, queue) -> None:
 
 
 def _once(kind: str, case: dict) -> tuple[float, int, int, float]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(kind, case, queue))
-    proc.start()
-    run = queue.get()
-    proc.join()
-    return run
+    return in_fresh_process(_child, kind, case)
 
 
 def measure(case: dict, repeats: int) -> dict[str, tuple[float, int, float]]:

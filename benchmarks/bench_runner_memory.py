@@ -13,11 +13,11 @@ the 1-extractor run to a bare OverlapIndex.fit_offline on the same matrix.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import resource
 import time
 
 import numpy as np
+from fresh_process import in_fresh_process
 
 K, SEED = 20, 0
 
@@ -62,13 +62,7 @@ def _child(kind: str, n: int, dim: int, queue) -> None:
 
 
 def once(kind: str, n: int, dim: int) -> tuple[float, int, int]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(kind, n, dim, queue))
-    proc.start()
-    result = queue.get()
-    proc.join()
-    return result
+    return in_fresh_process(_child, kind, n, dim)
 
 
 def main() -> None:
