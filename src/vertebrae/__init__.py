@@ -18,6 +18,7 @@ from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtra
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
+from .profiling import ResourceProfilingConfig
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
@@ -52,4 +53,5 @@ __all__ = [
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",
+    "ResourceProfilingConfig",
 ]

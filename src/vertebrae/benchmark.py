@@ -23,6 +23,7 @@ from .fingerprint import package_version
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
+from .profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .results import BenchmarkResult, ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
@@ -48,6 +49,8 @@ class BenchmarkSettings:
     stability_config: StabilityConfig | None = None
     #: Compression variants evaluated for every extractor (empty: the raw embedding only).
     compression: tuple[EmbeddingCompressionConfig, ...] = ()
+    #: Measure each extraction (latency, memory, footprints); None: no resource profiles.
+    resource_profiling: ResourceProfilingConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -55,7 +58,8 @@ class BenchmarkSettings:
                 "metrics": metrics_fingerprint(self.metrics)["metrics"],
                 "separatix_config": None if self.separatix_config is None else self.separatix_config.to_dict(),
                 "stability_config": None if self.stability_config is None else self.stability_config.to_dict(),
-                "compression": [config.to_dict() for config in self.compression]}
+                "compression": [config.to_dict() for config in self.compression],
+                "resource_profiling": None if self.resource_profiling is None else self.resource_profiling.to_dict()}
 
 
 class Benchmark:
@@ -72,6 +76,7 @@ class Benchmark:
                  target_view_config: TargetViewConfig | None = None,
                  label_view_config: LabelViewConfig | None = None,
                  compression: Sequence[EmbeddingCompressionConfig] | None = None,
+                 resource_profiling: ResourceProfilingConfig | None = None,
                  on_error: str = "raise",
                  progress: bool | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
@@ -102,7 +107,8 @@ class Benchmark:
             scoring_config, continuous_config, primary_metric,
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
             separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config,
-            compression=check_compression("Benchmark", compression))
+            compression=check_compression("Benchmark", compression),
+            resource_profiling=check_profiling("Benchmark", resource_profiling))
         for argument, value, kind in (("target_view_config", target_view_config, TargetViewConfig),
                                       ("label_view_config", label_view_config, LabelViewConfig)):
             if value is not None and not isinstance(value, kind):
@@ -191,6 +197,12 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
     result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
                                  embedding=embedding, compression=compression)
     result.runtime = _runtime(keys, outcome, result)
+    if settings.resource_profiling is not None and settings.resource_profiling.enabled:
+        measured = outcome.timings.get(keys["extract"], {}).get(PROFILE_KEY)
+        raw = assembled.embedding.get("logical_bytes") if compression is None \
+            else compression.get("footprint", {}).get("raw_bytes")
+        result.resource_profile = chain_profile(measured, cache["cache_status"], raw,
+                                                assembled.embedding.get("logical_bytes"))
     return result
 
 
@@ -201,7 +213,7 @@ def _runtime(keys: dict[str, str], outcome: RunOutcome, result: ExtractorResult)
         timings = outcome.timings.get(keys.get(stage, ""), {})
         if timings:
             runtime[stage] = timings["seconds"]
-            runtime.update({name: seconds for name, seconds in timings.items() if name != "seconds"})
+            runtime.update({name: seconds for name, seconds in timings.items() if name not in ("seconds", PROFILE_KEY)})
     if result.separatix is not None:
         runtime["separatix"] = result.separatix.runtime_seconds
     return runtime

@@ -90,10 +90,8 @@ def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
     supervised = bool(getattr(extractor, "supervised", False))
     try:
         extractor.fit(dataset.extractor_input, estimator_targets(dataset.targets) if supervised else None)
-        if hasattr(extractor, "transform_many"):
-            outputs = dict(extractor.transform_many(dataset.extractor_input))
-        else:
-            outputs = {None: extractor.transform(dataset.extractor_input)}
+        outputs = _transform(extractor, dataset.extractor_input, getattr(context.settings, "resource_profiling", None),
+                             timings)
     except VertebraeError:
         raise
     except Exception as exc:  # an extractor is user code: name it in the error
@@ -107,6 +105,21 @@ def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
                                  "check the extractor (a collapsed or untrained model?)")
         matrices[output], metadata[output] = matrix, embedding_metadata(matrix)
     return EmbeddingSet(matrices, metadata)
+
+
+def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) -> dict[str | None, Any]:
+    """Every output of the extractor; measured (into ``timings``, beside the artifact) when profiling is on."""
+    def call() -> dict[str | None, Any]:
+        if hasattr(extractor, "transform_many"):
+            return dict(extractor.transform_many(X))
+        return {None: extractor.transform(X)}
+
+    if profiling is None or not profiling.enabled:
+        return call()
+    from ..profiling import PROFILE_KEY, profile_extraction
+
+    outputs, timings[PROFILE_KEY] = profile_extraction(profiling, extractor, X, call)
+    return outputs
 
 
 @stage(PIPELINE, "embedding", version=1, reads=("extract",), context=("output",))
