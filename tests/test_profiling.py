@@ -39,7 +39,7 @@ def minilm_run(minilm_path, tweets):
 
 
 def test_config_is_validated():
-    assert ResourceProfilingConfig().to_dict() == {"enabled": True, "rss_interval_seconds": 0.005,
+    assert ResourceProfilingConfig().to_dict() == {"enabled": True, "rss_interval_seconds": 0.01,
                                                    "synchronize": True}
     with pytest.raises(ConfigError, match="rss_interval_seconds"):
         ResourceProfilingConfig(rss_interval_seconds=0)
@@ -205,3 +205,12 @@ def test_latency_comparability_names_the_differing_context():
     assert latency_mismatches([profile(), profile()]) == []
     assert latency_mismatches([profile(), profile(device="cuda:0", batch_size=16)]) == ["batch_size", "device"]
     assert latency_mismatches([profile(), {"status": CACHE_HIT}]) == []
+
+
+def test_rss_reading_matches_the_kernels_vmrss():
+    from vertebrae.profiling import _rss_reader
+
+    source, read = _rss_reader()
+    vmrss = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+    assert source in ("psutil", "proc_statm")
+    assert read() == pytest.approx(vmrss, rel=0.05)
