@@ -214,3 +214,28 @@ def test_rss_reading_matches_the_kernels_vmrss():
     vmrss = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
     assert source in ("psutil", "proc_statm")
     assert read() == pytest.approx(vmrss, rel=0.05)
+
+
+def test_retrieval_keeps_query_and_gallery_profiles_apart(minilm, tweets):
+    from vertebrae import RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig, RetrievalDataset
+
+    gallery = list(tweets.texts[:20])
+    queries = [text.upper() for text in gallery[:6]]
+    dataset = RetrievalDataset.from_inputs(queries, gallery, relevance=[(i, i, 1) for i in range(6)],
+                                           identity=DatasetIdentity.declared("tweet-retrieval", "1"))
+    extractor = SentenceTransformerExtractor("st", minilm, batch_size=4, device="cpu", progress=False)
+    result = RetrievalBenchmark(dataset, [extractor], retrieval_config=RetrievalConfig(cutoffs=[1, 5]),
+                                resource_profiling=ResourceProfilingConfig(), progress=False).run()
+    profile = result["st"].resource_profile
+    assert profile["query"]["latency"]["calls"] == 2 and profile["gallery"]["latency"]["calls"] == 5
+    assert profile["query"]["throughput"]["samples"] == 6 and profile["gallery"]["throughput"]["samples"] == 20
+    assert profile["query"]["context"]["workload"]["total_characters"] == sum(len(q) for q in queries)
+    assert profile["gallery"]["embedding_bytes"]["evaluated_logical_bytes"] == 20 * 384 * 4
+    assert profile["query"]["model"]["parameter_count"] == sum(p.numel() for p in minilm.parameters())
+    assert profile["query"]["model"]["checkpoint_status"] == "unavailable"  # an in-memory model declares no files
+    assert RetrievalBenchmarkResult.from_json(result.to_json())["st"].resource_profile == profile
+    row = result.to_dataframe().iloc[0]
+    assert row["query.resource.samples_per_second"] == profile["query"]["throughput"]["samples_per_second"]
+    assert row["gallery.resource.warm_count"] == 4
+    with pytest.raises(ConfigTypeError, match="RetrievalBenchmark: resource_profiling"):
+        RetrievalBenchmark(dataset, [extractor], resource_profiling=True)
