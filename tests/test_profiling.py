@@ -239,3 +239,5 @@ def test_retrieval_keeps_query_and_gallery_profiles_apart(minilm, tweets):
     assert row["gallery.resource.warm_count"] == 4
     with pytest.raises(ConfigTypeError, match="RetrievalBenchmark: resource_profiling"):
         RetrievalBenchmark(dataset, [extractor], resource_profiling=True)
+    markdown = result.to_markdown().split("## Quality cohort resources")[1]
+    assert "| st | query |" in markdown and "| st | gallery |" in markdown
