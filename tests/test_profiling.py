@@ -124,6 +124,9 @@ def test_profile_reaches_json_markdown_and_dataframe(minilm_run):
     # Different batch sizes: the report says the latencies are not comparable, and why.
     assert "not comparable" in section and "batch_size" in section
     assert "## Quality cohort resources" not in markdown.split("## Quality cohort resources")[0]
+    from vertebrae.reports import figures
+
+    assert "warm median latency" in figures.cohort_resources(result.serialized())  # the HTML figure reads it too
 
 
 def test_single_call_extractor_has_no_warm_distribution(blob_dataset):
@@ -241,3 +244,17 @@ def test_retrieval_keeps_query_and_gallery_profiles_apart(minilm, tweets):
         RetrievalBenchmark(dataset, [extractor], resource_profiling=True)
     markdown = result.to_markdown().split("## Quality cohort resources")[1]
     assert "| st | query |" in markdown and "| st | gallery |" in markdown
+
+
+def test_a_failing_extractor_stops_the_sampler_and_is_named(blob_dataset):
+    import threading
+
+    from vertebrae.errors import ExtractorError
+
+    def broken(X):
+        raise RuntimeError("boom")
+
+    with pytest.raises(ExtractorError, match="'bad' failed during fit/transform: RuntimeError: boom"):
+        Benchmark(blob_dataset, [CallableExtractor("bad", broken)], resource_profiling=ResourceProfilingConfig(),
+                  separatix_config=NO_SEPARATIX, progress=False).run()
+    assert not any(t.name == "vertebrae-rss" for t in threading.enumerate())

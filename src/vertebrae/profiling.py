@@ -239,12 +239,14 @@ class ExtractionProfiler:
         allocator = DeviceAllocator(device_before)
         rss = RssSampler(self.config.rss_interval_seconds)
         rss.start()
-        allocator.start()
-        self._started = time.perf_counter()
-        with observe_batches(self.batch):
-            outputs = transform()
-        wall = time.perf_counter() - self._started
-        host = rss.stop()
+        try:
+            allocator.start()
+            self._started = time.perf_counter()
+            with observe_batches(self.batch):
+                outputs = transform()
+            wall = time.perf_counter() - self._started
+        finally:  # a failing extractor must not leave the sampler thread running
+            host = rss.stop()
         if not self.calls:  # not a batched extractor: the one transform call is the one observed call
             self.calls.append((wall, self.n_samples))
         device_after = self._resolve_device()
@@ -290,6 +292,7 @@ class ExtractionProfiler:
                 "precision": None if not dtypes else ",".join(dtypes), "precision_source": "stored_weights"
                 if dtypes else None, "torch_threads": None if torch is None else torch.get_num_threads(),
                 "cpu_count": os.cpu_count(), "synchronization": synchronization,
+                "synchronized_boundaries": self.synchronized_boundaries,
                 "synchronization_failures": list(self.sync_failures),
                 "framework_versions": {package: package_version(package) for module_name, package
                                        in FRAMEWORKS.items() if module_name in sys.modules}}
