@@ -186,6 +186,8 @@ class ExtractionProfiler:
         self.sync_failures: list[str] = []
         self.synchronized_boundaries = 0
         self.device: Any = None
+        self.device_after: Any = None
+        self.allocator: DeviceAllocator | None = None
         self._started = 0.0
 
     # -- device ---------------------------------------------------------------
@@ -201,13 +203,14 @@ class ExtractionProfiler:
             self.sync_failures.append(f"{type(exc).__name__}: {exc}")
 
     def _resolve_device(self) -> Any:
-        """The torch device the extraction runs on: the declared one, else (``"auto"``) where the model is."""
+        """Where the extraction runs, read inside the batch call: the model's parameters once it is loaded (the
+        extractors move it there), else the declared device; ``("multi", devices)`` for a model on several."""
         module = torch_module(self.extractor)
         torch = sys.modules.get("torch")
         declared = getattr(self.extractor, "device", None)
         if torch is None or not isinstance(declared, str):
             return None
-        if declared == "auto" and module is not None:
+        if module is not None:
             devices = _devices(module)
             return torch.device(devices[0]) if len(devices) == 1 else ("multi", devices)
         from .extractors.torch import resolve_device
@@ -219,12 +222,22 @@ class ExtractionProfiler:
 
     # -- hooks ----------------------------------------------------------------
     def batch(self, embed: Callable[[Any], Any], rows: Any) -> Any:
-        """The batch hook: one timed (synchronized when supported) extractor call."""
+        """The batch hook: one timed (synchronized when supported) extractor call.
+
+        The first call opens the device window (allocator baseline, peak reset) on the device the model is on
+        then; every call re-reads it, so a model that moves is noticed.
+        """
+        if self.allocator is None:
+            device = self._resolve_device()
+            self.device = None if isinstance(device, tuple) else device  # several devices: none to synchronize
+            self.allocator = DeviceAllocator(device)
+            self.allocator.start()
         self._synchronize()
         start = time.perf_counter()
         out = embed(rows)
         self._synchronize()
         end = time.perf_counter()
+        self.device_after = self._resolve_device()
         # The first call counts from the start of transform, so it includes lazy model loading.
         self.calls.append(((end - self._started) if not self.calls else (end - start), len(rows)))
         return out
@@ -233,25 +246,20 @@ class ExtractionProfiler:
         """Run ``transform()`` under measurement; return (its outputs, the inference profile)."""
         from .extractors.batching import observe_batches
 
-        device_before = self._resolve_device()
-        # A multi-device model has no single device to synchronize.
-        self.device = None if isinstance(device_before, tuple) else device_before
-        allocator = DeviceAllocator(device_before)
         rss = RssSampler(self.config.rss_interval_seconds)
         rss.start()
         try:
-            allocator.start()
             self._started = time.perf_counter()
             with observe_batches(self.batch):
                 outputs = transform()
             wall = time.perf_counter() - self._started
         finally:  # a failing extractor must not leave the sampler thread running
             host = rss.stop()
-        if not self.calls:  # not a batched extractor: the one transform call is the one observed call
+        if self.allocator is None:  # not a batched extractor: the one transform call is the one observed call
             self.calls.append((wall, self.n_samples))
-        device_after = self._resolve_device()
-        device_memory = allocator.stop(device_after, calls=len(self.calls), sync_failures=self.sync_failures)
-        return outputs, self._profile(wall, host, device_memory, device_after)
+            self.allocator = DeviceAllocator(None)
+        device_memory = self.allocator.stop(self.device_after, calls=len(self.calls), sync_failures=self.sync_failures)
+        return outputs, self._profile(wall, host, device_memory, self.allocator.device)
 
     # -- report ---------------------------------------------------------------
     def _profile(self, wall: float, host: dict[str, Any], device_memory: dict[str, Any], device: Any) -> dict[str, Any]:
