@@ -258,3 +258,26 @@ def test_a_failing_extractor_stops_the_sampler_and_is_named(blob_dataset):
         Benchmark(blob_dataset, [CallableExtractor("bad", broken)], resource_profiling=ResourceProfilingConfig(),
                   separatix_config=NO_SEPARATIX, progress=False).run()
     assert not any(t.name == "vertebrae-rss" for t in threading.enumerate())
+
+
+def test_torch_footprint_counts_frozen_parameters_and_checkpoint_files(blob_dataset, tmp_path):
+    import torch
+
+    from vertebrae import TorchExtractor
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 5), torch.nn.BatchNorm1d(5))
+    model[0].bias.requires_grad_(False)  # frozen: still a parameter
+    checkpoint = tmp_path / "weights.pt"
+    torch.save(model.state_dict(), checkpoint)
+    extractor = TorchExtractor("lin", model, device="cpu", batch_size=64, checkpoint_paths=[checkpoint],
+                               progress=False)
+    result = Benchmark(blob_dataset, [extractor], resource_profiling=ResourceProfilingConfig(),
+                       separatix_config=NO_SEPARATIX, progress=False).run()
+    facts = result["lin"].resource_profile["model"]
+    assert facts["parameter_count"] == 8 * 5 + 5 + 2 * 5  # linear weight + bias, batch-norm weight + bias
+    assert facts["trainable_parameter_count"] == facts["parameter_count"] - 5
+    assert facts["parameter_bytes"] == 4 * facts["parameter_count"]
+    assert facts["trainable_parameter_bytes"] == 4 * facts["trainable_parameter_count"]
+    assert facts["buffer_bytes"] == 4 * 5 + 4 * 5 + 8  # running mean, running var, num_batches_tracked (int64)
+    assert facts["checkpoint_bytes"] == os.path.getsize(checkpoint) and facts["status"] == "measured"
+    assert result["lin"].resource_profile["latency"]["calls"] == math.ceil(180 / 64)
