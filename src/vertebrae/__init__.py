@@ -25,6 +25,7 @@ from .multimodal import FieldExtractor, MultiModalInputs
 from .segmentation import SegmentationDataset, spatial_feature_map
 from .structured import UnitAnnotations, save_unit_artifact
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
+from .profiling import ResourceProfilingConfig
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
@@ -65,4 +66,5 @@ __all__ = [
     "relational", "FieldExtractor", "MultiModalInputs", "SegmentationDataset", "spatial_feature_map",
     "UnitAnnotations", "save_unit_artifact",
     "ExecutionError", "MemoryBudgetError", "MemoryConfig",
+    "ResourceProfilingConfig",
 ]

@@ -27,6 +27,7 @@ from .multimodal import check_extractor_fields
 from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
+from .profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .results import BenchmarkResult, ExtractorResult
 from .scoring.memory import MemoryConfig
 from .scoring.metric_result import OVERLAP_METRIC
@@ -54,6 +55,8 @@ class BenchmarkSettings:
     memory_config: MemoryConfig | None = None
     #: Compression variants evaluated for every extractor (empty: the raw embedding only).
     compression: tuple[EmbeddingCompressionConfig, ...] = ()
+    #: Measure each extraction (latency, memory, footprints); None: no resource profiles.
+    resource_profiling: ResourceProfilingConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -62,7 +65,8 @@ class BenchmarkSettings:
                 "separatix_config": None if self.separatix_config is None else self.separatix_config.to_dict(),
                 "stability_config": None if self.stability_config is None else self.stability_config.to_dict(),
                 "memory_config": None if self.memory_config is None else self.memory_config.to_dict(),
-                "compression": [config.to_dict() for config in self.compression]}
+                "compression": [config.to_dict() for config in self.compression],
+                "resource_profiling": None if self.resource_profiling is None else self.resource_profiling.to_dict()}
 
 
 class Benchmark:
@@ -79,6 +83,7 @@ class Benchmark:
                  target_view_config: TargetViewConfig | None = None,
                  label_view_config: LabelViewConfig | None = None,
                  compression: Sequence[EmbeddingCompressionConfig] | None = None,
+                 resource_profiling: ResourceProfilingConfig | None = None,
                  on_error: str = "raise",
                  progress: bool | None = None,
                  memory_config: MemoryConfig | None = None,
@@ -115,7 +120,8 @@ class Benchmark:
             scoring_config, continuous_config, primary_metric,
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
             separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config,
-            compression=check_compression("Benchmark", compression), memory_config=memory_config)
+            compression=check_compression("Benchmark", compression), memory_config=memory_config,
+            resource_profiling=check_profiling("Benchmark", resource_profiling))
         for argument, value, kind in (("target_view_config", target_view_config, TargetViewConfig),
                                       ("label_view_config", label_view_config, LabelViewConfig)):
             if value is not None and not isinstance(value, kind):
@@ -211,6 +217,12 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
     result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
                                  embedding=embedding, compression=compression)
     result.runtime = _runtime(keys, outcome, result)
+    if settings.resource_profiling is not None and settings.resource_profiling.enabled:
+        measured = outcome.timings.get(keys["extract"], {}).get(PROFILE_KEY)
+        raw = assembled.embedding.get("logical_bytes") if compression is None \
+            else compression.get("footprint", {}).get("raw_bytes")
+        result.resource_profile = chain_profile(measured, facts["cache_status"], raw,
+                                                assembled.embedding.get("logical_bytes"))
     return result
 
 
@@ -224,7 +236,7 @@ def _runtime(keys: dict[str, str], outcome: RunOutcome, result: ExtractorResult)
             runtime[f"{stage}_cache_read"] = timings["seconds"]
         elif timings:
             runtime[stage] = timings["seconds"]
-            runtime.update({name: seconds for name, seconds in timings.items() if name != "seconds"})
+            runtime.update({name: seconds for name, seconds in timings.items() if name not in ("seconds", PROFILE_KEY)})
     if result.separatix is not None:
         runtime["separatix"] = result.separatix.runtime_seconds
     return runtime

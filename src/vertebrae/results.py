@@ -258,7 +258,7 @@ class ExtractorResult:
         if self.target_view is not None:
             return f"target={self.target_view}"
         return None if self.label_view is None else f"level={self.label_view}"
-    #: Measured resources (latency, memory, embedding bytes) when profiling ran; see docs/reports.md.
+    #: Measured resources (latency, memory, model and embedding bytes) when profiling ran; see docs/profiling.md.
     resource_profile: dict[str, Any] | None = None
     #: The compression variant this result evaluates (method, dims, applied, footprint); None without variants.
     compression: dict[str, Any] | None = None
@@ -555,6 +555,10 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         row[f"metric.{name}"] = metric.score
     for stage, seconds in result.runtime.items():
         row[f"runtime.{stage}"] = seconds
+    if result.resource_profile is not None:
+        from .profiling import resource_columns
+
+        row.update(resource_columns(result.resource_profile))
     return row
 
 

@@ -98,7 +98,9 @@ def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
     are one call each on the whole dataset.
     """
     extractor = fit_extractor(job, context)
-    return embedding_set(job, context, [transform_rows(job, extractor, context.dataset.extractor_input)])
+    profiling = getattr(context.settings, "resource_profiling", None)
+    return embedding_set(job, context, [transform_rows(job, extractor, context.dataset.extractor_input, profiling,
+                                                       timings)])
 
 
 def fit_extractor(job: Any, context: Any) -> Any:
@@ -110,12 +112,11 @@ def fit_extractor(job: Any, context: Any) -> Any:
     return extractor
 
 
-def transform_rows(job: Any, extractor: Any, rows: Any) -> dict[str | None, Any]:
-    """Step 2 of extract: the fitted extractor's raw output(s) for some input rows."""
+def transform_rows(job: Any, extractor: Any, rows: Any, profiling: Any = None,
+                   timings: dict[str, Any] | None = None) -> dict[str | None, Any]:
+    """Step 2 of extract: the fitted extractor's raw output(s) for some input rows (profiled when asked)."""
     with _user_code(job):
-        if hasattr(extractor, "transform_many"):
-            return dict(extractor.transform_many(rows))
-        return {None: extractor.transform(rows)}
+        return _transform(extractor, rows, profiling, {} if timings is None else timings)
 
 
 def embedding_set(job: Any, context: Any, parts: list[dict[str | None, Any]]) -> EmbeddingSet:
@@ -152,6 +153,21 @@ def _user_code(job: Any) -> Iterator[None]:
     except Exception as exc:
         raise ExtractorError(f"extractor {job.params['parent']!r} failed during fit/transform: "
                              f"{type(exc).__name__}: {exc}") from exc
+
+
+def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) -> dict[str | None, Any]:
+    """Every output of the extractor; measured (into ``timings``, beside the artifact) when profiling is on."""
+    def call() -> dict[str | None, Any]:
+        if hasattr(extractor, "transform_many"):
+            return dict(extractor.transform_many(X))
+        return {None: extractor.transform(X)}
+
+    if profiling is None or not profiling.enabled:
+        return call()
+    from ..profiling import PROFILE_KEY, profile_extraction
+
+    outputs, timings[PROFILE_KEY] = profile_extraction(profiling, extractor, X, call)
+    return outputs
 
 
 @stage(PIPELINE, "embedding", version=1, reads=("extract",), context=("output",))

@@ -9,8 +9,10 @@ outputs plus one batch — never a list of batches plus a concatenated copy.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,21 @@ from .base import check_extractor_name
 SINGLE_OUTPUT = "embedding"
 #: ``embed(rows)`` returns ``{output name: (len(rows), width) array}`` for the dataset rows ``rows``.
 BatchFunction = Callable[[np.ndarray], Mapping[str, Any]]
+
+
+#: ``observer(embed, rows)`` runs one batch call for resource profiling (see vertebrae.profiling); None: off.
+BatchObserver = Callable[[BatchFunction, np.ndarray], Mapping[str, Any]]
+_BATCH_OBSERVER: contextvars.ContextVar[BatchObserver | None] = contextvars.ContextVar("batch_observer", default=None)
+
+
+@contextlib.contextmanager
+def observe_batches(observer: BatchObserver) -> Iterator[None]:
+    """Route every batch call of :func:`stream_batches` in this context through ``observer``."""
+    token = _BATCH_OBSERVER.set(observer)
+    try:
+        yield
+    finally:
+        _BATCH_OBSERVER.reset(token)
 
 
 def n_inputs(X: Any, *, where: str) -> int:
@@ -85,10 +102,12 @@ def stream_batches(n_rows: int, batch_size: int, embed: BatchFunction, outputs: 
     order = np.arange(n_rows) if order is None else order
     expected = tuple(outputs)
     filled: dict[str, np.ndarray] = {}
+    observer = _BATCH_OBSERVER.get()
     with tqdm(total=n_rows, desc=source, unit="rows", file=sys.stderr, disable=not progress_enabled(progress)) as bar:
         for start in range(0, n_rows, batch_size):
             rows = order[start:start + batch_size]
-            batch = _check_batch(embed(rows), rows, expected, filled, source=source)
+            produced = embed(rows) if observer is None else observer(embed, rows)
+            batch = _check_batch(produced, rows, expected, filled, source=source)
             for name in expected:
                 if name not in filled:
                     filled[name] = np.empty((n_rows, batch[name].shape[1]), dtype=batch[name].dtype)

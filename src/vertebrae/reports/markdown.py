@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .markdown_compression import compression_section
+from .markdown_resources import resource_section
 from .markdown_metrics import metrics_detail
 from .markdown_separatix import separatix_detail
 from .markdown_stability import stability_section
@@ -203,6 +204,7 @@ SECTIONS: list[Section] = [_title, _answer, _ranking, _how_to_read, _dataset_sum
 
 SECTIONS.append(compression_section)
 SECTIONS.insert(SECTIONS.index(_target_summary) + 1, structure_section)
+SECTIONS.append(resource_section)
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:

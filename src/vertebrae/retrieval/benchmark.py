@@ -26,6 +26,7 @@ from ..execution.context import Chain, RunContext
 from ..execution.local import LocalRunner, check_on_error
 from ..execution.plan import Plan, build_plan
 from ..reports import json_codec
+from ..profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
 from .extractors import PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor
@@ -43,7 +44,8 @@ class RetrievalBenchmark:
     def __init__(self, dataset: RetrievalDataset, extractors: Sequence[Any], *,
                  retrieval_config: RetrievalConfig | None = None, on_error: str = "raise",
                  progress: bool | None = None,
-                 compression: Sequence[EmbeddingCompressionConfig] | None = None, cache_config: Any = None) -> None:
+                 compression: Sequence[EmbeddingCompressionConfig] | None = None, cache_config: Any = None,
+                 resource_profiling: ResourceProfilingConfig | None = None) -> None:
         if not isinstance(dataset, RetrievalDataset):
             raise InputTypeError(f"dataset must be a RetrievalDataset, got {type(dataset).__name__}; build one with "
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
@@ -58,7 +60,8 @@ class RetrievalBenchmark:
         self.extractors = _validate_extractors(extractors, dataset)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
         self._reverse = _reverse_protocol(dataset) if config.bidirectional else None
-        self.settings = RetrievalSettings(config, self._reverse, self.recipes)
+        self.settings = RetrievalSettings(config, self._reverse, self.recipes,
+                                          check_profiling("RetrievalBenchmark", resource_profiling))
         self._block_plans(sparse=False)  # a budget too small for one row fails here, before any extractor runs
         for extractor in self.extractors:
             if _precomputed(extractor):
@@ -124,6 +127,9 @@ class RetrievalBenchmark:
             entry.runtime = _runtime(keys, outcome)
             if entry.embeddings:
                 entry.embeddings = _with_cache_facts(entry.embeddings, keys["encode"], plan, outcome, self.cache)
+            profiling = self.settings.resource_profiling
+            if profiling is not None and profiling.enabled and entry.error is None:
+                entry.resource_profile = _endpoint_profiles(entry, keys, outcome)
             entries.append(entry)
         run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.name for e in entries]}
         protocol = self.protocol()
@@ -163,6 +169,19 @@ def _with_cache_facts(embeddings: dict[str, dict[str, Any]], encode_key: str, pl
     return updated
 
 
+def _endpoint_profiles(entry: RetrievalEntry, keys: dict[str, str], outcome: Any) -> dict[str, Any]:
+    """``{"query": profile, "gallery": profile}``: each endpoint's encode measurements plus its embedding bytes."""
+    measured = outcome.timings.get(keys["encode"], {}).get(PROFILE_KEY) or {}
+    status = outcome.statuses.get(keys["encode"], "disabled")
+    compression = entry.embeddings.get("compression")
+    profiles = {}
+    for side in ("query", "gallery"):
+        evaluated = entry.embeddings[side].get("logical_bytes")
+        raw = evaluated if compression is None else compression["footprint"][side].get("raw_bytes")
+        profiles[side] = chain_profile(measured.get(side), status, raw, evaluated)
+    return profiles
+
+
 def _runtime(keys: dict[str, str], outcome: Any) -> dict[str, Any]:
     """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, compress, rank_* (beside the
     artifacts).
@@ -174,7 +193,8 @@ def _runtime(keys: dict[str, str], outcome: Any) -> dict[str, Any]:
         runtime: dict[str, Any] = {step: NOT_MEASURED_CACHE_HIT for step in ("fit", "encode_queries", "encode_gallery")}
         runtime["encode_cache_read"] = timings[keys["encode"]]["seconds"]
     else:
-        runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items() if step != "seconds"}
+        runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items()
+                   if step not in ("seconds", PROFILE_KEY)}
     for stage in ("compress", "rank_forward", "rank_reverse"):
         if stage in keys and keys[stage] in timings:
             runtime[stage] = timings[keys[stage]]["seconds"]

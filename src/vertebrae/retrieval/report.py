@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..reports.markdown_resources import endpoint_resource_section
 from ..reports.markdown_table import table, text
 from .config import CUTOFF_METRICS, FULL_RANKING_METRICS
 from .result import DIRECTIONS, RetrievalBenchmarkResult
@@ -24,7 +25,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     directions = [d for d in DIRECTIONS if any(e[d] is not None for e in _scored(data))]
     sections = [f"# vertebrae retrieval report: {text(protocol['identity']['dataset_id'])}\n",
                 _ranking(result, directions), _cutoff_metrics(data, directions), _full_ranking(data, directions),
-                _protocol(protocol), _extractors(data), _warnings(data)]
+                _protocol(protocol), _extractors(data), _warnings(data), endpoint_resource_section(result)]
     return "\n".join(sections)
 
 

@@ -62,6 +62,8 @@ class RetrievalEntry:
     #: Why this entry has no scores (``on_error="record"``): stage, type, message, extractor.
     error: dict[str, Any] | None = None
     primary_metric_name: str = ""
+    #: ``{"query": profile, "gallery": profile}`` when resource profiling ran (docs/profiling.md); else None.
+    resource_profile: dict[str, Any] | None = None
 
     extractor = deprecated_alias("extractor", "name")
 
@@ -86,7 +88,8 @@ class RetrievalEntry:
         ``primary_metric_name`` is the protocol's and is not repeated per entry.
         """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("runtime", "primary_metric_name") and not (f.name == "error" and self.error is None)}
+                if f.name not in ("runtime", "primary_metric_name")
+                and not (f.name in ("error", "resource_profile") and getattr(self, f.name) is None)}
         data["forward"] = None if self.forward is None else self.forward.to_dict()
         data["reverse"] = None if self.reverse is None else self.reverse.to_dict()
         return data
@@ -244,6 +247,11 @@ def result_row(entry: RetrievalEntry, rank: int | None, primary_metric: str) -> 
         row[f"{side}_embedding_sparse"] = meta.get("sparse")
     row["warnings"] = len(entry.warnings)
     row.update({f"runtime.{stage}": seconds for stage, seconds in entry.runtime.items()})
+    if entry.resource_profile is not None:
+        from ..profiling import resource_columns
+
+        for side in ("query", "gallery"):
+            row.update(resource_columns(entry.resource_profile[side], prefix=f"{side}.resource."))
     return row
 
 

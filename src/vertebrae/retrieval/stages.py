@@ -47,6 +47,8 @@ class RetrievalSettings:
     reverse: Any
     #: Extractor name -> its JSON-plain recipe (shown in the entry).
     recipes: Mapping[str, Any]
+    #: A ResourceProfilingConfig: measure each endpoint's encoding; None: no profiles.
+    resource_profiling: Any = None
 
 
 def _call(extractor: Any, name: str, method: str, data: Any) -> Any:
@@ -69,14 +71,28 @@ def evaluated_endpoints(inputs: Mapping[str, Any]) -> EncodedEndpoints:
     return inputs.get("compress", inputs["encode"])
 
 
-def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str, float]) -> EncodedEndpoints:
-    """Fit on the gallery, embed and validate both endpoints (also run before any work for precomputed inputs)."""
+def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str, Any],
+                     profiling: Any = None) -> EncodedEndpoints:
+    """Fit on the gallery, embed and validate both endpoints (also run before any work for precomputed inputs).
+
+    With resource profiling on, each endpoint's encoding is measured on its own and the two profiles are returned
+    beside the artifact in ``timings`` (``{"query": ..., "gallery": ...}``).
+    """
+    from ..profiling import PROFILE_KEY, profile_extraction
+
     queries_in, gallery_in = dataset.endpoint_data()
-    outputs = {}
+    outputs, measured = {}, {}
     for method, data in (("fit", gallery_in), ("encode_queries", queries_in), ("encode_gallery", gallery_in)):
         start = time.perf_counter()
-        outputs[method] = _call(extractor, name, method, data)
+        if profiling is not None and profiling.enabled and method != "fit":
+            model = getattr(extractor, "extractor", extractor)  # the wrapped model extractor of a shared space
+            outputs[method], measured[method] = profile_extraction(
+                profiling, model, data, lambda: _call(extractor, name, method, data))  # noqa: B023 (called now)
+        else:
+            outputs[method] = _call(extractor, name, method, data)
         timings[method] = time.perf_counter() - start
+    if measured:
+        timings[PROFILE_KEY] = {"query": measured["encode_queries"], "gallery": measured["encode_gallery"]}
     queries = validate_embeddings(outputs["encode_queries"], argument="query embeddings", n_rows=dataset.n_queries,
                                   source=f"extractor {name!r}")
     gallery = validate_embeddings(outputs["encode_gallery"], argument="gallery embeddings",
@@ -87,7 +103,8 @@ def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str,
 
 @stage(PIPELINE, "encode", version=1, context=("query_inputs", "gallery_inputs", "extractor"), packages=("numpy",))
 def encode(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EncodedEndpoints:
-    return encode_endpoints(context.extractor(job), job.params["name"], context.dataset, timings)
+    return encode_endpoints(context.extractor(job), job.params["name"], context.dataset, timings,
+                            profiling=getattr(context.settings, "resource_profiling", None))
 
 
 @stage(PIPELINE, "compress", version=1, reads=("encode",), packages=("numpy", "scikit-learn"),

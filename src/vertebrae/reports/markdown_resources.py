@@ -1,0 +1,75 @@
+"""Markdown for resource profiles: a separate cost table for the quality cohort (the ranking stays quality-only)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..profiling import latency_mismatches, profile_value
+from .markdown_table import table, text
+
+#: (header, profile section, field) of the cohort resource table.
+COLUMNS = [("first call s", "latency", "first_call_seconds"), ("warm calls", "latency", "warm_count"),
+           ("warm median s", "latency", "warm_median_seconds"), ("warm p90 s", "latency", "warm_p90_seconds"),
+           ("clock", "latency", "clock"), ("samples/s", "throughput", "samples_per_second"),
+           ("peak RSS B", "host_memory", "peak_rss_bytes"), ("RSS increase B", "host_memory", "peak_increase_bytes"),
+           ("device peak B", "device_memory", "peak_allocated_bytes"), ("device memory", "device_memory", "status"),
+           ("parameters", "model", "parameter_count"), ("parameter B", "model", "parameter_bytes"),
+           ("checkpoint B", "model", "checkpoint_bytes"), ("raw embedding B", "embedding_bytes", "raw_logical_bytes"),
+           ("evaluated embedding B", "embedding_bytes", "evaluated_logical_bytes"),
+           ("batch", "context", "batch_size"), ("device", "context", "device"), ("precision", "context", "precision"),
+           ("sync", "context", "synchronization")]
+
+
+def resource_section(data: Mapping[str, Any]) -> str:
+    """The quality cohort's measured resources, one table per scored view; empty without profiles."""
+    from ..results import result_from_dict
+
+    result = result_from_dict(data)
+    if not any(r.resource_profile for r in result.extractor_results):
+        return ""
+    lines = [_heading(data["metadata"].get("quality_tolerance"))]
+    for view in result.views():
+        if view is not None:
+            lines.append(f"### {text(view)}\n")
+        lines.append(cohort_table(result.quality_cohort(view=view), (None,)))
+    return "\n".join(lines)
+
+
+def endpoint_resource_section(result: Any, tolerance: float | None = None) -> str:
+    """Retrieval: the cohort's query and gallery encodings as separate rows (endpoint profiles are never merged)."""
+    if not any(e.resource_profile for e in result.extractor_results):
+        return ""
+    return _heading(tolerance or 0.0) + "\n" + cohort_table(result.quality_cohort(tolerance), ("query", "gallery"))
+
+
+def _heading(tolerance: Any) -> str:
+    return ("## Quality cohort resources\n\n"
+            f"Candidates within {text(tolerance)} of the best primary score (results with an invalid aggregate are "
+            "excluded), in ranking order. These costs never change the ranking above and are not combined with the "
+            "score; pick the cheaper of nearly equal candidates. Fields: docs/profiling.md.\n")
+
+
+def cohort_table(cohort: list[Any], endpoints: tuple[str | None, ...]) -> str:
+    """One row per cohort member (and endpoint), then whether their latencies are comparable."""
+    if not cohort:
+        return "No valid aggregate: the quality cohort and its resource table are unavailable.\n"
+    lines = []
+    for endpoint in endpoints:
+        profiles = [(r, r.resource_profile if endpoint is None else (r.resource_profile or {}).get(endpoint))
+                    for r in cohort]
+        rows = [[r.name, *([] if endpoint is None else [endpoint]), r.primary_score,
+                 profile_value(p, None, "status"), *(profile_value(p, section, field) for _, section, field in COLUMNS)]
+                for r, p in profiles]
+        lines.append(table(["extractor", *([] if endpoint is None else ["endpoint"]), "primary score", "profile",
+                            *(h for h, _, _ in COLUMNS)], rows))
+        mismatched = latency_mismatches([p for _, p in profiles])
+        where = "" if endpoint is None else f" ({endpoint} encodings)"
+        if mismatched:
+            lines.append(f"Latencies{where} are **not comparable** here: " + ", ".join(mismatched) + " differ "
+                         "between these candidates (compare latency only under the same batch size, workload, device, "
+                         "precision and synchronization).\n")
+        elif len(cohort) > 1:
+            lines.append(f"Latencies{where} were measured under the same batch size, workload, device, precision and "
+                         "synchronization.\n")
+    return "\n".join(lines)
