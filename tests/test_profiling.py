@@ -281,3 +281,26 @@ def test_torch_footprint_counts_frozen_parameters_and_checkpoint_files(blob_data
     assert facts["buffer_bytes"] == 4 * 5 + 4 * 5 + 8  # running mean, running var, num_batches_tracked (int64)
     assert facts["checkpoint_bytes"] == os.path.getsize(checkpoint) and facts["status"] == "measured"
     assert result["lin"].resource_profile["latency"]["calls"] == math.ceil(180 / 64)
+
+
+def test_a_real_cache_hit_reports_no_inference_and_the_persisted_bytes(minilm_path, tweets, tmp_path):
+    """Cold run measures and stores; the warm run serves the embedding from the store: nothing to measure."""
+    from vertebrae.cache import CacheConfig
+
+    dataset = BenchmarkDataset.from_arrays(tweets.texts, tweets.labels,
+                                           identity=DatasetIdentity.declared("tweets-36", "1"))
+    cache = CacheConfig(store=str(tmp_path / "cache"))
+
+    def run():
+        extractor = SentenceTransformerExtractor("st", minilm_path, batch_size=8, device="cpu", progress=False)
+        return Benchmark(dataset, [extractor], resource_profiling=ResourceProfilingConfig(), cache_config=cache,
+                         separatix_config=NO_SEPARATIX, progress=False).run()["st"]
+
+    cold, warm = run(), run()
+    assert cold.embedding["cache_status"] == "miss" and cold.resource_profile["status"] == "measured"
+    assert warm.embedding["cache_status"] == "hit" and warm.resource_profile["status"] == CACHE_HIT
+    stored = sum(p.stat().st_size for p in (tmp_path / "cache").rglob("embedding.*.npy"))
+    for result in (cold, warm):
+        persisted = result.resource_profile["embedding_bytes"]
+        assert persisted["persisted_status"] == "measured" and persisted["persisted_bytes"] == stored
+    assert warm.overlap.to_dict() == cold.overlap.to_dict()

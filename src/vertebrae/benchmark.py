@@ -222,7 +222,7 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
         raw = assembled.embedding.get("logical_bytes") if compression is None \
             else compression.get("footprint", {}).get("raw_bytes")
         result.resource_profile = chain_profile(measured, facts["cache_status"], raw,
-                                                assembled.embedding.get("logical_bytes"))
+                                                assembled.embedding.get("logical_bytes"), embedding.get("footprint"))
     return result
 
 

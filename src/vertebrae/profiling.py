@@ -383,8 +383,12 @@ def cache_hit_profile() -> dict[str, Any]:
 
 
 def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes: int | None,
-                  evaluated_bytes: int | None) -> dict[str, Any]:
-    """One result's profile: its extract job's measurements (or the cache-hit marker) plus its embedding bytes."""
+                  evaluated_bytes: int | None, footprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One result's profile: its extract job's measurements (or the cache-hit marker) plus its embedding bytes.
+
+    ``footprint`` is the cache's raw/evaluated footprint (embedding metadata ``footprint``) when a store
+    was used: its persisted bytes are the stored object's real size.
+    """
     if cache_status == "hit":
         profile = cache_hit_profile()
     elif inference is None:
@@ -392,10 +396,12 @@ def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes
                    "reason": "the runner returned no measurements for the extract job"}
     else:
         profile = dict(inference)
+    persisted = (footprint or {}).get("raw", {})
     profile["embedding_bytes"] = {
         "raw_logical_bytes": raw_bytes, "evaluated_logical_bytes": evaluated_bytes,
-        "persisted_status": "unavailable", "persisted_bytes": None,
-        "persisted_reason": "no persistent embedding store was used in this run"}
+        "persisted_status": persisted.get("persisted_status", "unavailable"),
+        "persisted_bytes": persisted.get("persisted_bytes"),
+        "persisted_reason": None if footprint is not None else "no persistent embedding store was used in this run"}
     return profile
 
 
