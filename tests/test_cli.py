@@ -155,7 +155,8 @@ def test_console_script_exit_code_on_usage_error():
 
 def test_import_is_light():
     code = ("import sys, vertebrae; heavy = [m for m in ('pandas', 'sklearn', 'overlapindex', 'separatix', 'torch', "
-            "'scipy', 'tqdm', 'matplotlib') if m in sys.modules]; print(heavy)")
+            "'scipy', 'tqdm', 'matplotlib', 'dask', 'distributed', 'fsspec', 's3fs', 'gcsfs', 'transformers', "
+            "'sentence_transformers', 'onnxruntime') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 
