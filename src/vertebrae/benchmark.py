@@ -24,7 +24,7 @@ from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_s
 from .execution.context import Chain, RunContext
 from .fingerprint import package_version
 from .multimodal import check_extractor_fields
-from .execution.local import JobFailure, LocalRunner, RunOutcome, check_on_error
+from .execution.local import RunOutcome, check_on_error, execute_plan
 from .execution.plan import Plan, artifact_key, build_plan
 from .extractors.base import Extractor
 from .profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
@@ -185,10 +185,7 @@ class Benchmark:
     def run(self, runner: Any = None) -> BenchmarkResult:
         """Execute the plan with ``runner`` (default: an in-process :class:`LocalRunner`)."""
         started = _dt.datetime.now(_dt.timezone.utc)
-        context = self._context()
-        plan = self.plan(context)
-        runner = LocalRunner(self.progress) if runner is None else runner
-        outcome = runner.run(plan.jobs, context, on_error=self.on_error)
+        plan, outcome = execute_plan(self, runner)
         eligible = {job.key: job.cache_eligible for job in plan.jobs}
         results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]], self.cache)
                    for chain, keys in zip(plan.chains, plan.chain_keys)]

@@ -117,3 +117,15 @@ class LocalRunner:
                 bar.update(1)
         outcome.artifacts = {key: memory[key] for key in final if key in memory}
         return outcome
+
+
+def execute_plan(front: Any, runner: Any = None, *, description: str = "vertebrae") -> tuple[Any, RunOutcome]:
+    """(plan, outcome) of a front door (``Benchmark``, ``RetrievalBenchmark``, ``ZeroShotBenchmark``).
+
+    Every front door plans from one run context and executes with ``runner`` (default: a
+    :class:`LocalRunner` honouring its ``progress``), under its ``on_error`` policy.
+    """
+    context = front._context()
+    plan = front.plan(context)
+    runner = LocalRunner(front.progress) if runner is None else runner
+    return plan, runner.run(plan.jobs, context, on_error=front.on_error, description=description)

@@ -23,7 +23,7 @@ from ..compression import EmbeddingCompressionConfig, check_compression, variant
 from ..errors import ConfigTypeError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
 from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
 from ..execution.context import Chain, RunContext
-from ..execution.local import LocalRunner, check_on_error
+from ..execution.local import check_on_error, execute_plan
 from ..execution.plan import Plan, build_plan
 from ..reports import json_codec
 from ..profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
@@ -110,10 +110,7 @@ class RetrievalBenchmark:
         notes = self.protocol_warnings()
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
-        context = self._context()
-        plan = self.plan(context)
-        runner = LocalRunner(self.progress) if runner is None else runner
-        outcome = runner.run(plan.jobs, context, on_error=self.on_error, description="vertebrae retrieval")
+        plan, outcome = execute_plan(self, runner, description="vertebrae retrieval")
         entries = []
         for chain, keys in zip(plan.chains, plan.chain_keys):
             entry = outcome.artifacts.get(keys["assemble"])

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, DataWarning, InputTypeError, InputValidationError, ScoringWarning
 from ..execution.context import Chain, RunContext
-from ..execution.local import LocalRunner, RunOutcome, check_on_error
+from ..execution.local import RunOutcome, check_on_error, execute_plan
 from ..execution.plan import Plan, artifact_key, build_plan
 from ..retrieval.benchmark import _plain
 from ..scoring.overlap import OverlapScoringConfig, check_class_settings
@@ -94,10 +94,7 @@ class ZeroShotBenchmark:
         notes = self.protocol_warnings()
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
-        context = self._context()
-        plan = self.plan(context)
-        runner = LocalRunner(self.progress) if runner is None else runner
-        outcome = runner.run(plan.jobs, context, on_error=self.on_error, description="vertebrae zero-shot")
+        plan, outcome = execute_plan(self, runner, description="vertebrae zero-shot")
         eligible = {job.key: job.cache_eligible for job in plan.jobs}
         results = []
         for chain, keys in zip(plan.chains, plan.chain_keys):
