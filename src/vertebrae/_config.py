@@ -126,6 +126,20 @@ class Config:
         return cls.from_dict(json.loads(text))
 
 
+def check_config(argument: str, value: Any, kind: type, *, default: Any = None, hint: str = "") -> Any:
+    """A config argument of a front door: ``value`` when it is a ``kind``, ``default`` when it is None.
+
+    Anything else raises :class:`ConfigTypeError` naming the argument, the expected class and ``hint``.
+    """
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise ConfigTypeError(f"{argument} must be {article} {kind.__name__} or None, got {type(value).__name__}"
+                              + (f"; {hint}" if hint else ""))
+    return value
+
+
 # ---------------------------------------------------------------- field checks
 def _where(owner: str, field: str) -> str:
     return f"{owner}.{field}"

@@ -14,11 +14,11 @@ import platform
 from collections.abc import Sequence
 from typing import Any
 
-from ._config import check_float
+from ._config import check_config, check_float
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
-from .errors import ConfigTypeError, InputTypeError, InputValidationError, VertebraeError
+from .errors import InputTypeError, InputValidationError, VertebraeError
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
                                 stage_cache)
 from .execution.context import Chain, RunContext
@@ -96,25 +96,17 @@ class Benchmark:
         check_extractor_fields(dataset, self.extractors)
         scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
                                                                             dataset.target_type)
-        scoring_config = scoring_config or OverlapScoringConfig()
-        continuous_config = continuous_config or ContinuousOverlapScoringConfig()
-        if not isinstance(scoring_config, OverlapScoringConfig):
-            raise ConfigTypeError(f"scoring_config must be an OverlapScoringConfig, got {type(scoring_config).__name__}")
-        if not isinstance(continuous_config, ContinuousOverlapScoringConfig):
-            raise ConfigTypeError("continuous_config must be a ContinuousOverlapScoringConfig, got "
-                                  f"{type(continuous_config).__name__}")
+        scoring_config = check_config("scoring_config", scoring_config, OverlapScoringConfig,
+                                      default=OverlapScoringConfig())
+        continuous_config = check_config("continuous_config", continuous_config, ContinuousOverlapScoringConfig,
+                                         default=ContinuousOverlapScoringConfig())
         # Separatix is the default complexity diagnostic (gated on the overlap score);
         # SeparatixConfig(enabled=False) turns it off.
-        separatix_config = SeparatixConfig() if separatix_config is None else separatix_config
-        if not isinstance(separatix_config, SeparatixConfig):
-            raise ConfigTypeError(f"separatix_config must be a SeparatixConfig or None, "
-                                  f"got {type(separatix_config).__name__}")
-        if stability_config is not None and not isinstance(stability_config, StabilityConfig):
-            raise ConfigTypeError(f"stability_config must be a StabilityConfig or None, "
-                                  f"got {type(stability_config).__name__}")
-        if memory_config is not None and not isinstance(memory_config, MemoryConfig):
-            raise ConfigTypeError(f"memory_config must be a MemoryConfig or None, got {type(memory_config).__name__}; "
-                                  "e.g. MemoryConfig(max_scoring_bytes=8 * 2**30, policy='subsample')")
+        separatix_config = check_config("separatix_config", separatix_config, SeparatixConfig,
+                                        default=SeparatixConfig())
+        check_config("stability_config", stability_config, StabilityConfig)
+        check_config("memory_config", memory_config, MemoryConfig,
+                     hint="e.g. MemoryConfig(max_scoring_bytes=8 * 2**30, policy='subsample')")
         check_primary_metric(primary_metric, custom_metrics)
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,
@@ -122,10 +114,8 @@ class Benchmark:
             separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config,
             compression=check_compression("Benchmark", compression), memory_config=memory_config,
             resource_profiling=check_profiling("Benchmark", resource_profiling))
-        for argument, value, kind in (("target_view_config", target_view_config, TargetViewConfig),
-                                      ("label_view_config", label_view_config, LabelViewConfig)):
-            if value is not None and not isinstance(value, kind):
-                raise ConfigTypeError(f"{argument} must be a {kind.__name__} or None, got {type(value).__name__}")
+        check_config("target_view_config", target_view_config, TargetViewConfig)
+        check_config("label_view_config", label_view_config, LabelViewConfig)
         self.target_view_config, self.label_view_config = target_view_config, label_view_config
         self._views = plan_views(target_view_config, label_view_config, dataset, self._outputs())
         self._check_labels_against_config()

@@ -19,8 +19,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._config import check_config
 from ..compression import EmbeddingCompressionConfig, check_compression, variant_name
-from ..errors import ConfigTypeError, DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
+from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
 from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
 from ..execution.context import Chain, RunContext
 from ..execution.local import check_on_error, execute_plan
@@ -49,9 +50,7 @@ class RetrievalBenchmark:
         if not isinstance(dataset, RetrievalDataset):
             raise InputTypeError(f"dataset must be a RetrievalDataset, got {type(dataset).__name__}; build one with "
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
-        config = RetrievalConfig() if retrieval_config is None else retrieval_config
-        if not isinstance(config, RetrievalConfig):
-            raise ConfigTypeError(f"retrieval_config must be a RetrievalConfig, got {type(config).__name__}")
+        config = check_config("retrieval_config", retrieval_config, RetrievalConfig, default=RetrievalConfig())
         self.dataset, self.config, self.progress = dataset, config, progress
         self.on_error = check_on_error("RetrievalBenchmark", on_error)
         #: Paired compression variants (fitted on the gallery, applied to the queries); empty: raw endpoints only.

@@ -16,7 +16,8 @@ import platform
 import warnings
 from typing import Any
 
-from ..errors import ConfigError, DataWarning, InputTypeError, InputValidationError, ScoringWarning
+from .._config import check_config
+from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning
 from ..execution.context import Chain, RunContext
 from ..execution.local import RunOutcome, check_on_error, execute_plan
 from ..execution.plan import Plan, artifact_key, build_plan
@@ -39,12 +40,9 @@ class ZeroShotBenchmark:
         if not isinstance(dataset, ZeroShotDataset):
             raise InputTypeError(f"dataset must be a ZeroShotDataset, got {type(dataset).__name__}; build one with "
                                  "ZeroShotDataset.from_templates(source_dataset, templates=[...]) or .from_prompts")
-        config = ZeroShotConfig() if config is None else config
-        if not isinstance(config, ZeroShotConfig):
-            raise ConfigError(f"config must be a ZeroShotConfig, got {type(config).__name__}")
-        scoring_config = OverlapScoringConfig() if scoring_config is None else scoring_config
-        if not isinstance(scoring_config, OverlapScoringConfig):
-            raise ConfigError(f"scoring_config must be an OverlapScoringConfig, got {type(scoring_config).__name__}")
+        config = check_config("config", config, ZeroShotConfig, default=ZeroShotConfig())
+        scoring_config = check_config("scoring_config", scoring_config, OverlapScoringConfig,
+                                      default=OverlapScoringConfig())
         check_class_settings(scoring_config, dataset.targets.counts(), dataset.catalog)
         self.dataset, self.config, self.progress = dataset, config, progress
         self.on_error = check_on_error("ZeroShotBenchmark", on_error)
