@@ -300,13 +300,14 @@ class FsspecStore:
         try:
             if self._local:  # object stores have no folders (and s3fs would try to create the bucket)
                 self.fs.makedirs(folder, exist_ok=True)
-            files = {}
+            files, writers = {}, {}
             for filename, write in file_writers(artifact).items():
                 name, entry = self._publish_data(folder, filename, write)
-                files[name] = entry
+                files[name], writers[name] = entry, (filename, write)
             manifest = build_manifest(key, artifact, files, versions, metadata)
             self._put(f"{folder}/{MANIFEST_FILE}", manifest.to_json().encode("utf-8"))
             self._collect_garbage(key, manifest, previous)
+            self._restore_missing(key, folder, writers)
         except ArtifactError:
             raise
         except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
@@ -352,10 +353,25 @@ class FsspecStore:
         keep = set(current.files) if current is not None else set(mine.files)
         candidates = set(mine.files) | (set(previous.files) if previous is not None else set())
         for name in sorted(candidates - keep):
+            latest = self.manifest(key)  # a concurrent writer may have just published this very file
+            if latest is not None and name in latest.files:
+                continue
             try:
                 self.fs.rm_file(self._path(key, name))
             except FileNotFoundError:
                 pass
+
+    def _restore_missing(self, key: str, folder: str, writers: Mapping[str, tuple[str, Any]]) -> None:
+        """Re-publish our data files that the published manifest lists but a concurrent writer's cleanup removed.
+
+        Content-addressed names mean two writers of equal content share files, so one writer's cleanup
+        of a version it replaced can remove a file the other has just re-published.
+        """
+        current = self.manifest(key)
+        for name in [] if current is None else sorted(set(current.files) & set(writers)):
+            if not self.fs.exists(self._path(key, name)):
+                filename, write = writers[name]
+                self._publish_data(folder, filename, write)
 
     def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]:
         """Delete files no manifest references and older than ``min_age``; return their paths.
