@@ -98,7 +98,12 @@ class StageCache:
             if found is not None:
                 return found
         artifact, timings = run_job(job, inputs, context)
-        if mode == "read_only":
+        return self.computed(job, artifact, timings, context, codec)
+
+    def computed(self, job: StageJob, artifact: Any, timings: dict[str, float], context: Any,
+                 codec: ArtifactCodec) -> JobRun:
+        """A miss computed now: stored (except in read_only mode), with its persisted footprint."""
+        if self.config.mode == "read_only":
             return JobRun(artifact, timings, MISS)
         start = time.perf_counter()
         try:
@@ -146,13 +151,29 @@ class StageCache:
 
 def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
     """Run one job through the run's cache (``context.cache``, None without a cache): what every runner calls."""
-    cache: StageCache | None = getattr(context, "cache", None)
-    codec = CODECS.get((job.pipeline, job.stage))
-    codec = codec if codec is not None and codec.cached else None
-    if cache is None or codec is None or not job.cache_eligible:
+    cache, codec = job_cache(job, context)
+    if cache is None:
         artifact, timings = run_job(job, inputs, context)
         return computed_run(job, artifact, timings)
     return _with_logical(cache.run(job, inputs, context, codec), codec)
+
+
+def job_cache(job: StageJob, context: Any) -> tuple[StageCache | None, ArtifactCodec | None]:
+    """(the run's cache, the stage's codec) when this job goes through the cache, else (None, None)."""
+    cache: StageCache | None = getattr(context, "cache", None)
+    codec = CODECS.get((job.pipeline, job.stage))
+    if cache is None or codec is None or not codec.cached or not job.cache_eligible:
+        return None, None
+    return cache, codec
+
+
+def record_computed(job: StageJob, artifact: Any, timings: dict[str, float], context: Any) -> JobRun:
+    """A job's artifact computed outside :func:`execute_job` (the dask runner's sharded extract), stored and
+    reported exactly as :func:`execute_job` would have after a miss."""
+    cache, codec = job_cache(job, context)
+    if cache is None:
+        return computed_run(job, artifact, timings)
+    return _with_logical(cache.computed(job, artifact, timings, context, codec), codec)
 
 
 def computed_run(job: StageJob, artifact: Any, timings: dict[str, float]) -> JobRun:
@@ -225,6 +246,44 @@ def _decode_endpoints(stored: StoredArtifact) -> Any:
 
 register_codec("benchmark", "extract", ArtifactCodec("embedding_set", _encode_embedding_set, _decode_embedding_set))
 register_codec("retrieval", "encode", ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints))
+
+
+# ---------------------------------------------------------------- row shards of an extract job
+#: Store stage of the row shards of a sharded extract (a sibling of ``extract/``: keys allow one slash).
+SHARD_STAGE = "extract_shard"
+
+
+def shard_key(job_key: str, start: int, stop: int) -> str:
+    """The store key of rows ``start:stop`` of one extract job's outputs: the job key and the row range, hashed."""
+    return f"{SHARD_STAGE}/{hashlib.sha256(f'{job_key}/rows-{start}-{stop}'.encode()).hexdigest()[:32]}"
+
+
+def write_shard(cache: StageCache, job: StageJob, context: Any, start: int, stop: int,
+                outputs: dict[str | None, Any]) -> str:
+    """Store one shard's validated outputs (so an interrupted run can reuse it); returns its key."""
+    key = shard_key(job.key, start, stop)
+    names = list(outputs)
+    artifact = StoredArtifact(SHARD_STAGE, {output_array(o): outputs[o] for o in names},
+                              {"outputs": names, "job": job.key, "rows": [start, stop]})
+    cache.store.write(key, artifact, versions=_versions(job),
+                      metadata={**_listing(job, context), "rows": f"{start}:{stop}"})
+    return key
+
+
+def read_shard(cache: StageCache, job: StageJob, start: int, stop: int) -> dict[str | None, Any]:
+    """One stored shard's outputs; ``ArtifactIntegrityError`` when it is not the shard of this job and rows."""
+    key = shard_key(job.key, start, stop)
+    stored = cache.store.read(key)
+    document = stored.document
+    if stored.kind != SHARD_STAGE or document.get("job") != job.key or document.get("rows") != [start, stop]:
+        raise ArtifactIntegrityError(f"{key} in {cache.config.url} is not the shard of rows {start}:{stop} of "
+                                     f"{job.key} (kind {stored.kind!r}, job {document.get('job')!r}, rows "
+                                     f"{document.get('rows')!r})")
+    try:
+        return {o: stored.arrays[output_array(o)] for o in document["outputs"]}
+    except (KeyError, TypeError) as exc:
+        raise ArtifactIntegrityError(f"shard {key} in {cache.config.url} is malformed: {type(exc).__name__}: "
+                                     f"{exc}") from None
 
 
 # ---------------------------------------------------------------- what results record

@@ -28,12 +28,16 @@ import sys
 import time
 import traceback
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._config import check_int
-from ..errors import ConfigError, DependencyError, ExecutionError
+from ..artifacts.store import MemoryStore
+from ..errors import ArtifactError, ArtifactWarning, ConfigError, DependencyError, ExecutionError
+from ..profiling import PROFILE_KEY
 from . import fanout
+from .caching import job_cache, shard_key
 from .local import JobFailure, LocalRunner, RunOutcome, check_on_error, progress_enabled
 from .plan import StageJob
 from .registry import get_stage
@@ -185,6 +189,7 @@ def _execute(job: StageJob, context: Any, *needed: _Done) -> _Done:
     from .caching import execute_job
 
     inputs = {stage: item.artifact for stage, item in zip(job.needs, needed)}
+    started = time.time()
     try:
         with fanout.installed(_cluster_map):
             ran = execute_job(job, inputs, context)  # the run's cache, when it has one, as in the local runner
@@ -192,7 +197,36 @@ def _execute(job: StageJob, context: Any, *needed: _Done) -> _Done:
         raise  # the cluster's failure, not the stage's: the driver reports it as a lost job
     except Exception as exc:
         return _Done(failed=_Failed.of(job, exc))
+    if PROFILE_KEY in ran.timings:
+        ran.timings[PROFILE_KEY] = _whole_job_profile(ran.timings[PROFILE_KEY], started)
     return _Done.of(ran)
+
+
+def _worker_address() -> str:
+    from distributed import get_worker
+
+    return get_worker().address
+
+
+def _whole_job_profile(measured: dict[str, Any], started: float) -> dict[str, Any]:
+    """An unsharded job's profile measured on this worker, as a distributed profile (retrieval: per endpoint)."""
+    from ..profiling import WorkerMeasurement, distributed_profile
+
+    worker = _worker_address()
+    if "schema" in measured:
+        return distributed_profile([WorkerMeasurement(worker, started, measured)])
+    return {side: distributed_profile([WorkerMeasurement(worker, started, profile)])
+            for side, profile in measured.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShardRef:
+    """A shard written to the run's store: the stack task reads it back (only this reference travels)."""
+
+    start: int
+    stop: int
+    #: Stored by an earlier run and not recomputed in this one.
+    reused: bool = False
 
 
 def _fit(job: StageJob, context: Any) -> _Done:
@@ -206,37 +240,112 @@ def _fit(job: StageJob, context: Any) -> _Done:
         return _Done(failed=_Failed.of(job, exc))
 
 
-def _transform(job: StageJob, context: Any, fitted: _Done, start: int, stop: int) -> _Done:
-    """Extract step 2 (sharded extract): the raw outputs of rows ``start:stop``."""
-    from .stages import transform_rows
-
+def _transform(job: StageJob, context: Any, fitted: _Done, start: int, stop: int, stored: bool) -> _Done:
+    """Extract step 2 (sharded extract): the raw outputs of rows ``start:stop``; ``stored``: written to the
+    run's store instead, and only a :class:`_ShardRef` returned (the stack task reads it back)."""
     if fitted.failed is not None:
         return fitted
-    began = time.perf_counter()
     try:
-        rows = context.dataset.extractor_input[start:stop]
-        return _Done(transform_rows(job, fitted.artifact, rows), {"transform": time.perf_counter() - began})
+        outputs, timings = _compute_shard(job, context, fitted.artifact, start, stop)
+        if stored:
+            return _Done(_store_shard(job, context, start, stop, outputs, timings), timings)
+        return _Done(outputs, timings)
     except Exception as exc:
         return _Done(failed=_Failed.of(job, exc))
 
 
-def _stack(job: StageJob, context: Any, fitted: _Done, *parts: _Done) -> _Done:
-    """Extract step 3 (sharded extract): stack and validate the shards into the job's artifact."""
-    from .caching import computed_run
+def _compute_shard(job: StageJob, context: Any, extractor: Any, start: int,
+                   stop: int) -> tuple[dict[str | None, Any], dict[str, Any]]:
+    """(rows ``start:stop``'s outputs, their timings); profiled on this worker when resource profiling is on."""
+    from .stages import transform_rows
+
+    rows = context.dataset.extractor_input[start:stop]
+    profiling = getattr(context.settings, "resource_profiling", None)
+    began = time.perf_counter()
+    timings: dict[str, Any] = {}
+    if profiling is None or not profiling.enabled:
+        outputs = transform_rows(job, extractor, rows)
+    else:
+        from ..profiling import measure_on_worker
+
+        outputs, timings[PROFILE_KEY] = measure_on_worker(profiling, extractor, rows,
+                                                          lambda: transform_rows(job, extractor, rows),
+                                                          _worker_address())
+    timings["transform"] = time.perf_counter() - began
+    return outputs, timings
+
+
+def _store_shard(job: StageJob, context: Any, start: int, stop: int, outputs: dict[str | None, Any],
+                 timings: dict[str, Any]) -> _ShardRef | dict[str | None, Any]:
+    """Write a shard to the store; the outputs themselves when the store refuses (as a cache write, a warning)."""
+    from ..embeddings import validate_embeddings
+    from .caching import write_shard
+
+    began = time.perf_counter()
+    source = f"extractor {job.params['parent']!r}"
+    checked = {output: validate_embeddings(value, argument=f"output shard {start}:{stop}", source=source)
+               for output, value in outputs.items()}
+    try:
+        write_shard(context.cache, job, context, start, stop, checked)
+    except ArtifactError as exc:
+        warnings.warn(f"cache: could not store rows {start}:{stop} of {job.key} in {context.cache.config.url} "
+                      f"({exc}); the shard travels to the stack task instead", ArtifactWarning, stacklevel=2)
+        return checked
+    timings["shard_write"] = time.perf_counter() - began
+    return _ShardRef(start, stop)
+
+
+def _stack(job: StageJob, context: Any, fitted: _Done | None, *parts: _Done) -> _Done:
+    """Extract step 3 (sharded extract): stack and validate the shards (read back from the store when they were
+    written there) into the job's artifact, stored through the run's cache like any extract result."""
+    from .caching import record_computed
     from .stages import embedding_set
 
-    failed = next((item for item in (fitted, *parts) if item.failed is not None), None)
+    failed = next((item for item in (fitted, *parts) if item is not None and item.failed is not None), None)
     if failed is not None:
         return failed
     began = time.perf_counter()
     try:
-        artifact = embedding_set(job, context, [part.artifact for part in parts])
+        artifact = embedding_set(job, context, [_shard_outputs(job, context, fitted, part) for part in parts])
     except Exception as exc:
         return _Done(failed=_Failed.of(job, exc))
-    timings = {"fit": fitted.timings["fit"], "transform": sum(part.timings["transform"] for part in parts),
-               "shards": float(len(parts)), "stack": time.perf_counter() - began}
-    timings["seconds"] = timings["fit"] + timings["transform"] + timings["stack"]
-    return _Done.of(computed_run(job, artifact, timings))
+    computed = [part for part in parts if not (isinstance(part.artifact, _ShardRef) and part.artifact.reused)]
+    timings: dict[str, Any] = {"fit": fitted.timings["fit"]} if fitted is not None else {}
+    timings.update(transform=sum(part.timings["transform"] for part in computed), shards=float(len(parts)))
+    if len(computed) < len(parts):
+        timings["shards_reused"] = float(len(parts) - len(computed))
+    if any("shard_write" in part.timings for part in computed):
+        timings["shard_write"] = sum(part.timings.get("shard_write", 0.0) for part in computed)
+    timings["stack"] = time.perf_counter() - began
+    timings["seconds"] = timings.get("fit", 0.0) + timings["transform"] + timings["stack"]
+    if any(PROFILE_KEY in part.timings for part in computed):
+        from ..profiling import distributed_profile
+
+        timings[PROFILE_KEY] = distributed_profile([part.timings[PROFILE_KEY] for part in computed],
+                                                   shards=len(parts), shards_reused=len(parts) - len(computed))
+    return _Done.of(record_computed(job, artifact, timings, context))
+
+
+def _shard_outputs(job: StageJob, context: Any, fitted: _Done | None, part: _Done) -> dict[str | None, Any]:
+    """A shard's outputs: carried in ``part``, or read from the store (a reused shard found corrupt or gone is
+    recomputed here and stored again, with a warning, as the cache does with a corrupt entry)."""
+    from .caching import read_shard
+    from .stages import fit_extractor
+
+    ref = part.artifact
+    if not isinstance(ref, _ShardRef):
+        return ref
+    try:
+        return read_shard(context.cache, job, ref.start, ref.stop)
+    except ArtifactError as exc:
+        if not ref.reused:
+            raise  # written in this run and unreadable now: the store is failing, not an old entry
+        warnings.warn(f"cache: rows {ref.start}:{ref.stop} of {job.key} in {context.cache.config.url} cannot be "
+                      f"reused ({exc}); recomputing them", ArtifactWarning, stacklevel=2)
+    extractor = fitted.artifact if fitted is not None else fit_extractor(job, context)
+    outputs, timings = _compute_shard(job, context, extractor, ref.start, ref.stop)
+    part.artifact, part.timings = _store_shard(job, context, ref.start, ref.stop, outputs, timings), timings
+    return outputs
 
 
 def _report(done: _Done) -> _Done:
@@ -288,8 +397,6 @@ class _DaskRun:
     def _shards(self, job: StageJob) -> list[tuple[int, int]] | None:
         """Row ranges of a sharded extract job, or None when it runs as one task."""
         n = self.context.dataset.n_samples if job.stage == "extract" and job.pipeline == "benchmark" else 0
-        if getattr(self.context, "cache", None) is not None:
-            n = 0  # with a cache the job runs whole, through the cache (a hit skips the extractor entirely)
         extractor = self.context.extractors.get(job.params["extractor"]) if n else None
         if self.shard_rows is None or n <= self.shard_rows or not getattr(extractor, "shardable", True):
             return None
@@ -301,10 +408,20 @@ class _DaskRun:
     def _submit(self, job: StageJob, context: Any, needed: list[Any]) -> Any:
         submit = self.client.submit
         shards = self._shards(job)
-        if shards is None:
+        cache, _ = job_cache(job, self.context)
+        mode = None if cache is None else cache.config.mode
+        if shards is None or (mode != "refresh" and cache is not None and cache.store.has(job.key)):
+            # Whole through the cache on a worker; a stored extract is a hit there and its shards never run.
             return submit(_execute, job, context, *needed, key=self._key(job, "job"), pure=False)
-        fitted = submit(_fit, job, context, key=self._key(job, "fit"), pure=False)
-        parts = [submit(_transform, job, context, fitted, start, stop, key=self._key(job, f"shard{i}"), pure=False)
+        # With a shared store (not read_only, not in-memory) the shards go through it; otherwise they are futures.
+        stored = mode in ("read_write", "refresh") and not isinstance(cache.store, MemoryStore)
+        reused = {i for i, (start, stop) in enumerate(shards)
+                  if stored and mode == "read_write" and cache.store.has(shard_key(job.key, start, stop))}
+        fitted = None if len(reused) == len(shards) else submit(_fit, job, context, key=self._key(job, "fit"),
+                                                                pure=False)
+        parts = [_Done(_ShardRef(start, stop, reused=True)) if i in reused else
+                 submit(_transform, job, context, fitted, start, stop, stored, key=self._key(job, f"shard{i}"),
+                        pure=False)
                  for i, (start, stop) in enumerate(shards)]
         return submit(_stack, job, context, fitted, *parts, key=self._key(job, "job"), pure=False)
 
