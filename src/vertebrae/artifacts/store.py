@@ -224,16 +224,20 @@ class FsspecStore:
     def _read_verified(self, key: str, name: str, entry: Mapping[str, Any]) -> bytearray:
         """The file's bytes, read into one buffer while hashing; never returned unless size and sha256 match."""
         size = int(entry["bytes"])
-        buffer = bytearray(size + 1)  # one spare byte reveals a file longer than recorded
+        # Exactly the recorded size, never resized: a backend's readinto may still hold a view of it (s3fs was
+        # seen to, now and then), and a bytearray with live views cannot shrink.  One more read reveals a longer file.
+        buffer = bytearray(size)
         sink, path = HashingSink(), self._path(key, name)
         try:
-            with self.fs.open(path, "rb") as fileobj, memoryview(buffer) as view:
-                filled = 0
-                while filled < len(buffer):
+            with self.fs.open(path, "rb") as fileobj:
+                view, filled = memoryview(buffer), 0
+                while filled < size:
                     count = fileobj.readinto(view[filled:])
                     if not count:
                         break
                     filled += count
+                if filled == size and fileobj.read(1):
+                    filled += 1
         except FileNotFoundError:
             raise FileNotFoundError(name) from None
         except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
@@ -241,7 +245,6 @@ class FsspecStore:
         if filled != size:
             raise ArtifactIntegrityError(f"{self.url}/{key}: {name} has {'more than ' if filled > size else ''}"
                                          f"{filled} bytes, the manifest records {size} (truncated or replaced)")
-        del buffer[size:]
         sink.write(buffer)
         if sink.sha256 != entry["sha256"]:
             raise ArtifactIntegrityError(f"{self.url}/{key}: {name} fails its sha256 check (corrupted); "

@@ -43,6 +43,28 @@ def endpoint_resource_section(result: Any, tolerance: float | None = None) -> st
     return _heading(tolerance or 0.0) + "\n" + cohort_table(result.quality_cohort(tolerance), ("query", "gallery"))
 
 
+#: (header, field of the profile's ``distributed`` section) of the distributed-extraction table.
+DISTRIBUTED_COLUMNS = [("workers", "workers"), ("shards", "shards"), ("shards reused", "shards_reused"),
+                       ("worker-first latency s", "worker_first_latency_seconds"),
+                       ("max worker memory B", "max_worker_memory_bytes"),
+                       ("aggregate compute samples/s", "aggregate_compute_throughput"),
+                       ("throughput kind", "throughput_kind")]
+
+
+def _distributed_table(profiles: list[tuple[Any, Any]], endpoint: str | None) -> list[str]:
+    """The cluster facts of distributed profiles (none for a local run), with what their throughput means."""
+    distributed = [(r, p) for r, p in profiles if (p or {}).get("scope") == "distributed"]
+    if not distributed:
+        return []
+    rows = [[r.name, *([] if endpoint is None else [endpoint]),
+             *(profile_value(p, "distributed", field) for _, field in DISTRIBUTED_COLUMNS)] for r, p in distributed]
+    return ["Extracted on a cluster: worker-first latency is the slowest worker's first call (its cold start), "
+            "memory the highest worker RSS, and samples/s (here and above) the **aggregate worker compute** "
+            "throughput, materialized samples / summed worker compute seconds: not cluster wall-clock throughput.\n",
+            table(["extractor", *([] if endpoint is None else ["endpoint"]), *(h for h, _ in DISTRIBUTED_COLUMNS)],
+                  rows)]
+
+
 def _heading(tolerance: Any) -> str:
     return ("## Quality cohort resources\n\n"
             f"Candidates within {text(tolerance)} of the best primary score (results with an invalid aggregate are "
@@ -63,6 +85,7 @@ def cohort_table(cohort: list[Any], endpoints: tuple[str | None, ...]) -> str:
                 for r, p in profiles]
         lines.append(table(["extractor", *([] if endpoint is None else ["endpoint"]), "primary score", "profile",
                             *(h for h, _, _ in COLUMNS)], rows))
+        lines += _distributed_table(profiles, endpoint)
         mismatched = latency_mismatches([p for _, p in profiles])
         where = "" if endpoint is None else f" ({endpoint} encodings)"
         if mismatched:
