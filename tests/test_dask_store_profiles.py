@@ -123,6 +123,14 @@ def test_sharded_extract_through_a_folder_store_then_a_hit_then_stored_shards_ar
     distributed = resumed["rec"].resource_profile["distributed"]
     assert (distributed["shards"], distributed["shards_reused"], distributed["samples"]) == (4, 2, 100)
 
+    store.delete(job)  # every shard stored, the job's artifact not: stacked from the store, nothing transformed
+    calls.unlink()
+    stacked = profiled.run(runner=DaskRunner(dask_client, shard_rows=50))
+    assert recorded(calls) == [] and stacked["rec"].runtime["shards_reused"] == 4.0
+    assert stacked["rec"].embedding["cache_status"] == "miss" and store.has(job)
+    assert stacked["rec"].overlap.to_dict() == first["rec"].overlap.to_dict()
+    assert stacked["rec"].resource_profile["status"] == "not_measured_cache_hit"
+
 
 def test_sharded_extract_through_moto_s3_is_identical_then_a_hit(dask_client, tmp_path, s3_bucket, moto_endpoint):  # noqa: F811
     calls, url, options = tmp_path / "calls.txt", f"s3://{s3_bucket}/cache", s3_options(moto_endpoint)

@@ -318,7 +318,8 @@ def _stack(job: StageJob, context: Any, fitted: _Done | None, *parts: _Done) -> 
         timings["shard_write"] = sum(part.timings.get("shard_write", 0.0) for part in computed)
     timings["stack"] = time.perf_counter() - began
     timings["seconds"] = timings.get("fit", 0.0) + timings["transform"] + timings["stack"]
-    if any(PROFILE_KEY in part.timings for part in computed):
+    profiling = getattr(context.settings, "resource_profiling", None)
+    if profiling is not None and profiling.enabled:
         from ..profiling import distributed_profile
 
         timings[PROFILE_KEY] = distributed_profile([part.timings[PROFILE_KEY] for part in computed],
