@@ -7,9 +7,14 @@ each job's timings come back to the driver).  Two kinds of work fan out further:
 
 - an ``extract`` job over more than ``shard_rows`` rows fits its extractor once, then
   transforms row shards as separate tasks and stacks them on a worker (the steps of the
-  extract stage, :func:`~vertebrae.execution.stages.fit_extractor` and friends);
+  extract stage, :func:`~vertebrae.execution.stages.fit_extractor` and friends); with the
+  run's cache on a shared store the shards are written there and read back by the stacking
+  task (shards already stored are not recomputed), else they travel as futures;
 - a stage that maps independent repeats (stability) sends them to the cluster through
   :mod:`vertebrae.execution.fanout`, the embedding matrix shipped once.
+
+With resource profiling on, every extractor call is measured on its worker and the stacking
+task merges the shards' measurements (:func:`~vertebrae.profiling.distributed_profile`).
 
 User errors behave as in the local runner (``on_error="raise"`` re-raises the stage's
 exception with the same note, ``"record"`` returns a :class:`JobFailure`).  A job whose
