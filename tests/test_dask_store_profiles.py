@@ -196,6 +196,23 @@ def test_a_sharded_profiled_extract_merges_its_worker_measurements(dask_client, 
     assert "resource.throughput_kind" not in local.to_dataframe().columns
 
 
+def test_retrieval_endpoints_get_one_distributed_profile_each(dask_client):
+    from vertebrae import DatasetIdentity
+    from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+
+    rng = np.random.default_rng(0)
+    queries, gallery = rng.normal(size=(12, 5)), rng.normal(size=(40, 5))
+    data = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(12)],
+                                            identity=DatasetIdentity.declared("dask-profiles", "1"))
+    result = RetrievalBenchmark(data, [PrecomputedPairExtractor("pair", queries, gallery)],
+                                retrieval_config=RetrievalConfig(cutoffs=[1, 5]),
+                                resource_profiling=ResourceProfilingConfig()).run(runner=DaskRunner(dask_client))
+    profiles = result["pair"].resource_profile
+    assert {side: (p["scope"], p["distributed"]["workers"], p["throughput"]["samples"])
+            for side, p in profiles.items()} == {"query": ("distributed", 1, 12), "gallery": ("distributed", 1, 40)}
+    assert "not cluster wall-clock throughput" in result.to_markdown()
+
+
 def measurement(worker, started, calls, peak, baseline=100):
     """A hand-made worker measurement of a non-batched call list (what a shard task records)."""
     wall = sum(seconds for seconds, _ in calls)

@@ -386,6 +386,14 @@ def _cluster_errors() -> tuple[type[BaseException], ...]:
 
 
 # ------------------------------------------------------------------------ the driver
+def _holds(cache: Any, key: str) -> bool | None:
+    """Whether the run's store holds ``key`` (a manifest lookup, no data read); None when it cannot answer."""
+    try:
+        return cache.store.has(key)
+    except ArtifactError:
+        return None
+
+
 class _DaskRun:
     def __init__(self, client: Any, jobs: Sequence[StageJob], context: Any, on_error: str, shard_rows: int | None,
                  bar: Callable[[int], Any]) -> None:
@@ -416,13 +424,15 @@ class _DaskRun:
         shards = self._shards(job)
         cache, _ = job_cache(job, self.context)
         mode = None if cache is None else cache.config.mode
-        if shards is None or (mode != "refresh" and cache is not None and cache.store.has(job.key)):
-            # Whole through the cache on a worker; a stored extract is a hit there and its shards never run.
+        held = shards is not None and cache is not None and _holds(cache, job.key)
+        if shards is None or held is None or (held and mode != "refresh"):
+            # Whole through the cache on a worker: a stored extract is a hit there and its shards never run; a
+            # store the driver cannot query is handled there as in the local runner (per the cache mode).
             return submit(_execute, job, context, *needed, key=self._key(job, "job"), pure=False)
         # With a shared store (not read_only, not in-memory) the shards go through it; otherwise they are futures.
         stored = mode in ("read_write", "refresh") and not isinstance(cache.store, MemoryStore)
         reused = {i for i, (start, stop) in enumerate(shards)
-                  if stored and mode == "read_write" and cache.store.has(shard_key(job.key, start, stop))}
+                  if stored and mode == "read_write" and _holds(cache, shard_key(job.key, start, stop))}
         fitted = None if len(reused) == len(shards) else submit(_fit, job, context, key=self._key(job, "fit"),
                                                                 pure=False)
         parts = [_Done(_ShardRef(start, stop, reused=True)) if i in reused else
