@@ -258,8 +258,10 @@ def test_failed_extractor_is_recorded_through_the_phases(project, monkeypatch, c
     monkeypatch.chdir(project)
     np.save(project / "noise.npy", np.full((120, 4), 7.0, dtype=np.float32))  # constant: cannot be scored
     assert main(["plan", "run.toml", "--store", "store", "--on-error", "record", "-q"]) == 0
-    assert main(["embed", "plan.json", "-q"]) in (0, 1)
+    assert main(["embed", "plan.json", "-q"]) == 1  # the other two embeddings are stored
+    assert "'noise' failed in the extract stage: ExtractorError" in capsys.readouterr().err
     assert main(["score", "plan.json", "-q"]) == 1
+    assert "6 job(s) not run because their inputs failed in an earlier phase" in capsys.readouterr().err
     assert main(["collect", "plan.json", "-q"]) == 1
     err = capsys.readouterr().err
     assert "extractor 'noise' failed" in err

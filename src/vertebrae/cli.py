@@ -362,17 +362,22 @@ def _phase(args: argparse.Namespace, phase: str) -> int:
     runner = StoreRunner(plan, phase, shard, progress=progress, extra_metrics=bool(specs))
     _, outcome = _collecting_warnings(args.command, args.quiet,
                                       lambda: execute_plan(benchmark, runner, description=f"vertebrae {phase}"))
-    phase_keys = {job["key"] for job in plan.jobs if job["phase"] == phase}
-    ran = [key for key in outcome.statuses if key in phase_keys]
+    names = {job["key"]: job["extractor"] for job in plan.jobs if job["phase"] == phase}
+    ran = [key for key in outcome.statuses if key in names]
     reused = sum(outcome.statuses[key] == "hit" for key in ran)
-    for key, failure in outcome.failures.items():
+    failed = {key: failure for key, failure in outcome.failures.items() if key in names}
+    for key, failure in failed.items():
         if failure.upstream is None:
-            print(f"vertebrae {phase}: the {failure.stage} stage of job {key} failed: {failure.error_type}: "
+            print(f"vertebrae {phase}: {names[key]!r} failed in the {failure.stage} stage: {failure.error_type}: "
                   f"{failure.message}", file=sys.stderr)
+    earlier = sum(failure.upstream is not None and failure.upstream not in names for failure in failed.values())
+    if earlier:
+        print(f"vertebrae {phase}: {earlier} job(s) not run because their inputs failed in an earlier phase",
+              file=sys.stderr)
     if not args.quiet:
         print(f"vertebrae {phase} (shard {shard}): {len(ran)} job(s) in the store {plan.config['cache']['store']} "
-              f"({len(ran) - reused} computed, {reused} already there), {len(outcome.failures)} failed")
-    return EXIT_FAILURE if outcome.failures else EXIT_OK
+              f"({len(ran) - reused} computed, {reused} already there), {len(failed)} failed")
+    return EXIT_FAILURE if failed else EXIT_OK
 
 
 def _embed(args: argparse.Namespace) -> int:
