@@ -201,8 +201,12 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
                                                      outcome.persisted.get(keys["extract"]), chain.output)
     # A compressed variant is derived from the extracted embedding: it keeps that source's eligibility and status.
     compression = None if assembled.compression is None else {**assembled.compression, **facts}
+    separatix = assembled.separatix
+    if separatix is not None and separatix.runtime_seconds is None:  # read back from a store (a staged run)
+        separatix = dataclasses.replace(separatix, runtime_seconds=outcome.timings.get(keys["diagnose"], {}).get(
+            "separatix"))
     result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
-                                 embedding=embedding, compression=compression)
+                                 embedding=embedding, compression=compression, separatix=separatix)
     result.runtime = _runtime(keys, outcome, result)
     if settings.resource_profiling is not None and settings.resource_profiling.enabled:
         measured = outcome.timings.get(keys["extract"], {}).get(PROFILE_KEY)

@@ -1,4 +1,5 @@
-"""The ``vertebrae`` command: ``demo``, ``run CONFIG``, ``report RESULT.json`` and ``compare A.json B.json``.
+"""The ``vertebrae`` command: ``demo``, ``run CONFIG``, ``report RESULT.json``, ``compare A.json B.json``, ``cache``,
+and a staged run in phases over a shared store: ``plan CONFIG``, ``embed PLAN``, ``score PLAN``, ``collect PLAN``.
 
 Exit codes: 0 success, 2 bad input or usage (one-line message on stderr),
 1 unexpected failure, or (``compare``) a candidate's primary score dropped by more than the tolerance.
@@ -53,29 +54,13 @@ def _parser() -> argparse.ArgumentParser:
                            "pip install 'vertebrae[text]'; offline)")
     _output_options(demo)
 
-    run = sub.add_parser("run", aliases=["score"], help="run a benchmark described by a TOML/YAML config file",
+    run = sub.add_parser("run", help="run a benchmark described by a TOML/YAML config file",
                          description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
                                      "report.md.", epilog=RUN_CONFIG_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
-    run.add_argument("--metric", action="append", default=[], metavar="MODULE:FUNCTION[:NAME]",
-                     help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
-                          "the module must be importable (installed or on PYTHONPATH); higher is better; lower-is-better "
-                          "metrics go in the config's [[metrics]] with higher_is_better = false")
-    run.add_argument("--primary-metric", metavar="NAME", default=None,
-                     help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
-    run.add_argument("--cache", metavar="URL", default=None,
-                     help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
-                          "gs://bucket/prefix); overrides [cache] store; default: no cache")
-    run.add_argument("--on-error", choices=("raise", "record"), default=None,
-                     help="'record': an extractor that fails becomes an unranked result with its error and the "
-                          "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
-                          "the first failure (overrides [benchmark] on_error)")
-    run.add_argument("--dask-address", metavar="tcp://HOST:PORT", default=None,
-                     help="run every job on this dask.distributed scheduler (pip install 'vertebrae[dask]'); the "
-                          "results equal a local run; see docs/distributed.md")
-    _output_options(run)
-
+    _run_options(run)
+    _add_staged_commands(sub)
     report = sub.add_parser("report", help="regenerate the Markdown or HTML report from an archived result JSON",
                             description="Render the report of RESULT (a result JSON written by vertebrae: benchmark "
                                         "or retrieval).")
@@ -101,9 +86,38 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``run`` (and of ``score`` given a run config)."""
+    _metric_option(parser)
+    parser.add_argument("--primary-metric", metavar="NAME", default=None,
+                        help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
+    parser.add_argument("--cache", metavar="URL", default=None,
+                        help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
+                             "gs://bucket/prefix); overrides [cache] store; default: no cache")
+    _on_error_option(parser)
+    parser.add_argument("--dask-address", metavar="tcp://HOST:PORT", default=None,
+                        help="run every job on this dask.distributed scheduler (pip install 'vertebrae[dask]'); the "
+                             "results equal a local run; see docs/distributed.md")
+    _output_options(parser)
+
+
+def _metric_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metric", action="append", default=[], metavar="MODULE:FUNCTION[:NAME]",
+                        help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
+                             "the module must be importable (installed or on PYTHONPATH); higher is better; "
+                             "lower-is-better metrics go in the config's [[metrics]] with higher_is_better = false")
+
+
+def _on_error_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--on-error", choices=("raise", "record"), default=None,
+                        help="'record': an extractor that fails becomes an unranked result with its error and the "
+                             "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
+                             "the first failure (overrides [benchmark] on_error)")
+
+
 def _output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("."),
-                        help="folder for report.json and report.md (default: current folder)")
+    parser.add_argument("--output", "-o", type=pathlib.Path, default=None,
+                        help="folder for report.json, report.md and report.html (default: current folder)")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress bar, no printed ranking and no warnings (the results still record them)")
 
@@ -130,7 +144,8 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> A
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
-def _write_reports(result, output: pathlib.Path, quiet: bool) -> None:
+def _write_reports(result, output: pathlib.Path | None, quiet: bool) -> None:
+    output = pathlib.Path(".") if output is None else output
     output.mkdir(parents=True, exist_ok=True)
     json_path, markdown_path, html_path = (output / name for name in REPORT_FILES)
     result.save_json(json_path)
@@ -183,9 +198,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .run_config import benchmark_from_config, input_files, load_run_config
+    from .run_config import benchmark_from_config, input_files, load_run_config, with_metric_options
 
-    config = _with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
     if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
         config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
                            if "://" not in args.cache else args.cache, "enabled": True}
@@ -206,24 +221,6 @@ def _run(args: argparse.Namespace) -> int:
         print(f"vertebrae {args.command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
               f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
     return EXIT_FAILURE if failed else EXIT_OK
-
-
-def _with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:
-    """``--metric`` specs join the config's [[metrics]]; ``--primary-metric`` overrides [benchmark]."""
-    config = dict(config)
-    if specs:
-        config["metrics"] = [*config.get("metrics", []), *map(_metric_entry, specs)]
-    if primary_metric is not None:
-        config["benchmark"] = {**config.get("benchmark", {}), "primary_metric": primary_metric}
-    return config
-
-
-def _metric_entry(spec: str) -> dict[str, str]:
-    """``module:function`` or ``module:function:name`` as a [[metrics]] entry (load_metric checks the path)."""
-    if spec.count(":") == 2:
-        path, name = spec.rsplit(":", 1)
-        return {"path": path, "name": name}
-    return {"path": spec}
 
 
 def _load(path: pathlib.Path):
@@ -250,6 +247,184 @@ def _report(args: argparse.Namespace) -> int:
     result = _load(args.result)
     _emit(result.to_html() if args.format == "html" else result.to_markdown(), args.output)
     return EXIT_OK
+
+
+STAGED_HELP = """\
+a staged run, each command in any process or machine that reaches the store and the input files:
+  vertebrae plan CONFIG --store s3://bucket/run --output plan.json
+  vertebrae embed plan.json --shard 1/2      # and --shard 2/2 elsewhere
+  vertebrae score plan.json --shard 1/2      # and --shard 2/2 elsewhere
+  vertebrae collect plan.json --output result.json
+See docs/distributed.md#a-staged-run-over-a-shared-store
+"""
+
+
+def _add_staged_commands(sub) -> None:
+    """``plan``, ``embed``, ``score`` and ``collect``: one run in phases over a shared store."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    plan = sub.add_parser("plan", help="plan a run over a shared store for embed/score/collect in separate processes",
+                          description="Validate CONFIG (loading every file), plan its jobs over the store and write the "
+                                      "plan file the other phases read.", epilog=STAGED_HELP, formatter_class=formatter)
+    plan.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
+    plan.add_argument("--store", metavar="URL", required=True,
+                      help="the store every phase shares: a folder, file://, s3://bucket/prefix or gs://bucket/prefix")
+    plan.add_argument("--storage-options", metavar="JSON", default=None,
+                      help="fsspec options as a JSON object (written into the plan file: prefer environment "
+                           "variables such as AWS_ACCESS_KEY_ID for secrets)")
+    _metric_option(plan)
+    plan.add_argument("--primary-metric", metavar="NAME", default=None, help="rank by this metric (default: overlap)")
+    _on_error_option(plan)
+    plan.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("plan.json"),
+                      help="where to write the plan file (default: plan.json)")
+    plan.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+
+    embed = sub.add_parser("embed", help="compute a plan's embeddings into its store (a shard with --shard i/n)",
+                           description="Compute the extractor jobs of PLAN (one shard of them with --shard) and store "
+                                       "them; embeddings already in the store are reused.", epilog=STAGED_HELP,
+                           formatter_class=formatter)
+    _staged_options(embed)
+
+    score = sub.add_parser("score", help="score a plan's stored embeddings (or, given a run config, run it)",
+                           description="Given PLAN (a plan file, .json): score its stored embeddings (one shard with "
+                                       "--shard) and store the scores. Given a run CONFIG (.toml, .yaml): the same as "
+                                       "`vertebrae run CONFIG`.", epilog=STAGED_HELP, formatter_class=formatter)
+    score.add_argument("config", type=pathlib.Path, metavar="PLAN_OR_CONFIG",
+                       help="a plan file written by `vertebrae plan` (.json), or a run configuration")
+    score.add_argument("--shard", metavar="I/N", default=None,
+                       help="with a plan: score only shard I of N (1/N to N/N; every shard must run before collect)")
+    _run_options(score)
+
+    collect = sub.add_parser("collect", help="assemble a staged run's result from its store",
+                             description="Read every score of PLAN back from its store and write the result JSON (render "
+                                         "it with `vertebrae report`).", epilog=STAGED_HELP, formatter_class=formatter)
+    collect.add_argument("plan", type=pathlib.Path, help="the plan file written by `vertebrae plan`")
+    collect.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("result.json"),
+                         help="where to write the result JSON (default: result.json)")
+    collect.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no printed ranking")
+
+
+def _staged_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan", type=pathlib.Path, help="the plan file written by `vertebrae plan`")
+    parser.add_argument("--shard", metavar="I/N", default=None,
+                        help="run only shard I of N of this phase (1/N to N/N), e.g. one per machine")
+    _on_error_option(parser)
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+
+
+def _options_json(text: str | None) -> dict:
+    import json
+
+    try:
+        options = json.loads(text) if text else {}
+    except ValueError as exc:
+        raise VertebraeError(f"--storage-options is not a JSON object: {exc}") from None
+    if not isinstance(options, dict):
+        raise VertebraeError(f"--storage-options must be a JSON object such as '{{\"anon\": false}}', got {text!r}")
+    return options
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from .execution.staged import make_plan
+    from .run_config import load_run_config, with_metric_options
+
+    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    if args.on_error is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
+    plan = make_plan(config, args.config, args.store, _options_json(args.storage_options),
+                     progress=False if args.quiet else None)
+    plan.save(args.output)
+    if not args.quiet:
+        counts = {phase: sum(job["phase"] == phase for job in plan.jobs) for phase in ("embed", "score", "collect")}
+        print(f"Wrote {args.output}: {len(plan.jobs)} jobs ({counts['embed']} embed, {counts['score']} score, "
+              f"{counts['collect']} collect) over {plan.config['cache']['store']}\n"
+              f"Next: vertebrae embed {args.output}")
+    return EXIT_OK
+
+
+def _phase(args: argparse.Namespace, phase: str) -> int:
+    """``embed`` or ``score`` of a plan file: run this shard's jobs, store them, print what happened."""
+    from .execution.local import execute_plan
+    from .execution.staged import PlanFile, Shard, StoreRunner, plan_benchmark, score_metrics
+
+    plan = PlanFile.load(args.plan)
+    shard = Shard() if args.shard is None else Shard.parse(args.shard)
+    progress = False if args.quiet else None
+    specs: list[str] = []
+    if phase == "score":
+        from .cache import CacheConfig
+
+        cache = plan.config["cache"]
+        store = CacheConfig(store=cache["store"], storage_options=cache["storage_options"]).open_store()
+        specs = score_metrics(store, plan, args.metric)
+    benchmark = plan_benchmark(plan, specs, progress)
+    if args.on_error is not None:
+        benchmark.on_error = args.on_error
+    runner = StoreRunner(plan, phase, shard, progress=progress, extra_metrics=bool(specs))
+    _, outcome = _collecting_warnings(args.command, args.quiet,
+                                      lambda: execute_plan(benchmark, runner, description=f"vertebrae {phase}"))
+    names = {job["key"]: job["extractor"] for job in plan.jobs if job["phase"] == phase}
+    ran = [key for key in outcome.statuses if key in names]
+    reused = sum(outcome.statuses[key] == "hit" for key in ran)
+    failed = {key: failure for key, failure in outcome.failures.items() if key in names}
+    for key, failure in failed.items():
+        if failure.upstream is None:
+            print(f"vertebrae {phase}: {names[key]!r} failed in the {failure.stage} stage: {failure.error_type}: "
+                  f"{failure.message}", file=sys.stderr)
+    earlier = sum(failure.upstream is not None and failure.upstream not in names for failure in failed.values())
+    if earlier:
+        print(f"vertebrae {phase}: {earlier} job(s) not run because their inputs failed in an earlier phase",
+              file=sys.stderr)
+    if not args.quiet:
+        print(f"vertebrae {phase} (shard {shard}): {len(ran)} job(s) in the store {plan.config['cache']['store']} "
+              f"({len(ran) - reused} computed, {reused} already there), {len(failed)} failed")
+    return EXIT_FAILURE if failed else EXIT_OK
+
+
+def _embed(args: argparse.Namespace) -> int:
+    return _phase(args, "embed")
+
+
+def _score(args: argparse.Namespace) -> int:
+    """A plan file: the staged score phase; a run config: ``vertebrae run``."""
+    if args.config.suffix.lower() != ".json":
+        if args.shard is not None:
+            raise VertebraeError("--shard applies to a plan file (vertebrae plan CONFIG ... --output plan.json), "
+                                 f"not to the run config {str(args.config)!r}")
+        return _run(args)
+    given = [flag for flag, value in (("--primary-metric", args.primary_metric), ("--cache", args.cache),
+                                      ("--dask-address", args.dask_address), ("--output", args.output))
+             if value is not None]
+    if given:
+        raise VertebraeError(f"{', '.join(given)} apply to a run config, not to a plan file: the plan fixes its "
+                             "store and ranking (write it again with `vertebrae plan`), and `vertebrae collect "
+                             "--output` writes the result")
+    args.plan = args.config
+    return _phase(args, "score")
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from .cache import CacheConfig
+    from .execution.staged import COLLECT, PlanFile, StoreRunner, plan_benchmark, score_metrics
+
+    plan = PlanFile.load(args.plan)
+    cache = plan.config["cache"]
+    specs = score_metrics(CacheConfig(store=cache["store"], storage_options=cache["storage_options"]).open_store(),
+                          plan, [])
+    progress = False if args.quiet else None
+    benchmark = plan_benchmark(plan, specs, progress)
+    runner = StoreRunner(plan, COLLECT, progress=progress, extra_metrics=bool(specs))
+    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
+    result.metadata["input_files"] = plan.input_files
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    result.save_json(args.output)
+    if not args.quiet:
+        print(console_summary(result))
+        print(f"\nWrote {args.output}")
+    failed = [r for r in result.extractor_results if r.error is not None]
+    for r in failed:
+        print(f"vertebrae collect: extractor {r.name!r} failed in the {r.error['stage']} stage: "
+              f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
+    return EXIT_FAILURE if failed else EXIT_OK
 
 
 def _add_cache_commands(sub) -> None:
@@ -280,16 +455,10 @@ def _add_cache_commands(sub) -> None:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    import json
-
     from .cache import (LEFTOVER_MIN_AGE, CacheConfig, list_entries, parse_duration, parse_size, prune_store,
                         verify_store)
 
-    try:
-        options = json.loads(args.storage_options) if args.storage_options else {}
-    except ValueError as exc:
-        raise VertebraeError(f"--storage-options is not a JSON object: {exc}") from None
-    config = CacheConfig(store=args.store, storage_options=options)
+    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options))
     store = config.open_store()
     if args.cache_command == "list":
         rows = [(e.key, e.kind, e.extractor, e.dataset, str(e.bytes), e.created_at) for e in list_entries(store)]
@@ -335,8 +504,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 # Subcommands live in COMMANDS; run-config sections are parsed in vertebrae.run_config.
-COMMANDS = {"demo": _demo, "run": _run, "score": _run, "report": _report, "compare": _compare,
-            "cache": _cache}
+COMMANDS = {"demo": _demo, "run": _run, "score": _score, "report": _report, "compare": _compare,
+            "cache": _cache, "plan": _plan, "embed": _embed, "collect": _collect}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

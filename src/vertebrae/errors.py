@@ -69,6 +69,10 @@ class ExecutionError(VertebraeError, RuntimeError):
     """A job could not be executed: its distributed worker died or the cluster lost it (not a user error)."""
 
 
+class PlanError(VertebraeError, ValueError):
+    """A staged run's plan file does not fit its inputs or its store (changed files, a phase not run yet)."""
+
+
 class VertebraeWarning(UserWarning):
     """Base class of warnings emitted by vertebrae (they are also recorded in results)."""
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .benchmark import Benchmark
@@ -202,3 +202,21 @@ def input_files(config: Mapping[str, Any], config_path: str | pathlib.Path) -> l
         records.append({**file_record("embeddings", entry["embeddings"], resolve(entry["embeddings"])),
                         "extractor": str(entry["name"])})
     return records
+
+
+def with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:
+    """``--metric`` specs join the config's [[metrics]]; ``--primary-metric`` overrides [benchmark]."""
+    config = dict(config)
+    if specs:
+        config["metrics"] = [*config.get("metrics", []), *map(metric_entry, specs)]
+    if primary_metric is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "primary_metric": primary_metric}
+    return config
+
+
+def metric_entry(spec: str) -> dict[str, str]:
+    """``module:function`` or ``module:function:name`` as a [[metrics]] entry (load_metric checks the path)."""
+    if spec.count(":") == 2:
+        path, name = spec.rsplit(":", 1)
+        return {"path": path, "name": name}
+    return {"path": spec}

@@ -94,7 +94,7 @@ class StageCache:
     def run(self, job: StageJob, inputs: dict[str, Any], context: Any, codec: ArtifactCodec) -> JobRun:
         mode = self.config.mode
         if mode != "refresh":
-            found = self._lookup(job, codec)
+            found = self.lookup(job, codec)
             if found is not None:
                 return found
         artifact, timings = run_job(job, inputs, context)
@@ -104,7 +104,7 @@ class StageCache:
                  codec: ArtifactCodec) -> JobRun:
         """A miss computed now: stored (except in read_only mode), with its persisted footprint."""
         if self.config.mode == "read_only":
-            return JobRun(artifact, timings, MISS)
+            return _with_logical(JobRun(artifact, timings, MISS), codec)
         start = time.perf_counter()
         try:
             manifest = self.store.write(job.key, codec.encode(artifact), versions=_versions(job),
@@ -113,10 +113,10 @@ class StageCache:
         except ArtifactError as exc:
             warnings.warn(f"cache: could not store {job.key} in {self.config.url} ({exc}); the run continues "
                           "without caching it", ArtifactWarning, stacklevel=2)
-            return JobRun(artifact, timings, MISS)
-        return JobRun(artifact, timings, MISS, *self._footprint(job.key, manifest))
+            return _with_logical(JobRun(artifact, timings, MISS), codec)
+        return _with_logical(JobRun(artifact, timings, MISS, *self._footprint(job.key, manifest)), codec)
 
-    def _lookup(self, job: StageJob, codec: ArtifactCodec) -> JobRun | None:
+    def lookup(self, job: StageJob, codec: ArtifactCodec) -> JobRun | None:
         """The stored artifact (a hit), or None: absent, or corrupt/unreachable in read_write mode."""
         start = time.perf_counter()
         try:
@@ -136,7 +136,8 @@ class StageCache:
                           ArtifactWarning, stacklevel=3)
             return None
         seconds = time.perf_counter() - start
-        return JobRun(artifact, {"seconds": seconds}, HIT, *self._footprint(job.key, self.store.manifest(job.key)))
+        return _with_logical(JobRun(artifact, {"seconds": seconds}, HIT,
+                                    *self._footprint(job.key, self.store.manifest(job.key))), codec)
 
     def _footprint(self, key: str, manifest: Any) -> tuple[dict[str, int], str]:
         """Stat the stored objects; a failed stat is a warning and an ``unavailable`` status, never a failure."""
@@ -155,7 +156,7 @@ def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
     if cache is None:
         artifact, timings = run_job(job, inputs, context)
         return computed_run(job, artifact, timings)
-    return _with_logical(cache.run(job, inputs, context, codec), codec)
+    return cache.run(job, inputs, context, codec)
 
 
 def job_cache(job: StageJob, context: Any) -> tuple[StageCache | None, ArtifactCodec | None]:
@@ -173,7 +174,7 @@ def record_computed(job: StageJob, artifact: Any, timings: dict[str, float], con
     cache, codec = job_cache(job, context)
     if cache is None:
         return computed_run(job, artifact, timings)
-    return _with_logical(cache.computed(job, artifact, timings, context, codec), codec)
+    return cache.computed(job, artifact, timings, context, codec)
 
 
 def computed_run(job: StageJob, artifact: Any, timings: dict[str, float]) -> JobRun:
@@ -184,7 +185,7 @@ def computed_run(job: StageJob, artifact: Any, timings: dict[str, float]) -> Job
 
 
 def _with_logical(ran: JobRun, codec: ArtifactCodec | None) -> JobRun:
-    if codec is not None:
+    if codec is not None and codec.cached:  # the matrices of an embedding artifact; payloads have none
         ran.logical = {name: array_nbytes(value) for name, value in codec.encode(ran.artifact).arrays.items()}
     return ran
 

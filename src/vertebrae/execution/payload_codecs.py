@@ -65,7 +65,9 @@ def _metrics(document: Mapping[str, Any]) -> Any:
 
 
 def _separatix_document(result: Any) -> dict[str, Any]:
-    return _without_timings(result.to_dict())
+    document = _without_timings(result.to_dict())
+    document.pop("runtime_seconds", None)  # None when the result was itself read back from a store
+    return document
 
 
 def _separatix(document: Mapping[str, Any]) -> Any:

@@ -277,8 +277,10 @@ def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     settings = context.settings
     scorer = SeparatixScorer(settings.separatix_config, settings.scoring_config, settings.continuous_config)
     matrix, targets, groups = scoring_input(job, inputs, context)
-    return scorer.diagnose(matrix, targets, overlap_score=inputs["score"].overlap.score, groups=groups,
-                           source=f"extractor {job.params['name']!r}")
+    result = scorer.diagnose(matrix, targets, overlap_score=inputs["score"].overlap.score, groups=groups,
+                             source=f"extractor {job.params['name']!r}")
+    timings["separatix"] = result.runtime_seconds  # beside the artifact too: a stored diagnosis carries no runtime
+    return result
 
 
 def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:

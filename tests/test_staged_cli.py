@@ -1,0 +1,278 @@
+"""A staged run over a shared store: `vertebrae plan`, `embed`, `score`, `collect`, each in its own process.
+
+The reference is `vertebrae run CONFIG --cache STORE` on a fresh store in the same environment: the
+collected result must be the same JSON minus `timing` (the staged phases store exactly what that run
+stores, so even the cache facts agree).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+
+from vertebrae import BenchmarkResult, ExtractorResult
+from vertebrae.cli import main
+from vertebrae.execution.staged import PlanFile, Shard
+from vertebrae.results import load_result
+from vertebrae.scoring.overlap import OverlapScoreResult
+from vertebrae.scoring.stability import StabilityResult
+
+from .store_servers import moto_endpoint, s3_bucket, s3_options  # noqa: F401  (fixtures)
+
+CONFIG = """
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "labels.npy"
+
+[[extractors]]
+name = "wide"
+embeddings = "wide.npy"
+[[extractors]]
+name = "narrow"
+embeddings = "narrow.npy"
+[[extractors]]
+name = "noise"
+embeddings = "noise.npy"
+
+[scoring]
+k = 4
+
+[stability]
+repeats = 3
+
+[[compression]]
+method = "none"
+[[compression]]
+method = "pca"
+n_components = 2
+"""
+
+METRICS_MODULE = '''
+import numpy as np
+
+
+def spread(embeddings, labels, *, target_metadata=None, groups=None, seed=None):
+    """Mean row norm: a metric the test can recompute by hand."""
+    return {"score": float(np.linalg.norm(np.asarray(embeddings), axis=1).mean())}
+'''
+
+
+@pytest.fixture
+def project(tmp_path: pathlib.Path) -> pathlib.Path:
+    rng = np.random.default_rng(3)
+    labels = np.repeat(np.arange(3), 40)
+    X = rng.normal(size=(labels.size, 6)) + labels[:, None] * 0.9
+    np.save(tmp_path / "labels.npy", labels)
+    np.save(tmp_path / "wide.npy", X.astype(np.float32))
+    np.save(tmp_path / "narrow.npy", X[:, :2].astype(np.float32))
+    np.save(tmp_path / "noise.npy", rng.normal(size=(labels.size, 4)).astype(np.float32))
+    (tmp_path / "run.toml").write_text(CONFIG)
+    return tmp_path
+
+
+def cli(project: pathlib.Path, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    """One vertebrae command in a fresh Python process (what a separate machine would run)."""
+    done = subprocess.run([sys.executable, "-m", "vertebrae.cli", *args], cwd=project, capture_output=True,
+                          text=True, timeout=300, env={**_env(), "PYTHONPATH": str(project)})
+    assert done.returncode == expect, done.stderr
+    return done
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
+def without_timing(path: pathlib.Path) -> dict:
+    data = json.loads(path.read_text())
+    data.pop("timing")
+    return data
+
+
+def reference(project: pathlib.Path, store: pathlib.Path) -> dict:
+    """`vertebrae run --cache file://STORE` on a fresh STORE, which is then removed for the staged run."""
+    assert main(["run", "run.toml", "--cache", f"file://{store}", "-o", str(project / "ref"), "-q"]) == 0
+    shutil.rmtree(store)
+    return without_timing(project / "ref" / "report.json")
+
+
+def test_staged_phases_in_separate_processes_equal_a_run(project, monkeypatch):
+    monkeypatch.chdir(project)
+    store = project / "store"
+    expected = reference(project, store)
+    planned = cli(project, "plan", "run.toml", "--store", f"file://{store}", "--output", "plan.json")
+    assert "(3 embed, 18 score, 6 collect)" in planned.stdout and "Next: vertebrae embed plan.json" in planned.stdout
+    for shard in ("1/2", "2/2"):
+        out = cli(project, "embed", "plan.json", "--shard", shard).stdout
+        assert "0 failed" in out
+    for shard in ("2/3", "1/3", "3/3"):
+        cli(project, "score", "plan.json", "--shard", shard, "-q")
+    cli(project, "collect", "plan.json", "--output", "collected/result.json", "-q")
+    assert without_timing(project / "collected" / "result.json") == expected
+
+    # Every phase ran in its own process, so each job's measured seconds came back through the store.
+    timing = json.loads((project / "collected" / "result.json").read_text())["timing"]["runtime"]
+    assert {"extract", "score", "stability"} <= set(timing["wide+pca2"])
+    assert all(seconds > 0 for seconds in (timing["wide"]["score"], timing["noise"]["stability"]))
+
+
+def test_collected_result_is_typed(project, monkeypatch):
+    monkeypatch.chdir(project)
+    for argv in (["plan", "run.toml", "--store", "store", "-q"], ["embed", "plan.json", "-q"],
+                 ["score", "plan.json", "-q"], ["collect", "plan.json", "-q"]):
+        assert main(argv) == 0
+    result = load_result(project / "result.json")
+    assert isinstance(result, BenchmarkResult)
+    assert all(isinstance(r, ExtractorResult) for r in result.extractor_results)
+    first = result["wide"]
+    assert isinstance(first.overlap, OverlapScoreResult) and isinstance(first.stability, StabilityResult)
+    assert len(first.stability.repeat_scores["score"]) == 3
+    # The scores are the scorer's own on the same matrix (the independent reference: a direct call).
+    from vertebrae.scoring.overlap import OverlapIndexScorer, OverlapScoringConfig
+    from vertebrae.targets import build_targets
+
+    direct = OverlapIndexScorer(OverlapScoringConfig(k=4)).score(np.load(project / "wide.npy"),
+                                                                 build_targets(np.load(project / "labels.npy")))
+    assert first.overlap.score == direct.score
+
+
+def test_staged_run_on_s3(project, monkeypatch, s3_bucket, moto_endpoint):  # noqa: F811
+    monkeypatch.chdir(project)
+    options = json.dumps(s3_options(moto_endpoint))
+    assert main(["run", "run.toml", "-o", "ref", "-q"]) == 0
+    url = f"s3://{s3_bucket}/runs/one"
+    cli(project, "plan", "run.toml", "--store", url, "--storage-options", options, "-q")
+    cli(project, "embed", "plan.json", "--shard", "1/2", "-q")
+    cli(project, "embed", "plan.json", "--shard", "2/2", "-q")
+    cli(project, "score", "plan.json", "-q")
+    cli(project, "collect", "plan.json", "-q")
+    collected, local = without_timing(project / "result.json"), without_timing(project / "ref" / "report.json")
+    assert collected["metadata"].pop("cache") == {"store": url, "mode": "read_write"}
+    for data in (collected, local):  # the plain run had no store: only its cache facts differ
+        for r in data["extractor_results"]:
+            r["embedding"].pop("cache_status")
+            r["embedding"].pop("footprint", None)
+            if r.get("compression"):
+                r["compression"].pop("cache_status")
+    assert collected == local
+
+
+def test_rerunning_a_phase_reuses_the_store(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    assert main(["embed", "plan.json"]) == 0
+    assert "3 job(s)" in capsys.readouterr().out
+    assert main(["embed", "plan.json"]) == 0
+    assert "(0 computed, 3 already there)" in capsys.readouterr().out
+
+
+def test_score_metric_is_fixed_for_the_plan(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    module = f"staged_metrics_{uuid.uuid4().hex[:8]}"
+    (project / f"{module}.py").write_text(METRICS_MODULE)
+    monkeypatch.syspath_prepend(str(project))
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 0
+    assert main(["score", "plan.json", "--shard", "1/2", "--metric", f"{module}:spread", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["score", "plan.json", "--shard", "2/2", "--metric", f"{module}:other", "-q"]) == 2
+    assert "scored with --metric" in capsys.readouterr().err
+    assert main(["score", "plan.json", "--shard", "2/2", "-q"]) == 0  # the recorded metric applies
+    assert main(["collect", "plan.json", "-q"]) == 0
+    result = load_result(project / "result.json")
+    narrow = np.load(project / "narrow.npy")
+    assert result["narrow"].metrics["spread"].score == pytest.approx(np.linalg.norm(narrow, axis=1).mean())
+    assert all("spread" in r.metrics for r in result.extractor_results)  # both shards scored it
+
+
+def test_collect_before_score_names_the_missing_phase(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    assert main(["score", "plan.json", "-q"]) == 2
+    assert "run `vertebrae embed PLAN` first" in capsys.readouterr().err
+    assert main(["embed", "plan.json", "--shard", "1/2", "-q"]) == 0
+    assert main(["score", "plan.json", "-q"]) == 2  # shard 2/2 of embed (the second extractor) has not run
+    assert "extract artifact of 'narrow'" in capsys.readouterr().err
+    assert main(["embed", "plan.json", "--shard", "2/2", "-q"]) == 0
+    assert main(["collect", "plan.json", "-q"]) == 2
+    assert "run `vertebrae score PLAN` first" in capsys.readouterr().err
+    assert not (project / "result.json").exists()
+
+
+def test_changed_input_file_is_refused(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    np.save(project / "narrow.npy", np.zeros((120, 2), dtype=np.float32))
+    assert main(["embed", "plan.json", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "'narrow.npy' changed since the plan was written" in err and "vertebrae plan" in err
+    assert not (project / "store").exists() or not any((project / "store").rglob("manifest.json"))
+
+
+def test_edited_or_foreign_plan_files_are_refused(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    data = json.loads((project / "plan.json").read_text())
+    data["config"]["scoring"]["k"] = 5
+    (project / "edited.json").write_text(json.dumps(data))
+    (project / "other.json").write_text(json.dumps({"extractor_results": []}))
+    assert main(["embed", "edited.json", "-q"]) == 2
+    assert "was edited after it was written" in capsys.readouterr().err
+    assert main(["embed", "other.json", "-q"]) == 2
+    assert "is not a vertebrae plan file" in capsys.readouterr().err
+    assert main(["collect", "missing.json", "-q"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["embed", "plan.json", "--shard", "0/2"], "i must be between 1 and n"),
+    (["embed", "plan.json", "--shard", "two"], "--shard must read i/n"),
+    (["score", "plan.json", "--cache", "elsewhere"], "--cache apply to a run config"),
+    (["score", "run.toml", "--shard", "1/2"], "--shard applies to a plan file"),
+    (["plan", "run.toml", "--store", "store", "--storage-options", "[1]"], "must be a JSON object"),
+])
+def test_bad_staged_arguments(project, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_shards_partition_the_results():
+    owners = [[Shard(i, 3).owns(position) for i in (1, 2, 3)] for position in range(7)]
+    assert all(sum(row) == 1 for row in owners)
+    assert [row.index(True) + 1 for row in owners] == [1, 2, 3, 1, 2, 3, 1]
+
+
+def test_failed_extractor_is_recorded_through_the_phases(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    np.save(project / "noise.npy", np.full((120, 4), 7.0, dtype=np.float32))  # constant: cannot be scored
+    assert main(["plan", "run.toml", "--store", "store", "--on-error", "record", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 1  # the other two embeddings are stored
+    assert "'noise' failed in the extract stage: ExtractorError" in capsys.readouterr().err
+    assert main(["score", "plan.json", "-q"]) == 1
+    assert "6 job(s) not run because their inputs failed in an earlier phase" in capsys.readouterr().err
+    assert main(["collect", "plan.json", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "extractor 'noise' failed" in err
+    result = load_result(project / "result.json")
+    assert result["noise"].error is not None and result["wide"].error is None
+    assert PlanFile.load(project / "plan.json").config["benchmark"]["on_error"] == "record"
+
+
+@pytest.mark.parametrize("command", ["plan", "embed", "score", "collect"])
+def test_staged_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "vertebrae collect plan.json --output result.json" in capsys.readouterr().out
