@@ -6,8 +6,10 @@ neural extractors (through :func:`vertebrae.extractors.batching.observe_batches`
 the one ``transform`` call of any other extractor, and samples host RSS in a thread.
 The measurements travel beside the artifact (in the job's timings side channel under
 :data:`PROFILE_KEY`), never inside it, so a cached embedding stays the same bytes; a
-cache hit did not run the extractor and reports ``not_measured_cache_hit``.  Every
-field is described in docs/profiling.md.
+cache hit did not run the extractor and reports ``not_measured_cache_hit``.  On a dask
+cluster each task measures its calls on its worker and :func:`distributed_profile` merges
+them (worker-first latency, maximum worker memory, aggregate worker-compute throughput).
+Every field is described in docs/profiling.md.
 """
 
 from __future__ import annotations
