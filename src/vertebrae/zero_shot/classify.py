@@ -43,6 +43,9 @@ MIN_TILE_ROWS, MAX_TILE_ROWS = 64, 4096
 _TILE_CELLS = 2**22
 #: Bytes per sample row and class held by a block: float32 similarity + one boolean comparison.
 _BYTES_PER_CELL = 5
+#: Similarities ranked per pass, right after their tile's product: about 2 MiB, so the five passes over
+#: them (two comparisons, argmax, max, counts) read from cache rather than from main memory.
+_RANK_CELLS = 2**19
 TIE_RULE = ("at equal similarity the class earlier in label catalog order ranks first (the prediction is the first "
             "maximum; a true class tied with others ranks after the tied classes before it)")
 ENSEMBLE_RULE = {"cosine": "each prompt embedding L2-normalized, averaged per class, the mean L2-normalized again",
@@ -113,9 +116,13 @@ def build_prototypes(prompt_embeddings: Any, prompt_classes: np.ndarray, class_n
     counts = np.bincount(prompt_classes, minlength=n_classes)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     sums = np.zeros((n_classes, E.shape[1]))
+    uniform = counts.min() == counts.max()  # the same number of prompts per class: rows j, j + k, ... are strided
     for j in range(int(counts.max())):  # the j-th prompt of every class at once, in declaration order
-        has = counts > j
-        sums[has] += E[starts[has] + j]
+        if uniform:
+            sums += E[j::counts[0]]
+        else:
+            has = counts > j
+            sums[has] += E[starts[has] + j]
     means = sums / counts[:, None]
     if similarity == "cosine":
         norms = np.linalg.norm(means, axis=1)
@@ -161,22 +168,25 @@ def classify(samples: Any, prototypes: np.ndarray, codes: np.ndarray, similarity
     out = Classification(np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.float32),
                          np.empty(n, np.float32), 0 if inverse_norms is None else int((inverse_norms == 0).sum()))
     block = np.empty((min(plan.rows_per_block, n), n_classes), dtype=np.float32)
-    mask = np.empty(block.shape, dtype=bool)
-    rows = np.arange(block.shape[0])
+    chunk = min(max(16, _RANK_CELLS // n_classes), plan.tile_rows)  # rows ranked per pass (rows are independent)
+    mask = np.empty((min(chunk, n), n_classes), dtype=bool)
+    rows = np.arange(mask.shape[0])
     for start in range(0, n, plan.rows_per_block):
         stop = min(start + plan.rows_per_block, n)
-        scores = block[: stop - start]
         for tile in range(start, stop, plan.tile_rows):
             end = min(tile + plan.tile_rows, n)
             part = samples[tile:end]
-            target = scores[tile - start:end - start]
+            target = block[tile - start:end - start]
             if sparse:
                 target[...] = part @ transposed
             elif part.dtype == np.float32:
                 np.matmul(part, transposed, out=target)
             else:
                 np.matmul(part.astype(np.float32), transposed, out=target)
-        _rank_block(scores, mask[: stop - start], codes[start:stop], rows[: stop - start], out, start)
+            for first in range(tile, end, chunk):  # ranked while the tile's similarities are still in cache
+                last = min(first + chunk, end)
+                _rank_block(target[first - tile:last - tile], mask[: last - first], codes[first:last],
+                            rows[: last - first], out, first)
     if inverse_norms is not None:  # a positive per-row factor: ranks and argmax need only the raw products
         out.top1 *= inverse_norms
         out.top2 *= inverse_norms
@@ -194,7 +204,9 @@ def _inverse_norms(samples: Any) -> np.ndarray:
 
 
 def _row_counts(mask: np.ndarray) -> np.ndarray:
-    return np.add.reduce(mask.view(np.uint8), axis=1, dtype=np.int32)
+    """True values per row (a 16-bit accumulator when the row is short enough: it adds faster than 32 bits)."""
+    counter = np.uint16 if mask.shape[1] <= np.iinfo(np.uint16).max else np.int32
+    return np.add.reduce(mask.view(np.uint8), axis=1, dtype=counter)
 
 
 def _rank_block(scores: np.ndarray, mask: np.ndarray, codes: np.ndarray, rows: np.ndarray, out: Classification,
