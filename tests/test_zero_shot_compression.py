@@ -250,3 +250,23 @@ def test_a_cached_encoding_that_fails_validation_is_never_stored(tmp_path):
     with pytest.raises(ExtractorError, match="returned the same sample embedding"):
         run(text_dataset(), [TextEncoder("flat", Collapsed(), cache_identity="flat-v1")], cache_config=config)
     assert not list((tmp_path / "cache").rglob("*.npy"))
+
+
+def test_variants_and_the_cache_run_on_dask_workers_with_identical_results(dask_client, tmp_path):
+    """Compressed branches travel between workers and the encode codec works there: same JSON as a local run."""
+    from vertebrae.execution.dask import DaskRunner
+
+    def bench(store):
+        return ZeroShotBenchmark(text_dataset(), [TextEncoder("counts", WordCounter(), cache_identity="counts-v1")],
+                                 config=ZeroShotConfig(top_k=(1, 2)), compression=[NONE, PCA5], progress=False,
+                                 cache_config=CacheConfig(store=str(store)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local = bench(tmp_path / "local").run()
+        remote = bench(tmp_path / "remote").run(runner=DaskRunner(dask_client))
+        warm = bench(tmp_path / "remote").run(runner=DaskRunner(dask_client))
+    protocol = {**local.protocol, "cache": remote.protocol["cache"]}  # only the store differs
+    assert remote.protocol == protocol and remote.to_dict()["extractor_results"] == local.to_dict()["extractor_results"]
+    assert warm["counts+pca5"].embedding["samples"]["cache_status"] == "hit"
+    assert _stable(warm) == _stable(remote)
