@@ -42,7 +42,7 @@ from ..errors import ConfigError, ExtractorError
 MIN_TILE_ROWS, MAX_TILE_ROWS = 64, 4096
 _TILE_CELLS = 2**22
 #: Bytes per sample row and class held by a block: its float32 similarity, plus at most one for ranking (a
-#: float32 threshold and a boolean comparison per cell of a chunk of at most an eighth of the block's rows).
+#: float32 threshold and a boolean comparison per cell of a chunk of an eighth of the block's rows, at least one row).
 _BYTES_PER_CELL = 5
 #: Similarities ranked per chunk, right after their tile's product: about 2 MiB, so the passes over them
 #: (threshold comparison, row counts, argmax, max) mostly read from cache rather than from main memory.
