@@ -297,10 +297,11 @@ def test_runs_on_an_explicit_local_runner_and_import_stays_light():
 KEY_TABLE = {
     "encode_samples": ((), {"inputs", "extractor"}, {"numpy"}),
     "encode_prompts": ((), {"prompts", "inputs", "extractor"}, {"numpy"}),
-    "prototypes": (("encode_prompts",), {"prompts"}, set()),
-    "classify": (("encode_samples", "prototypes"), {"targets"}, set()),
-    "overlap": (("encode_samples",), {"targets"}, {"overlapindex"}),
-    "assemble": (("encode_samples", "encode_prompts", "prototypes", "classify", "overlap"),
+    "compress": (("encode_samples", "encode_prompts"), set(), {"numpy", "scikit-learn"}),
+    "prototypes": (("encode_prompts", "compress"), {"prompts"}, set()),
+    "classify": (("encode_samples", "prototypes", "compress"), {"targets"}, set()),
+    "overlap": (("encode_samples", "compress"), {"targets"}, {"overlapindex"}),
+    "assemble": (("encode_samples", "encode_prompts", "prototypes", "classify", "overlap", "compress"),
                  {"name", "extractor", "targets"}, set()),
 }
 
@@ -314,7 +315,8 @@ def test_every_zero_shot_stage_declares_exactly_the_documented_key_parts():
     settings = ZeroShotBenchmark(text_dataset(), {"counts": WordCounter()},
                                  config=ZeroShotConfig(max_dense_bytes=10**6, block_rows=64)).settings
     configs = {d.name: d.enabled_config(settings, None)[1] for d in registry.pipeline_stages("zero_shot")}
-    assert configs == {"encode_samples": None, "encode_prompts": None, "prototypes": {"similarity": "cosine"},
+    assert configs == {"encode_samples": None, "encode_prompts": None, "compress": None,
+                       "prototypes": {"similarity": "cosine"},
                        "classify": {"similarity": "cosine"}, "overlap": {"overlap": OverlapScoringConfig().to_dict()},
                        "assemble": {"metric": "top1_accuracy", "top_k": [1, 5]}}
 

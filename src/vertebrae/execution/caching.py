@@ -2,8 +2,8 @@
 
 Every runner executes a job through :func:`execute_job`, so local and distributed runs
 reuse artifacts the same way.  A stage is cacheable when it has an :class:`ArtifactCodec`
-(its artifact has a storable form); today that is the extractor calls (``benchmark/extract``
-and ``retrieval/encode``), the expensive part of every benchmark.  A job is looked up only
+(its artifact has a storable form); today that is the extractor calls (``benchmark/extract``,
+``retrieval/encode`` and the two ``zero_shot`` encode stages), the expensive part of every benchmark.  A job is looked up only
 when its key is trustworthy across runs (``job.cache_eligible``); otherwise it runs and is
 marked ``bypassed_unsafe_identity``.  Runtimes never enter the store: a hit reports its
 inference as ``not_measured_cache_hit``.
@@ -245,8 +245,28 @@ def _decode_endpoints(stored: StoredArtifact) -> Any:
         raise ArtifactIntegrityError(f"retrieval_endpoints artifact is malformed: {type(exc).__name__}: {exc}") from None
 
 
+#: The array name of one zero-shot branch's embedding.
+BRANCH_ARRAY = "embedding"
+
+
+def _encode_branch(branch: Any) -> StoredArtifact:
+    return StoredArtifact("zero_shot_branch", {BRANCH_ARRAY: branch.matrix}, {"metadata": branch.metadata})
+
+
+def _decode_branch(stored: StoredArtifact) -> Any:
+    from ..zero_shot.stages import BranchArtifact
+
+    try:
+        return BranchArtifact(stored.arrays[BRANCH_ARRAY], dict(stored.document["metadata"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"zero_shot_branch artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+
 register_codec("benchmark", "extract", ArtifactCodec("embedding_set", _encode_embedding_set, _decode_embedding_set))
 register_codec("retrieval", "encode", ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints))
+_BRANCH_CODEC = ArtifactCodec("zero_shot_branch", _encode_branch, _decode_branch)
+register_codec("zero_shot", "encode_samples", _BRANCH_CODEC)
+register_codec("zero_shot", "encode_prompts", _BRANCH_CODEC)
 
 
 # ---------------------------------------------------------------- row shards of an extract job

@@ -4,9 +4,12 @@ Each encoder embeds the samples and the prompts; prompts are averaged into one
 prototype per class (:mod:`vertebrae.zero_shot.classify`) and every sample is
 assigned its nearest prototype, blocked under a memory budget.  Encoders are ranked
 by the configured zero-shot metric; OverlapIndex of the sample embeddings is
-reported beside it as context.  Everything that can be checked without running an
-encoder (types, names, the config, the memory plan, precomputed embeddings) is
-checked in the constructor.
+reported beside it as context.  With ``compression=[...]`` every encoder is evaluated
+once per variant (fitted on its sample embeddings, applied to both branches).  With
+``cache_config`` the two encode stages are read from / written to an artifact store,
+like the labeled-data benchmark's extractions.  Everything that can be checked without
+running an encoder (types, names, the config, the variants, the store, the memory plan,
+precomputed embeddings) is checked in the constructor.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from .._config import check_config
+from ..compression import EmbeddingCompressionConfig, check_compression, variant_name
 from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning
+from ..execution.caching import (BRANCH_ARRAY, HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint,
+                                 stage_cache)
 from ..execution.context import Chain, RunContext
 from ..execution.local import RunOutcome, check_on_error, execute_plan
 from ..execution.plan import Plan, artifact_key, build_plan
@@ -36,7 +43,8 @@ class ZeroShotBenchmark:
 
     def __init__(self, dataset: ZeroShotDataset, encoders: Any, *, config: ZeroShotConfig | None = None,
                  scoring_config: OverlapScoringConfig | None = None, on_error: str = "raise",
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, compression: Sequence[EmbeddingCompressionConfig] | None = None,
+                 cache_config: Any = None) -> None:
         if not isinstance(dataset, ZeroShotDataset):
             raise InputTypeError(f"dataset must be a ZeroShotDataset, got {type(dataset).__name__}; build one with "
                                  "ZeroShotDataset.from_templates(source_dataset, templates=[...]) or .from_prompts")
@@ -46,6 +54,9 @@ class ZeroShotBenchmark:
         check_class_settings(scoring_config, dataset.targets.counts(), dataset.catalog)
         self.dataset, self.config, self.progress = dataset, config, progress
         self.on_error = check_on_error("ZeroShotBenchmark", on_error)
+        #: Compression variants (fitted on the sample embeddings, applied to both branches); empty: raw only.
+        self.compression = check_compression("ZeroShotBenchmark", compression)
+        self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.encoders = as_encoders(encoders)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
         self.settings = ZeroShotSettings(config, scoring_config, self.recipes)
@@ -65,7 +76,8 @@ class ZeroShotBenchmark:
                 "identity": self.dataset.identity.to_dict(), "tie_rule": TIE_RULE,
                 "ensemble": ENSEMBLE_RULE[self.config.similarity], "block_plan": self.block_plan.to_dict(),
                 "ranking": f"by {self.config.metric} only; OverlapIndex of the sample embeddings is context and is "
-                           "never combined with it"}
+                           "never combined with it",
+                "compression": [variant.to_dict() for variant in self.compression]}
 
     def protocol_warnings(self) -> list[str]:
         n_classes = self.dataset.n_classes
@@ -77,13 +89,18 @@ class ZeroShotBenchmark:
 
     # -- running ---------------------------------------------------------------
     def _context(self) -> RunContext:
-        return RunContext(self.settings, self.encoders, self.dataset)
+        return RunContext(self.settings, self.encoders, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
-        """The stage jobs of this benchmark, one chain per encoder."""
+        """The stage jobs of this benchmark, one chain per encoder and compression variant.
+
+        A variant's result is named ``<encoder>+<label>`` (``minilm+pca64``) whether or not the compression
+        could be applied; the variants of one encoder share its encode jobs.
+        """
         context = self._context() if context is None else context
-        chains = [Chain(e.name, extractor_id, e.name) for e, extractor_id in zip(self.encoders,
-                                                                              context.extractor_ids())]
+        chains = [Chain(variant_name(e.name, variant), extractor_id, e.name, variant=variant)
+                  for e, extractor_id in zip(self.encoders, context.extractor_ids())
+                  for variant in self.compression or (None,)]
         return build_plan(PIPELINE, chains, context)
 
     def run(self, runner: Any = None) -> ZeroShotBenchmarkResult:
@@ -101,6 +118,8 @@ class ZeroShotBenchmark:
                 warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
             results.append(result)
         protocol = {**self.protocol(), "run_key": artifact_key("run", [j.key for j in plan.jobs])}
+        if self.cache is not None:
+            protocol["cache"] = cache_summary(self.cache)
         timing = {"started_at": started.isoformat(),
                   "host": {"python": platform.python_version(), "platform": platform.platform(),
                            "machine": platform.machine()}}
@@ -111,18 +130,19 @@ class ZeroShotBenchmark:
         result = outcome.artifacts.get(keys["assemble"])
         if result is None:
             failure = outcome.failures[keys["assemble"]]
-            return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.name], self.config.metric,
+            return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.parent], self.config.metric,
                                                   {**failure.to_dict(), "extractor": chain.parent}, dict(keys))
+        # A compressed branch is derived from its encoding: it reports that encoding's eligibility and status.
         for branch in ("samples", "prompts"):
             key = keys[f"encode_{branch}"]
-            result.embedding[branch] = {**result.embedding[branch], "cache_eligible": eligible[key],
-                                        "cache_status": outcome.statuses[key]}
+            metadata = {**result.embedding[branch], "cache_eligible": eligible[key],
+                        "cache_status": outcome.statuses[key]}
+            if self.cache is not None:  # raw: the encoding as stored; evaluated: what was scored (a variant's)
+                metadata["footprint"] = endpoint_footprint(metadata["logical_bytes"], outcome.persisted.get(key),
+                                                           BRANCH_ARRAY)
+            result.embedding[branch] = metadata
         result.artifact_keys = dict(keys)
-        result.runtime = {step: seconds for stage in ("encode_samples", "encode_prompts")
-                          for step, seconds in outcome.timings.get(keys[stage], {}).items() if step != "seconds"}
-        for stage in ("prototypes", "classify", "overlap"):
-            if keys[stage] in outcome.timings:
-                result.runtime[stage] = outcome.timings[keys[stage]]["seconds"]
+        result.runtime = _runtime(keys, outcome)
         return result
 
     def _validate_precomputed(self, encoder: PrecomputedZeroShotEncoder) -> None:
@@ -135,3 +155,21 @@ class ZeroShotBenchmark:
         names = [self.dataset.catalog.display(k) for k in self.dataset.catalog.keys]
         build_prototypes(prompts.matrix, self.dataset.prompt_classes, names, self.dataset.flat_prompts,
                          self.config.similarity)
+
+
+def _runtime(keys: dict[str, str], outcome: RunOutcome) -> dict[str, Any]:
+    """Seconds of this run: each branch's encoding (``not_measured_cache_hit`` when read from the cache, with the
+    read timed as ``encode_<branch>_cache_read``), compress, prototypes, classify, overlap."""
+    runtime: dict[str, Any] = {}
+    for stage in ("encode_samples", "encode_prompts"):
+        timings = outcome.timings.get(keys[stage], {})
+        if outcome.statuses.get(keys[stage]) == HIT:
+            runtime[stage] = NOT_MEASURED_CACHE_HIT
+            runtime[f"{stage}_cache_read"] = timings["seconds"]
+        else:
+            runtime.update({step if step != "cache_write" else f"{stage}_cache_write": seconds
+                            for step, seconds in timings.items() if step != "seconds"})
+    for stage in ("compress", "prototypes", "classify", "overlap"):
+        if stage in keys and keys[stage] in outcome.timings:
+            runtime[stage] = outcome.timings[keys[stage]]["seconds"]
+    return runtime

@@ -41,8 +41,12 @@ from ..errors import ConfigError, ExtractorError
 #: product; with one thread all took 0.25-0.27 s), so a tile holds about 16 MiB of similarities.
 MIN_TILE_ROWS, MAX_TILE_ROWS = 64, 4096
 _TILE_CELLS = 2**22
-#: Bytes per sample row and class held by a block: float32 similarity + one boolean comparison.
+#: Bytes per sample row and class held by a block: its float32 similarity, plus at most one for ranking (a
+#: float32 threshold and a boolean comparison per cell of a chunk of an eighth of the block's rows, at least one row).
 _BYTES_PER_CELL = 5
+#: Similarities ranked per chunk, right after their tile's product: about 2 MiB, so the passes over them
+#: (threshold comparison, row counts, argmax, max) mostly read from cache rather than from main memory.
+_RANK_CELLS = 2**19
 TIE_RULE = ("at equal similarity the class earlier in label catalog order ranks first (the prediction is the first "
             "maximum; a true class tied with others ranks after the tied classes before it)")
 ENSEMBLE_RULE = {"cosine": "each prompt embedding L2-normalized, averaged per class, the mean L2-normalized again",
@@ -113,22 +117,32 @@ def build_prototypes(prompt_embeddings: Any, prompt_classes: np.ndarray, class_n
     counts = np.bincount(prompt_classes, minlength=n_classes)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     sums = np.zeros((n_classes, E.shape[1]))
+    uniform = counts.min() == counts.max()  # the same number of prompts per class: rows j, j + k, ... are strided
     for j in range(int(counts.max())):  # the j-th prompt of every class at once, in declaration order
-        has = counts > j
-        sums[has] += E[starts[has] + j]
-    means = sums / counts[:, None]
+        if uniform:
+            sums += E[j::counts[0]]
+        else:
+            has = counts > j
+            sums[has] += E[starts[has] + j]
+    means = sums  # divided in place into the per-class means
+    means /= counts[:, None]
     if similarity == "cosine":
-        norms = np.linalg.norm(means, axis=1)
+        norms = _row_norms(means)
         cancelled = np.flatnonzero(norms < 1e-12)
         if cancelled.size:
             raise ExtractorError(f"the prompts of class(es) {[class_names[c] for c in cancelled[:5]]} cancel out "
                                  "(their normalized mean is the zero vector); use prompts that agree in direction")
-        means = means / norms[:, None]
+        means /= norms[:, None]
     matrix = np.ascontiguousarray(means, dtype=np.float32)
-    norms = np.linalg.norm(matrix.astype(np.float64), axis=1)
+    norms = _row_norms(matrix.astype(np.float64))
     return Prototypes(matrix, {"n_classes": n_classes, "embedding_dim": int(matrix.shape[1]),
                                "prompts_per_class": counts.tolist(), "ensemble": ENSEMBLE_RULE[similarity],
                                "norm_min": float(norms.min()), "norm_max": float(norms.max())})
+
+
+def _row_norms(matrix: np.ndarray) -> np.ndarray:
+    """``np.linalg.norm(matrix, axis=1)`` of a real float64 matrix (the same operations, minus its conjugate copy)."""
+    return np.sqrt(np.add.reduce(matrix * matrix, axis=1))
 
 
 @dataclasses.dataclass
@@ -160,23 +174,27 @@ def classify(samples: Any, prototypes: np.ndarray, codes: np.ndarray, similarity
     inverse_norms = _inverse_norms(samples) if similarity == "cosine" else None
     out = Classification(np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.float32),
                          np.empty(n, np.float32), 0 if inverse_norms is None else int((inverse_norms == 0).sum()))
-    block = np.empty((min(plan.rows_per_block, n), n_classes), dtype=np.float32)
-    mask = np.empty(block.shape, dtype=bool)
-    rows = np.arange(block.shape[0])
+    held = min(plan.rows_per_block, n)
+    chunk = max(1, min(_RANK_CELLS // n_classes, held // 8))  # rows ranked at once (rows are independent)
+    block = np.empty((held, n_classes), dtype=np.float32)
+    mask = np.empty((chunk, n_classes), dtype=bool)
+    rows = np.arange(mask.shape[0])
     for start in range(0, n, plan.rows_per_block):
         stop = min(start + plan.rows_per_block, n)
-        scores = block[: stop - start]
         for tile in range(start, stop, plan.tile_rows):
             end = min(tile + plan.tile_rows, n)
             part = samples[tile:end]
-            target = scores[tile - start:end - start]
+            target = block[tile - start:end - start]
             if sparse:
                 target[...] = part @ transposed
             elif part.dtype == np.float32:
                 np.matmul(part, transposed, out=target)
             else:
                 np.matmul(part.astype(np.float32), transposed, out=target)
-        _rank_block(scores, mask[: stop - start], codes[start:stop], rows[: stop - start], out, start)
+            for first in range(tile, end, chunk):  # ranked while the tile's similarities are still in cache
+                last = min(first + chunk, end)
+                _rank_chunk(target[first - tile:last - tile], mask[: last - first], codes[first:last],
+                            rows[: last - first], out, first)
     if inverse_norms is not None:  # a positive per-row factor: ranks and argmax need only the raw products
         out.top1 *= inverse_norms
         out.top2 *= inverse_norms
@@ -194,22 +212,28 @@ def _inverse_norms(samples: Any) -> np.ndarray:
 
 
 def _row_counts(mask: np.ndarray) -> np.ndarray:
-    return np.add.reduce(mask.view(np.uint8), axis=1, dtype=np.int32)
+    """True values per row (a 16-bit accumulator when the row is short enough: it adds faster than 32 bits)."""
+    counter = np.uint16 if mask.shape[1] <= np.iinfo(np.uint16).max else np.int32
+    return np.add.reduce(mask.view(np.uint8), axis=1, dtype=counter)
 
 
-def _rank_block(scores: np.ndarray, mask: np.ndarray, codes: np.ndarray, rows: np.ndarray, out: Classification,
+def _rank_chunk(scores: np.ndarray, mask: np.ndarray, codes: np.ndarray, rows: np.ndarray, out: Classification,
                 start: int) -> None:
-    """Rank of the true class, prediction, best and second-best similarity of each row of one block."""
+    """Rank of the true class, prediction, best and second-best similarity of each row of one chunk.
+
+    The rank counts the classes scoring above the true class, plus the tied classes before it, in one
+    comparison per similarity: classes after the true class must exceed its similarity ``t``, classes
+    before it must reach it (``s >= t`` is ``s > nextafter(t, -inf)`` for finite floats).  The thresholds
+    are laid out row by row as runs (``code`` values below ``t``, then ``n_classes - code`` values ``t``).
+    """
     stop = start + scores.shape[0]
-    true_scores = scores[rows, codes][:, None]
-    ranks = _row_counts(np.greater(scores, true_scores, out=mask))
-    np.equal(scores, true_scores, out=mask)
-    if np.count_nonzero(mask) > mask.shape[0]:  # rare: a true class ties with another class
-        for row in np.flatnonzero(_row_counts(mask) > 1):  # count only the tied classes before it
-            ranks[row] += np.count_nonzero(mask[row, : codes[row]])
+    true_scores = scores[rows, codes]
+    runs = np.stack([np.nextafter(true_scores, -np.inf), true_scores], axis=1).ravel()
+    lengths = np.stack([codes, scores.shape[1] - codes], axis=1).ravel()
+    np.greater(scores.reshape(-1), np.repeat(runs, lengths), out=mask.reshape(-1))
     predictions = scores.argmax(axis=1)
     out.predictions[start:stop] = predictions
-    out.true_rank[start:stop] = ranks
+    out.true_rank[start:stop] = _row_counts(mask)
     out.top1[start:stop] = scores[rows, predictions]
     scores[rows, predictions] = -np.inf
     out.top2[start:stop] = scores.max(axis=1)

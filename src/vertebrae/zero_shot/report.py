@@ -18,15 +18,16 @@ MAX_CONFUSION_CLASSES = 12
 
 
 def render_markdown(data: Mapping[str, Any]) -> str:
-    """Title, ranking, per-class scores, confusion matrices, margins, prompts, protocol, encoders, warnings."""
+    """Title, ranking, per-class scores, confusion matrices, margins, compression variants (when there are any),
+    prompts, protocol, encoders, warnings."""
     result = ZeroShotBenchmarkResult.from_dict(data)
     protocol = data["protocol"]
     labels = {p["label_key"]: p["display"] for p in protocol["prompts"]}
     valid = [r for r in data["extractor_results"] if r.get("error") is None]
     sections = [f"# vertebrae zero-shot report: {text(protocol['identity']['dataset_id'])}\n", _ranking(result),
-                _per_class(valid, labels), _confusion(valid, labels), _margins(valid), _prompts(protocol),
+                _per_class(valid, labels), _confusion(valid, labels), _margins(valid), _compression(data["extractor_results"]), _prompts(protocol),
                 _protocol(protocol), _encoders(data), _warnings(data)]
-    return "\n".join(sections)
+    return "\n".join(section for section in sections if section)
 
 
 def _ranking(result: ZeroShotBenchmarkResult) -> str:
@@ -64,6 +65,28 @@ def _margins(results: list[Mapping[str, Any]]) -> str:
     rows = [[r["name"], *(r["margins"][f] for f in fields)] for r in results]
     return ("## Margins\n\nTop-1 minus top-2 similarity per sample, in the configured similarity's units.\n\n"
             + table(["extractor", *fields], rows))
+
+
+def _compression(results: list[Mapping[str, Any]]) -> str:
+    """Each variant's dimensions and bytes per sample row; empty without compression variants."""
+    variants = [r for r in results if r.get("compression")]
+    if not variants:
+        return ""
+    columns = ["extractor", "source", "variant", "method", "requested dim", "output dim", "applied",
+               "explained variance", "raw B/row", "evaluated B/row", "primary_score"]
+    rows = []
+    for r in variants:
+        c = r["compression"]
+        samples = c["footprint"]["samples"]
+        rows.append([r["name"], c["source"], c["variant"], c["method"], c["requested_dim"], c["output_dim"],
+                     c["applied"], c["explained_variance_ratio"], samples["raw_bytes_per_row"],
+                     samples["evaluated_bytes_per_row"], r.get("primary_score")])
+    skipped = [r["name"] for r in variants if r["compression"]["method"] != "none" and not r["compression"]["applied"]]
+    note = ("\nNot applied (the requested width cannot compress this embedding; scored uncompressed, the name keeps "
+            "the requested variant): " + ", ".join(text(name) for name in skipped) + "\n") if skipped else ""
+    return ("## Compression variants\n\nEach variant was fitted on the encoder's sample embeddings and the same "
+            "fitted transform was applied to its prompt embeddings, before prototypes and scoring. Bytes are per "
+            "sample row.\n\n" + table(columns, rows) + note)
 
 
 def _prompts(protocol: Mapping[str, Any]) -> str:

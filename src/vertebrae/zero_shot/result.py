@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..errors import SerializationError
-from ..results import ResultFamily
+from ..results import ResultFamily, _compression_columns
 from ..scoring.overlap import OverlapScoreResult
 from .config import ZeroShotConfig
 
@@ -53,6 +53,9 @@ class ZeroShotExtractorResult:
     runtime: dict[str, float] = dataclasses.field(default_factory=dict)
     #: Why this result has no scores (``on_error="record"``): stage, type, message, extractor.
     error: dict[str, Any] | None = None
+    #: The compression variant this result evaluates (method, requested/output dims, applied, footprints of both
+    #: branches, ``fitted_on``, ``source``); None without compression variants.
+    compression: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, name: str, recipe: dict[str, Any], primary_metric_name: str, error: dict[str, Any],
@@ -67,9 +70,10 @@ class ZeroShotExtractorResult:
         return self.error is None and self.primary_score is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` only when set."""
+        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` and ``compression``
+        only when set."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "runtime" and not (f.name == "error" and self.error is None)}
+                if f.name != "runtime" and not (f.name in ("error", "compression") and getattr(self, f.name) is None)}
         data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
         return data
 
@@ -168,6 +172,14 @@ class ZeroShotBenchmarkResult(ResultFamily):
         return "\n".join(lines)
 
 
+def compression_columns(compression: dict[str, Any] | None) -> dict[str, Any]:
+    """The labeled-data benchmark's ``compression_<field>`` and bytes columns, from the sample branch's footprint;
+    all None without compression variants."""
+    if compression is None:
+        return _compression_columns(None)
+    return _compression_columns({**compression, "footprint": compression["footprint"]["samples"]})
+
+
 def result_row(result: ZeroShotExtractorResult, rank: int | None) -> dict[str, Any]:
     """The canonical flat row of one result; the DataFrame and the Markdown ranking use it."""
     samples = result.embedding.get("samples", {})
@@ -182,6 +194,7 @@ def result_row(result: ZeroShotExtractorResult, rank: int | None) -> dict[str, A
         "overlap_weighted": None if overlap is None else overlap.weighted_score,
         "embedding_dim": samples.get("embedding_dim"), "embedding_dtype": samples.get("dtype"),
         "embedding_sparse": samples.get("sparse"), "warnings": len(result.warnings),
+        **compression_columns(result.compression),
     }
     row.update({f"runtime.{stage}": seconds for stage, seconds in result.runtime.items()})
     return row

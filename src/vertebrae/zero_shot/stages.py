@@ -1,10 +1,13 @@
 """The stages of a zero-shot benchmark, registered under the ``zero_shot`` pipeline.
 
-encode_samples, encode_prompts -> prototypes -> classify -> overlap -> assemble, one
-chain per encoder, executed by the same runners as the other pipelines.  The two
-encode stages are separate jobs, so changing a prompt re-embeds only the prompts.
-``encode_prompts`` also declares the sample inputs: an :class:`ExtractorEncoder` is
-fitted on the samples, so its prompt embeddings depend on them.
+encode_samples, encode_prompts (-> compress) -> prototypes -> classify -> overlap ->
+assemble, one chain per encoder and compression variant, executed by the same runners
+as the other pipelines.  The two encode stages are separate jobs, so changing a prompt
+re-embeds only the prompts.  ``encode_prompts`` also declares the sample inputs: an
+:class:`ExtractorEncoder` is fitted on the samples, so its prompt embeddings depend on
+them.  ``compress`` (compressed variants only) fits the variant on the sample
+embeddings and applies the same fitted transform to the prompt embeddings, so both
+branches stay in one space; every later stage reads the compressed branches.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
+                           raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ExtractorError, ScoringWarning, VertebraeError
+from ..errors import ExtractorError, InputValidationError, ScoringWarning, VertebraeError
 from ..execution.registry import stage
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ..threads import limited_threads
@@ -73,34 +78,79 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
 
 @stage(PIPELINE, "encode_samples", version=1, context=("inputs", "extractor"), packages=("numpy",))
 def encode_samples(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
-    return encode_branch(context.extractor(job), job.params["name"], "samples", context.dataset, timings)
+    return encode_branch(context.extractor(job), job.params["parent"], "samples", context.dataset, timings)
 
 
 @stage(PIPELINE, "encode_prompts", version=1, context=("prompts", "inputs", "extractor"), packages=("numpy",))
 def encode_prompts(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
-    return encode_branch(context.extractor(job), job.params["name"], "prompts", context.dataset, timings)
+    return encode_branch(context.extractor(job), job.params["parent"], "prompts", context.dataset, timings)
+
+
+@dataclasses.dataclass
+class CompressedBranches:
+    """Both branches of one compression variant and what the compression did (method, dims, footprints)."""
+
+    samples: BranchArtifact
+    prompts: BranchArtifact
+    compression: dict[str, Any]
+
+
+def evaluated(inputs: Mapping[str, Any], branch: str) -> BranchArtifact:
+    """The branch a stage scores: the chain's compressed variant when it has one, else the encoded branch."""
+    compressed: CompressedBranches | None = inputs.get("compress")
+    return inputs[f"encode_{branch}"] if compressed is None else getattr(compressed, branch)
+
+
+def _compressed(matrix: Any, source: BranchArtifact) -> BranchArtifact:
+    """A compressed branch keeps its branch, modality and source, with the new shape and dtype."""
+    return BranchArtifact(matrix, {**source.metadata, **embedding_metadata(matrix)})
+
+
+@stage(PIPELINE, "compress", version=1, reads=("encode_samples", "encode_prompts"),
+       packages=("numpy", "scikit-learn"), config=compression_fingerprint)
+def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> CompressedBranches:
+    """Fit the variant on the sample embeddings and apply the same fitted transform to the prompt embeddings.
+
+    The samples go through ``fit_transform`` (for PCA, scikit-learn's own, as in the labeled-data benchmark),
+    the prompts through ``transform``.
+    """
+    config, name = EmbeddingCompressionConfig.from_dict(job.params["variant"]), job.params["parent"]
+    samples, prompts = inputs["encode_samples"], inputs["encode_prompts"]
+    if samples.matrix.shape[1] != prompts.matrix.shape[1]:  # before fitting on one branch
+        raise InputValidationError(f"encoder {name!r}: sample embeddings have {samples.matrix.shape[1]} columns but "
+                                   f"prompt embeddings have {prompts.matrix.shape[1]}; both branches must embed into "
+                                   "the same space before they can be compressed together")
+    compressor = Compressor(config, source=f"encoder {name!r}", matryoshka=declares_matryoshka(context.extractor(job)))
+    compressed_samples = compressor.fit_transform(samples.matrix)
+    compressed_prompts = compressor.transform(prompts.matrix)
+    facts = compressor.metadata(samples.matrix, compressed_samples)
+    facts["footprint"] = {"samples": facts["footprint"],
+                          "prompts": compressor.metadata(prompts.matrix, compressed_prompts)["footprint"]}
+    return CompressedBranches(_compressed(compressed_samples, samples), _compressed(compressed_prompts, prompts),
+                              {**facts, "fitted_on": "samples"})
 
 
 def _similarity(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
     return {"similarity": settings.config.similarity}
 
 
-@stage(PIPELINE, "prototypes", version=1, reads=("encode_prompts",), context=("prompts",), config=_similarity)
+@stage(PIPELINE, "prototypes", version=1, reads=("encode_prompts",), optional_reads=("compress",),
+       context=("prompts",), config=_similarity)
 def prototypes(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Prototypes:
     dataset = context.dataset
     names = [dataset.catalog.display(key) for key in dataset.catalog.keys]
-    return build_prototypes(inputs["encode_prompts"].matrix, np.asarray(dataset.prompt_classes), names,
+    return build_prototypes(evaluated(inputs, "prompts").matrix, np.asarray(dataset.prompt_classes), names,
                             dataset.flat_prompts, context.settings.config.similarity)
 
 
-@stage(PIPELINE, "classify", version=1, reads=("encode_samples", "prototypes"), context=("targets",),
-       config=_similarity)
+@stage(PIPELINE, "classify", version=1, reads=("encode_samples", "prototypes"), optional_reads=("compress",),
+       context=("targets",), config=_similarity)
 def classify(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Classification:
     """Nearest prototype of every sample, blocked under the budget (the blocking never changes the outcome)."""
     config, dataset = context.settings.config, context.dataset
     plan = plan_blocks(dataset.n_samples, dataset.n_classes, config.max_dense_bytes, config.block_rows)
     with limited_threads(config.thread_limit):
-        return classify_samples(inputs["encode_samples"].matrix, inputs["prototypes"].matrix, dataset.targets.codes,
+        return classify_samples(evaluated(inputs, "samples").matrix, inputs["prototypes"].matrix, dataset.targets.codes,
                                 config.similarity, plan)
 
 
@@ -108,8 +158,8 @@ def _overlap_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
     return {"overlap": settings.scoring_config.to_dict()}
 
 
-@stage(PIPELINE, "overlap", version=1, reads=("encode_samples",), context=("targets",), packages=("overlapindex",),
-       config=_overlap_config)
+@stage(PIPELINE, "overlap", version=1, reads=("encode_samples",), optional_reads=("compress",), context=("targets",),
+       packages=("overlapindex",), config=_overlap_config)
 def overlap(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> OverlapScoreResult:
     """OverlapIndex of the sample embeddings: contextual evidence, never mixed into the zero-shot score.
 
@@ -117,22 +167,26 @@ def overlap(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ScoringWarning)
-        return OverlapIndexScorer(context.settings.scoring_config).score(inputs["encode_samples"].matrix,
+        return OverlapIndexScorer(context.settings.scoring_config).score(evaluated(inputs, "samples").matrix,
                                                                         context.dataset.targets)
 
 
 def _assemble_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
     config = settings.config
-    return {"metric": config.metric, "top_k": list(config.top_k)}
+    fingerprint = {"metric": config.metric, "top_k": list(config.top_k)}
+    if getattr(chain, "variant", None) is not None:  # the result records its variant (also the raw `none` one)
+        fingerprint["variant"] = chain.variant.to_dict()
+    return fingerprint
 
 
 @stage(PIPELINE, "assemble", version=1, reads=("encode_samples", "encode_prompts", "prototypes", "classify", "overlap"),
-       context=("name", "extractor", "targets"), config=_assemble_config, final=True)
+       optional_reads=("compress",), context=("name", "extractor", "targets"), config=_assemble_config, final=True)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
     """The result of one encoder: zero-shot scores ranked by the configured metric, overlap beside them."""
     from .result import ZeroShotExtractorResult
 
     config, dataset, name = context.settings.config, context.dataset, job.params["name"]
+    parent = job.params["parent"]
     outcome: Classification = inputs["classify"]
     measured = zero_shot_metrics(dataset.targets.codes, outcome, dataset.n_classes, config.top_k)
     keys = list(dataset.catalog.keys)
@@ -143,11 +197,30 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
         notes.append(f"{outcome.n_zero_rows} sample embedding(s) are all-zero: cosine similarity is 0 to every "
                      "class, so they are predicted as the first class by the tie rule")
     overlap_result: OverlapScoreResult = inputs["overlap"]
-    recipe = context.settings.recipes[name]
+    recipe = context.settings.recipes[parent]
+    compression = _compression(job, inputs)
     return ZeroShotExtractorResult(
         name=name, extractor_type=recipe.get("type", "encoder"), recipe=recipe, primary_metric_name=config.metric,
         primary_score=measured["scores"][config.metric], scores=measured["scores"],
         top_k_accuracies=measured["top_k_accuracies"], per_class=per_class,
         confusion_matrix=measured["confusion_matrix"], margins=measured["margins"], overlap=overlap_result,
-        embedding={"samples": inputs["encode_samples"].metadata, "prompts": inputs["encode_prompts"].metadata},
-        prototypes=inputs["prototypes"].metadata, warnings=notes + list(overlap_result.warnings))
+        embedding={"samples": evaluated(inputs, "samples").metadata, "prompts": evaluated(inputs, "prompts").metadata},
+        prototypes=inputs["prototypes"].metadata,
+        warnings=notes + list(overlap_result.warnings) + list((compression or {}).get("warnings", [])),
+        compression=compression)
+
+
+def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The variant's compression facts plus ``source`` (the encoder's name); None without compression variants."""
+    if job.params["variant"] is None:
+        return None
+    if "compress" in inputs:
+        facts = dict(inputs["compress"].compression)
+    else:  # the `none` variant: both branches evaluated as encoded
+        config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
+        samples, prompts = inputs["encode_samples"].matrix, inputs["encode_prompts"].matrix
+        facts = raw_variant_metadata(samples, config)
+        facts["footprint"] = {"samples": facts["footprint"],
+                              "prompts": raw_variant_metadata(prompts, config)["footprint"]}
+        facts["fitted_on"] = None
+    return {**facts, "source": job.params["parent"]}
