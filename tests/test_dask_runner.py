@@ -288,6 +288,11 @@ def test_with_no_allowed_failures_a_killed_worker_fails_the_run_naming_job_and_e
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with local_cluster(2) as cluster, Client(cluster) as client:
             client.wait_for_workers(2)
+            # The private cluster's workers keep glibc's allocator defaults (dask's nanny would set this variable,
+            # which made scoring calls cost 1.55x the CPU: docs/distributed.md).
+            environments = client.run(lambda: dict(__import__("os").environ))
+            assert [env.get("MALLOC_TRIM_THRESHOLD_") for env in environments.values()] == [None, None]
+            assert all(env.get("OMP_NUM_THREADS") == "1" for env in environments.values())
             benchmark = Benchmark(classes(), [CallableExtractor("slow", slow_embed, cache_identity="slow-v1")],
                                   separatix_config=NO_SEPARATIX, on_error="record")
             thread, box = _run_in_thread(lambda: benchmark.run(runner=DaskRunner(client)))

@@ -121,10 +121,19 @@ class DaskRunner:
 
 
 def local_cluster(n_workers: int) -> Any:
-    """A private LocalCluster: worker processes with one thread each, on 127.0.0.1, no dashboard."""
+    """A private LocalCluster: worker processes with one thread each, on 127.0.0.1, no dashboard.
+
+    dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which turns off glibc's dynamic
+    mmap threshold, so every large temporary array becomes a fresh ``mmap`` and page-faults in again;
+    an overlap scoring call then took 1.55x the CPU time in a worker that it took in the driver
+    (docs/distributed.md). The private cluster's workers keep glibc's default.
+    """
     distributed = _distributed()
-    return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                    dashboard_address=None, silence_logs=logging.ERROR)
+    import dask
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        dashboard_address=None, silence_logs=logging.ERROR)
 
 
 def parallel_work(jobs: Sequence[StageJob], context: Any) -> int:
