@@ -26,15 +26,17 @@ silently.  dask is imported only when a runner connects (the ``[dask]`` extra).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import pickle
 import sys
 import time
 import traceback
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._config import check_int
@@ -120,20 +122,34 @@ class DaskRunner:
                                   unit="job", file=sys.stderr)
 
 
-def local_cluster(n_workers: int) -> Any:
+#: The allocator variable dask's nanny sets for its workers (and leaves in the parent's environment).
+MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
+
+
+@contextlib.contextmanager
+def local_cluster(n_workers: int) -> Iterator[Any]:
     """A private LocalCluster: worker processes with one thread each, on 127.0.0.1, no dashboard.
 
     dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which turns off glibc's dynamic
     mmap threshold, so every large temporary array becomes a fresh ``mmap`` and page-faults in again;
     an overlap scoring call then took 1.55x the CPU time in a worker that it took in the driver
-    (docs/distributed.md). The private cluster's workers keep glibc's default.
+    (docs/distributed.md). The private cluster's workers run without the variable: it is left out of
+    the nanny's settings and, while the cluster runs, out of this process's environment, which the
+    workers inherit (an earlier dask cluster in this process leaves it there).
     """
     distributed = _distributed()
     import dask
 
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-        return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                        dashboard_address=None, silence_logs=logging.ERROR)
+    saved = os.environ.pop(MALLOC_TRIM, None)
+    try:
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{MALLOC_TRIM}": None}):
+            cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                               host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+        with cluster:
+            yield cluster
+    finally:
+        if saved is not None:
+            os.environ.setdefault(MALLOC_TRIM, saved)
 
 
 def parallel_work(jobs: Sequence[StageJob], context: Any) -> int:
