@@ -216,9 +216,14 @@ def _run(args: argparse.Namespace) -> int:
     result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
     result.metadata["input_files"] = files
     _write_reports(result, args.output, args.quiet)
+    return _exit_code(args.command, result)
+
+
+def _exit_code(command: str, result) -> int:
+    """1 when a result failed (``on_error="record"``), each failure named on stderr; else 0."""
     failed = [r for r in result.extractor_results if r.error is not None]
     for r in failed:
-        print(f"vertebrae {args.command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
+        print(f"vertebrae {command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
               f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
     return EXIT_FAILURE if failed else EXIT_OK
 
@@ -263,8 +268,9 @@ def _add_staged_commands(sub) -> None:
     """``plan``, ``embed``, ``score`` and ``collect``: one run in phases over a shared store."""
     formatter = argparse.RawDescriptionHelpFormatter
     plan = sub.add_parser("plan", help="plan a run over a shared store for embed/score/collect in separate processes",
-                          description="Validate CONFIG (loading every file), plan its jobs over the store and write the "
-                                      "plan file the other phases read.", epilog=STAGED_HELP, formatter_class=formatter)
+                          description="Validate CONFIG (loading every file), plan its jobs over the store "
+                                      "and write the plan file the other phases read.",
+                          epilog=STAGED_HELP, formatter_class=formatter)
     plan.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
     plan.add_argument("--store", metavar="URL", required=True,
                       help="the store every phase shares: a folder, file://, s3://bucket/prefix or gs://bucket/prefix")
@@ -295,8 +301,9 @@ def _add_staged_commands(sub) -> None:
     _run_options(score)
 
     collect = sub.add_parser("collect", help="assemble a staged run's result from its store",
-                             description="Read every score of PLAN back from its store and write the result JSON (render "
-                                         "it with `vertebrae report`).", epilog=STAGED_HELP, formatter_class=formatter)
+                             description="Read every score of PLAN back from its store and write the result JSON "
+                                         "(render it with `vertebrae report`).",
+                             epilog=STAGED_HELP, formatter_class=formatter)
     collect.add_argument("plan", type=pathlib.Path, help="the plan file written by `vertebrae plan`")
     collect.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("result.json"),
                          help="where to write the result JSON (default: result.json)")
@@ -351,11 +358,7 @@ def _phase(args: argparse.Namespace, phase: str) -> int:
     progress = False if args.quiet else None
     specs: list[str] = []
     if phase == "score":
-        from .cache import CacheConfig
-
-        cache = plan.config["cache"]
-        store = CacheConfig(store=cache["store"], storage_options=cache["storage_options"]).open_store()
-        specs = score_metrics(store, plan, args.metric)
+        specs = score_metrics(plan, args.metric)
     benchmark = plan_benchmark(plan, specs, progress)
     if args.on_error is not None:
         benchmark.on_error = args.on_error
@@ -403,13 +406,10 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from .cache import CacheConfig
     from .execution.staged import COLLECT, PlanFile, StoreRunner, plan_benchmark, score_metrics
 
     plan = PlanFile.load(args.plan)
-    cache = plan.config["cache"]
-    specs = score_metrics(CacheConfig(store=cache["store"], storage_options=cache["storage_options"]).open_store(),
-                          plan, [])
+    specs = score_metrics(plan, [])
     progress = False if args.quiet else None
     benchmark = plan_benchmark(plan, specs, progress)
     runner = StoreRunner(plan, COLLECT, progress=progress, extra_metrics=bool(specs))
@@ -420,11 +420,7 @@ def _collect(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(console_summary(result))
         print(f"\nWrote {args.output}")
-    failed = [r for r in result.extractor_results if r.error is not None]
-    for r in failed:
-        print(f"vertebrae collect: extractor {r.name!r} failed in the {r.error['stage']} stage: "
-              f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
-    return EXIT_FAILURE if failed else EXIT_OK
+    return _exit_code(args.command, result)
 
 
 def _add_cache_commands(sub) -> None:

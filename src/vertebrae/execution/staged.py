@@ -183,8 +183,11 @@ def metrics_record_key(plan_id: str) -> str:
     return artifact_key("staged_metrics", plan_id)
 
 
-def score_metrics(store: Any, plan: PlanFile, given: Sequence[str]) -> list[str]:
+def score_metrics(plan: PlanFile, given: Sequence[str]) -> list[str]:
     """The ``--metric`` specs a plan is scored with: fixed by the first ``score --metric`` (a record in the store)."""
+    from ..cache import CacheConfig
+
+    store = CacheConfig.from_dict(plan.config["cache"]).open_store()
     key = metrics_record_key(plan.plan_id)
     try:
         recorded = list(store.read(key).document["specs"])
@@ -236,7 +239,8 @@ class StoreRunner:
         skip = METRIC_DEPENDENT if self.extra_metrics else frozenset()
         planned = {(j["stage"], j["extractor"]): j["key"] for j in self.plan.jobs if j["stage"] not in skip}
         now = {(job.stage, job.extractor): job.key for job in jobs if job.stage not in skip}
-        changed = sorted(f"{stage} of {name!r}" for (stage, name), key in planned.items() if now.get((stage, name)) != key)
+        changed = sorted(f"{stage} of {name!r}" for (stage, name), key in planned.items()
+                         if now.get((stage, name)) != key)
         if changed:
             raise PlanError(f"the plan no longer matches its inputs or this installation: {len(changed)} job key(s) "
                             f"differ ({', '.join(changed[:3])}{', …' if len(changed) > 3 else ''}), e.g. after "
