@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._config import check_config
-from ..compression import EmbeddingCompressionConfig, check_compression, variant_name
+from ..compression import EmbeddingCompressionConfig, check_compression
 from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
 from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
-from ..execution.context import Chain, RunContext
+from ..execution.context import RunContext, variant_chains
 from ..execution.local import check_on_error, execute_plan
 from ..execution.plan import Plan, build_plan
 from ..reports import json_codec
@@ -98,9 +98,7 @@ class RetrievalBenchmark:
     def plan(self, context: RunContext | None = None) -> Plan:
         """The stage jobs of this benchmark, one chain per extractor and compression variant."""
         context = self._context() if context is None else context
-        chains = [Chain(variant_name(e.name, variant), extractor_id, e.name, None, variant=variant)
-                  for e, extractor_id in zip(self.extractors, context.extractor_ids())
-                  for variant in self.compression or (None,)]
+        chains = variant_chains(self.extractors, context.extractor_ids(), self.compression)
         return build_plan("retrieval", chains, context)
 
     def run(self, runner: Any = None) -> RetrievalBenchmarkResult:

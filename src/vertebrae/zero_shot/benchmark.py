@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._config import check_config
-from ..compression import EmbeddingCompressionConfig, check_compression, variant_name
+from ..compression import EmbeddingCompressionConfig, check_compression
 from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning
 from ..execution.caching import (BRANCH_ARRAY, HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint,
                                  stage_cache)
-from ..execution.context import Chain, RunContext
+from ..execution.context import Chain, RunContext, variant_chains
 from ..execution.local import RunOutcome, check_on_error, execute_plan
 from ..execution.plan import Plan, artifact_key, build_plan
 from ..retrieval.benchmark import _plain
@@ -98,9 +98,7 @@ class ZeroShotBenchmark:
         could be applied; the variants of one encoder share its encode jobs.
         """
         context = self._context() if context is None else context
-        chains = [Chain(variant_name(e.name, variant), extractor_id, e.name, variant=variant)
-                  for e, extractor_id in zip(self.encoders, context.extractor_ids())
-                  for variant in self.compression or (None,)]
+        chains = variant_chains(self.encoders, context.extractor_ids(), self.compression)
         return build_plan(PIPELINE, chains, context)
 
     def run(self, runner: Any = None) -> ZeroShotBenchmarkResult:
