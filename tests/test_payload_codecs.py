@@ -7,8 +7,9 @@ import pytest
 from sklearn.decomposition import PCA
 
 from tests.conftest import gaussian_classes
-from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdentity, PrecomputedPairExtractor,
-                       RetrievalBenchmark, RetrievalConfig, RetrievalDataset, SklearnExtractor, StabilityConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdentity, EmbeddingCompressionConfig,
+                       PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
+                       SklearnExtractor, StabilityConfig)
 from vertebrae.artifacts import FsspecStore
 from vertebrae.execution.caching import CODECS
 from vertebrae.execution.local import run_job
@@ -61,6 +62,8 @@ def check_round_trips(artifacts, store):
             back = codec.encode(restored)
             for name, matrix in stored.arrays.items():
                 assert np.array_equal(np.asarray(back.arrays[name]), np.asarray(matrix))
+                assert back.arrays[name].dtype == matrix.dtype
+            assert back.document == stored.document, job.stage
         else:
             assert comparable(restored) == comparable(artifact), job.stage
         stages.add(job.stage)
@@ -72,9 +75,11 @@ def test_every_benchmark_artifact_round_trips_through_a_local_store(tmp_path):
     dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY, groups=np.arange(60) % 6)
     benchmark = Benchmark(dataset, [SklearnExtractor("pca", PCA(3, random_state=0))],
                           stability_config=StabilityConfig(repeats=3),
-                          metrics=[CallableMetric("spread", spread, cache_identity="spread-v1")])
+                          metrics=[CallableMetric("spread", spread, cache_identity="spread-v1")],
+                          compression=[EmbeddingCompressionConfig(), EmbeddingCompressionConfig("pca", n_components=2),
+                                       EmbeddingCompressionConfig("quantize", dtype="int8")])
     stages = check_round_trips(all_artifacts(benchmark), FsspecStore(str(tmp_path / "store")))
-    assert stages == {"extract", "score", "stability", "metrics", "diagnose", "assemble"}
+    assert stages == {"extract", "compress", "score", "stability", "metrics", "diagnose", "assemble"}
 
 
 def test_separatix_runtimes_are_not_stored(tmp_path):
@@ -93,6 +98,7 @@ def test_every_retrieval_artifact_round_trips(tmp_path):
     data = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(6)],
                                             identity=IDENTITY)
     benchmark = RetrievalBenchmark(data, [PrecomputedPairExtractor("pair", queries, gallery)],
-                                   retrieval_config=RetrievalConfig(cutoffs=[1, 5], bidirectional=True))
+                                   retrieval_config=RetrievalConfig(cutoffs=[1, 5], bidirectional=True),
+                                   compression=[EmbeddingCompressionConfig("pca", n_components=2)])
     stages = check_round_trips(all_artifacts(benchmark), FsspecStore(str(tmp_path / "store")))
-    assert stages == {"encode", "rank_forward", "rank_reverse", "assemble"}
+    assert stages == {"encode", "compress", "rank_forward", "rank_reverse", "assemble"}

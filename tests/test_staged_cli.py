@@ -110,7 +110,7 @@ def test_staged_phases_in_separate_processes_equal_a_run(project, monkeypatch):
     store = project / "store"
     expected = reference(project, store)
     planned = cli(project, "plan", "run.toml", "--store", f"file://{store}", "--output", "plan.json")
-    assert "(3 embed, 18 score, 6 collect)" in planned.stdout and "Next: vertebrae embed plan.json" in planned.stdout
+    assert "(6 embed, 18 score, 6 collect)" in planned.stdout and "Next: vertebrae embed plan.json" in planned.stdout
     for shard in ("1/2", "2/2"):
         out = cli(project, "embed", "plan.json", "--shard", shard).stdout
         assert "0 failed" in out
@@ -170,9 +170,9 @@ def test_rerunning_a_phase_reuses_the_store(project, monkeypatch, capsys):
     monkeypatch.chdir(project)
     assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
     assert main(["embed", "plan.json"]) == 0
-    assert "3 job(s)" in capsys.readouterr().out
+    assert "6 job(s)" in capsys.readouterr().out  # 3 extractions, 3 PCA variants
     assert main(["embed", "plan.json"]) == 0
-    assert "(0 computed, 3 already there)" in capsys.readouterr().out
+    assert "(0 computed, 6 already there)" in capsys.readouterr().out
 
 
 def test_score_metric_is_fixed_for_the_plan(project, monkeypatch, capsys):

@@ -262,8 +262,30 @@ def _decode_branch(stored: StoredArtifact) -> Any:
         raise ArtifactIntegrityError(f"zero_shot_branch artifact is malformed: {type(exc).__name__}: {exc}") from None
 
 
+def _encode_compressed(compressed: Any) -> StoredArtifact:
+    return StoredArtifact("compressed_embedding", {"matrix": compressed.matrix},
+                          {"metadata": compressed.metadata, "compression": compressed.compression})
+
+
+def _decode_compressed(stored: StoredArtifact) -> Any:
+    from .stages import CompressedEmbedding
+
+    try:
+        return CompressedEmbedding(stored.arrays["matrix"], dict(stored.document["metadata"]),
+                                   dict(stored.document["compression"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"compressed_embedding artifact is malformed: {type(exc).__name__}: {exc}") \
+            from None
+
+
 register_codec("benchmark", "extract", ArtifactCodec("embedding_set", _encode_embedding_set, _decode_embedding_set))
 register_codec("retrieval", "encode", ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints))
+# Compressed variants have a stored form for staged runs (fitted once, in `vertebrae embed`); the embedding cache
+# does not reuse them (cached=False: a fit is cheap next to extraction, and its runtime is measured).
+register_codec("benchmark", "compress", ArtifactCodec("compressed_embedding", _encode_compressed, _decode_compressed,
+                                                      cached=False))
+register_codec("retrieval", "compress", ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints,
+                                                      cached=False))
 _BRANCH_CODEC = ArtifactCodec("zero_shot_branch", _encode_branch, _decode_branch)
 register_codec("zero_shot", "encode_samples", _BRANCH_CODEC)
 register_codec("zero_shot", "encode_prompts", _BRANCH_CODEC)

@@ -5,16 +5,17 @@ shares and the keys of the plan's jobs.  Each later command rebuilds the same pl
 from that configuration (checking the input files and keys against the plan file),
 then executes one **phase** of it with a :class:`StoreRunner`:
 
-- ``embed``: the extractor jobs (``extract``, ``encode``); their artifacts go to the store,
-  exactly as the embedding cache stores them (an artifact already there is reused);
+- ``embed``: the extractor jobs (``extract``, ``encode``) and the compressed variants
+  (``compress``); their artifacts go to the store, the extractions exactly as the embedding
+  cache stores them (an artifact already there is reused);
 - ``score``: the scoring jobs (``score``, ``stability``, ``metrics``, ``diagnose``,
   ``rank_*``), reading the embeddings back from the store and storing their payloads;
 - ``collect``: the final ``assemble`` jobs, reading everything back, into the result.
 
-Stages without a stored form (``embedding``, ``compress``, ``budget``, ``endpoints``) are
-cheap and deterministic: each process recomputes them from their stored inputs.
-``--shard i/n`` splits a phase's jobs by result (chain), so shards never need each
-other's work.  What a phase measured (seconds, cache status, stored bytes, a failure)
+Stages without a stored form (``embedding``, ``budget``, ``endpoints``) are cheap views
+and checks: each process recomputes them from their stored inputs.  ``--shard i/n``
+splits ``embed`` by extractor and the later phases by result (chain), so shards never
+need each other's work.  What a phase measured (seconds, cache status, stored bytes, a failure)
 is written beside the artifacts as a small ``job_record`` per job and plan, never
 inside an artifact; ``collect`` reports it, so the collected result equals a
 ``vertebrae run CONFIG --cache STORE`` on a fresh store, minus ``timing``.
@@ -39,14 +40,18 @@ from .plan import StageJob, artifact_key
 PLAN_FORMAT, PLAN_SCHEMA = "vertebrae-plan", 1
 EMBED, SCORE, COLLECT = "embed", "score", "collect"
 PHASES = (EMBED, SCORE, COLLECT)
-#: Stage -> the phase that computes and stores its artifact (other stages are recomputed where needed).
-PHASE_OF_STAGE = {"extract": EMBED, "encode": EMBED, "score": SCORE, "stability": SCORE, "metrics": SCORE,
-                  "diagnose": SCORE, "rank_forward": SCORE, "rank_reverse": SCORE, "assemble": COLLECT}
+#: Stage -> the phase that computes and stores its artifact (stages without a codec are recomputed where needed).
+PHASE_OF_STAGE = {"extract": EMBED, "encode": EMBED, "compress": EMBED, "score": SCORE, "stability": SCORE,
+                  "metrics": SCORE, "diagnose": SCORE, "rank_forward": SCORE, "rank_reverse": SCORE,
+                  "assemble": COLLECT}
 #: Stages whose keys change when ``vertebrae score --metric`` adds metrics (the others must match the plan file).
 METRIC_DEPENDENT = frozenset({"metrics", "assemble"})
 
 
 def phase_of(job: StageJob) -> str | None:
+    """The phase that stores ``job``'s artifact; None for a stage without a stored form (recomputed where needed)."""
+    if (job.pipeline, job.stage) not in CODECS:
+        return None
     return PHASE_OF_STAGE.get(job.stage)
 
 
@@ -259,11 +264,13 @@ class _StagedRun:
         self.outcome = RunOutcome({}, {}, {})
 
     def own_jobs(self) -> list[StageJob]:
-        """This phase's jobs in this shard: results are dealt to shards in plan order."""
-        chains: dict[str, int] = {}
+        """This phase's jobs in this shard, dealt in plan order: ``embed`` by extractor (its extraction and its
+        compressed variants together), the later phases by result."""
+        units: dict[str, int] = {}
         own = []
         for job in self.jobs:
-            if phase_of(job) == self.phase and self.runner.shard.owns(chains.setdefault(job.extractor, len(chains))):
+            unit = job.params["parent"] if self.phase == EMBED else job.extractor
+            if phase_of(job) == self.phase and self.runner.shard.owns(units.setdefault(unit, len(units))):
                 own.append(job)
         return own
 
