@@ -202,7 +202,7 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
     # A compressed variant is derived from the extracted embedding: it keeps that source's eligibility and status.
     compression = None if assembled.compression is None else {**assembled.compression, **facts}
     separatix = assembled.separatix
-    if separatix is not None and separatix.runtime_seconds is None:  # read back from a store (a staged run)
+    if separatix is not None:  # its runtime travels beside the artifact, like every runtime (a stored one has none)
         separatix = dataclasses.replace(separatix, runtime_seconds=outcome.timings.get(keys["diagnose"], {}).get(
             "separatix"))
     result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
