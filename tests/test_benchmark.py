@@ -15,7 +15,7 @@ from sklearn.preprocessing import normalize
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, ConfigError, ExtractorError,
                        InputTypeError, InputValidationError, OverlapScoringConfig, PrecomputedExtractor,
                        SklearnExtractor)
-from vertebrae.reports import json_codec
+from vertebrae import json_codec
 
 from .conftest import gaussian_classes
 

@@ -25,7 +25,7 @@ from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, Continuou
                        SklearnExtractor, StabilityConfig)
 from vertebrae.errors import ConfigError, ExecutionError
 from vertebrae.execution import DaskRunner
-from vertebrae.reports import json_codec
+from vertebrae import json_codec
 from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset
 
 IDENTITY = DatasetIdentity.declared("dask-runner", "1")

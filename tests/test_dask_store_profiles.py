@@ -23,7 +23,7 @@ from vertebrae.cache import CacheConfig
 from vertebrae.execution import DaskRunner
 from vertebrae.execution.caching import SHARD_STAGE, shard_key
 from vertebrae.profiling import AGGREGATE_WORKER_COMPUTE, WorkerMeasurement, distributed_profile
-from vertebrae.reports import json_codec
+from vertebrae import json_codec
 
 ROWS = 180  # classes(): 3 classes x 60 rows, 8 dimensions
 

@@ -12,7 +12,7 @@ import pytest
 from scipy import sparse
 
 from vertebrae import SerializationError
-from vertebrae.reports import json_codec
+from vertebrae import json_codec
 
 
 class Color(enum.Enum):

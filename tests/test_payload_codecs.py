@@ -11,8 +11,8 @@ from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdent
                        PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
                        SklearnExtractor, StabilityConfig)
 from vertebrae.artifacts import FsspecStore
-from vertebrae.execution.caching import CODECS
-from vertebrae.execution.local import run_job
+from vertebrae.execution.jobs import run_job
+from vertebrae.execution.registry import definition_of, get_stage
 from vertebrae.results import TIMING_KEYS, pop_timings
 
 IDENTITY = DatasetIdentity.declared("codecs", "1")
@@ -52,7 +52,7 @@ def _drop_unmeasured(data):
 def check_round_trips(artifacts, store):
     stages = set()
     for job, artifact in artifacts.values():
-        codec = CODECS.get((job.pipeline, job.stage))
+        codec = definition_of(job).codec
         if codec is None:
             continue
         store.write(job.key, codec.encode(artifact))
@@ -87,7 +87,7 @@ def test_separatix_runtimes_are_not_stored(tmp_path):
     dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY)
     artifacts = all_artifacts(Benchmark(dataset, [SklearnExtractor("pca", PCA(3, random_state=0))]))
     job, diagnosis = next(v for v in artifacts.values() if v[0].stage == "diagnose")
-    codec = CODECS[("benchmark", "diagnose")]
+    codec = get_stage("benchmark", "diagnose").codec
     assert "runtime_seconds" not in str(codec.encode(diagnosis).document)
     assert codec.decode(codec.encode(diagnosis)).runtime_seconds is None
 

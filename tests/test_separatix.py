@@ -16,7 +16,7 @@ from sklearn.preprocessing import normalize
 
 from vertebrae.errors import (ConfigError, DensificationBudgetError, InputValidationError, ScoringWarning,
                               SerializationError)
-from vertebrae.reports import json_codec
+from vertebrae import json_codec
 from vertebrae.scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from vertebrae.scoring.separatix import (METRIC_DIRECTIONS, PROBE_FAMILIES, SeparatixConfig, SeparatixResult,
                                          SeparatixScorer, build_probe_summary)

@@ -11,7 +11,7 @@ from scipy import sparse
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, ConfigError, DatasetIdentity,
                        OverlapIndexScorer, OverlapScoringConfig, PrecomputedExtractor, StabilityConfig,
                        run_stability_analysis)
-from vertebrae.reports import json_codec
+from vertebrae import json_codec
 from vertebrae.scoring.stability import ranking_stability
 
 from .conftest import gaussian_classes

@@ -325,7 +325,7 @@ def test_jobs_pickle_and_run_on_fresh_copies_as_a_remote_worker_would():
     """Each job runs on its own unpickled context, with pickled inputs: what a distributed runner does."""
     import pickle
 
-    from vertebrae.execution.local import run_job
+    from vertebrae.execution.jobs import run_job
 
     data = text_dataset()
     benchmark = ZeroShotBenchmark(data, [SklearnExtractor("tfidf", TfidfVectorizer()), TwoBranch()],

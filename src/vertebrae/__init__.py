@@ -41,7 +41,7 @@ from .views import LabelViewConfig, TargetView, TargetViewConfig
 from .zero_shot import (PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
                         ZeroShotConfig, ZeroShotDataset)
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "Benchmark", "BenchmarkDataset", "BenchmarkResult", "CallableExtractor", "ConfigError",

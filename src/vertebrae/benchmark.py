@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import platform
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,15 +17,17 @@ from ._config import check_config, check_float
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
-from .errors import InputTypeError, InputValidationError, VertebraeError
-from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
-                                stage_cache)
+from .errors import InputTypeError, VertebraeError
+from . import benchmark_stages  # noqa: F401  (the stages of this front door's pipeline)
+from .artifacts.codecs import output_array
+from .execution.caching import stage_cache
 from .execution.context import Chain, RunContext
-from .fingerprint import package_version
-from .multimodal import check_extractor_fields
-from .execution.local import RunOutcome, check_on_error, execute_plan
-from .execution.plan import Plan, artifact_key, build_plan
+from .execution.jobs import RunOutcome, check_on_error
+from .execution.plan import Plan, artifact_key
 from .extractors.base import Extractor
+from .fingerprint import package_version
+from .front_door import EmbeddingSource, FrontDoor, check_unique_names, validate_extractor_list
+from .multimodal import check_extractor_fields
 from .profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .results import BenchmarkResult, ExtractorResult
 from .scoring.memory import MemoryConfig
@@ -69,8 +70,10 @@ class BenchmarkSettings:
                 "resource_profiling": None if self.resource_profiling is None else self.resource_profiling.to_dict()}
 
 
-class Benchmark:
-    """Compare extractors on one labeled dataset."""
+class Benchmark(FrontDoor):
+    """Compare extractors on one labeled dataset (a declaration over the shared run path, :mod:`vertebrae.front_door`)."""
+
+    pipeline = "benchmark"
 
     def __init__(self, dataset: BenchmarkDataset, extractors: Sequence[Extractor], *,
                  scoring_config: OverlapScoringConfig | None = None,
@@ -164,95 +167,52 @@ class Benchmark:
                         chains.append(Chain(name, extractor_id, extractor.name, output, view, variant))
         return chains
 
-    def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
+    # -- the declaration the shared run path reads ---------------------------------------------------
+    def embedding_sources(self, chain: Chain) -> dict[None, EmbeddingSource]:
+        return {None: EmbeddingSource("extract", output_array(chain.output))}
 
-    def plan(self, context: RunContext | None = None) -> Plan:
-        """The stage jobs of this benchmark (what ``run`` executes), with their content-aware keys."""
-        context = self._context() if context is None else context
-        return build_plan("benchmark", self.chains(context), context)
+    def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> ExtractorResult:
+        return ExtractorResult.failed(chain.name, self.settings.primary_metric, error, artifact_keys=keys)
 
-    def run(self, runner: Any = None) -> BenchmarkResult:
-        """Execute the plan with ``runner`` (default: an in-process :class:`LocalRunner`)."""
-        started = _dt.datetime.now(_dt.timezone.utc)
-        plan, outcome = execute_plan(self, runner)
-        eligible = {job.key: job.cache_eligible for job in plan.jobs}
-        results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]], self.cache)
-                   for chain, keys in zip(plan.chains, plan.chain_keys)]
-        result = _build_result(self.dataset, results, self.settings, plan, started)
-        if self.cache is not None:
-            result.metadata["cache"] = cache_summary(self.cache)
+    def complete(self, result: ExtractorResult, chain: Chain, keys: dict[str, str], outcome: RunOutcome,
+                 plan: Plan) -> ExtractorResult:
+        """A compressed variant keeps its source extraction's cache facts; Separatix's runtime is its job's; profiles."""
+        facts = {name: result.embedding[name] for name in ("cache_eligible", "cache_status")}
+        if result.compression is not None:
+            result.compression = {**result.compression, **facts}
+        if result.separatix is not None:  # its runtime travels beside the artifact, like every runtime
+            result.separatix = dataclasses.replace(result.separatix, runtime_seconds=result.runtime.get("separatix"))
+        profiling = self.settings.resource_profiling
+        if profiling is not None and profiling.enabled:
+            measured = outcome.timings.get(keys["extract"], {}).get(PROFILE_KEY)
+            logical = result.embedding.get("logical_bytes")
+            raw = logical if result.compression is None else result.compression.get("footprint", {}).get("raw_bytes")
+            result.resource_profile = chain_profile(measured, facts["cache_status"], raw, logical,
+                                                    result.embedding.get("footprint"))
+        return result
+
+    def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
+                     started: _dt.datetime) -> BenchmarkResult:
+        result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
+        cache = self.cache_record()
+        if cache is not None:
+            result.metadata["cache"] = cache
         return result
 
 
-def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, settings: BenchmarkSettings,
-                  cache_eligible: bool, cache: StageCache | None = None) -> ExtractorResult:
-    """The assembled result of one chain, with its keys, runtimes and cache facts; or its failure."""
-    assembled = outcome.artifacts.get(keys["assemble"])
-    if assembled is None:
-        failure = outcome.failures[keys["assemble"]]
-        return ExtractorResult.failed(chain.name, settings.primary_metric,
-                                      {**failure.to_dict(), "extractor": chain.parent},
-                                      artifact_keys=dict(keys))
-    facts = {"cache_eligible": cache_eligible, "cache_status": outcome.statuses[keys["extract"]]}
-    embedding = {**assembled.embedding, **facts}
-    if cache is not None:
-        embedding["footprint"] = embedding_footprint(assembled.embedding["logical_bytes"],
-                                                     outcome.persisted.get(keys["extract"]), chain.output)
-    # A compressed variant is derived from the extracted embedding: it keeps that source's eligibility and status.
-    compression = None if assembled.compression is None else {**assembled.compression, **facts}
-    separatix = assembled.separatix
-    if separatix is not None:  # its runtime travels beside the artifact, like every runtime (a stored one has none)
-        separatix = dataclasses.replace(separatix, runtime_seconds=outcome.timings.get(keys["diagnose"], {}).get(
-            "separatix"))
-    result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
-                                 embedding=embedding, compression=compression, separatix=separatix)
-    result.runtime = _runtime(keys, outcome, result)
-    if settings.resource_profiling is not None and settings.resource_profiling.enabled:
-        measured = outcome.timings.get(keys["extract"], {}).get(PROFILE_KEY)
-        raw = assembled.embedding.get("logical_bytes") if compression is None \
-            else compression.get("footprint", {}).get("raw_bytes")
-        result.resource_profile = chain_profile(measured, facts["cache_status"], raw,
-                                                assembled.embedding.get("logical_bytes"), embedding.get("footprint"))
-    return result
-
-
-def _runtime(keys: dict[str, str], outcome: RunOutcome, result: ExtractorResult) -> dict[str, float]:
-    """Seconds per stage of this run (runtimes are recorded beside artifacts, never inside them)."""
-    runtime: dict[str, float] = {}
-    for stage in ("extract", "compress", "score", "stability", "metrics"):
-        timings = outcome.timings.get(keys.get(stage, ""), {})
-        if timings and outcome.statuses.get(keys.get(stage, "")) == HIT:
-            runtime[stage] = NOT_MEASURED_CACHE_HIT  # the extractor did not run; only the read is timed
-            runtime[f"{stage}_cache_read"] = timings["seconds"]
-        elif timings:
-            runtime[stage] = timings["seconds"]
-            runtime.update({name: seconds for name, seconds in timings.items() if name not in ("seconds", PROFILE_KEY)})
-    if result.separatix is not None:
-        runtime["separatix"] = result.separatix.runtime_seconds
-    return runtime
-
-
 def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
-    if isinstance(extractors, (str, bytes)) or not isinstance(extractors, Sequence):
-        raise InputTypeError("extractors must be a list of extractors (objects with name, fit, transform, recipe)")
-    if not extractors:
-        raise InputValidationError("extractors is empty; pass at least one extractor")
-    seen: dict[str, int] = {}
+    extractors = validate_extractor_list(extractors, hint=" (objects with name, fit, transform, recipe)")
     for i, extractor in enumerate(extractors):
         missing = [attr for attr in ("name", "fit", "transform", "recipe") if not hasattr(extractor, attr)]
         if missing:
             raise InputTypeError(f"extractors[{i}] ({type(extractor).__name__}) lacks {missing}; an extractor needs "
                                  "name, fit, transform and recipe (see vertebrae.extractors.Extractor)")
-        if extractor.name in seen:
-            raise InputValidationError(f"extractors[{i}] and extractors[{seen[extractor.name]}] are both named "
-                                       f"{extractor.name!r}; give every extractor a unique name")
-        seen[extractor.name] = i
-    return list(extractors)
+    check_unique_names(extractors, [f"extractors[{i}]" for i in range(len(extractors))])
+    return extractors
 
 
 def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], settings: BenchmarkSettings,
-                  plan: Plan, started: _dt.datetime) -> BenchmarkResult:
+                  plan: Plan, timing: dict[str, Any]) -> BenchmarkResult:
     metadata = {
         "settings": settings.to_dict(),
         "quality_tolerance": settings.quality_tolerance,
@@ -263,10 +223,7 @@ def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], set
         "versions": {name: package_version(name)
                      for name in ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")},
     }
-    result = BenchmarkResult(dataset.summary(), results, [], metadata,
-                             timing={"started_at": started.isoformat(),
-                                     "host": {"python": platform.python_version(), "platform": platform.platform(),
-                                              "machine": platform.machine()}})
+    result = BenchmarkResult(dataset.summary(), results, [], metadata, timing=timing)
     result.recommendations = benchmark_recommendations(result)
     return result
 

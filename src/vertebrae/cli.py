@@ -350,7 +350,6 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _phase(args: argparse.Namespace, phase: str) -> int:
     """``embed`` or ``score`` of a plan file: run this shard's jobs, store them, print what happened."""
-    from .execution.local import execute_plan
     from .execution.staged import PlanFile, Shard, StoreRunner, plan_benchmark, score_metrics
 
     plan = PlanFile.load(args.plan)
@@ -364,7 +363,7 @@ def _phase(args: argparse.Namespace, phase: str) -> int:
         benchmark.on_error = args.on_error
     runner = StoreRunner(plan, phase, shard, progress=progress, extra_metrics=bool(specs))
     _, outcome = _collecting_warnings(args.command, args.quiet,
-                                      lambda: execute_plan(benchmark, runner, description=f"vertebrae {phase}"))
+                                      lambda: benchmark.execute(runner, f"vertebrae {phase}"))
     names = {job["key"]: job["extractor"] for job in plan.jobs if job["phase"] == phase}
     ran = [key for key in outcome.statuses if key in names]
     reused = sum(outcome.statuses[key] == "hit" for key in ran)
@@ -488,7 +487,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from .compare import compare_results
-    from .reports import json_codec
+    from . import json_codec
     from .reports.compare_report import render_comparison_html, render_comparison_markdown
 
     a, b = _load(args.a), _load(args.b)

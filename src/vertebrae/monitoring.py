@@ -18,7 +18,6 @@ import math
 import numbers
 import os
 import pathlib
-import re
 import sys
 import traceback
 import warnings
@@ -28,9 +27,10 @@ from typing import Any, Protocol, TextIO
 from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, HistoryError, HistoryLockedError, HistoryWarning, InputTypeError, InputValidationError
+from .execution.jobs import failure_of
 from .extractors.base import CallableExtractor, PrecomputedExtractor
 from .fingerprint import package_version
-from .reports import json_codec
+from . import json_codec
 from .results import ExtractorResult, result_row
 from .scoring.metric_result import OVERLAP_METRIC
 
@@ -41,8 +41,7 @@ ERROR_POLICIES = ("raise", "continue")
 MONITOR_COLUMNS = ("evaluation_index", "status", "snapshot_id", "epoch", "step", "timestamp", "recorded_at")
 #: Failure columns every row ends with (None on ``ok`` rows).
 FAILURE_COLUMNS = ("error_stage", "error_type", "error_message", "error_traceback")
-#: The runner annotates a failing job's exception with this note (vertebrae.execution.local).
-_STAGE_NOTE = re.compile(r"^vertebrae: raised in the (\w+) stage")
+
 
 
 class Reporter(Protocol):
@@ -442,12 +441,9 @@ def _standard_null_columns(settings: Any) -> list[str]:
 
 
 def _failed_stage(exc: BaseException) -> str:
-    """The stage the runner noted on the exception, or ``setup`` (it failed before any stage ran)."""
-    for note in getattr(exc, "__notes__", ()):
-        match = _STAGE_NOTE.match(note)
-        if match:
-            return match.group(1)
-    return "setup"
+    """The stage whose job raised ``exc`` (the runner attaches it), or ``setup`` (it failed before any stage ran)."""
+    failure = failure_of(exc)
+    return "setup" if failure is None else failure.stage
 
 
 def _failure(exc: BaseException) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def check_header(data: Any, result_type: str, schema_versions: tuple[int, ...]) 
 
 def read_json(path: str | pathlib.Path) -> Any:
     """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
-    from .reports import json_codec
+    from . import json_codec
 
     try:
         return json_codec.decode(json_codec.read(path))
@@ -152,18 +152,18 @@ class ResultFamily:
 
     def serialized(self) -> dict[str, Any]:
         """The decoded JSON document ``save_json`` writes (what every report is rendered from)."""
-        from .reports import json_codec
+        from . import json_codec
 
         return json_codec.decode(json.loads(self.to_json()))
 
     def to_json(self) -> str:
-        from .reports import json_codec
+        from . import json_codec
 
         return json_codec.dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> Any:
-        from .reports import json_codec
+        from . import json_codec
 
         try:
             data = json.loads(text)
@@ -176,7 +176,7 @@ class ResultFamily:
         raise NotImplementedError
 
     def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
-        from .reports import json_codec
+        from . import json_codec
 
         return json_codec.write(self.to_dict(), path)
 

@@ -28,6 +28,7 @@ Example (TOML)::
     quality_tolerance = 0.02
     # primary_metric = "my_metric"
     # on_error = "record"         # keep the other extractors when one fails (default "raise")
+    # stage_modules = ["my_project.stages"]   # modules whose @stage functions join the plan
 
     [[compression]]               # EmbeddingCompressionConfig fields, one table per variant (optional)
     method = "none"               # keep the raw embedding beside the compressed variants
@@ -68,11 +69,12 @@ from .scoring.metrics import metrics_from_config
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig
+from .user_modules import import_user_module
 
 DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target_type", "label_names", "target_names",
                 "groups", "groups_column", "name"}
 EXTRACTOR_KEYS = {"name", "embeddings"}
-BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error"}
+BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
             "cache", "compression"}
@@ -117,7 +119,18 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
     if "compression" in config:
         kwargs["compression"] = compression_from_config(config["compression"])
     kwargs.update(_check_keys("[benchmark]", config.get("benchmark", {}), BENCHMARK_KEYS))
+    import_stage_modules(kwargs.pop("stage_modules", []))
     return kwargs
+
+
+def import_stage_modules(modules: Any) -> None:
+    """``[benchmark] stage_modules``: import each module, which registers its ``@stage`` functions (every process of
+    a staged run reads the same config, so each registers them)."""
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ConfigTypeError(f"config [benchmark] stage_modules must be a list of module names, e.g. "
+                              f"[\"my_project.stages\"], got {modules!r}")
+    for i, module in enumerate(modules):
+        import_user_module(module, f"config [benchmark] stage_modules[{i}]")
 
 
 def cache_config_from_section(section: Any, base_dir: pathlib.Path) -> CacheConfig:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._sparse import is_sparse, sparse_module
 from ..errors import ArtifactError, ArtifactIntegrityError, SerializationError
-from ..reports import json_codec
+from .. import json_codec
 
 #: Array names become file names, so they are restricted to a portable, path-free alphabet.
 ARRAY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
@@ -277,3 +277,42 @@ def _load_document(data: bytes | bytearray) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ArtifactIntegrityError(f"{DOCUMENT_FILE} must hold a JSON object, got {type(document).__name__}")
     return document
+
+
+def output_array(output: str | None) -> str:
+    """The array name of one extractor output (``embedding`` for the sole output): file-safe and unique."""
+    if output is None:
+        return "embedding"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", output)[:64]
+    return f"output-{safe}-{hashlib.sha256(output.encode()).hexdigest()[:8]}"
+
+
+# ----------------------------------------------------------------------------- stage artifacts <-> stored form
+@dataclasses.dataclass(frozen=True)
+class ArtifactCodec:
+    """How one stage's artifact becomes a :class:`StoredArtifact` and back (declared by the stage).
+
+    ``cached=False``: the artifact has a serialized form (for stores shared by staged and
+    distributed runs) but the embedding cache does not reuse it (scores are cheap next to
+    extraction, and their runtimes should be measured).
+    """
+
+    kind: str
+    encode: Callable[[Any], StoredArtifact]
+    decode: Callable[[StoredArtifact], Any]
+    cached: bool = True
+
+
+def document_codec(kind: str, to_document: Callable[[Any], Mapping[str, Any]],
+                   from_document: Callable[[Mapping[str, Any]], Any]) -> ArtifactCodec:
+    """A codec for an artifact that is one strict-JSON document (a score payload, a result): never cache-reused."""
+    def encode(artifact: Any) -> StoredArtifact:
+        return StoredArtifact(kind, {}, dict(to_document(artifact)))
+
+    def decode(stored: StoredArtifact) -> Any:
+        try:
+            return from_document(stored.document)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactIntegrityError(f"{kind} artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+    return ArtifactCodec(kind, encode, decode, cached=False)

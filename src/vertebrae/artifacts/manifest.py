@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ArtifactError, ArtifactIntegrityError
-from ..reports import json_codec
+from .. import json_codec
 from .codecs import ARRAY_NAME, DOCUMENT_FILE, check_kind, check_no_runtimes, strict_loads
 
 SCHEMA_VERSION = 1

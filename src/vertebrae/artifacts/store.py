@@ -58,7 +58,7 @@ class Store(Protocol):
 def build_manifest(key: str, artifact: StoredArtifact, files: Mapping[str, Mapping[str, Any]],
                    versions: Mapping[str, str] | None, metadata: Mapping[str, Any] | None) -> Manifest:
     """The manifest for ``artifact`` whose logical files were stored as ``files`` (stored name -> entry)."""
-    from .. import __version__
+    from .._version import __version__
     import numpy
 
     by_logical = {logical_name(name): name for name in files}

@@ -1,9 +1,9 @@
 """The embedding cache inside a run: reuse a stage's artifact from a store, or compute and store it.
 
 Every runner executes a job through :func:`execute_job`, so local and distributed runs
-reuse artifacts the same way.  A stage is cacheable when it has an :class:`ArtifactCodec`
-(its artifact has a storable form); today that is the extractor calls (``benchmark/extract``,
-``retrieval/encode`` and the two ``zero_shot`` encode stages), the expensive part of every benchmark.  A job is looked up only
+reuse artifacts the same way.  A stage is cacheable when its declaration has a
+codec with ``cached=True`` (its artifact has a storable form the cache reuses); that is the
+extractor calls, the expensive part of every benchmark.  A job is looked up only
 when its key is trustworthy across runs (``job.cache_eligible``); otherwise it runs and is
 marked ``bypassed_unsafe_identity``.  Runtimes never enter the store: a hit reports its
 inference as ``not_measured_cache_hit``.
@@ -19,42 +19,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..artifacts.codecs import StoredArtifact, array_nbytes
+from ..artifacts.codecs import ArtifactCodec, StoredArtifact, array_nbytes, output_array
 from ..artifacts.store import Store
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactWarning
 from .context import BYPASSED_UNSAFE_IDENTITY
-from .local import run_job
+from .jobs import run_job
 from .plan import StageJob, version_of
-from .registry import get_stage
+from .registry import definition_of
 
 HIT, MISS, DISABLED = "hit", "miss", "disabled"
 CACHE_STATUSES = (HIT, MISS, DISABLED, BYPASSED_UNSAFE_IDENTITY)
 NOT_MEASURED_CACHE_HIT = "not_measured_cache_hit"
 #: Persisted-footprint statuses: the object was stat'ed, nothing was stored, or the stat failed.
 MEASURED, NOT_PERSISTED, UNAVAILABLE = "measured", "not_persisted", "unavailable"
-
-
-@dataclasses.dataclass(frozen=True)
-class ArtifactCodec:
-    """How one stage's artifact becomes a :class:`StoredArtifact` and back.
-
-    ``cached=False``: the artifact has a serialized form (for stores shared by staged and
-    distributed runs) but the embedding cache does not reuse it (scores are cheap next to
-    extraction, and their runtimes should be measured).
-    """
-
-    kind: str
-    encode: Callable[[Any], StoredArtifact]
-    decode: Callable[[StoredArtifact], Any]
-    cached: bool = True
-
-
-#: (pipeline, stage) -> codec; a stage is cached only if it is listed here with ``cached=True``.
-CODECS: dict[tuple[str, str], ArtifactCodec] = {}
-
-
-def register_codec(pipeline: str, stage: str, codec: ArtifactCodec) -> None:
-    CODECS[(pipeline, stage)] = codec
 
 
 @dataclasses.dataclass
@@ -162,7 +139,7 @@ def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
 def job_cache(job: StageJob, context: Any) -> tuple[StageCache | None, ArtifactCodec | None]:
     """(the run's cache, the stage's codec) when this job goes through the cache, else (None, None)."""
     cache: StageCache | None = getattr(context, "cache", None)
-    codec = CODECS.get((job.pipeline, job.stage))
+    codec = definition_of(job).codec
     if cache is None or codec is None or not codec.cached or not job.cache_eligible:
         return None, None
     return cache, codec
@@ -181,7 +158,7 @@ def computed_run(job: StageJob, artifact: Any, timings: dict[str, float]) -> Job
     """A job computed without the cache: none configured, not cacheable, or an unsafe identity (also what the
     dask runner reports for an extract it assembled from row shards)."""
     ran = JobRun(artifact, timings, DISABLED if job.cache_eligible else BYPASSED_UNSAFE_IDENTITY)
-    return _with_logical(ran, CODECS.get((job.pipeline, job.stage)))
+    return _with_logical(ran, definition_of(job).codec)
 
 
 def _with_logical(ran: JobRun, codec: ArtifactCodec | None) -> JobRun:
@@ -191,7 +168,7 @@ def _with_logical(ran: JobRun, codec: ArtifactCodec | None) -> JobRun:
 
 
 def _versions(job: StageJob) -> dict[str, str]:
-    return {package: version_of(package) for package in get_stage(job.pipeline, job.stage).packages}
+    return {package: version_of(package) for package in definition_of(job).packages}
 
 
 def _listing(job: StageJob, context: Any) -> dict[str, str]:
@@ -202,93 +179,6 @@ def _listing(job: StageJob, context: Any) -> dict[str, str]:
     dataset = "-" if identity is None else f"{identity.dataset_id}" + (f"@{identity.revision}" if identity.revision
                                                                        else "")
     return {"extractor": f"{job.params['parent']} ({kind})", "dataset": dataset}
-
-
-# ---------------------------------------------------------------- codecs of the extractor stages
-def output_array(output: str | None) -> str:
-    """The array name of one extractor output (``embedding`` for the sole output): file-safe and unique."""
-    if output is None:
-        return "embedding"
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", output)[:64]
-    return f"output-{safe}-{hashlib.sha256(output.encode()).hexdigest()[:8]}"
-
-
-def _encode_embedding_set(produced: Any) -> StoredArtifact:
-    outputs = list(produced.matrices)
-    return StoredArtifact("embedding_set", {output_array(o): produced.matrices[o] for o in outputs},
-                          {"outputs": outputs, "metadata": [produced.metadata[o] for o in outputs]})
-
-
-def _decode_embedding_set(stored: StoredArtifact) -> Any:
-    from .stages import EmbeddingSet
-
-    try:
-        outputs = stored.document["outputs"]
-        return EmbeddingSet({o: stored.arrays[output_array(o)] for o in outputs},
-                            {o: dict(m) for o, m in zip(outputs, stored.document["metadata"], strict=True)})
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"embedding_set artifact is malformed: {type(exc).__name__}: {exc}") from None
-
-
-def _encode_endpoints(encoded: Any) -> StoredArtifact:
-    return StoredArtifact("retrieval_endpoints", {"queries": encoded.queries.matrix, "gallery": encoded.gallery.matrix},
-                          {"queries": encoded.queries.metadata, "gallery": encoded.gallery.metadata})
-
-
-def _decode_endpoints(stored: StoredArtifact) -> Any:
-    from ..retrieval.stages import EncodedEndpoints, EndpointArtifact
-
-    try:
-        return EncodedEndpoints(*(EndpointArtifact(stored.arrays[side], dict(stored.document[side]))
-                                  for side in ("queries", "gallery")))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"retrieval_endpoints artifact is malformed: {type(exc).__name__}: {exc}") from None
-
-
-#: The array name of one zero-shot branch's embedding.
-BRANCH_ARRAY = "embedding"
-
-
-def _encode_branch(branch: Any) -> StoredArtifact:
-    return StoredArtifact("zero_shot_branch", {BRANCH_ARRAY: branch.matrix}, {"metadata": branch.metadata})
-
-
-def _decode_branch(stored: StoredArtifact) -> Any:
-    from ..zero_shot.stages import BranchArtifact
-
-    try:
-        return BranchArtifact(stored.arrays[BRANCH_ARRAY], dict(stored.document["metadata"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"zero_shot_branch artifact is malformed: {type(exc).__name__}: {exc}") from None
-
-
-def _encode_compressed(compressed: Any) -> StoredArtifact:
-    return StoredArtifact("compressed_embedding", {"matrix": compressed.matrix},
-                          {"metadata": compressed.metadata, "compression": compressed.compression})
-
-
-def _decode_compressed(stored: StoredArtifact) -> Any:
-    from .stages import CompressedEmbedding
-
-    try:
-        return CompressedEmbedding(stored.arrays["matrix"], dict(stored.document["metadata"]),
-                                   dict(stored.document["compression"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"compressed_embedding artifact is malformed: {type(exc).__name__}: {exc}") \
-            from None
-
-
-register_codec("benchmark", "extract", ArtifactCodec("embedding_set", _encode_embedding_set, _decode_embedding_set))
-register_codec("retrieval", "encode", ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints))
-# Compressed variants have a stored form for staged runs (fitted once, in `vertebrae embed`); the embedding cache
-# does not reuse them (cached=False: a fit is cheap next to extraction, and its runtime is measured).
-register_codec("benchmark", "compress", ArtifactCodec("compressed_embedding", _encode_compressed, _decode_compressed,
-                                                      cached=False))
-register_codec("retrieval", "compress", ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints,
-                                                      cached=False))
-_BRANCH_CODEC = ArtifactCodec("zero_shot_branch", _encode_branch, _decode_branch)
-register_codec("zero_shot", "encode_samples", _BRANCH_CODEC)
-register_codec("zero_shot", "encode_prompts", _BRANCH_CODEC)
 
 
 # ---------------------------------------------------------------- row shards of an extract job
@@ -370,5 +260,3 @@ def endpoint_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, a
     return {"raw": {"logical_bytes": int(raw_bytes), "persisted_bytes": stored, "persisted_status": status},
             "evaluated": {"logical_bytes": int(evaluated_bytes), "persisted_bytes": None,
                           "persisted_status": NOT_PERSISTED}}
-
-from . import payload_codecs  # noqa: E402,F401  (registers the JSON codecs of the scoring payloads)

@@ -7,7 +7,7 @@ each job's timings come back to the driver).  Two kinds of work fan out further:
 
 - an ``extract`` job over more than ``shard_rows`` rows fits its extractor once, then
   transforms row shards as separate tasks and stacks them on a worker (the steps of the
-  extract stage, :func:`~vertebrae.execution.stages.fit_extractor` and friends); with the
+  extract stage, declared by its stage as :class:`~vertebrae.execution.registry.RowShards`); with the
   run's cache on a shared store the shards are written there and read back by the stacking
   task (shards already stored are not recomputed), else they travel as futures;
 - a stage that maps independent repeats (stability) sends them to the cluster through
@@ -43,11 +43,13 @@ from .._config import check_int
 from ..artifacts.store import MemoryStore
 from ..errors import ArtifactError, ArtifactWarning, ConfigError, DependencyError, ExecutionError
 from ..profiling import PROFILE_KEY
-from . import fanout
+from .. import fanout
+from ..progress import progress_enabled
 from .caching import job_cache, shard_key
-from .local import JobFailure, LocalRunner, RunOutcome, check_on_error, progress_enabled
+from .jobs import JobFailure, RunOutcome, annotate, check_on_error
+from .local import LocalRunner
 from .plan import StageJob
-from .registry import get_stage
+from .registry import definition_of
 
 #: Rows per extract shard: 100,000 rows x 768 float32 dimensions is 307 MB per shard.
 DEFAULT_SHARD_ROWS = 100_000
@@ -153,14 +155,8 @@ def local_cluster(n_workers: int) -> Iterator[Any]:
 
 
 def parallel_work(jobs: Sequence[StageJob], context: Any) -> int:
-    """Rows x independent scoring units (score and ranking jobs, stability repeats): what a cluster can spread."""
-    stability = getattr(context.settings, "stability_config", None)
-    units = 0
-    for job in jobs:
-        if job.stage in ("score", "rank_forward", "rank_reverse"):
-            units += 1
-        elif job.stage == "stability" and stability is not None:
-            units += stability.repeats
+    """Rows x independent scoring units (each stage declares its own: a score job 1, stability its repeats)."""
+    units = sum(definition_of(job).units(context.settings) for job in jobs)
     dataset = context.dataset
     rows = getattr(dataset, "n_samples", None) or getattr(dataset, "n_gallery", 0)
     return units * int(rows)
@@ -184,7 +180,7 @@ class _Failed:
             carried = pickle.loads(pickle.dumps(exc))
         except Exception:  # an exception type that cannot be rebuilt: its type and message still travel
             carried = None
-        return cls(JobFailure(job.stage, type(exc).__name__, str(exc)), job.key, carried, text)
+        return cls(JobFailure.of(job, exc), job.key, carried, text)
 
 
 @dataclasses.dataclass
@@ -261,11 +257,9 @@ class _ShardRef:
 
 def _fit(job: StageJob, context: Any) -> _Done:
     """Extract step 1 (sharded extract): the fitted extractor travels to the shard tasks."""
-    from .stages import fit_extractor
-
     start = time.perf_counter()
     try:
-        return _Done(fit_extractor(job, context), {"fit": time.perf_counter() - start})
+        return _Done(definition_of(job).shards.fit(job, context), {"fit": time.perf_counter() - start})
     except Exception as exc:
         return _Done(failed=_Failed.of(job, exc))
 
@@ -287,19 +281,18 @@ def _transform(job: StageJob, context: Any, fitted: _Done, start: int, stop: int
 def _compute_shard(job: StageJob, context: Any, extractor: Any, start: int,
                    stop: int) -> tuple[dict[str | None, Any], dict[str, Any]]:
     """(rows ``start:stop``'s outputs, their timings); profiled on this worker when resource profiling is on."""
-    from .stages import transform_rows
-
-    rows = context.dataset.extractor_input[start:stop]
+    shards = definition_of(job).shards
+    rows = shards.rows(context)[start:stop]
     profiling = getattr(context.settings, "resource_profiling", None)
     began = time.perf_counter()
     timings: dict[str, Any] = {}
     if profiling is None or not profiling.enabled:
-        outputs = transform_rows(job, extractor, rows)
+        outputs = shards.transform(job, extractor, rows)
     else:
         from ..profiling import measure_on_worker
 
         outputs, timings[PROFILE_KEY] = measure_on_worker(profiling, extractor, rows,
-                                                          lambda: transform_rows(job, extractor, rows),
+                                                          lambda: shards.transform(job, extractor, rows),
                                                           _worker_address())
     timings["transform"] = time.perf_counter() - began
     return outputs, timings
@@ -329,14 +322,14 @@ def _stack(job: StageJob, context: Any, fitted: _Done | None, *parts: _Done) -> 
     """Extract step 3 (sharded extract): stack and validate the shards (read back from the store when they were
     written there) into the job's artifact, stored through the run's cache like any extract result."""
     from .caching import record_computed
-    from .stages import embedding_set
 
     failed = next((item for item in (fitted, *parts) if item is not None and item.failed is not None), None)
     if failed is not None:
         return failed
     began = time.perf_counter()
     try:
-        artifact = embedding_set(job, context, [_shard_outputs(job, context, fitted, part) for part in parts])
+        artifact = definition_of(job).shards.stack(job, context,
+                                                   [_shard_outputs(job, context, fitted, part) for part in parts])
     except Exception as exc:
         return _Done(failed=_Failed.of(job, exc))
     computed = [part for part in parts if not (isinstance(part.artifact, _ShardRef) and part.artifact.reused)]
@@ -361,7 +354,6 @@ def _shard_outputs(job: StageJob, context: Any, fitted: _Done | None, part: _Don
     """A shard's outputs: carried in ``part``, or read from the store (a reused shard found corrupt or gone is
     recomputed here and stored again, with a warning, as the cache does with a corrupt entry)."""
     from .caching import read_shard
-    from .stages import fit_extractor
 
     ref = part.artifact
     if not isinstance(ref, _ShardRef):
@@ -373,7 +365,7 @@ def _shard_outputs(job: StageJob, context: Any, fitted: _Done | None, part: _Don
             raise  # written in this run and unreadable now: the store is failing, not an old entry
         warnings.warn(f"cache: rows {ref.start}:{ref.stop} of {job.key} in {context.cache.config.url} cannot be "
                       f"reused ({exc}); recomputing them", ArtifactWarning, stacklevel=2)
-    extractor = fitted.artifact if fitted is not None else fit_extractor(job, context)
+    extractor = fitted.artifact if fitted is not None else definition_of(job).shards.fit(job, context)
     outputs, timings = _compute_shard(job, context, extractor, ref.start, ref.stop)
     part.artifact, part.timings = _store_shard(job, context, ref.start, ref.stop, outputs, timings), timings
     return outputs
@@ -434,14 +426,17 @@ class _DaskRun:
         return key
 
     def _shards(self, job: StageJob) -> list[tuple[int, int]] | None:
-        """Row ranges of a sharded extract job, or None when it runs as one task."""
-        n = self.context.dataset.n_samples if job.stage == "extract" and job.pipeline == "benchmark" else 0
-        extractor = self.context.extractors.get(job.params["extractor"]) if n else None
-        if self.shard_rows is None or n <= self.shard_rows or not getattr(extractor, "shardable", True):
+        """Row ranges of a job whose stage declares row shards (an extraction), or None when it runs as one task."""
+        shards = definition_of(job).shards
+        if shards is None or self.shard_rows is None:
             return None
-        rows = self.context.dataset.extractor_input
+        rows = shards.rows(self.context)
         if not (hasattr(rows, "shape") or isinstance(rows, (list, tuple))):
             return None  # inputs that do not slice by rows (e.g. multi-modal fields) run whole
+        n = rows.shape[0] if hasattr(rows, "shape") else len(rows)
+        extractor = self.context.extractors.get(job.params["extractor"])
+        if n <= self.shard_rows or not getattr(extractor, "shardable", True):
+            return None
         return [(start, min(start + self.shard_rows, n)) for start in range(0, n, self.shard_rows)]
 
     def _submit(self, job: StageJob, context: Any, needed: list[Any]) -> Any:
@@ -470,7 +465,7 @@ class _DaskRun:
         distributed = _distributed()
         # On every worker: scattered data is not recomputable, so one dead worker must not hold the only copy.
         [context] = self.client.scatter([self.context], hash=False, broadcast=True)
-        final = {job.key for job in self.jobs if get_stage(job.pipeline, job.stage).final}
+        final = {job.key for job in self.jobs if definition_of(job).final}
         futures: dict[str, Any] = {}
         for job in self.jobs:  # plan order is a topological order
             futures[job.key] = self._submit(job, context, [futures[key] for key in job.needs.values()])
@@ -510,7 +505,7 @@ class _DaskRun:
         if exc is None:
             exc = ExecutionError(f"the {job.stage} stage of {job.extractor!r} raised {failed.failure.error_type}: "
                                  f"{failed.failure.message}")
-        exc.add_note(f"vertebrae: raised in the {job.stage} stage of {job.extractor!r}")
+        annotate(exc, job)
         exc.add_note(f"vertebrae: on a dask worker; its traceback:\n{failed.traceback}")
         return exc
 

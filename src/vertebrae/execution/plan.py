@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..fingerprint import package_version
-from ..reports.json_codec import encode
+from ..json_codec import encode
 from .context import Chain, RunContext
 from .registry import pipeline_stages
 
@@ -36,6 +36,8 @@ class StageJob:
     needs: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: False when any fact behind this artifact cannot be identified across runs (never reused from a cache).
     cache_eligible: bool = True
+    #: ``module:function`` of the stage: a process that has not imported the stage's module imports it by this.
+    function: str = ""
 
     @property
     def extractor(self) -> str:
@@ -89,7 +91,7 @@ def build_plan(pipeline: str, chains: Sequence[Chain], context: RunContext) -> P
             key = artifact_key(definition.name, key_document(definition, needs, context, chain, config))
             eligible = (definition.config_safe(context.settings) and all(built[r].cache_eligible for r in reads)
                         and all(context.fact(fact, chain).safe for fact in definition.context))
-            job = StageJob(definition.name, key, pipeline, context.params(chain), needs, eligible)
+            job = StageJob(definition.name, key, pipeline, context.params(chain), needs, eligible, definition.path)
             built[definition.name] = jobs.setdefault(key, job)
         chain_keys.append({name: job.key for name, job in built.items()})
     return Plan(list(jobs.values()), list(chains), chain_keys)

@@ -1,31 +1,72 @@
-"""The stage registry: every stage is a named module-level function that declares what it reads.
+"""The stage registry: every stage is a named module-level function whose declaration says what it is.
 
-A declaration says which upstream stages of the same chain the stage reads
-(``reads``, plus ``optional_reads`` taken when present), which facts of the run
-context it reads (``context``: ``inputs``, ``targets``, ``groups``, ``extractor``,
-``name`` ...), which packages compute it (their versions enter its key), and how to
-fingerprint its configuration from the run settings (``config``; ``None`` leaves
-the stage out of the plan).  The plan builder knows nothing else about stages, so a
-new stage plugs in by registering itself — see docs/architecture.md.
+A declaration (``@stage(...)``) is the one place that says what a stage is; the plan
+builder, the runners, the staged CLI and the front doors derive everything from it:
+
+- what it reads: upstream stages of the same chain (``reads``, plus ``optional_reads``
+  taken when present) and facts of the run context (``context``: ``inputs``,
+  ``targets``, ``extractor``, ``name`` ...); which packages compute it (``packages``:
+  their versions enter its key); its configuration fingerprint (``config``; ``None``
+  leaves the stage out of the plan) and whether that configuration can be identified
+  across runs (``safe``);
+- its stored form (``codec``, an :class:`~vertebrae.artifacts.codecs.ArtifactCodec`;
+  none: a cheap view every process recomputes) and the staged phase that computes and
+  stores it (``phase``: ``embed``, ``score`` or ``collect``);
+- the runtimes a result reports for it (``runtime``: its wall seconds, its named
+  sub-steps ``steps``, or both);
+- how a cluster may split it (``shards``: :class:`RowShards` for an extraction that fits
+  once and transforms row shards; ``scoring_units``: the independent scoring calls it makes,
+  which decide whether a cluster is worth starting);
+- whether it is the plan's result (``final``).
+
+A job names its stage function by import path (``module:function``), so a dask worker or
+a staged phase in another process imports the stage's module itself — a user's stage
+module included.  The built-in stage modules are loaded before the registry answers any
+question and before a stage of any other module registers (so its ``reads`` can name the
+built-in stages), so what the registry holds never depends on import order.  (They are not
+imported by this module's own import: they import the front doors' packages, which import
+the execution modules, which import this one.)
 
 A stage function has the signature ``fn(job, inputs, context, timings) -> artifact``:
-``inputs`` maps each read stage name to its artifact, ``context`` resolves the
-dataset, targets and extractors (:mod:`vertebrae.execution.context`) and
-``timings`` is a dict the stage may fill with sub-step seconds (runtimes live beside
-artifacts, never inside them).
+``inputs`` maps each read stage name to its artifact, ``context`` resolves the dataset,
+targets and extractors (:mod:`vertebrae.execution.context`) and ``timings`` is a dict the
+stage may fill with sub-step seconds (runtimes live beside artifacts, never inside them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 from typing import Any
 
+from ..artifacts.codecs import ArtifactCodec
 from ..errors import ConfigError
 
 #: Facts of the run context a stage may declare in ``context``.
 CONTEXT_FACTS = ("inputs", "targets", "fit_targets", "groups", "extractor", "output", "view", "name", "query_inputs",
                  "gallery_inputs", "relevance", "prompts")
+#: Staged phases, in order (``vertebrae embed``, ``score``, ``collect``).
+EMBED, SCORE, COLLECT = "embed", "score", "collect"
+PHASES = (EMBED, SCORE, COLLECT)
+#: What a result's ``runtime`` reports for a stage: its wall seconds under its name, its named sub-steps, or both.
+RUNTIME_REPORTS = ("seconds", "steps", "seconds_and_steps")
+#: The modules whose import registers the built-in stages.
+BUILTIN_STAGE_MODULES = ("vertebrae.benchmark_stages", "vertebrae.retrieval.stages", "vertebrae.zero_shot.stages")
+
+
+@dataclasses.dataclass(frozen=True)
+class RowShards:
+    """How a cluster splits an extraction over rows: fit once, transform row ranges, stack them.
+
+    ``fit(job, context) -> fitted``; ``transform(job, fitted, rows, profiling, timings) -> outputs``;
+    ``stack(job, context, [outputs per shard]) -> artifact``; ``rows(context) -> the sliceable inputs``.
+    """
+
+    fit: Callable[..., Any]
+    transform: Callable[..., Any]
+    stack: Callable[..., Any]
+    rows: Callable[[Any], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +84,23 @@ class StageDefinition:
     safe: Callable[[Any], bool] | None = None
     #: The plan's result: kept by the runner after the run (every other artifact is freed when unused).
     final: bool = False
+    #: The artifact's stored form; None: a cheap view each process recomputes from its stored inputs.
+    codec: ArtifactCodec | None = None
+    #: The staged phase that computes and stores the artifact (None: recomputed wherever it is read).
+    phase: str | None = None
+    #: What a result's runtime reports for this stage (one of RUNTIME_REPORTS), None: nothing.
+    runtime: str | None = None
+    #: The named sub-steps it reports (a cache hit reports each as not measured).
+    steps: tuple[str, ...] = ()
+    #: Row sharding for a cluster (extractions only).
+    shards: RowShards | None = None
+    #: ``scoring_units(settings) -> int``: independent scoring calls of one job (a cluster spreads them).
+    scoring_units: Callable[[Any], int] | None = None
+
+    @property
+    def path(self) -> str:
+        """``module:function``: how a process that has not imported the stage finds it."""
+        return f"{self.function.__module__}:{self.function.__qualname__}"
 
     def config_safe(self, settings: Any) -> bool:
         return True if self.safe is None else bool(self.safe(settings))
@@ -54,6 +112,9 @@ class StageDefinition:
         fingerprint = self.config(settings, chain)
         return fingerprint is not None, fingerprint
 
+    def units(self, settings: Any) -> int:
+        return 0 if self.scoring_units is None else int(self.scoring_units(settings))
+
 
 #: pipeline name -> stage name -> definition, in registration order (a valid topological order).
 _REGISTRY: dict[str, dict[str, StageDefinition]] = {}
@@ -62,23 +123,35 @@ _REGISTRY: dict[str, dict[str, StageDefinition]] = {}
 def stage(pipeline: str, name: str, *, version: int, reads: tuple[str, ...] = (),
           optional_reads: tuple[str, ...] = (), context: tuple[str, ...] = (), packages: tuple[str, ...] = (),
           config: Callable[[Any, Any], Any] | None = None, safe: Callable[[Any], bool] | None = None,
-          final: bool = False) -> Callable[[Callable], Callable]:
+          final: bool = False, codec: ArtifactCodec | None = None, phase: str | None = None,
+          runtime: str | None = None, steps: tuple[str, ...] = (), shards: RowShards | None = None,
+          scoring_units: Callable[[Any], int] | None = None) -> Callable[[Callable], Callable]:
     """Register the decorated module-level function as stage ``name`` of ``pipeline``."""
 
     def register(function: Callable) -> Callable:
+        where = f"stage {pipeline}/{name}"
+        if function.__module__ not in BUILTIN_STAGE_MODULES:
+            _load_builtin_stages()  # a user's stage may read the built-in ones
         stages = _REGISTRY.setdefault(pipeline, {})
         unknown = [r for r in (*reads, *optional_reads) if r not in stages]
         if unknown:
-            raise ConfigError(f"stage {pipeline}/{name} reads {unknown}, which are not registered before it; "
-                              "register upstream stages first")
+            raise ConfigError(f"{where} reads {unknown}, which are not registered before it; "
+                              f"registered in {pipeline!r}: {list(stages)}")
         bad_facts = [fact for fact in context if fact not in CONTEXT_FACTS]
         if bad_facts:
-            raise ConfigError(f"stage {pipeline}/{name} declares unknown context facts {bad_facts}; "
-                              f"known: {CONTEXT_FACTS}")
-        if "." in function.__qualname__:
-            raise ConfigError(f"stage {pipeline}/{name}: {function.__qualname__} is not a module-level function")
+            raise ConfigError(f"{where} declares unknown context facts {bad_facts}; known: {CONTEXT_FACTS}")
+        if "." in function.__qualname__ or function.__name__ == "<lambda>":
+            raise ConfigError(f"{where}: {function.__qualname__} is not a module-level function (a worker in "
+                              "another process must find it by its import path)")
+        if phase is not None and phase not in PHASES:
+            raise ConfigError(f"{where}: phase must be one of {list(PHASES)} or None, got {phase!r}")
+        if phase is not None and codec is None:
+            raise ConfigError(f"{where}: phase {phase!r} needs a codec (a phase stores the artifact it computes)")
+        if runtime is not None and runtime not in RUNTIME_REPORTS:
+            raise ConfigError(f"{where}: runtime must be one of {list(RUNTIME_REPORTS)} or None, got {runtime!r}")
         stages[name] = StageDefinition(pipeline, name, version, function, tuple(reads), tuple(optional_reads),
-                                       tuple(context), tuple(packages), config, safe, final)
+                                       tuple(context), tuple(packages), config, safe, final, codec, phase,
+                                       runtime, tuple(steps), shards, scoring_units)
         return function
 
     return register
@@ -90,16 +163,27 @@ def pipeline_stages(pipeline: str) -> list[StageDefinition]:
     return list(_REGISTRY.get(pipeline, {}).values())
 
 
-def get_stage(pipeline: str, name: str) -> StageDefinition:
+def get_stage(pipeline: str, name: str, path: str | None = None) -> StageDefinition:
+    """The definition of stage ``name``; ``path`` (``module:function``) imports its module first if needed."""
     _load_builtin_stages()
-    try:
-        return _REGISTRY[pipeline][name]
-    except KeyError:
-        raise ConfigError(f"no stage {name!r} is registered for the {pipeline!r} pipeline") from None
+    definition = _REGISTRY.get(pipeline, {}).get(name)
+    if definition is None and path is not None:
+        importlib.import_module(path.partition(":")[0])  # registers the stage, e.g. on a fresh worker
+        definition = _REGISTRY.get(pipeline, {}).get(name)
+    if definition is None:
+        raise ConfigError(f"no stage {name!r} is registered for the {pipeline!r} pipeline"
+                          + ("" if path is None else f" (its job names {path!r}, whose import did not register it)"))
+    if path is not None and definition.path != path:
+        raise ConfigError(f"stage {pipeline}/{name} is {definition.path} in this process, but the job was planned "
+                          f"with {path}; two modules register the same stage name")
+    return definition
+
+
+def definition_of(job: Any) -> StageDefinition:
+    """The declaration of the stage a job runs (its module imported by path when this process lacks it)."""
+    return get_stage(job.pipeline, job.stage, job.function)
 
 
 def _load_builtin_stages() -> None:
-    """Importing the stage modules registers their stages (also on a fresh worker process)."""
-    from . import stages  # noqa: F401
-    from ..retrieval import stages as retrieval_stages  # noqa: F401
-    from ..zero_shot import stages as zero_shot_stages  # noqa: F401
+    for module in BUILTIN_STAGE_MODULES:
+        importlib.import_module(module)

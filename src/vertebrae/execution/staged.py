@@ -33,26 +33,20 @@ from typing import Any
 from ..artifacts.codecs import StoredArtifact
 from ..errors import ArtifactNotFoundError, ConfigError, PlanError, SerializationError, VertebraeError
 from ..fingerprint import content_sha256, package_version
-from .caching import CODECS, JobRun, StageCache, computed_run
-from .local import JobFailure, RunOutcome, check_on_error, progress_enabled, run_job
+from ..progress import progress_enabled
+from .caching import JobRun, StageCache, computed_run
+from .jobs import JobFailure, RunOutcome, annotate, check_on_error, run_job
 from .plan import StageJob, artifact_key
+from .registry import COLLECT, EMBED, PHASES, definition_of
 
 PLAN_FORMAT, PLAN_SCHEMA = "vertebrae-plan", 1
-EMBED, SCORE, COLLECT = "embed", "score", "collect"
-PHASES = (EMBED, SCORE, COLLECT)
-#: Stage -> the phase that computes and stores its artifact (stages without a codec are recomputed where needed).
-PHASE_OF_STAGE = {"extract": EMBED, "encode": EMBED, "compress": EMBED, "score": SCORE, "stability": SCORE,
-                  "metrics": SCORE, "diagnose": SCORE, "rank_forward": SCORE, "rank_reverse": SCORE,
-                  "assemble": COLLECT}
 #: Stages whose keys change when ``vertebrae score --metric`` adds metrics (the others must match the plan file).
 METRIC_DEPENDENT = frozenset({"metrics", "assemble"})
 
 
 def phase_of(job: StageJob) -> str | None:
-    """The phase that stores ``job``'s artifact; None for a stage without a stored form (recomputed where needed)."""
-    if (job.pipeline, job.stage) not in CODECS:
-        return None
-    return PHASE_OF_STAGE.get(job.stage)
+    """The phase that stores ``job``'s artifact, as its stage declares; None: recomputed where it is read."""
+    return definition_of(job).phase
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,12 +298,11 @@ class _StagedRun:
             if self.phase == COLLECT:
                 ran = computed_run(job, *run_job(job, inputs, self.context))
             else:
-                ran = self.cache.run(job, inputs, self.context, CODECS[(job.pipeline, job.stage)])
+                ran = self.cache.run(job, inputs, self.context, definition_of(job).codec)
         except Exception as exc:
             if self.on_error == "raise":
-                exc.add_note(f"vertebrae: raised in the {job.stage} stage of {job.extractor!r}")
-                raise
-            self._fail(job, JobFailure(job.stage, type(exc).__name__, str(exc)))
+                raise annotate(exc, job)
+            self._fail(job, JobFailure.of(job, exc))
             return
         self._keep(job, ran)
         if self.phase != COLLECT:
@@ -346,9 +339,8 @@ class _StagedRun:
                 self._keep(job, computed_run(job, *run_job(job, inputs, self.context)))
             except Exception as exc:
                 if self.on_error == "raise":
-                    exc.add_note(f"vertebrae: raised in the {job.stage} stage of {job.extractor!r}")
-                    raise
-                self.outcome.failures[key] = JobFailure(job.stage, type(exc).__name__, str(exc))
+                    raise annotate(exc, job)
+                self.outcome.failures[key] = JobFailure.of(job, exc)
                 raise _Upstream(key) from None
             return self.memory[key]
         return self._read(job, phase)
@@ -358,7 +350,7 @@ class _StagedRun:
         if record is not None and record["failure"] is not None:
             self.outcome.failures[job.key] = JobFailure(**record["failure"])
             raise _Upstream(job.key)
-        ran = self.cache.lookup(job, CODECS[(job.pipeline, job.stage)])
+        ran = self.cache.lookup(job, definition_of(job).codec)
         if ran is None:
             record = record if record is not None else self._record(job)
             if record is not None and record["failure"] is not None:

@@ -97,7 +97,7 @@ def stream_batches(n_rows: int, batch_size: int, embed: BatchFunction, outputs: 
     """
     from tqdm.auto import tqdm
 
-    from ..execution.local import progress_enabled
+    from ..progress import progress_enabled
 
     order = np.arange(n_rows) if order is None else order
     expected = tuple(outputs)

@@ -11,9 +11,6 @@ constructor.
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import platform
-import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -21,12 +18,12 @@ import numpy as np
 
 from .._config import check_config
 from ..compression import EmbeddingCompressionConfig, check_compression
-from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
-from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
-from ..execution.context import RunContext, variant_chains
-from ..execution.local import check_on_error, execute_plan
-from ..execution.plan import Plan, build_plan
-from ..reports import json_codec
+from ..errors import InputTypeError
+from ..execution.caching import stage_cache
+from ..execution.context import Chain, RunContext, variant_chains
+from ..execution.jobs import RunOutcome, check_on_error
+from ..execution.plan import Plan
+from ..front_door import EmbeddingSource, FrontDoor, check_unique_names, plain, validate_extractor_list
 from ..profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
@@ -39,8 +36,16 @@ TIE_RULE = ("pessimistic: at equal similarity every non-relevant item ranks befo
             "items follow by ascending grade, then ascending gallery index")
 
 
-class RetrievalBenchmark:
-    """Compare extractors on one retrieval protocol (queries, gallery, graded relevance)."""
+class RetrievalBenchmark(FrontDoor):
+    """Compare extractors on one retrieval protocol (queries, gallery, graded relevance).
+
+    A declaration over the shared run path (:mod:`vertebrae.front_door`).
+    """
+
+    pipeline = "retrieval"
+    description = "vertebrae retrieval"
+    reemit_warnings = True
+    embedding_field = "embeddings"
 
     def __init__(self, dataset: RetrievalDataset, extractors: Sequence[Any], *,
                  retrieval_config: RetrievalConfig | None = None, on_error: str = "raise",
@@ -57,7 +62,7 @@ class RetrievalBenchmark:
         self.compression = check_compression("RetrievalBenchmark", compression)
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.extractors = _validate_extractors(extractors, dataset)
-        self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
+        self.recipes = {e.name: plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
         self._reverse = _reverse_protocol(dataset) if config.bidirectional else None
         self.settings = RetrievalSettings(config, self._reverse, self.recipes,
                                           check_profiling("RetrievalBenchmark", resource_profiling))
@@ -91,44 +96,34 @@ class RetrievalBenchmark:
                          "query and were skipped as reverse queries")
         return notes
 
-    # -- running ---------------------------------------------------------------
-    def _context(self) -> RunContext:
-        return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
-
-    def plan(self, context: RunContext | None = None) -> Plan:
-        """The stage jobs of this benchmark, one chain per extractor and compression variant."""
+    # -- the declaration the shared run path reads ---------------------------------------------------
+    def chains(self, context: RunContext | None = None) -> list[Chain]:
+        """One chain per extractor and compression variant."""
         context = self._context() if context is None else context
-        chains = variant_chains(self.extractors, context.extractor_ids(), self.compression)
-        return build_plan("retrieval", chains, context)
+        return variant_chains(self.extractors, context.extractor_ids(), self.compression)
 
-    def run(self, runner: Any = None) -> RetrievalBenchmarkResult:
-        """Execute the plan with ``runner`` (default: an in-process LocalRunner)."""
-        started = _dt.datetime.now(_dt.timezone.utc)
-        notes = self.protocol_warnings()
-        for note in notes:
-            warnings.warn(note, DataWarning, stacklevel=2)
-        plan, outcome = execute_plan(self, runner, description="vertebrae retrieval")
-        entries = []
-        for chain, keys in zip(plan.chains, plan.chain_keys):
-            entry = outcome.artifacts.get(keys["assemble"])
-            if entry is None:
-                failure = outcome.failures[keys["assemble"]]
-                entry = RetrievalEntry.failed(chain.name, self.recipes[chain.parent],
-                                              {**failure.to_dict(), "extractor": chain.parent})
-            for note in entry.warnings:
-                warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
-            entry.artifact_keys = dict(keys)
-            entry.runtime = _runtime(keys, outcome)
-            if entry.embeddings:
-                entry.embeddings = _with_cache_facts(entry.embeddings, keys["encode"], plan, outcome, self.cache)
-            profiling = self.settings.resource_profiling
-            if profiling is not None and profiling.enabled and entry.error is None:
-                entry.resource_profile = _endpoint_profiles(entry, keys, outcome)
-            entries.append(entry)
-        run = {"started_at": started.isoformat(), "host": _host(), "extractors": [e.name for e in entries]}
+    def embedding_sources(self, chain: Chain) -> dict[str, EmbeddingSource]:
+        return {"query": EmbeddingSource("encode", "queries"), "gallery": EmbeddingSource("encode", "gallery")}
+
+    def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> RetrievalEntry:
+        entry = RetrievalEntry.failed(chain.name, self.recipes[chain.parent], error)
+        entry.artifact_keys = keys
+        return entry
+
+    def complete(self, entry: RetrievalEntry, chain: Chain, keys: dict[str, str], outcome: RunOutcome,
+                 plan: Plan) -> RetrievalEntry:
+        profiling = self.settings.resource_profiling
+        if profiling is not None and profiling.enabled:
+            entry.resource_profile = _endpoint_profiles(entry, keys, outcome)
+        return entry
+
+    def build_result(self, plan: Plan, entries: list[RetrievalEntry], notes: list[str],
+                     started: _dt.datetime) -> RetrievalBenchmarkResult:
+        run = {**self.run_facts(started), "extractors": [e.name for e in entries]}
         protocol = self.protocol()
-        if self.cache is not None:
-            protocol["cache"] = cache_summary(self.cache)
+        cache = self.cache_record()
+        if cache is not None:
+            protocol["cache"] = cache
         return RetrievalBenchmarkResult(protocol, entries, notes, {"runs": [run]})
 
     def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:
@@ -148,21 +143,6 @@ class RetrievalBenchmark:
         return plans
 
 
-def _with_cache_facts(embeddings: dict[str, dict[str, Any]], encode_key: str, plan: Plan, outcome: Any,
-                      cache: Any) -> dict[str, dict[str, Any]]:
-    """Each endpoint's metadata plus cache eligibility and status (and footprints when a cache is used)."""
-    eligible = next(job.cache_eligible for job in plan.jobs if job.key == encode_key)
-    facts = {"cache_eligible": eligible, "cache_status": outcome.statuses[encode_key]}
-    updated = {}
-    for side, metadata in embeddings.items():
-        updated[side] = {**metadata, **facts}
-        if cache is not None:
-            array = "queries" if side == "query" else "gallery"
-            persisted = outcome.persisted.get(encode_key)
-            updated[side]["footprint"] = endpoint_footprint(metadata["logical_bytes"], persisted, array)
-    return updated
-
-
 def _endpoint_profiles(entry: RetrievalEntry, keys: dict[str, str], outcome: Any) -> dict[str, Any]:
     """``{"query": profile, "gallery": profile}``: each endpoint's encode measurements plus its embedding bytes."""
     measured = outcome.timings.get(keys["encode"], {}).get(PROFILE_KEY) or {}
@@ -174,25 +154,6 @@ def _endpoint_profiles(entry: RetrievalEntry, keys: dict[str, str], outcome: Any
         raw = evaluated if compression is None else compression["footprint"][side].get("raw_bytes")
         profiles[side] = chain_profile(measured.get(side), status, raw, evaluated)
     return profiles
-
-
-def _runtime(keys: dict[str, str], outcome: Any) -> dict[str, Any]:
-    """Seconds of this run: fit (on the gallery), encode_queries, encode_gallery, compress, rank_* (beside the
-    artifacts).
-
-    On a cache hit nothing was fitted or encoded: those steps read ``not_measured_cache_hit``.
-    """
-    timings = outcome.timings
-    if outcome.statuses.get(keys["encode"]) == HIT:
-        runtime: dict[str, Any] = {step: NOT_MEASURED_CACHE_HIT for step in ("fit", "encode_queries", "encode_gallery")}
-        runtime["encode_cache_read"] = timings[keys["encode"]]["seconds"]
-    else:
-        runtime = {step: seconds for step, seconds in timings.get(keys["encode"], {}).items()
-                   if step not in ("seconds", PROFILE_KEY)}
-    for stage in ("compress", "rank_forward", "rank_reverse"):
-        if stage in keys and keys[stage] in timings:
-            runtime[stage] = timings[keys[stage]]["seconds"]
-    return runtime
 
 
 class _ReverseProtocol(NamedTuple):
@@ -213,18 +174,9 @@ def _reverse_protocol(dataset: RetrievalDataset) -> _ReverseProtocol:
 
 
 def _validate_extractors(extractors: Any, dataset: RetrievalDataset) -> list[RetrievalExtractor]:
-    if isinstance(extractors, (str, bytes)) or not isinstance(extractors, Sequence):
-        raise InputTypeError("extractors must be a list of extractors, e.g. [PrecomputedExtractor('candidate')]")
-    if not extractors:
-        raise InputValidationError("extractors is empty; pass at least one extractor")
-    adapted, seen = [], {}
-    for i, extractor in enumerate(extractors):
-        adapted.append(as_retrieval_extractor(extractor, i, dataset.has_embeddings))
-        name = adapted[-1].name
-        if name in seen:
-            raise InputValidationError(f"extractors[{i}] and extractors[{seen[name]}] are both named {name!r}; give "
-                                       "every extractor a unique name")
-        seen[name] = i
+    extractors = validate_extractor_list(extractors, hint=", e.g. [PrecomputedExtractor('candidate')]")
+    adapted = [as_retrieval_extractor(extractor, i, dataset.has_embeddings) for i, extractor in enumerate(extractors)]
+    check_unique_names(adapted, [f"extractors[{i}]" for i in range(len(adapted))])
     return adapted
 
 
@@ -234,19 +186,3 @@ def _precomputed(extractor: RetrievalExtractor) -> bool:
 
     inner = getattr(extractor, "extractor", None)
     return isinstance(extractor, PrecomputedPairExtractor) or isinstance(inner, PrecomputedExtractor)
-
-
-def _plain(value: Any, where: str) -> Any:
-    """JSON-plain copy (tuples become lists), so a reloaded result compares equal; fails early if not serializable."""
-    try:
-        return json.loads(json_codec.dumps(value))
-    except SerializationError as exc:  # the message names the path inside the value
-        raise SerializationError(f"{where} is not JSON-serializable: {exc}") from None
-
-
-def _host() -> dict[str, Any]:
-    from threadpoolctl import threadpool_info
-
-    blas = [pool for pool in threadpool_info() if pool.get("user_api") == "blas"]
-    return {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
-            "numpy": np.__version__, "blas_threads": blas[0]["num_threads"] if blas else None}

@@ -21,8 +21,10 @@ import numpy as np
 from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
                            raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ExtractorError, InputValidationError
-from ..execution.registry import stage
+from ..errors import ArtifactIntegrityError, InputValidationError
+from ..artifacts.codecs import ArtifactCodec, StoredArtifact, document_codec
+from ..execution.registry import COLLECT, EMBED, SCORE, stage
+from ..extractors.user_code import user_code
 from ..threads import limited_threads
 from .metrics import ranking_metrics, similarity_diagnostics
 from .ranking import Endpoints, plan_blocks, prepare_endpoints, rank_relevant
@@ -52,10 +54,8 @@ class RetrievalSettings:
 
 
 def _call(extractor: Any, name: str, method: str, data: Any) -> Any:
-    try:
+    with user_code(f"extractor {name!r} failed in {method}"):
         return getattr(extractor, method)(data)
-    except Exception as exc:  # an extractor is user code: name it in the error
-        raise ExtractorError(f"extractor {name!r} failed in {method}: {type(exc).__name__}: {exc}") from exc
 
 
 @dataclasses.dataclass
@@ -101,14 +101,36 @@ def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str,
                             EndpointArtifact(gallery, embedding_metadata(gallery)))
 
 
-@stage(PIPELINE, "encode", version=1, context=("query_inputs", "gallery_inputs", "extractor"), packages=("numpy",))
+# ----------------------------------------------------------------------------- stored forms
+def _encode_endpoints(encoded: EncodedEndpoints) -> StoredArtifact:
+    return StoredArtifact("retrieval_endpoints", {"queries": encoded.queries.matrix, "gallery": encoded.gallery.matrix},
+                          {"queries": encoded.queries.metadata, "gallery": encoded.gallery.metadata})
+
+
+def _decode_endpoints(stored: StoredArtifact) -> EncodedEndpoints:
+    try:
+        return EncodedEndpoints(*(EndpointArtifact(stored.arrays[side], dict(stored.document[side]))
+                                  for side in ("queries", "gallery")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"retrieval_endpoints artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+
+#: Encodings are what the embedding cache reuses; compressed endpoints are stored for staged runs only.
+ENDPOINTS_CODEC = ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints)
+COMPRESSED_ENDPOINTS_CODEC = dataclasses.replace(ENDPOINTS_CODEC, cached=False)
+DIRECTION_CODEC = document_codec("ranking_direction", lambda d: d.to_dict(), lambda d: DirectionResult(**d))
+ENTRY_CODEC = document_codec("retrieval_entry", lambda e: e.to_dict(), lambda d: RetrievalEntry.from_dict(d, None))
+
+
+@stage(PIPELINE, "encode", version=1, context=("query_inputs", "gallery_inputs", "extractor"), packages=("numpy",),
+       codec=ENDPOINTS_CODEC, phase=EMBED, runtime="steps", steps=("fit", "encode_queries", "encode_gallery"))
 def encode(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EncodedEndpoints:
     return encode_endpoints(context.extractor(job), job.params["name"], context.dataset, timings,
                             profiling=getattr(context.settings, "resource_profiling", None))
 
 
 @stage(PIPELINE, "compress", version=1, reads=("encode",), packages=("numpy", "scikit-learn"),
-       config=compression_fingerprint)
+       config=compression_fingerprint, codec=COMPRESSED_ENDPOINTS_CODEC, phase=EMBED, runtime="seconds")
 def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EncodedEndpoints:
     """Paired compression: fit the variant on the gallery, apply the same fitted transform to both endpoints."""
     config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
@@ -163,14 +185,16 @@ def rank_direction(endpoints_: Endpoints, relevance: Any, exclusions: Any, n_row
     return DirectionResult(int(relevance.shape[0]), metrics, diagnostics, plan.to_dict())
 
 
-@stage(PIPELINE, "rank_forward", version=1, reads=("endpoints",), context=("relevance",), config=_ranking_config)
+@stage(PIPELINE, "rank_forward", version=1, reads=("endpoints",), context=("relevance",), config=_ranking_config,
+       codec=DIRECTION_CODEC, phase=SCORE, runtime="seconds", scoring_units=lambda settings: 1)
 def rank_forward(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> DirectionResult:
     dataset = context.dataset
     return rank_direction(inputs["endpoints"], dataset.relevance, dataset.exclusions, dataset.n_queries,
                           dataset.n_gallery, context.settings.config)
 
 
-@stage(PIPELINE, "rank_reverse", version=1, reads=("endpoints",), context=("relevance",), config=_reverse_config)
+@stage(PIPELINE, "rank_reverse", version=1, reads=("endpoints",), context=("relevance",), config=_reverse_config,
+       codec=DIRECTION_CODEC, phase=SCORE, runtime="seconds", scoring_units=lambda settings: 1)
 def rank_reverse(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> DirectionResult:
     """Gallery items with a relevant query become the queries; relevance and exclusions transposed."""
     reverse, dataset = context.settings.reverse, context.dataset
@@ -187,7 +211,7 @@ def _assemble_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
 
 @stage(PIPELINE, "assemble", version=1, reads=("encode", "rank_forward"),
        optional_reads=("compress", "rank_reverse"), context=("name", "extractor"), config=_assemble_config,
-       final=True)
+       final=True, codec=ENTRY_CODEC, phase=COLLECT)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> RetrievalEntry:
     """The entry of one extractor: primary score = mean of the directions' primary metric."""
     config, dataset, name = context.settings.config, context.dataset, job.params["name"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import json
 import math
 import numbers
@@ -27,10 +26,11 @@ import numpy as np
 
 from .._config import check_bool
 from .._sparse import is_sparse, sparse_module
+from ..user_modules import import_user_module
 from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, ScoringWarning, SerializationError
 from ..fingerprint import check_cache_identity
 from ..labels import LabelCatalog, mark
-from ..reports import json_codec
+from .. import json_codec
 from ..targets import TARGET_TYPES, MultiLabelTargets, RegressionTargets, Targets
 from .metric_result import OVERLAP_METRIC, MetricResult
 from .overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
@@ -203,16 +203,7 @@ def load_metric(path: str, name: str | None = None, higher_is_better: bool | Non
     if not all(part.isidentifier() for part in parts):
         raise ConfigError(f"metric path {path!r} is malformed; write 'package.module:function', "
                           "e.g. 'my_project.metrics:label_aware_metric'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ConfigError(f"metric path {path!r}: module {module_name!r} cannot be found; check the spelling and "
-                              "that it is installed or on PYTHONPATH") from None
-        raise ConfigError(f"metric path {path!r}: importing {module_name!r} failed: {exc}") from exc
-    except Exception as exc:  # the module is user code: report whatever broke its import
-        raise ConfigError(f"metric path {path!r}: importing {module_name!r} failed: "
-                          f"{type(exc).__name__}: {exc}") from exc
+    obj: Any = import_user_module(module_name, f"metric path {path!r}")
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"metric path {path!r}: {module_name!r} has no attribute {attribute!r}")

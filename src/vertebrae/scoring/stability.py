@@ -28,7 +28,7 @@ import numpy as np
 from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
 from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
-from ..execution.fanout import fanout_map
+from ..fanout import fanout_map
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
 

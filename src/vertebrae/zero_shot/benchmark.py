@@ -15,31 +15,35 @@ precomputed embeddings) is checked in the constructor.
 from __future__ import annotations
 
 import datetime as _dt
-import platform
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from .._config import check_config
 from ..compression import EmbeddingCompressionConfig, check_compression
-from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning
-from ..execution.caching import (BRANCH_ARRAY, HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint,
-                                 stage_cache)
+from ..errors import InputTypeError, InputValidationError
+from ..execution.caching import stage_cache
 from ..execution.context import Chain, RunContext, variant_chains
-from ..execution.local import RunOutcome, check_on_error, execute_plan
-from ..execution.plan import Plan, artifact_key, build_plan
-from ..retrieval.benchmark import _plain
+from ..execution.jobs import check_on_error
+from ..execution.plan import Plan, artifact_key
+from ..front_door import EmbeddingSource, FrontDoor, plain
 from ..scoring.overlap import OverlapScoringConfig, check_class_settings
 from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
 from .config import ZeroShotConfig
 from .dataset import ZeroShotDataset
 from .encoders import PrecomputedZeroShotEncoder, as_encoders
 from .result import ZeroShotBenchmarkResult, ZeroShotExtractorResult
-from .stages import PIPELINE, ZeroShotSettings, encode_branch
+from .stages import BRANCH_ARRAY, PIPELINE, ZeroShotSettings, encode_branch
 
 
-class ZeroShotBenchmark:
-    """Compare encoders on one zero-shot protocol (a single-label dataset and its ordered prompts)."""
+class ZeroShotBenchmark(FrontDoor):
+    """Compare encoders on one zero-shot protocol (a single-label dataset and its ordered prompts).
+
+    A declaration over the shared run path (:mod:`vertebrae.front_door`).
+    """
+
+    pipeline = PIPELINE
+    description = "vertebrae zero-shot"
+    reemit_warnings = True
 
     def __init__(self, dataset: ZeroShotDataset, encoders: Any, *, config: ZeroShotConfig | None = None,
                  scoring_config: OverlapScoringConfig | None = None, on_error: str = "raise",
@@ -57,8 +61,8 @@ class ZeroShotBenchmark:
         #: Compression variants (fitted on the sample embeddings, applied to both branches); empty: raw only.
         self.compression = check_compression("ZeroShotBenchmark", compression)
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
-        self.encoders = as_encoders(encoders)
-        self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
+        self.encoders = self.extractors = as_encoders(encoders)
+        self.recipes = {e.name: plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
         self.settings = ZeroShotSettings(config, scoring_config, self.recipes)
         # A budget too small for one tile fails here, before any encoder runs.
         self.block_plan = plan_blocks(dataset.n_samples, dataset.n_classes, config.max_dense_bytes, config.block_rows)
@@ -87,61 +91,30 @@ class ZeroShotBenchmark:
                     "(scikit-learn's top_k_accuracy_score convention)"]
         return []
 
-    # -- running ---------------------------------------------------------------
-    def _context(self) -> RunContext:
-        return RunContext(self.settings, self.encoders, self.dataset, cache=self.cache)
-
-    def plan(self, context: RunContext | None = None) -> Plan:
-        """The stage jobs of this benchmark, one chain per encoder and compression variant.
+    # -- the declaration the shared run path reads ---------------------------------------------------
+    def chains(self, context: RunContext | None = None) -> list[Chain]:
+        """One chain per encoder and compression variant.
 
         A variant's result is named ``<encoder>+<label>`` (``minilm+pca64``) whether or not the compression
         could be applied; the variants of one encoder share its encode jobs.
         """
         context = self._context() if context is None else context
-        chains = variant_chains(self.encoders, context.extractor_ids(), self.compression)
-        return build_plan(PIPELINE, chains, context)
+        return variant_chains(self.encoders, context.extractor_ids(), self.compression)
 
-    def run(self, runner: Any = None) -> ZeroShotBenchmarkResult:
-        """Execute the plan with ``runner`` (default: an in-process LocalRunner)."""
-        started = _dt.datetime.now(_dt.timezone.utc)
-        notes = self.protocol_warnings()
-        for note in notes:
-            warnings.warn(note, DataWarning, stacklevel=2)
-        plan, outcome = execute_plan(self, runner, description="vertebrae zero-shot")
-        eligible = {job.key: job.cache_eligible for job in plan.jobs}
-        results = []
-        for chain, keys in zip(plan.chains, plan.chain_keys):
-            result = self._chain_result(chain, keys, outcome, eligible)
-            for note in result.warnings:
-                warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
-            results.append(result)
-        protocol = {**self.protocol(), "run_key": artifact_key("run", [j.key for j in plan.jobs])}
-        if self.cache is not None:
-            protocol["cache"] = cache_summary(self.cache)
-        timing = {"started_at": started.isoformat(),
-                  "host": {"python": platform.python_version(), "platform": platform.platform(),
-                           "machine": platform.machine()}}
-        return ZeroShotBenchmarkResult(protocol, results, notes, timing)
-
-    def _chain_result(self, chain: Chain, keys: dict[str, str], outcome: RunOutcome,
-                      eligible: dict[str, bool]) -> ZeroShotExtractorResult:
-        result = outcome.artifacts.get(keys["assemble"])
-        if result is None:
-            failure = outcome.failures[keys["assemble"]]
-            return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.parent], self.config.metric,
-                                                  {**failure.to_dict(), "extractor": chain.parent}, dict(keys))
+    def embedding_sources(self, chain: Chain) -> dict[str, EmbeddingSource]:
         # A compressed branch is derived from its encoding: it reports that encoding's eligibility and status.
-        for branch in ("samples", "prompts"):
-            key = keys[f"encode_{branch}"]
-            metadata = {**result.embedding[branch], "cache_eligible": eligible[key],
-                        "cache_status": outcome.statuses[key]}
-            if self.cache is not None:  # raw: the encoding as stored; evaluated: what was scored (a variant's)
-                metadata["footprint"] = endpoint_footprint(metadata["logical_bytes"], outcome.persisted.get(key),
-                                                           BRANCH_ARRAY)
-            result.embedding[branch] = metadata
-        result.artifact_keys = dict(keys)
-        result.runtime = _runtime(keys, outcome)
-        return result
+        return {branch: EmbeddingSource(f"encode_{branch}", BRANCH_ARRAY) for branch in ("samples", "prompts")}
+
+    def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> ZeroShotExtractorResult:
+        return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.parent], self.config.metric, error, keys)
+
+    def build_result(self, plan: Plan, results: list[ZeroShotExtractorResult], notes: list[str],
+                     started: _dt.datetime) -> ZeroShotBenchmarkResult:
+        protocol = {**self.protocol(), "run_key": artifact_key("run", [j.key for j in plan.jobs])}
+        cache = self.cache_record()
+        if cache is not None:
+            protocol["cache"] = cache
+        return ZeroShotBenchmarkResult(protocol, results, notes, self.run_facts(started))
 
     def _validate_precomputed(self, encoder: PrecomputedZeroShotEncoder) -> None:
         """Rows, widths and prompt norms of embeddings that exist already, checked before any work."""
@@ -153,21 +126,3 @@ class ZeroShotBenchmark:
         names = [self.dataset.catalog.display(k) for k in self.dataset.catalog.keys]
         build_prototypes(prompts.matrix, self.dataset.prompt_classes, names, self.dataset.flat_prompts,
                          self.config.similarity)
-
-
-def _runtime(keys: dict[str, str], outcome: RunOutcome) -> dict[str, Any]:
-    """Seconds of this run: each branch's encoding (``not_measured_cache_hit`` when read from the cache, with the
-    read timed as ``encode_<branch>_cache_read``), compress, prototypes, classify, overlap."""
-    runtime: dict[str, Any] = {}
-    for stage in ("encode_samples", "encode_prompts"):
-        timings = outcome.timings.get(keys[stage], {})
-        if outcome.statuses.get(keys[stage]) == HIT:
-            runtime[stage] = NOT_MEASURED_CACHE_HIT
-            runtime[f"{stage}_cache_read"] = timings["seconds"]
-        else:
-            runtime.update({step if step != "cache_write" else f"{stage}_cache_write": seconds
-                            for step, seconds in timings.items() if step != "seconds"})
-    for stage in ("compress", "prototypes", "classify", "overlap"):
-        if stage in keys and keys[stage] in outcome.timings:
-            runtime[stage] = outcome.timings[keys[stage]]["seconds"]
-    return runtime

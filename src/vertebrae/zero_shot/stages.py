@@ -23,8 +23,10 @@ import numpy as np
 from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
                            raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ExtractorError, InputValidationError, ScoringWarning, VertebraeError
-from ..execution.registry import stage
+from ..errors import ArtifactIntegrityError, ExtractorError, InputValidationError, ScoringWarning
+from ..artifacts.codecs import ArtifactCodec, StoredArtifact
+from ..execution.registry import EMBED, stage
+from ..extractors.user_code import user_code
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ..threads import limited_threads
 from .classify import Classification, Prototypes, build_prototypes, classify as classify_samples, plan_blocks
@@ -58,14 +60,10 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
     data = dataset.sample_input if branch == "samples" else dataset.flat_prompts
     n_rows = dataset.n_samples if branch == "samples" else len(data)
     start = time.perf_counter()
-    try:
+    with user_code(f"encoder {name!r} failed in {method}"):
         if hasattr(encoder, "fit"):
             encoder.fit(dataset.sample_input)
         raw = getattr(encoder, method)(data)
-    except VertebraeError:
-        raise
-    except Exception as exc:  # an encoder is user code: name it in the error
-        raise ExtractorError(f"encoder {name!r} failed in {method}: {type(exc).__name__}: {exc}") from exc
     timings[method] = time.perf_counter() - start
     matrix = validate_embeddings(raw, argument=f"{branch} embeddings", n_rows=n_rows, source=f"encoder {name!r}")
     if branch == "samples" and is_constant(matrix):
@@ -76,12 +74,34 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
     return BranchArtifact(matrix, metadata)
 
 
-@stage(PIPELINE, "encode_samples", version=1, context=("inputs", "extractor"), packages=("numpy",))
+# ----------------------------------------------------------------------------- stored forms
+#: The array name of one zero-shot branch's embedding.
+BRANCH_ARRAY = "embedding"
+
+
+def _encode_branch(branch: BranchArtifact) -> StoredArtifact:
+    return StoredArtifact("zero_shot_branch", {BRANCH_ARRAY: branch.matrix}, {"metadata": branch.metadata})
+
+
+def _decode_branch(stored: StoredArtifact) -> BranchArtifact:
+    try:
+        return BranchArtifact(stored.arrays[BRANCH_ARRAY], dict(stored.document["metadata"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"zero_shot_branch artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+
+#: Each branch's encoding is what the embedding cache reuses.
+BRANCH_CODEC = ArtifactCodec("zero_shot_branch", _encode_branch, _decode_branch)
+
+
+@stage(PIPELINE, "encode_samples", version=1, context=("inputs", "extractor"), packages=("numpy",),
+       codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_samples",))
 def encode_samples(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
     return encode_branch(context.extractor(job), job.params["parent"], "samples", context.dataset, timings)
 
 
-@stage(PIPELINE, "encode_prompts", version=1, context=("prompts", "inputs", "extractor"), packages=("numpy",))
+@stage(PIPELINE, "encode_prompts", version=1, context=("prompts", "inputs", "extractor"), packages=("numpy",),
+       codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_prompts",))
 def encode_prompts(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
     return encode_branch(context.extractor(job), job.params["parent"], "prompts", context.dataset, timings)
 
@@ -107,7 +127,7 @@ def _compressed(matrix: Any, source: BranchArtifact) -> BranchArtifact:
 
 
 @stage(PIPELINE, "compress", version=1, reads=("encode_samples", "encode_prompts"),
-       packages=("numpy", "scikit-learn"), config=compression_fingerprint)
+       packages=("numpy", "scikit-learn"), config=compression_fingerprint, runtime="seconds")
 def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> CompressedBranches:
     """Fit the variant on the sample embeddings and apply the same fitted transform to the prompt embeddings.
 
@@ -135,7 +155,7 @@ def _similarity(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
 
 
 @stage(PIPELINE, "prototypes", version=1, reads=("encode_prompts",), optional_reads=("compress",),
-       context=("prompts",), config=_similarity)
+       context=("prompts",), config=_similarity, runtime="seconds")
 def prototypes(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Prototypes:
     dataset = context.dataset
     names = [dataset.catalog.display(key) for key in dataset.catalog.keys]
@@ -144,7 +164,7 @@ def prototypes(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[
 
 
 @stage(PIPELINE, "classify", version=1, reads=("encode_samples", "prototypes"), optional_reads=("compress",),
-       context=("targets",), config=_similarity)
+       context=("targets",), config=_similarity, runtime="seconds")
 def classify(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Classification:
     """Nearest prototype of every sample, blocked under the budget (the blocking never changes the outcome)."""
     config, dataset = context.settings.config, context.dataset
@@ -159,7 +179,7 @@ def _overlap_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
 
 
 @stage(PIPELINE, "overlap", version=1, reads=("encode_samples",), optional_reads=("compress",), context=("targets",),
-       packages=("overlapindex",), config=_overlap_config)
+       packages=("overlapindex",), config=_overlap_config, runtime="seconds")
 def overlap(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> OverlapScoreResult:
     """OverlapIndex of the sample embeddings: contextual evidence, never mixed into the zero-shot score.
 

@@ -12,27 +12,29 @@ it adds to :class:`~vertebrae.results.ExtractorResult` — see docs/architecture
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
+from .compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
                            raw_variant_metadata)
-from .._sparse import is_sparse, sparse_module
-from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ExtractorError, VertebraeError
-from ..multimodal import input_source
-from ..scoring.metric_result import OVERLAP_METRIC, overlap_metric_result
-from ..scoring.memory import BudgetedInput, apply_memory_budget
-from ..scoring.metrics import MetricsArtifact, metrics_cache_eligible, metrics_key_fingerprint, run_metrics
-from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
-from ..scoring.separatix import SeparatixResult, SeparatixScorer
-from ..scoring.stability import StabilityResult, run_stability_analysis
-from ..targets import MultiLabelTargets, RegressionTargets, Targets
-from .registry import stage
+from ._sparse import is_sparse, sparse_module
+from .artifacts.codecs import ArtifactCodec, StoredArtifact, document_codec, output_array
+from .embeddings import embedding_metadata, is_constant, validate_embeddings
+from .errors import ArtifactIntegrityError, ExtractorError
+
+from .execution.registry import COLLECT, EMBED, SCORE, RowShards, stage
+from .extractors.user_code import user_code
+from .multimodal import input_source
+from .scoring.metric_result import OVERLAP_METRIC, MetricResult, overlap_metric_result
+from .scoring.memory import BudgetedInput, apply_memory_budget
+from .scoring.metrics import MetricsArtifact, metrics_cache_eligible, metrics_key_fingerprint, run_metrics
+from .scoring.overlap import OverlapIndexScorer, OverlapScoreResult
+from .scoring.separatix import SeparatixResult, SeparatixScorer
+from .scoring.stability import StabilityResult, run_stability_analysis
+from .targets import MultiLabelTargets, RegressionTargets, Targets
 
 PIPELINE = "benchmark"
 
@@ -88,26 +90,85 @@ def scoring_fingerprint(settings: Any, chain: Any = None) -> dict[str, Any]:
     return {"overlap": settings.scoring_config.to_dict(), "continuous": settings.continuous_config.to_dict()}
 
 
-# ----------------------------------------------------------------------------- stages
-@stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",))
-def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
-    """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate.
-
-    The three steps are separate functions so a distributed runner can fit once and
-    transform row shards in parallel (:mod:`vertebrae.execution.dask`); run here they
-    are one call each on the whole dataset.
-    """
-    extractor = fit_extractor(job, context)
-    profiling = getattr(context.settings, "resource_profiling", None)
-    return embedding_set(job, context, [transform_rows(job, extractor, context.dataset.extractor_input, profiling,
-                                                       timings)])
+# ----------------------------------------------------------------------------- stored forms
+def _encode_embedding_set(produced: EmbeddingSet) -> StoredArtifact:
+    outputs = list(produced.matrices)
+    return StoredArtifact("embedding_set", {output_array(o): produced.matrices[o] for o in outputs},
+                          {"outputs": outputs, "metadata": [produced.metadata[o] for o in outputs]})
 
 
+def _decode_embedding_set(stored: StoredArtifact) -> EmbeddingSet:
+    try:
+        outputs = stored.document["outputs"]
+        return EmbeddingSet({o: stored.arrays[output_array(o)] for o in outputs},
+                            {o: dict(m) for o, m in zip(outputs, stored.document["metadata"], strict=True)})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"embedding_set artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+
+def _encode_compressed(compressed: CompressedEmbedding) -> StoredArtifact:
+    return StoredArtifact("compressed_embedding", {"matrix": compressed.matrix},
+                          {"metadata": compressed.metadata, "compression": compressed.compression})
+
+
+def _decode_compressed(stored: StoredArtifact) -> CompressedEmbedding:
+    try:
+        return CompressedEmbedding(stored.arrays["matrix"], dict(stored.document["metadata"]),
+                                   dict(stored.document["compression"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactIntegrityError(f"compressed_embedding artifact is malformed: {type(exc).__name__}: {exc}") \
+            from None
+
+
+#: Extractions are what the embedding cache reuses.
+EMBEDDING_SET_CODEC = ArtifactCodec("embedding_set", _encode_embedding_set, _decode_embedding_set)
+#: Compressed variants have a stored form for staged runs (fitted once, in `vertebrae embed`); the embedding cache
+#: does not reuse them (a fit is cheap next to extraction, and its runtime is measured).
+COMPRESSED_CODEC = ArtifactCodec("compressed_embedding", _encode_compressed, _decode_compressed, cached=False)
+
+
+def _without_separatix_runtime(data: dict[str, Any]) -> dict[str, Any]:
+    """Runtimes never enter an artifact: Separatix's wall-clock fields are dropped (read back as None)."""
+    from .results import pop_timings
+
+    pop_timings(data)
+    data.pop("runtime_seconds", None)  # None when the result was itself read back from a store
+    return data
+
+
+def _result_document(result: Any) -> dict[str, Any]:
+    data = result.to_dict()
+    if data.get("separatix") is not None:
+        data["separatix"] = _without_separatix_runtime(data["separatix"])
+    return data
+
+
+def _result(document: Mapping[str, Any]) -> Any:
+    from .results import ExtractorResult
+
+    data = dict(document)
+    if data.get("separatix") is not None:
+        data["separatix"] = {**data["separatix"], "runtime_seconds": None}
+    return ExtractorResult.from_dict(data)
+
+
+SCORE_CODEC = document_codec("overlap_score", lambda a: {"overlap": a.overlap.to_dict()},
+                             lambda d: ScoreArtifact(OverlapScoreResult.from_dict(d["overlap"])))
+STABILITY_CODEC = document_codec("stability", lambda a: {"stability": a.stability.to_dict()},
+                                 lambda d: StabilityArtifact(StabilityResult.from_dict(d["stability"])))
+METRICS_CODEC = document_codec("metrics", lambda a: {"results": [m.to_dict() for m in a.results]},
+                               lambda d: MetricsArtifact([MetricResult.from_dict(m) for m in d["results"]]))
+SEPARATIX_CODEC = document_codec("separatix", lambda r: _without_separatix_runtime(r.to_dict()),
+                                 lambda d: SeparatixResult.from_dict({**d, "runtime_seconds": None}))
+RESULT_CODEC = document_codec("extractor_result", _result_document, _result)
+
+
+# ----------------------------------------------------------------------------- the steps of an extraction
 def fit_extractor(job: Any, context: Any) -> Any:
     """Step 1 of extract: the job's extractor fitted on every dataset row (returned, so it can travel)."""
     extractor, dataset = context.extractor(job), context.dataset
     supervised = bool(getattr(extractor, "supervised", False))
-    with _user_code(job):
+    with user_code(f"extractor {job.params['parent']!r} failed during fit/transform"):
         extractor.fit(dataset.extractor_input, estimator_targets(dataset.targets) if supervised else None)
     return extractor
 
@@ -115,7 +176,7 @@ def fit_extractor(job: Any, context: Any) -> Any:
 def transform_rows(job: Any, extractor: Any, rows: Any, profiling: Any = None,
                    timings: dict[str, Any] | None = None) -> dict[str | None, Any]:
     """Step 2 of extract: the fitted extractor's raw output(s) for some input rows (profiled when asked)."""
-    with _user_code(job):
+    with user_code(f"extractor {job.params['parent']!r} failed during fit/transform"):
         return _transform(extractor, rows, profiling, {} if timings is None else timings)
 
 
@@ -143,18 +204,6 @@ def stack_rows(parts: list[Any], source: str) -> Any:
     return np.concatenate(checked, axis=0)
 
 
-@contextlib.contextmanager
-def _user_code(job: Any) -> Iterator[None]:
-    """An extractor is user code: name it in the error (vertebrae's own errors pass through)."""
-    try:
-        yield
-    except VertebraeError:
-        raise
-    except Exception as exc:
-        raise ExtractorError(f"extractor {job.params['parent']!r} failed during fit/transform: "
-                             f"{type(exc).__name__}: {exc}") from exc
-
-
 def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) -> dict[str | None, Any]:
     """Every output of the extractor; measured (into ``timings``, beside the artifact) when profiling is on."""
     def call() -> dict[str | None, Any]:
@@ -164,10 +213,27 @@ def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) 
 
     if profiling is None or not profiling.enabled:
         return call()
-    from ..profiling import PROFILE_KEY, profile_extraction
+    from .profiling import PROFILE_KEY, profile_extraction
 
     outputs, timings[PROFILE_KEY] = profile_extraction(profiling, extractor, X, call)
     return outputs
+
+
+# ----------------------------------------------------------------------------- stages
+@stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",),
+       codec=EMBEDDING_SET_CODEC, phase=EMBED, runtime="seconds_and_steps",
+       shards=RowShards(fit_extractor, transform_rows, embedding_set, lambda context: context.dataset.extractor_input))
+def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
+    """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate.
+
+    The three steps are separate functions so a distributed runner can fit once and
+    transform row shards in parallel (:mod:`vertebrae.execution.dask`); run here they
+    are one call each on the whole dataset.
+    """
+    extractor = fit_extractor(job, context)
+    profiling = getattr(context.settings, "resource_profiling", None)
+    return embedding_set(job, context, [transform_rows(job, extractor, context.dataset.extractor_input, profiling,
+                                                       timings)])
 
 
 @stage(PIPELINE, "embedding", version=1, reads=("extract",), context=("output",))
@@ -182,7 +248,7 @@ def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
 
 
 @stage(PIPELINE, "compress", version=1, reads=("embedding",), packages=("numpy", "scikit-learn"),
-       config=compression_fingerprint)
+       config=compression_fingerprint, codec=COMPRESSED_CODEC, phase=EMBED, runtime="seconds_and_steps")
 def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> CompressedEmbedding:
     """Fit the chain's variant on the evaluated embedding and apply it (transductive, like every variant)."""
     config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
@@ -217,7 +283,8 @@ def scoring_input(job: Any, inputs: Mapping[str, Any], context: Any) -> tuple[An
 
 
 @stage(PIPELINE, "score", version=1, reads=("embedding",), optional_reads=("compress", "budget"),
-       context=("targets",), packages=("overlapindex",), config=scoring_fingerprint)
+       context=("targets",), packages=("overlapindex",), config=scoring_fingerprint, codec=SCORE_CODEC, phase=SCORE,
+       runtime="seconds_and_steps", scoring_units=lambda settings: 1)
 def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
@@ -232,7 +299,8 @@ def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
 
 
 @stage(PIPELINE, "stability", version=1, reads=("embedding",), optional_reads=("compress", "budget"),
-       context=("targets",), packages=("overlapindex",), config=_stability_config)
+       context=("targets",), packages=("overlapindex",), config=_stability_config, codec=STABILITY_CODEC,
+       phase=SCORE, runtime="seconds_and_steps", scoring_units=lambda settings: settings.stability_config.repeats)
 def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> StabilityArtifact:
     """Repeated overlap scoring of the matrix the score stage scored, with the same scorer settings.
 
@@ -255,7 +323,8 @@ def _metrics_safe(settings: Any) -> bool:
 
 
 @stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), optional_reads=("compress", "budget"),
-       context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe)
+       context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe, codec=METRICS_CODEC, phase=SCORE,
+       runtime="seconds_and_steps")
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
     """Custom metrics on the matrix the score stage scored, with the seed it used."""
     matrix, targets, groups = scoring_input(job, inputs, context)
@@ -271,7 +340,8 @@ def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
 
 
 @stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), optional_reads=("compress", "budget"),
-       context=("targets", "groups"), packages=("separatix",), config=_diagnose_config)
+       context=("targets", "groups"), packages=("separatix",), config=_diagnose_config, codec=SEPARATIX_CODEC,
+       phase=SCORE, runtime="steps", steps=("separatix",))
 def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> SeparatixResult:
     """Separatix on the matrix the score stage scored, gated by that overlap score."""
     settings = context.settings
@@ -292,10 +362,11 @@ def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
 
 @stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"),
        optional_reads=("compress", "budget", "stability", "metrics", "diagnose"),
-       context=("name", "output", "view", "extractor"), config=_assemble_config, final=True)
+       context=("name", "output", "view", "extractor"), config=_assemble_config, final=True, codec=RESULT_CODEC,
+       phase=COLLECT)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
     """Build the ExtractorResult of one chain from its stage artifacts."""
-    from ..results import ExtractorResult, recommendation_label
+    from .results import ExtractorResult, recommendation_label
 
     settings, extractor = context.settings, context.extractor(job)
     embedding_artifact = evaluated(inputs)

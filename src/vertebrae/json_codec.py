@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .._sparse import is_sparse, sparse_module
-from ..errors import SerializationError
+from ._sparse import is_sparse, sparse_module
+from .errors import SerializationError
 
 _MARKERS = ("__ndarray__", "__sparse__", "__mapping__", "__set__")
 
