@@ -59,7 +59,8 @@ class ZeroShotBenchmark:
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.encoders = as_encoders(encoders)
         self.recipes = {e.name: _plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
-        self.settings = ZeroShotSettings(config, scoring_config, self.recipes)
+        self.settings = ZeroShotSettings(config, scoring_config, self.recipes,
+                                         frozenset(e.name for e in self.encoders if hasattr(e, "fit")))
         # A budget too small for one tile fails here, before any encoder runs.
         self.block_plan = plan_blocks(dataset.n_samples, dataset.n_classes, config.max_dense_bytes, config.block_rows)
         for encoder in self.encoders:
@@ -157,7 +158,8 @@ class ZeroShotBenchmark:
 
 def _runtime(keys: dict[str, str], outcome: RunOutcome) -> dict[str, Any]:
     """Seconds of this run: each branch's encoding (``not_measured_cache_hit`` when read from the cache, with the
-    read timed as ``encode_<branch>_cache_read``), compress, prototypes, classify, overlap."""
+    read timed as ``encode_<branch>_cache_read``), fit (encoders with ``fit``), compress, prototypes, classify,
+    overlap."""
     runtime: dict[str, Any] = {}
     for stage in ("encode_samples", "encode_prompts"):
         timings = outcome.timings.get(keys[stage], {})
@@ -167,7 +169,7 @@ def _runtime(keys: dict[str, str], outcome: RunOutcome) -> dict[str, Any]:
         else:
             runtime.update({step if step != "cache_write" else f"{stage}_cache_write": seconds
                             for step, seconds in timings.items() if step != "seconds"})
-    for stage in ("compress", "prototypes", "classify", "overlap"):
+    for stage in ("fit", "compress", "prototypes", "classify", "overlap"):
         if stage in keys and keys[stage] in outcome.timings:
             runtime[stage] = outcome.timings[keys[stage]]["seconds"]
     return runtime
