@@ -129,8 +129,9 @@ def test_extractor_encoder_fits_on_the_samples_once_and_never_with_labels():
     encoder = ExtractorEncoder(SklearnExtractor("tfidf", TfidfVectorizer()))
     import pickle
 
-    encoder.fit(data.sample_input)
-    assert pickle.loads(pickle.dumps(encoder))._fitted_on is None  # a remote copy fits its own
+    encoder.fit(data.sample_input)  # a remote copy carries the fit (the fit job's artifact travels to both branches)
+    copy = pickle.loads(pickle.dumps(encoder))
+    assert (copy.encode_prompts(data.flat_prompts) != encoder.encode_prompts(data.flat_prompts)).nnz == 0
 
 
 def test_ranking_follows_the_configured_metric_and_overlap_is_context_only():
@@ -295,8 +296,9 @@ def test_runs_on_an_explicit_local_runner_and_import_stays_light():
 
 # The table of docs/zero_shot.md: what each stage's key hashes besides its stage name and code version.
 KEY_TABLE = {
-    "encode_samples": ((), {"inputs", "extractor"}, {"numpy"}),
-    "encode_prompts": ((), {"prompts", "inputs", "extractor"}, {"numpy"}),
+    "fit": ((), {"inputs", "extractor"}, set()),
+    "encode_samples": (("fit",), {"inputs", "extractor"}, {"numpy"}),
+    "encode_prompts": (("fit",), {"prompts", "inputs", "extractor"}, {"numpy"}),
     "compress": (("encode_samples", "encode_prompts"), set(), {"numpy", "scikit-learn"}),
     "prototypes": (("encode_prompts", "compress"), {"prompts"}, set()),
     "classify": (("encode_samples", "prototypes", "compress"), {"targets"}, set()),
@@ -312,10 +314,14 @@ def test_every_zero_shot_stage_declares_exactly_the_documented_key_parts():
     declared = {d.name: ((*d.reads, *d.optional_reads), set(d.context), set(d.packages))
                 for d in registry.pipeline_stages("zero_shot")}
     assert declared == KEY_TABLE
-    settings = ZeroShotBenchmark(text_dataset(), {"counts": WordCounter()},
-                                 config=ZeroShotConfig(max_dense_bytes=10**6, block_rows=64)).settings
-    configs = {d.name: d.enabled_config(settings, None)[1] for d in registry.pipeline_stages("zero_shot")}
-    assert configs == {"encode_samples": None, "encode_prompts": None, "compress": None,
+    benchmark = ZeroShotBenchmark(text_dataset(), [TextEncoder("counts", WordCounter()),
+                                                   SklearnExtractor("tfidf", TfidfVectorizer())],
+                                  config=ZeroShotConfig(max_dense_bytes=10**6, block_rows=64))
+    settings, (counts, tfidf) = benchmark.settings, benchmark.plan().chains
+    configs = {d.name: d.enabled_config(settings, counts)[1] for d in registry.pipeline_stages("zero_shot")}
+    assert [d.enabled_config(settings, chain)[0] for chain in (counts, tfidf)
+            for d in registry.pipeline_stages("zero_shot") if d.name == "fit"] == [False, True]  # encoders with fit
+    assert configs == {"fit": None, "encode_samples": None, "encode_prompts": None, "compress": None,
                        "prototypes": {"similarity": "cosine"},
                        "classify": {"similarity": "cosine"}, "overlap": {"overlap": OverlapScoringConfig().to_dict()},
                        "assemble": {"metric": "top1_accuracy", "top_k": [1, 5]}}

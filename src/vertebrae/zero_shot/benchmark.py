@@ -63,7 +63,8 @@ class ZeroShotBenchmark(FrontDoor):
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.encoders = self.extractors = as_encoders(encoders)
         self.recipes = {e.name: plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
-        self.settings = ZeroShotSettings(config, scoring_config, self.recipes)
+        self.settings = ZeroShotSettings(config, scoring_config, self.recipes,
+                                         frozenset(e.name for e in self.encoders if hasattr(e, "fit")))
         # A budget too small for one tile fails here, before any encoder runs.
         self.block_plan = plan_blocks(dataset.n_samples, dataset.n_classes, config.max_dense_bytes, config.block_rows)
         for encoder in self.encoders:

@@ -4,7 +4,8 @@ A :class:`ZeroShotEncoder` has ``name``, ``encode_samples(inputs)``,
 ``encode_prompts(list_of_str)`` and ``recipe()``; it may declare ``modalities``
 (``{"samples": "image", "prompts": "text"}``), ``identity()`` and
 ``cache_eligible`` like any extractor.  An optional ``fit(sample_inputs)`` is called
-before each branch is encoded (so it must be idempotent).  Three adapters ship:
+once per run, by the chain's ``fit`` job, and both branches are encoded by that fitted
+object (:mod:`vertebrae.zero_shot.stages`).  Three adapters ship:
 
 * :class:`TextEncoder` — any model with ``encode(list[str]) -> array`` (a
   sentence-transformers model works as is) used for both branches;
@@ -89,8 +90,7 @@ class TextEncoder:
 class ExtractorEncoder:
     """One standard extractor (``fit``/``transform``) for both branches, fitted on the samples only.
 
-    Both encode stages call ``fit(samples)`` first: it fits once per process (a remote
-    worker that runs only the prompt job fits its own copy on the same samples).
+    The run's ``fit`` job fits it once; both encode jobs transform with that fitted copy.
     """
 
     modalities = {"samples": "text", "prompts": "text"}
@@ -106,16 +106,13 @@ class ExtractorEncoder:
                                        "unsupervised extractor")
         self.extractor = extractor
         self.name = extractor.name
-        self._fitted_on: Any = None
 
     @property
     def cache_eligible(self) -> bool:
         return bool(getattr(self.extractor, "cache_eligible", True))
 
     def fit(self, sample_inputs: Any) -> "ExtractorEncoder":
-        if self._fitted_on is not sample_inputs:
-            self.extractor.fit(sample_inputs)
-            self._fitted_on = sample_inputs
+        self.extractor.fit(sample_inputs)
         return self
 
     def encode_samples(self, inputs: Any) -> Any:
@@ -131,9 +128,6 @@ class ExtractorEncoder:
         inner = self.extractor.identity() if hasattr(self.extractor, "identity") else self.extractor.recipe()
         return {"type": "extractor_encoder", "fit_on": "samples",
                 "extractor": {k: v for k, v in inner.items() if k != "name"}}
-
-    def __getstate__(self) -> dict[str, Any]:  # a fitted marker is process-local
-        return {**self.__dict__, "_fitted_on": None}
 
 
 class PrecomputedZeroShotEncoder:

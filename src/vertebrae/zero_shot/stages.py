@@ -1,13 +1,15 @@
 """The stages of a zero-shot benchmark, registered under the ``zero_shot`` pipeline.
 
-encode_samples, encode_prompts (-> compress) -> prototypes -> classify -> overlap ->
-assemble, one chain per encoder and compression variant, executed by the same runners
-as the other pipelines.  The two encode stages are separate jobs, so changing a prompt
-re-embeds only the prompts.  ``encode_prompts`` also declares the sample inputs: an
-:class:`ExtractorEncoder` is fitted on the samples, so its prompt embeddings depend on
-them.  ``compress`` (compressed variants only) fits the variant on the sample
-embeddings and applies the same fitted transform to the prompt embeddings, so both
-branches stay in one space; every later stage reads the compressed branches.
+(fit ->) encode_samples, encode_prompts (-> compress) -> prototypes -> classify ->
+overlap -> assemble, one chain per encoder and compression variant, executed by the same
+runners as the other pipelines.  An encoder with ``fit(sample_inputs)`` (an
+:class:`ExtractorEncoder`) is fitted once, by its ``fit`` job, whose artifact is the fitted
+encoder: both encode jobs read it (on dask it travels to them as a future), so the two
+branches are always encoded by one fit, even an unseeded one.  The two encode stages stay
+separate jobs, so changing a prompt re-embeds only the prompts.  ``compress`` (compressed
+variants only) fits the variant on the sample embeddings and applies the same fitted
+transform to the prompt embeddings, so both branches stay in one space; every later stage
+reads the compressed branches.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class ZeroShotSettings:
     scoring_config: Any
     #: Encoder name -> its JSON-plain recipe (shown in the result).
     recipes: Mapping[str, Any]
+    #: Names of the encoders with ``fit(sample_inputs)``: their chains have a ``fit`` job.
+    fitted: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass
@@ -54,16 +58,19 @@ class BranchArtifact:
     metadata: dict[str, Any]
 
 
+def _call(encoder: Any, name: str, method: str, data: Any) -> Any:
+    with user_code(f"encoder {name!r} failed in {method}"):
+        return getattr(encoder, method)(data)
+
+
 def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: dict[str, float]) -> BranchArtifact:
-    """Embed and validate one branch (also run before any work for precomputed encoders)."""
+    """Embed and validate one branch with an encoder already fitted (also run before any work for precomputed
+    encoders)."""
     method = f"encode_{branch}"
     data = dataset.sample_input if branch == "samples" else dataset.flat_prompts
     n_rows = dataset.n_samples if branch == "samples" else len(data)
     start = time.perf_counter()
-    with user_code(f"encoder {name!r} failed in {method}"):
-        if hasattr(encoder, "fit"):
-            encoder.fit(dataset.sample_input)
-        raw = getattr(encoder, method)(data)
+    raw = _call(encoder, name, method, data)
     timings[method] = time.perf_counter() - start
     matrix = validate_embeddings(raw, argument=f"{branch} embeddings", n_rows=n_rows, source=f"encoder {name!r}")
     if branch == "samples" and is_constant(matrix):
@@ -94,16 +101,39 @@ def _decode_branch(stored: StoredArtifact) -> BranchArtifact:
 BRANCH_CODEC = ArtifactCodec("zero_shot_branch", _encode_branch, _decode_branch)
 
 
-@stage(PIPELINE, "encode_samples", version=1, context=("inputs", "extractor"), packages=("numpy",),
-       codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_samples",))
+# ----------------------------------------------------------------------------- stages
+def _fit_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any] | None:
+    """Only the chains of encoders with ``fit`` have a fit job (the others' keys are unchanged by it)."""
+    return {} if getattr(chain, "parent", None) in settings.fitted else None
+
+
+@stage(PIPELINE, "fit", version=1, context=("inputs", "extractor"), config=_fit_config, runtime="seconds")
+def fit(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
+    """Fit the encoder on the sample inputs (never the labels or prompts); the fitted encoder is the artifact.
+
+    It is fitted here and nowhere else: both encode jobs read this artifact (in this process, on another
+    worker, or after a pickle round trip), so the two branches are encoded by one fit.
+    """
+    encoder = context.extractor(job)
+    _call(encoder, job.params["parent"], "fit", context.dataset.sample_input)
+    return encoder
+
+
+def _encoder(job: Any, inputs: Mapping[str, Any], context: Any) -> Any:
+    """The encoder a branch job encodes with: the chain's fitted one when it has a fit job."""
+    return inputs["fit"] if "fit" in inputs else context.extractor(job)
+
+
+@stage(PIPELINE, "encode_samples", version=1, optional_reads=("fit",), context=("inputs", "extractor"),
+       packages=("numpy",), codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_samples",))
 def encode_samples(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
-    return encode_branch(context.extractor(job), job.params["parent"], "samples", context.dataset, timings)
+    return encode_branch(_encoder(job, inputs, context), job.params["parent"], "samples", context.dataset, timings)
 
 
-@stage(PIPELINE, "encode_prompts", version=1, context=("prompts", "inputs", "extractor"), packages=("numpy",),
-       codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_prompts",))
+@stage(PIPELINE, "encode_prompts", version=1, optional_reads=("fit",), context=("prompts", "inputs", "extractor"),
+       packages=("numpy",), codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_prompts",))
 def encode_prompts(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
-    return encode_branch(context.extractor(job), job.params["parent"], "prompts", context.dataset, timings)
+    return encode_branch(_encoder(job, inputs, context), job.params["parent"], "prompts", context.dataset, timings)
 
 
 @dataclasses.dataclass
