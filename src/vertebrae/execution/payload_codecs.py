@@ -61,7 +61,7 @@ def _metrics(document: Mapping[str, Any]) -> Any:
     from ..scoring.metric_result import MetricResult
     from ..scoring.metrics import MetricsArtifact
 
-    return MetricsArtifact([MetricResult.from_dict(m) for m in document["results"]])
+    return MetricsArtifact([MetricResult.from_dict(m) for m in document["results"]], list(document["violations"]))
 
 
 def _separatix_document(result: Any) -> dict[str, Any]:
@@ -108,8 +108,8 @@ def _entry(document: Mapping[str, Any]) -> Any:
 register_codec("benchmark", "score", _json_codec("overlap_score", _score_document, _score))
 register_codec("benchmark", "stability", _json_codec("stability", lambda a: {"stability": a.stability.to_dict()},
                                                      _stability))
-register_codec("benchmark", "metrics", _json_codec("metrics", lambda a: {"results": [m.to_dict() for m in a.results]},
-                                                   _metrics))
+register_codec("benchmark", "metrics", _json_codec("metrics", lambda a: {"results": [m.to_dict() for m in a.results],
+                                                                        "violations": list(a.violations)}, _metrics))
 register_codec("benchmark", "diagnose", _json_codec("separatix", _separatix_document, _separatix))
 register_codec("benchmark", "assemble", _json_codec("extractor_result", _result_document, _result))
 register_codec("retrieval", "rank_forward", _json_codec("ranking_direction", lambda d: d.to_dict(), _direction))
