@@ -176,8 +176,8 @@ def zero_shot_benchmark(prefix: str = "", reverse: bool = False, label_shift: in
     labels = [names[(names.index(label) + label_shift) % 3] for label in labels]
     source = BenchmarkDataset.from_arrays(texts, labels, identity=IDENTITY)
     dataset = ZeroShotDataset.from_prompts(source, {label: " ".join(words) + prompt for label, words in WORDS.items()})
-    encoders = [SklearnExtractor(f"{prefix}tfidf", TfidfVectorizer()),
-                SklearnExtractor(f"{prefix}svd", make_pipeline(TfidfVectorizer(), TruncatedSVD(3, random_state=svd_seed)))]
+    svd = make_pipeline(TfidfVectorizer(), TruncatedSVD(3, random_state=svd_seed))
+    encoders = [SklearnExtractor(f"{prefix}tfidf", TfidfVectorizer()), SklearnExtractor(f"{prefix}svd", svd)]
     return ZeroShotBenchmark(dataset, encoders[::-1] if reverse else encoders, compression=VARIANTS,
                              scoring_config=OverlapScoringConfig(k=3))
 
