@@ -18,19 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from .compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
-                           raw_variant_metadata)
 from ._sparse import is_sparse, sparse_module
 from .artifacts.codecs import ArtifactCodec, StoredArtifact, document_codec, output_array
+from .compression import (Compressor, EmbeddingCompressionConfig, attributed, compression_fingerprint,
+                          declares_matryoshka, raw_variant_metadata)
 from .embeddings import embedding_metadata, is_constant, validate_embeddings
 from .errors import ArtifactIntegrityError, ExtractorError
-
 from .execution.registry import COLLECT, EMBED, SCORE, RowShards, stage
 from .extractors.user_code import user_code
 from .multimodal import input_source
 from .scoring.metric_result import OVERLAP_METRIC, MetricResult, overlap_metric_result
 from .scoring.memory import BudgetedInput, apply_memory_budget
-from .scoring.metrics import MetricsArtifact, metrics_cache_eligible, metrics_key_fingerprint, run_metrics
+from .scoring.metrics import (MetricsArtifact, attributed_results, metric_warnings, metrics_cache_eligible,
+                              metrics_key_fingerprint, run_metrics)
 from .scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from .scoring.separatix import SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityResult, run_stability_analysis
@@ -156,8 +156,10 @@ SCORE_CODEC = document_codec("overlap_score", lambda a: {"overlap": a.overlap.to
                              lambda d: ScoreArtifact(OverlapScoreResult.from_dict(d["overlap"])))
 STABILITY_CODEC = document_codec("stability", lambda a: {"stability": a.stability.to_dict()},
                                  lambda d: StabilityArtifact(StabilityResult.from_dict(d["stability"])))
-METRICS_CODEC = document_codec("metrics", lambda a: {"results": [m.to_dict() for m in a.results]},
-                               lambda d: MetricsArtifact([MetricResult.from_dict(m) for m in d["results"]]))
+METRICS_CODEC = document_codec("metrics", lambda a: {"results": [m.to_dict() for m in a.results],
+                                                     "violations": list(a.violations)},
+                               lambda d: MetricsArtifact([MetricResult.from_dict(m) for m in d["results"]],
+                                                         list(d["violations"])))
 SEPARATIX_CODEC = document_codec("separatix", lambda r: _without_separatix_runtime(r.to_dict()),
                                  lambda d: SeparatixResult.from_dict({**d, "runtime_seconds": None}))
 RESULT_CODEC = document_codec("extractor_result", _result_document, _result)
@@ -326,10 +328,13 @@ def _metrics_safe(settings: Any) -> bool:
        context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe, codec=METRICS_CODEC, phase=SCORE,
        runtime="seconds_and_steps")
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
-    """Custom metrics on the matrix the score stage scored, with the seed it used."""
+    """Custom metrics on the matrix the score stage scored, with the seed it used.
+
+    The artifact names no extractor (every chain with this embedding shares it): assemble phrases failures.
+    """
     matrix, targets, groups = scoring_input(job, inputs, context)
     return run_metrics(context.settings.metrics, matrix, targets, groups, seed=inputs["score"].overlap.metadata["seed"],
-                       extractor=job.params["name"], timings=timings)
+                       timings=timings)
 
 
 def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
@@ -373,8 +378,8 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     overlap = inputs["score"].overlap
     separatix: SeparatixResult | None = inputs.get("diagnose")
     repeated: StabilityArtifact | None = inputs.get("stability")
-    measured: MetricsArtifact = inputs.get("metrics", MetricsArtifact())
-    metrics = {OVERLAP_METRIC: overlap_metric_result(overlap), **{m.name: m for m in measured.results}}
+    measured = attributed_results(inputs.get("metrics", MetricsArtifact()), job.params["name"])
+    metrics = {OVERLAP_METRIC: overlap_metric_result(overlap), **{m.name: m for m in measured}}
     primary = metrics[settings.primary_metric]
     weakest = overlap.weakest_class()
     recipe = extractor.recipe()
@@ -392,7 +397,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
         name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
         primary_score=primary.score if primary.rankable else None, embedding=embedding_metadata,
-        warnings=budget_notes + list(overlap.warnings) + measured.warnings()
+        warnings=budget_notes + list(overlap.warnings) + metric_warnings(measured)
         + list((compression or {}).get("warnings", [])),
         recommendation=recommendation_label(overlap.score, overlap.target_type),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
@@ -410,7 +415,7 @@ def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     parent, output = job.params["parent"], job.params["output"]
     if "compress" in inputs:
-        facts = inputs["compress"].compression
+        facts = attributed(inputs["compress"].compression, f"extractor {job.params['name']!r}")
     else:
         facts = raw_variant_metadata(inputs["embedding"].matrix,
                                      EmbeddingCompressionConfig.from_dict(job.params["variant"]))

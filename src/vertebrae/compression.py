@@ -206,11 +206,11 @@ class Compressor:
             if requested >= width or requested > limit:
                 why = (f"the embedding has only {width} dimensions" if requested >= width
                        else f"{config.method} can keep at most {limit} components of {n_rows} rows")
-                self._warn(f"{self.source}: {config.label} not applied: requested {requested} dimensions but {why}; "
+                self._warn(f"{config.label} not applied: requested {requested} dimensions but {why}; "
                            "the variant scores the uncompressed embedding")
                 self.applied = False
         if config.method == "prefix_truncate" and self.applied and not self.matryoshka:
-            self._warn(f"{self.source}: {config.label} keeps the leading dimensions, but the extractor does not "
+            self._warn(f"{config.label} keeps the leading dimensions, but the extractor does not "
                        "declare itself Matryoshka-trained (matryoshka = True); leading dimensions of other models "
                        "are not ordered by importance")
         if not self.applied:
@@ -253,8 +253,10 @@ class Compressor:
                                       random_state=config.random_state)
 
     def _warn(self, message: str) -> None:
+        """Recorded without ``source`` (a compress artifact is shared by every chain with its embedding and
+        variant; :func:`attributed` names the result), warned with it."""
         self.warnings.append(message)
-        warnings.warn(message, CompressionWarning, stacklevel=4)
+        warnings.warn(f"{self.source}: {message}" if self.source else message, CompressionWarning, stacklevel=4)
 
     # -- applying --------------------------------------------------------------
     def transform(self, X: Any) -> Any:
@@ -314,6 +316,11 @@ class Compressor:
                 "applied": self.applied, "explained_variance_ratio": explained,
                 "stored_dtype": _stored_dtype(config, evaluated) if self.applied else str(evaluated.dtype),
                 "footprint": footprint(raw, self.evaluated_bytes(evaluated)), "warnings": list(self.warnings)}
+
+
+def attributed(facts: dict[str, Any], source: str) -> dict[str, Any]:
+    """Compression facts as a result shows them: each warning prefixed with ``source`` (the result's extractor)."""
+    return {**facts, "warnings": [f"{source}: {w}" for w in facts["warnings"]]}
 
 
 def raw_variant_metadata(raw: Any, config: EmbeddingCompressionConfig | None = None) -> dict[str, Any]:

@@ -7,6 +7,15 @@ canonical CSR form (sorted indices, duplicates summed) under a type-independent 
 so ``csr_matrix`` and ``csr_array`` holding the same data agree.  Containers hash
 their items in order (mappings by sorted key), each item tagged with its type, so
 ``1``, ``1.0``, ``True`` and ``"1"`` never collide.
+
+Callables are identified by what they compute, never by name alone: a module-level
+function by its qualified name and a hash of its source; anything else by a declared
+identity (a ``__vertebrae_identity__()`` method any object may define, or a
+``cache_identity`` string).  What cannot be identified that way (a lambda, a closure, a
+bound method of an opaque object, an estimator with ``random_state=None``, an object
+with no content hash) becomes an :data:`UNIDENTIFIED` marker in the canonical
+document; :func:`identified` finds it, and the run context then keys that object by a
+token unique to it within the run and never reuses its artifacts across runs.
 """
 
 from __future__ import annotations
@@ -15,7 +24,9 @@ import datetime as _dt
 import decimal
 import functools
 import hashlib
+import inspect
 import math
+import types
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -33,10 +44,16 @@ def content_sha256(value: Any) -> str:
     return digest.hexdigest()
 
 
+#: The key :func:`canonical` writes where it met a value whose behaviour it cannot identify.
+UNIDENTIFIED = "__unidentified__"
+
+
 def canonical(value: Any) -> Any:
     """A JSON-safe canonical stand-in for ``value``: arrays become ``{"sha256": ...}`` of their content.
 
-    Used for recipes and parameters, so a key is readable JSON yet content-aware.
+    Used for recipes and parameters, so a key is readable JSON yet content-aware.  A value
+    that cannot be identified across runs becomes ``{UNIDENTIFIED: <its type or name>}``
+    (see :func:`identified`).
     """
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -45,18 +62,86 @@ def canonical(value: Any) -> Any:
     if isinstance(value, (float, np.floating)):
         value = float(value)
         return value if math.isfinite(value) else {"float": repr(value)}
+    if not isinstance(value, type) and callable(getattr(type(value), "__vertebrae_identity__", None)):
+        return {"declared": callable_name(type(value)), "identity": canonical(value.__vertebrae_identity__())}
     if isinstance(value, Mapping):
         return {str(k): canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):
         return [canonical(v) for v in value]
     if hasattr(value, "get_params") and callable(value.get_params):  # a nested scikit-learn estimator
-        return {"estimator": f"{type(value).__module__}.{type(value).__qualname__}",
-                "params": canonical(value.get_params(deep=False))}
+        params = value.get_params(deep=False)
+        document = {"estimator": f"{type(value).__module__}.{type(value).__qualname__}", "params": canonical(params)}
+        if "random_state" in params and params["random_state"] is None:  # unseeded: each fit may differ
+            document[UNIDENTIFIED] = "random_state=None"
+        return document
     if isinstance(value, type):
         return {"type": f"{value.__module__}.{value.__qualname__}"}
     if callable(value):
-        return {"callable": callable_name(value)}
-    return {"content": content_sha256(value)}
+        return _callable(value)
+    try:
+        return {"content": content_sha256(value)}
+    except InputTypeError:
+        return _declared_or_unidentified(value)
+
+
+def identified(document: Any) -> bool:
+    """False when a canonical document holds an :data:`UNIDENTIFIED` marker at any depth."""
+    if isinstance(document, Mapping):
+        return UNIDENTIFIED not in document and all(identified(v) for v in document.values())
+    if isinstance(document, (list, tuple)):
+        return all(identified(v) for v in document)
+    return True
+
+
+def callable_identity(fn: Any, cache_identity: str | None = None) -> Any:
+    """What stands for a wrapper's function in its identity.
+
+    With the wrapper's declared ``cache_identity`` (which vouches for the code) a function
+    that cannot be identified is named instead of marked; otherwise it is :func:`canonical`.
+    """
+    document = canonical(fn)
+    if cache_identity is not None and not identified(document):
+        return {"callable": callable_name(fn)}
+    return document
+
+
+def function_source(fn: Any) -> str | None:
+    """The source of a plain module-level function (or a method of a module-level class), else None.
+
+    Lambdas, closures and nested functions can capture state their source does not show, and a
+    function defined in a REPL has no source to read.
+    """
+    if not (isinstance(fn, types.FunctionType) and fn.__closure__ is None and fn.__name__ != "<lambda>"
+            and "<locals>" not in fn.__qualname__):
+        return None
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+
+
+def source_identity(fn: Any, source: str) -> dict[str, Any]:
+    """A function's qualified name and the SHA-256 of its source."""
+    return {"callable": callable_name(fn), "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
+
+
+def _callable(fn: Any) -> Any:
+    source = function_source(fn)
+    if source is not None:
+        return source_identity(fn, source)
+    if isinstance(fn, functools.partial):
+        return {"partial": canonical(fn.func), "args": canonical(list(fn.args)), "keywords": canonical(fn.keywords)}
+    if isinstance(fn, types.MethodType):  # the method's code and the object it is bound to
+        return {"method": canonical(fn.__func__), "self": canonical(fn.__self__)}
+    return _declared_or_unidentified(fn)
+
+
+def _declared_or_unidentified(value: Any) -> dict[str, Any]:
+    """A declared ``cache_identity`` string, else the :data:`UNIDENTIFIED` marker."""
+    declared = getattr(value, "cache_identity", None)
+    if isinstance(declared, str) and declared.strip():
+        return {"callable": callable_name(value), "cache_identity": declared}
+    return {UNIDENTIFIED: callable_name(value)}
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError, InputTypeError
-from ..fingerprint import content_sha256
+from ..fingerprint import content_sha256, identified
 
 #: Status of an artifact whose inputs cannot be identified across runs.
 BYPASSED_UNSAFE_IDENTITY = "bypassed_unsafe_identity"
@@ -54,8 +54,10 @@ def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any
     """(canonical identity without the name, trusted across runs?) of any extractor.
 
     Extractors may define ``identity()``; otherwise ``recipe()`` minus its ``name``
-    is the identity.  ``cache_eligible = False`` marks an identity that cannot be
-    trusted (e.g. a callable without a declared ``cache_identity``): such an
+    is the identity.  An identity that holds something :func:`canonical` could not
+    identify (a lambda, a closure, an unseeded estimator: see
+    :func:`~vertebrae.fingerprint.identified`), or an extractor with
+    ``cache_eligible = False``, cannot be trusted: such an
     extractor's identity gets ``unsafe_token`` (unique to the object within the run),
     so it never shares a key with another extractor, and the runner never reuses its
     artifacts across runs.  The token is deterministic, so result JSON stays
@@ -63,7 +65,7 @@ def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any
     """
     identity = extractor.identity() if hasattr(extractor, "identity") else dict(extractor.recipe())
     identity = {k: v for k, v in identity.items() if k != "name"}
-    safe = bool(getattr(extractor, "cache_eligible", True))
+    safe = bool(getattr(extractor, "cache_eligible", True)) and identified(identity)
     if not safe:
         identity["unsafe_identity_token"] = unsafe_token
     return identity, safe

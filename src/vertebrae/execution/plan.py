@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..fingerprint import package_version
+from ..fingerprint import identified, package_version
 from ..json_codec import encode
 from .context import Chain, RunContext
 from .registry import pipeline_stages
@@ -89,7 +89,8 @@ def build_plan(pipeline: str, chains: Sequence[Chain], context: RunContext) -> P
             reads = [*definition.reads, *(r for r in definition.optional_reads if r in built)]
             needs = {r: built[r].key for r in reads}
             key = artifact_key(definition.name, key_document(definition, needs, context, chain, config))
-            eligible = (definition.config_safe(context.settings) and all(built[r].cache_eligible for r in reads)
+            eligible = (definition.config_safe(context.settings) and identified(config)
+                        and all(built[r].cache_eligible for r in reads)
                         and all(context.fact(fact, chain).safe for fact in definition.context))
             job = StageJob(definition.name, key, pipeline, context.params(chain), needs, eligible, definition.path)
             built[definition.name] = jobs.setdefault(key, job)

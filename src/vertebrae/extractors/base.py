@@ -4,8 +4,10 @@ An extractor turns a dataset's inputs into an embedding matrix.  ``recipe()`` is
 JSON-safe, human-readable description shown in results.  ``identity()`` (optional;
 ``recipe()`` minus ``name`` when absent) is what keys the embedding artifact, with
 the input content: two extractors with the same identity must produce the same
-embeddings, and the name is a label, never part of it.  ``cache_eligible = False``
-marks an identity that cannot be trusted across runs (a bare callable).
+embeddings, and the name is a label, never part of it.  An identity that holds a
+value :func:`~vertebrae.fingerprint.canonical` cannot identify (a lambda, an unseeded
+estimator), or an extractor with ``cache_eligible = False``, cannot be trusted across
+runs (see :func:`vertebrae.execution.context.extractor_identity`).
 ``supervised = True`` makes the extract stage fit with the targets (and key on them).
 """
 
@@ -19,7 +21,8 @@ import numpy as np
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..fingerprint import callable_name, canonical, check_cache_identity, content_sha256, package_version
+from ..fingerprint import (callable_identity, callable_name, canonical, check_cache_identity, content_sha256,
+                           identified, package_version)
 
 
 @runtime_checkable
@@ -84,9 +87,11 @@ class PrecomputedExtractor:
 class CallableExtractor:
     """Wraps ``fn(X) -> embeddings`` (a model's encode method, a feature function).
 
-    A function's code can change while its name stays, so without a declared
-    ``cache_identity`` (a version string that you change with the function) its
-    embeddings are never reused across runs (``cache_status="bypassed_unsafe_identity"``).
+    A module-level function is identified by its qualified name and source.  Anything
+    else (a lambda, a closure, a bound method) needs a declared ``cache_identity`` (a
+    version string that you change with the function); without one its embeddings are
+    never shared with another extractor nor reused across runs
+    (``cache_status="bypassed_unsafe_identity"``).
     """
 
     def __init__(self, name: str, fn: Callable[[Any], Any], *, params: dict[str, Any] | None = None,
@@ -100,7 +105,7 @@ class CallableExtractor:
 
     @property
     def cache_eligible(self) -> bool:
-        return self.cache_identity is not None
+        return identified(self.identity())
 
     def fit(self, X: Any, y: Any = None) -> "CallableExtractor":
         return self
@@ -112,8 +117,8 @@ class CallableExtractor:
         return {"type": "callable", "name": self.name, "callable": callable_name(self.fn), "params": self.params}
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "callable", "callable": callable_name(self.fn), "params": canonical(self.params),
-                "cache_identity": self.cache_identity}
+        return {"type": "callable", "callable": callable_identity(self.fn, self.cache_identity),
+                "params": canonical(self.params), "cache_identity": self.cache_identity}
 
 
 class SklearnExtractor:
@@ -152,7 +157,11 @@ class SklearnExtractor:
                 "params": {k: _param_text(v) for k, v in sorted(params.items())}}
 
     def identity(self) -> dict[str, Any]:
-        """Estimator class, every parameter by content (nested estimators recursively), scikit-learn's version."""
+        """Estimator class, every parameter by content (nested estimators recursively), scikit-learn's version.
+
+        A function parameter is identified by name and source; a lambda or an unseeded
+        ``random_state=None`` anywhere makes the identity unsafe (never shared, never reused).
+        """
         return {"type": "sklearn", "estimator": canonical(self.estimator), "supervised": self.supervised,
                 "scikit-learn": package_version("scikit-learn")}
 

@@ -9,16 +9,14 @@ loads one), and the *identity of user functions* (collate/output hooks).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 import time
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputTypeError, InputValidationError
-from ..fingerprint import callable_name
+from ..fingerprint import function_source, source_identity
 
 _CHUNK = 1 << 20
 #: A file modified this recently may change again within the timestamp resolution: never memoized (git's rule).
@@ -69,25 +67,17 @@ def check_paths(argument: str, paths: Any, *, where: str) -> tuple[Path, ...]:
 
 
 def function_identity(fn: Callable[..., Any] | None) -> dict[str, Any] | None:
-    """Qualified name plus a hash of the source of a module-level function (``None`` stays ``None``)."""
+    """Qualified name plus a hash of the source of a function (``None`` stays ``None``; no source hashes as "")."""
     if fn is None:
         return None
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        source = ""
-    return {"callable": callable_name(fn), "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
+    return source_identity(fn, function_source(fn) or "")
 
 
 def trusted_function(fn: Callable[..., Any] | None) -> bool:
-    """True for ``None`` and plain module-level functions: their name and source say what they compute.
+    """True for ``None`` and functions :func:`~vertebrae.fingerprint.canonical` identifies by name and source.
 
     Lambdas, closures, nested functions, partials and callable objects can carry state
     a recipe cannot see, so an extractor using one is not cache-eligible unless the
     user declares a ``cache_identity``.
     """
-    if fn is None:
-        return True
-    return (isinstance(fn, types.FunctionType) and fn.__closure__ is None and fn.__name__ != "<lambda>"
-            and "<locals>" not in fn.__qualname__)
-
+    return fn is None or function_source(fn) is not None

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
 from ..extractors.base import PrecomputedExtractor, check_extractor_name
-from ..fingerprint import callable_name, canonical, check_cache_identity, content_sha256
+from ..fingerprint import callable_identity, callable_name, canonical, check_cache_identity, content_sha256, identified
 
 
 @runtime_checkable
@@ -73,8 +73,8 @@ class SharedSpaceExtractor:
 class TwoBranchExtractor:
     """Separate encoders per endpoint: ``query_fn(query_inputs)`` and ``gallery_fn(gallery_inputs)``.
 
-    Like :class:`~vertebrae.extractors.CallableExtractor`, it is reused across runs only
-    with a declared ``cache_identity``.
+    Like :class:`~vertebrae.extractors.CallableExtractor`, module-level functions are
+    identified by name and source; anything else only by a declared ``cache_identity``.
     """
 
     def __init__(self, name: str, query_fn: Callable[[Any], Any], gallery_fn: Callable[[Any], Any], *,
@@ -90,7 +90,7 @@ class TwoBranchExtractor:
 
     @property
     def cache_eligible(self) -> bool:
-        return self.cache_identity is not None
+        return identified(self.identity())
 
     def fit(self, gallery_inputs: Any) -> "TwoBranchExtractor":
         return self
@@ -106,9 +106,9 @@ class TwoBranchExtractor:
                 "gallery_callable": callable_name(self.gallery_fn), "params": self.params}
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "two_branch", "query_callable": callable_name(self.query_fn),
-                "gallery_callable": callable_name(self.gallery_fn), "params": canonical(self.params),
-                "cache_identity": self.cache_identity}
+        return {"type": "two_branch", "query_callable": callable_identity(self.query_fn, self.cache_identity),
+                "gallery_callable": callable_identity(self.gallery_fn, self.cache_identity),
+                "params": canonical(self.params), "cache_identity": self.cache_identity}
 
 
 class PrecomputedPairExtractor:

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
-                           raw_variant_metadata)
+from ..compression import (Compressor, EmbeddingCompressionConfig, attributed, compression_fingerprint,
+                           declares_matryoshka, raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ArtifactIntegrityError, InputValidationError
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact, document_codec
@@ -236,7 +236,7 @@ def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     if job.params["variant"] is None:
         return None
     if "compress" in inputs:
-        return dict(inputs["compress"].compression)
+        return attributed(inputs["compress"].compression, f"extractor {job.params['name']!r}")
     encoded: EncodedEndpoints = inputs["encode"]
     config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
     facts = raw_variant_metadata(encoded.gallery.matrix, config)

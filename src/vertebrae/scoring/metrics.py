@@ -28,7 +28,7 @@ from .._config import check_bool
 from .._sparse import is_sparse, sparse_module
 from ..user_modules import import_user_module
 from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, ScoringWarning, SerializationError
-from ..fingerprint import check_cache_identity
+from ..fingerprint import callable_identity, check_cache_identity, identified
 from ..labels import LabelCatalog, mark
 from .. import json_codec
 from ..targets import TARGET_TYPES, MultiLabelTargets, RegressionTargets, Targets
@@ -147,7 +147,10 @@ class CallableMetric:
     ``fn(embeddings, labels, *, target_metadata=None, groups=None, seed=None, **params)``
     returns ``{"score": float, "diagnostics"?: {...}, "warnings"?: [...], "metadata"?: {...},
     "aggregate_valid"?: bool}``.  ``params`` (JSON-safe) are passed as keyword arguments
-    and, with the name and the function's ``module:qualname``, identify the metric.
+    and, with the name and the function's ``module:qualname``, identify the metric.  Its
+    artifact key also hashes the function's code: a module-level function by its source;
+    anything else only by a declared ``cache_identity`` (without one, the metrics are
+    never reused across runs).
     """
 
     supported_target_types: tuple[str, ...] = TARGET_TYPES
@@ -173,8 +176,12 @@ class CallableMetric:
 
     @property
     def cache_eligible(self) -> bool:
-        """A function's code can change under the same name: only a declared ``cache_identity`` is trusted."""
-        return self.cache_identity is not None
+        """A module-level function is known by its source; anything else only by a declared ``cache_identity``."""
+        return identified(self.code_identity())
+
+    def code_identity(self) -> Any:
+        """What identifies the function's code in the metrics key (see :func:`~vertebrae.fingerprint.canonical`)."""
+        return callable_identity(self.fn, self.cache_identity)
 
     def identity(self) -> dict[str, Any]:
         identity = {"type": "callable", "name": self.name, "callable": _callable_path(self.fn), "params": self.params,
@@ -318,15 +325,27 @@ def metrics_fingerprint(metrics: Sequence[Metric]) -> dict[str, Any]:
 
 
 def metrics_key_fingerprint(metrics: Sequence[Metric]) -> dict[str, Any]:
-    """What the metrics artifact key hashes: each identity, plus a per-position token for a metric whose
-    identity cannot be trusted across runs (``cache_eligible = False``), so two such metrics never share a key."""
-    return {"metrics": [{**m.identity(), **({} if getattr(m, "cache_eligible", True)
-                                            else {"unsafe_identity_token": f"metric-{i}"})}
-                        for i, m in enumerate(metrics)]}
+    """What the metrics artifact key hashes: each identity (a CallableMetric's with its function's code), plus a
+    per-position token for a metric whose identity cannot be trusted across runs, so two such metrics never share
+    a key."""
+    identities = []
+    for i, metric in enumerate(metrics):
+        identity = dict(metric.identity())
+        if isinstance(metric, CallableMetric):
+            identity["code"] = metric.code_identity()
+        if not _metric_safe(metric, identity):
+            identity["unsafe_identity_token"] = f"metric-{i}"
+        identities.append(identity)
+    return {"metrics": identities}
 
 
 def metrics_cache_eligible(metrics: Sequence[Metric]) -> bool:
-    return all(getattr(m, "cache_eligible", True) for m in metrics)
+    return all(_metric_safe(m, m.identity()) for m in metrics)
+
+
+def _metric_safe(metric: Metric, identity: Any) -> bool:
+    """Trusted across runs: not declared ineligible, and nothing in its identity unidentified."""
+    return bool(getattr(metric, "cache_eligible", True)) and identified(identity)
 
 
 # ------------------------------------------------------------------ label boundary
@@ -377,9 +396,13 @@ def metric_inputs(targets: Targets, groups: Any = None) -> tuple[Any, dict[str, 
 
 
 # -------------------------------------------------------------------- metrics stage
-def metric_result(metric: Metric, payload: Any, extractor: str) -> MetricResult:
-    """Check one payload against the contract and normalize it into a MetricResult."""
-    where = f"metric {metric.name!r} on extractor {extractor!r}"
+def metric_result(metric: Metric, payload: Any, extractor: str | None = None) -> MetricResult:
+    """Check one payload against the contract and normalize it into a MetricResult.
+
+    Errors name the metric, and the extractor when given (the metrics stage gives none: its
+    artifact is shared by every chain with the same embedding, see :class:`MetricsArtifact`).
+    """
+    where = f"metric {metric.name!r}" + ("" if extractor is None else f" on extractor {extractor!r}")
     if not isinstance(payload, Mapping):
         raise MetricError(f"{where} returned {type(payload).__name__}; a metric returns a mapping such as "
                           "{'score': 0.9, 'diagnostics': {...}}")
@@ -407,31 +430,58 @@ def metric_result(metric: Metric, payload: Any, extractor: str) -> MetricResult:
                         aggregate_valid=bool(metric.aggregate_valid and valid), warnings=list(notes), **extras)
 
 
-def failed_result(metric: Metric, exc: BaseException, extractor: str) -> MetricResult:
-    """A failing metric keeps the run going: its aggregate is invalid and the error is recorded."""
-    error = f"{type(exc).__name__}: {exc}"
+def failed_result(metric: Metric, error: str) -> MetricResult:
+    """A failing metric keeps the run going: its aggregate is invalid and ``error`` is recorded."""
     return MetricResult(name=metric.name, score=None, higher_is_better=metric.higher_is_better, aggregate_valid=False,
-                        error=error, warnings=[f"failed on extractor {extractor!r} ({error}); its aggregate is "
-                                               "invalid, so this metric does not rank that extractor"])
+                        error=error)
 
 
 @dataclasses.dataclass
 class MetricsArtifact:
-    """Output of the metrics stage for one extractor (its timings live beside it, not in it)."""
+    """Output of the metrics stage for one embedding (its timings live beside it, not in it).
+
+    It names no extractor: every chain with the same embedding shares it.  A failure is
+    recorded neutrally and phrased with the extractor's name when a result is assembled
+    (:func:`attributed_results`).
+    """
 
     results: list[MetricResult] = dataclasses.field(default_factory=list)
+    #: Names of the metrics whose payload broke the contract (their error is phrased with the extractor).
+    violations: list[str] = dataclasses.field(default_factory=list)
 
-    def warnings(self) -> list[str]:
-        return [f"metric {r.name!r}: {w}" for r in self.results for w in r.warnings]
+
+def attributed_results(artifact: MetricsArtifact, extractor: str) -> list[MetricResult]:
+    """The metrics of one result: failures phrased with ``extractor`` (warned as ScoringWarnings, like every
+    metric warning)."""
+    results = []
+    for result in artifact.results:
+        if result.error is not None:
+            error = result.error
+            if result.name in artifact.violations:  # "MetricError: metric 'm' <problem>" names the extractor too
+                head = f"{MetricError.__name__}: metric {result.name!r}"
+                error = f"{head} on extractor {extractor!r}{error[len(head):]}"
+            note = (f"failed on extractor {extractor!r} ({error}); its aggregate is invalid, so this metric does not "
+                    "rank that extractor")
+            result = dataclasses.replace(result, error=error, warnings=[*result.warnings, note])
+        results.append(result)
+    for note in metric_warnings(results):
+        warnings.warn(note, ScoringWarning, stacklevel=2)
+    return results
+
+
+def metric_warnings(results: Sequence[MetricResult]) -> list[str]:
+    """Every metric warning as a result lists it: ``metric '<name>': <warning>``."""
+    return [f"metric {r.name!r}: {w}" for r in results for w in r.warnings]
 
 
 def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, groups: Any, *, seed: int,
-                extractor: str, timings: dict[str, float] | None = None) -> MetricsArtifact:
-    """Run every custom metric on one extractor's evaluated embeddings (the extractor output).
+                timings: dict[str, float] | None = None) -> MetricsArtifact:
+    """Run every custom metric on one evaluated embedding matrix.
 
     ``seed`` is the seed the overlap score used.  A metric that raises or breaks the
-    payload contract becomes an invalid aggregate with ``error`` set, plus a warning.
-    ``timings`` receives ``metric.<name>`` seconds per metric.
+    payload contract becomes an invalid aggregate with ``error`` set (phrased with the
+    extractor by :func:`attributed_results`).  ``timings`` receives ``metric.<name>``
+    seconds per metric.
     """
     labels, target_metadata, group_keys = metric_inputs(targets, groups)
     matrix = _read_only(embeddings)
@@ -441,12 +491,16 @@ def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, gr
         try:
             payload = metric(matrix, labels, target_metadata=copy.deepcopy(target_metadata), groups=group_keys,
                              seed=seed)
-            result = metric_result(metric, payload, extractor)
         except Exception as exc:  # a metric is user code: keep the other metrics and extractors
-            result = failed_result(metric, exc, extractor)
+            result = failed_result(metric, f"{type(exc).__name__}: {exc}")
+        else:
+            try:
+                result = metric_result(metric, payload)
+            except Exception as exc:  # a payload that breaks the contract (MetricError), or cannot be inspected
+                result = failed_result(metric, f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, MetricError):
+                    artifact.violations.append(metric.name)
         if timings is not None:
             timings[f"metric.{metric.name}"] = time.perf_counter() - start
         artifact.results.append(result)
-    for note in artifact.warnings():
-        warnings.warn(note, ScoringWarning, stacklevel=2)
     return artifact

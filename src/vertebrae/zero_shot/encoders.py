@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
 from ..extractors.base import check_cache_identity, check_extractor_name
-from ..fingerprint import callable_name, canonical, content_sha256
+from ..fingerprint import callable_name, canonical, content_sha256, identified
 
 DEFAULT_MODALITIES = {"samples": "unknown", "prompts": "text"}
 
@@ -52,8 +52,9 @@ class TextEncoder:
     """A text model used for both branches: ``model.encode(list_of_texts, **encode_kwargs)``.
 
     Its code and weights cannot be fingerprinted here, so without a declared
-    ``cache_identity`` (a string you change with the model) its embeddings are never
-    reused across runs.
+    ``cache_identity`` (a string you change with the model) or a
+    ``__vertebrae_identity__()`` method on the model, its embeddings are never shared
+    with another encoder nor reused across runs.
     """
 
     modalities = {"samples": "text", "prompts": "text"}
@@ -70,7 +71,7 @@ class TextEncoder:
 
     @property
     def cache_eligible(self) -> bool:
-        return self.cache_identity is not None
+        return identified(self.identity())
 
     def encode_samples(self, inputs: Any) -> Any:
         return self.model.encode(list(inputs), **self.encode_kwargs)
@@ -83,8 +84,9 @@ class TextEncoder:
                 "encode_kwargs": canonical(self.encode_kwargs)}
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "text_encoder", "model": callable_name(type(self.model)),
-                "encode_kwargs": canonical(self.encode_kwargs), "cache_identity": self.cache_identity}
+        model = {"callable": callable_name(type(self.model))} if self.cache_identity else canonical(self.model)
+        return {"type": "text_encoder", "model": model, "encode_kwargs": canonical(self.encode_kwargs),
+                "cache_identity": self.cache_identity}
 
 
 class ExtractorEncoder:

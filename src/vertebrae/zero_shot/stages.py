@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
-                           raw_variant_metadata)
+from ..compression import (Compressor, EmbeddingCompressionConfig, attributed, compression_fingerprint,
+                           declares_matryoshka, raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ArtifactIntegrityError, ExtractorError, InputValidationError, ScoringWarning
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact
@@ -265,7 +265,7 @@ def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     if job.params["variant"] is None:
         return None
     if "compress" in inputs:
-        facts = dict(inputs["compress"].compression)
+        facts = attributed(inputs["compress"].compression, f"encoder {job.params['parent']!r}")
     else:  # the `none` variant: both branches evaluated as encoded
         config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
         samples, prompts = inputs["encode_samples"].matrix, inputs["encode_prompts"].matrix
