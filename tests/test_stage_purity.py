@@ -15,7 +15,10 @@ outputs, a supervised extractor).  It then compares each job's encoded artifact 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
+import pickle
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,8 +36,8 @@ from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdent
                        RetrievalDataset, SeparatixConfig, SklearnExtractor, StabilityConfig, ZeroShotBenchmark,
                        ZeroShotDataset)
 from vertebrae.artifacts.codecs import encode_artifact
-from vertebrae.execution import caching, registry
-from vertebrae.execution.local import run_job
+from vertebrae.execution import registry
+from vertebrae.execution.jobs import run_job
 from vertebrae.fingerprint import content_sha256
 from vertebrae.views import TargetView, TargetViewConfig
 
@@ -54,7 +57,15 @@ def encoded(pipeline: str, stage: str, artifact: Any) -> Any:
     stages) has no stored form, so its artifact is compared by a canonical hash of its
     whole content instead (:func:`content_digest`): every dataclass field, array and value.
     """
-    codec = caching.CODECS.get((pipeline, stage))
+    codec = registry.get_stage(pipeline, stage).codec
+    if codec is None and stage == "fit":
+        # A fitted model object (zero-shot), never stored: its pickled state, minus the wrapper's display name
+        # (a label on the object the user passed, not something the fit computed).
+        state = copy.deepcopy(artifact)
+        for obj in (state, getattr(state, "extractor", None)):
+            if obj is not None and hasattr(obj, "name"):
+                obj.name = ""
+        return hashlib.sha256(pickle.dumps(state)).hexdigest()
     if codec is None:
         return content_digest(artifact)
     return encode_artifact(codec.encode(artifact))

@@ -69,7 +69,7 @@ def test_one_fit_per_encoder_is_what_both_branch_jobs_read():
     assert "fit" in result["proj"].runtime
 
 
-@pytest.mark.xfail(strict=True, reason="needs honest fingerprints (h-fp)")
+
 def test_the_unseeded_projection_is_never_cache_eligible():
     benchmark = ZeroShotBenchmark(text_dataset(), unseeded_projections()[:1], config=ZeroShotConfig(top_k=(1, 2)),
                                   progress=False)
