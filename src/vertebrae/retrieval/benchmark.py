@@ -119,8 +119,12 @@ class RetrievalBenchmark:
                 warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
             entry.artifact_keys = dict(keys)
             entry.runtime = _runtime(keys, outcome)
-            if entry.embeddings:
-                entry.embeddings = _with_cache_facts(entry.embeddings, keys["encode"], plan, outcome, self.cache)
+            if entry.embedding:
+                entry.embedding = _with_cache_facts(entry.embedding, keys["encode"], plan, outcome, self.cache)
+                if entry.compression is not None:  # a derived artifact keeps its source's cache facts
+                    source = entry.embedding["gallery"]
+                    entry.compression = {**entry.compression, "cache_eligible": source["cache_eligible"],
+                                         "cache_status": source["cache_status"]}
             profiling = self.settings.resource_profiling
             if profiling is not None and profiling.enabled and entry.error is None:
                 entry.resource_profile = _endpoint_profiles(entry, keys, outcome)
@@ -167,10 +171,10 @@ def _endpoint_profiles(entry: RetrievalEntry, keys: dict[str, str], outcome: Any
     """``{"query": profile, "gallery": profile}``: each endpoint's encode measurements plus its embedding bytes."""
     measured = outcome.timings.get(keys["encode"], {}).get(PROFILE_KEY) or {}
     status = outcome.statuses.get(keys["encode"], "disabled")
-    compression = entry.embeddings.get("compression")
+    compression = entry.compression
     profiles = {}
     for side in ("query", "gallery"):
-        evaluated = entry.embeddings[side].get("logical_bytes")
+        evaluated = entry.embedding[side].get("logical_bytes")
         raw = evaluated if compression is None else compression["footprint"][side].get("raw_bytes")
         profiles[side] = chain_profile(measured.get(side), status, raw, evaluated)
     return profiles
