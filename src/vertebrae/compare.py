@@ -37,7 +37,7 @@ def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """name -> rank, primary score, direction, stability interval and per-class scores, in ranking order (ranked
-    results first, under the one tie rule of ``result_protocol.rank``; then the unranked in input order)."""
+    results first, under the one tie rule of ``result_protocol.rank_results``; then the unranked in input order)."""
     from .results import result_from_dict
 
     result = result_from_dict(data)

@@ -2,7 +2,7 @@
 
 Labeled-data (``ExtractorResult``), retrieval (``RetrievalEntry``) and zero-shot
 (``ZeroShotExtractorResult``) results derive from :class:`ChainResult`, so the same
-names mean the same thing in every family, and :func:`rank` is the only place a
+names mean the same thing in every family, and :func:`rank_results` is the only place a
 ranking and its ranks are decided (``ranked_results()``, DataFrames, reports and
 ``vertebrae compare`` all use it).  See docs/results.md ("One result protocol").
 """
@@ -22,8 +22,6 @@ PROTOCOL_FIELDS = ("name", "primary_metric_name", "primary_score", "higher_is_be
 PROTOCOL_COLUMNS = ("rank", "extractor", "primary_metric", "primary_score", "aggregate_valid", "warnings",
                     "compression_variant", "compression_method", "compression_requested_dim",
                     "compression_output_dim", "compression_applied", "raw_bytes_per_row", "evaluated_bytes_per_row")
-TIE_RULE = ("competition ranking: results with exactly equal primary scores share the better (lower) rank and the "
-            "next rank skips (1, 1, 3); within a tie the input order is kept")
 
 
 class ChainResult:
@@ -66,17 +64,18 @@ R = TypeVar("R", bound=ChainResult)
 
 
 class Ranked(NamedTuple):
-    """One ranked result and its rank under :data:`TIE_RULE`."""
+    """One ranked result and its rank (see :func:`rank_results`)."""
 
     rank: int
     result: Any
 
 
-def rank(results: Iterable[R]) -> list[Ranked]:
-    """Valid results best-first in their primary metric's direction, with ranks under :data:`TIE_RULE`.
+def rank_results(results: Iterable[R]) -> list[Ranked]:
+    """Valid results best-first in their primary metric's direction, with their ranks.
 
-    Invalid results are left out (never ranked with a fallback).  The sort is stable, so a tie
-    keeps input order, and tied scores share the rank of the first of them.
+    The one tie rule is competition ranking: results with exactly equal primary scores share
+    the better (lower) rank and the next rank skips (1, 1, 3); within a tie the input order is
+    kept (the sort is stable).  Invalid results are left out (never ranked with a fallback).
     """
     ordered = sorted((r for r in results if r.aggregate_valid),
                      key=lambda r: -r.primary_score if r.higher_is_better else r.primary_score)

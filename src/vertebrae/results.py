@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError, SerializationError
-from .result_protocol import ChainResult, Ranked, check_header, rank, reading
+from .result_protocol import ChainResult, Ranked, check_header, rank_results, reading
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
@@ -100,8 +100,8 @@ class ResultFamily:
     extractor_results: list[Any]
 
     def ranking(self) -> list[Ranked]:
-        """``(rank, result)`` of every valid result, best first, under the one tie rule (``result_protocol.rank``)."""
-        return rank(self.extractor_results)
+        """``(rank, result)`` of every valid result, best first, under the one tie rule (``rank_results``)."""
+        return rank_results(self.extractor_results)
 
     def ranked_results(self) -> list[Any]:
         """Valid results best-first by the primary metric in its direction; ties keep input order."""
@@ -373,14 +373,14 @@ class BenchmarkResult(ResultFamily):
 
         Invalid aggregates are omitted; if every aggregate is invalid the ranking is
         empty (never filled with a fallback).  Ties follow the one tie rule (shared rank,
-        input order; see ``result_protocol.TIE_RULE``).  A view is a different task, so views
+        input order; see ``result_protocol.rank_results``).  A view is a different task, so views
         are never ranked against each other: ``view=`` gives one view's ranking, and without
         it the per-view rankings (each starting at rank 1) follow each other in view order.
         """
         if view is not None and view not in self.views():
             raise KeyError(f"no view {view!r} in this result; views: {self.views()}")
         return [ranked for task in ([view] if view is not None else self.views())
-                for ranked in rank(r for r in self.extractor_results if r.view == task)]
+                for ranked in rank_results(r for r in self.extractor_results if r.view == task)]
 
     def ranked_results(self, view: str | None = None) -> list[ExtractorResult]:
         """Valid results best-first by the primary metric (see :meth:`ranking`), optionally of one view."""
