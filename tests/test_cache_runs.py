@@ -413,17 +413,17 @@ def test_retrieval_reuses_encodings(tmp_path):
     refuse.clear()
     assert len(calls) == 2  # queries and gallery, once
     for side in ("query", "gallery"):
-        assert cold.entries[0].embeddings[side]["cache_status"] == "miss"
-        assert warm.entries[0].embeddings[side]["cache_status"] == "hit"
-        assert warm.entries[0].embeddings[side]["footprint"] == cold.entries[0].embeddings[side]["footprint"]
-    assert cold.entries[0].embeddings["query"]["footprint"]["raw"]["persisted_bytes"] == 10 * 8 * 8 + 128
+        assert cold.entries[0].embedding[side]["cache_status"] == "miss"
+        assert warm.entries[0].embedding[side]["cache_status"] == "hit"
+        assert warm.entries[0].embedding[side]["footprint"] == cold.entries[0].embedding[side]["footprint"]
+    assert cold.entries[0].embedding["query"]["footprint"]["raw"]["persisted_bytes"] == 10 * 8 * 8 + 128
     assert warm.entries[0].runtime["encode_queries"] == "not_measured_cache_hit"
     assert warm.entries[0].primary_score == cold.entries[0].primary_score
     assert warm.entries[0].forward == cold.entries[0].forward
     assert warm.protocol["cache"]["mode"] == "read_write"
     unsafe = RetrievalBenchmark(data, [TwoBranchExtractor("dual", encode, encode)], cache_config=config,
                                 progress=False).run()
-    assert unsafe.entries[0].embeddings["query"]["cache_status"] == "bypassed_unsafe_identity"
+    assert unsafe.entries[0].embedding["query"]["cache_status"] == "bypassed_unsafe_identity"
 
 
 def test_compressed_variants_reuse_the_cached_raw_embedding_and_keep_its_status(data, tmp_path):

@@ -129,3 +129,18 @@ def test_retrieval_results_compare():
     assert row["delta"] == pytest.approx(bad["own"].primary_score - good["own"].primary_score)
     assert row["regressed"] == (row["delta"] < 0) and row["interval_a"] is None
     assert comparison["class_regressions"] == []
+
+
+def test_compare_ranks_by_the_shared_tie_rule_not_by_position():
+    dataset = BenchmarkDataset.from_embeddings(X, Y, identity=IDENTITY)
+
+    def scored(b: np.ndarray, a: np.ndarray):
+        return Benchmark(dataset, [PrecomputedExtractor("b", b), PrecomputedExtractor("a", a)],
+                         scoring_config=OverlapScoringConfig(k=3), progress=False).run().serialized()
+
+    tie, split = scored(X, X.copy()), scored(degraded(6.0), X)
+    comparison = compare_results(tie, split)
+    rows = [(c["extractor"], c["rank_a"], c["rank_b"]) for c in comparison["candidates"]]
+    assert rows == [("a", 1, 1), ("b", 1, 2)]  # in B's ranking order; the tie in A shares rank 1
+    assert comparison["top_a"] == "b" and comparison["top_b"] == "a"  # a tie's top is its first in input order
+    assert comparison["regressed"] == ["b"]

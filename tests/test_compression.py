@@ -392,12 +392,12 @@ def test_retrieval_fits_on_the_gallery_and_applies_to_the_queries():
                                        retrieval_config=config, progress=False).run()
     entry = result["raw+pca3"]
     assert entry.forward.metrics == reference["ref"].forward.metrics
-    facts = entry.embeddings["compression"]
+    facts = entry.compression
     assert facts["fitted_on"] == "gallery" and facts["output_dim"] == 3
     assert facts["footprint"]["gallery"]["evaluated_bytes"] == 40 * 3 * 8
     assert facts["footprint"]["query"]["raw_bytes"] == 10 * 8 * 8
     assert entry.recipe == result["raw"].recipe
-    assert result["raw"].embeddings["compression"]["method"] == "none"
+    assert result["raw"].compression["method"] == "none"
 
 
 def test_retrieval_paired_compression_rejects_endpoints_of_different_widths_before_fitting():

@@ -1,4 +1,5 @@
-"""One result family: shared vocabulary, deprecated aliases, path-aware load errors, compact reprs."""
+"""One result family: the shared protocol of all three families (vocabulary, validity, embedding, compression,
+runtime, artifact keys, error), the one tie rule, deprecated aliases, path-aware load errors, compact reprs."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import warnings
 import numpy as np
 import pytest
 
-from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, DatasetIdentity, OverlapScoringConfig,
-                       RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig, RetrievalDataset,
-                       SerializationError, StabilityConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, DatasetIdentity, EmbeddingCompressionConfig,
+                       ExtractorResult, OverlapScoringConfig, PrecomputedZeroShotEncoder, RetrievalBenchmark,
+                       RetrievalBenchmarkResult, RetrievalConfig, RetrievalDataset, SerializationError,
+                       StabilityConfig, ZeroShotBenchmark, ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
+from vertebrae.compare import compare_results
 from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
+from vertebrae.reports.reading import benchmark_answer, benchmark_ranking
+from vertebrae.result_protocol import PROTOCOL_COLUMNS, PROTOCOL_FIELDS, ChainResult
 from vertebrae.results import load_result, result_from_dict
-from vertebrae.retrieval import PrecomputedPairExtractor
+from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalEntry
+from vertebrae.zero_shot import ZeroShotExtractorResult
 
 from .conftest import gaussian_classes
 
@@ -50,20 +56,59 @@ def retrieval_result() -> RetrievalBenchmarkResult:
             cutoffs=[1, 5]), progress=False).run()
 
 
-@pytest.fixture(params=["benchmark", "retrieval"])
-def any_result(request, benchmark_result, retrieval_result):
-    return benchmark_result if request.param == "benchmark" else retrieval_result
+def zero_shot_dataset() -> tuple[ZeroShotDataset, np.ndarray, np.ndarray]:
+    """Gaussian classes with one prompt per class; the class means are the right prompt embeddings."""
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=3)
+    source = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+    prototypes = np.stack([X[y == c].mean(axis=0) for c in range(3)])
+    return ZeroShotDataset.from_prompts(source, {0: "zero", 1: "one", 2: "two"}), X, prototypes
+
+
+def run_zero_shot(encoders, **kwargs) -> ZeroShotBenchmarkResult:
+    dataset = zero_shot_dataset()[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ZeroShotBenchmark(dataset, encoders, config=ZeroShotConfig(top_k=(1,)), progress=False,
+                                 **kwargs).run()
+
+
+@pytest.fixture(scope="module")
+def zero_shot_result() -> ZeroShotBenchmarkResult:
+    _, X, prototypes = zero_shot_dataset()
+    rng = np.random.default_rng(4)
+    return run_zero_shot([PrecomputedZeroShotEncoder("clean", X, prototypes),
+                          PrecomputedZeroShotEncoder("noisy", X + rng.normal(0, 3, X.shape), prototypes),
+                          PrecomputedZeroShotEncoder("noisier", X + rng.normal(0, 8, X.shape), prototypes)])
+
+
+FAMILIES = ["benchmark", "retrieval", "zero_shot"]
+
+
+@pytest.fixture(params=FAMILIES)
+def any_result(request, benchmark_result, retrieval_result, zero_shot_result):
+    return {"benchmark": benchmark_result, "retrieval": retrieval_result, "zero_shot": zero_shot_result}[request.param]
 
 
 def test_every_result_type_shares_the_vocabulary(any_result, tmp_path):
-    for r in any_result.extractor_results:
+    data = json.loads(any_result.to_json())
+    for r, serialized in zip(any_result.extractor_results, data["extractor_results"]):
+        assert isinstance(r, ChainResult) and all(hasattr(r, field) for field in PROTOCOL_FIELDS)
         assert isinstance(r.name, str) and isinstance(r.primary_metric_name, str) and r.primary_metric_name
-        assert isinstance(r.primary_score, float) and isinstance(r.artifact_keys, dict)
+        assert isinstance(r.primary_score, float) and isinstance(r.artifact_keys, dict) and r.artifact_keys
+        assert r.aggregate_valid is True and r.higher_is_better is True and r.error is None
+        assert r.compression is None  # no compression variants in these runs
+        assert r.runtime and data["timing"]["runtime"][r.name] == r.runtime  # runtime lives in the timing section
+        assert serialized["embedding"] == r.embedding and r.embedding  # one key for the embedding metadata
+        assert {"name", "primary_score", "artifact_keys", "embedding"} <= set(serialized)
+        assert not {"embeddings", "runtime", "error", "compression", "valid"} & set(serialized)  # unset: not written
     ranked = any_result.ranked_results()
     assert [r.primary_score for r in ranked] == sorted((r.primary_score for r in ranked), reverse=True)
     assert any_result[ranked[0].name] is ranked[0]
     frame = any_result.to_dataframe(include_invalid=True)
     assert list(frame["extractor"]) == [r.name for r in ranked]
+    assert set(PROTOCOL_COLUMNS) <= set(frame.columns) and frame["aggregate_valid"].all()
+    assert any(column.startswith("runtime.") for column in frame.columns)
+    assert frame["compression_method"].isna().all()
     loaded = type(any_result).load(any_result.save_json(tmp_path / "r.json"))
     assert loaded.to_json() == any_result.to_json()
     assert load_result(tmp_path / "r.json").to_json() == any_result.to_json()
@@ -78,6 +123,144 @@ def test_quality_cohort_is_within_the_tolerance_of_the_best(any_result):
     assert len(any_result.quality_cohort(gap + 1e-9)) >= 2
     with pytest.raises(ValueError, match="tolerance must be >= 0"):
         any_result.quality_cohort(-1)
+
+
+def failed_like(result, name: str):
+    """A failed per-chain result of ``result``'s family (each front door builds one with ``failed``)."""
+    error = {"stage": "extract", "type": "RuntimeError", "message": "boom", "extractor": name}
+    if isinstance(result, BenchmarkResult):
+        return ExtractorResult.failed(name, "overlap", error, artifact_keys={"extract": "extract/x"})
+    if isinstance(result, RetrievalBenchmarkResult):
+        entry = RetrievalEntry.failed(name, {"type": "precomputed"}, error)
+        entry.artifact_keys = {"encode": "encode/x"}
+        return entry
+    return ZeroShotExtractorResult.failed(name, {"type": "precomputed"}, result.primary_metric_name, error,
+                                          artifact_keys={"encode_samples": "encode_samples/x"})
+
+
+def test_a_failed_chain_is_invalid_unranked_and_keeps_its_error_in_every_family(any_result):
+    edited = copy.deepcopy(any_result)
+    edited.extractor_results.append(failed_like(any_result, "broken"))
+    loaded = type(any_result).from_json(edited.to_json())
+    broken = loaded["broken"]
+    assert broken.aggregate_valid is False and broken.primary_score is None
+    assert broken.error["message"] == "boom" and broken.artifact_keys == edited["broken"].artifact_keys
+    assert "broken" not in [r.name for r in loaded.ranked_results()]
+    assert json.loads(edited.to_json())["extractor_results"][-1]["error"]["type"] == "RuntimeError"
+    frame = loaded.to_dataframe(include_invalid=True).set_index("extractor")
+    assert frame.loc["broken", "aggregate_valid"] == False  # noqa: E712 (a NumPy bool)
+    assert frame["rank"].isna().tolist() == [False] * (len(frame) - 1) + [True]
+    assert "broken" not in set(loaded.to_dataframe()["extractor"])
+
+
+def compressed(family: str):
+    """A run of ``family`` with a raw and a PCA variant of one embedding."""
+    variants = [EmbeddingCompressionConfig(), EmbeddingCompressionConfig(method="pca", n_components=2)]
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if family == "benchmark":
+            dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+            return Benchmark(dataset, [PrecomputedExtractor("e", X)], compression=variants, progress=False).run()
+        if family == "retrieval":
+            ds = RetrievalDataset.from_embeddings(X[:10], X, relevance=[(i, i, 1) for i in range(10)],
+                                                  identity=IDENTITY)
+            return RetrievalBenchmark(ds, [PrecomputedExtractor("e")], retrieval_config=RetrievalConfig(
+                cutoffs=[1]), compression=variants, progress=False).run()
+    _, X, prototypes = zero_shot_dataset()
+    return run_zero_shot([PrecomputedZeroShotEncoder("e", X, prototypes)], compression=variants)
+
+
+#: The endpoint / branch whose footprint a family's DataFrame shows (the side a variant is fitted on).
+FITTED_SIDE = {"benchmark": None, "retrieval": "gallery", "zero_shot": "samples"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compression_metadata_has_one_key_and_the_same_columns_in_every_family(family):
+    result = compressed(family)
+    data = json.loads(result.to_json())
+    frame = result.to_dataframe().set_index("extractor")
+    assert len(frame) == 2 and "e+pca2" in frame.index
+    for r, serialized in zip(result.extractor_results, data["extractor_results"]):
+        assert serialized["compression"] == r.compression and r.compression["method"] in ("none", "pca")
+        assert "compression" not in r.embedding  # compression facts are never inside the embedding metadata
+        footprint = r.compression["footprint"]
+        footprint = footprint if FITTED_SIDE[family] is None else footprint[FITTED_SIDE[family]]
+        assert frame.loc[r.name, "compression_method"] == r.compression["method"]
+        assert frame.loc[r.name, "evaluated_bytes_per_row"] == footprint["evaluated_bytes_per_row"]
+    assert frame.loc["e+pca2", "compression_output_dim"] == 2
+    assert type(result).from_json(result.to_json()).to_json() == result.to_json()
+
+
+def test_retrieval_schema_2_files_with_embeddings_still_load():
+    result = compressed("retrieval")
+    data = json.loads(result.to_json())
+    data["schema_version"] = 2
+    for entry in data["extractor_results"]:
+        entry["embeddings"] = {**entry.pop("embedding"), "compression": entry.pop("compression")}
+    loaded = RetrievalBenchmarkResult.from_dict(data)
+    assert loaded.to_json() == result.to_json()
+    assert loaded.to_markdown() == result.to_markdown()
+
+
+def test_one_validity_spelling(zero_shot_result, retrieval_result):
+    r = zero_shot_result.extractor_results[0]
+    with pytest.warns(DeprecationWarning, match="ZeroShotExtractorResult.valid is deprecated; use .aggregate_valid"):
+        assert r.valid is r.aggregate_valid is True
+    entry = retrieval_result.extractor_results[0]
+    with pytest.warns(DeprecationWarning, match="RetrievalEntry.embeddings is deprecated; use .embedding"):
+        assert entry.embeddings is entry.embedding
+
+
+def tied(family: str):
+    """Two candidates with exactly equal primary scores, declared as "b" before "a" (name order is the reverse)."""
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=3)
+    if family == "benchmark":
+        dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+        return Benchmark(dataset, [PrecomputedExtractor("b", X), PrecomputedExtractor("a", X.copy()),
+                                   noisy("c", X, 8.0, 1)], scoring_config=OverlapScoringConfig(k=3),
+                         progress=False).run()
+    if family == "retrieval":
+        rng = np.random.default_rng(0)
+        queries, gallery = rng.normal(size=(8, 5)), rng.normal(size=(20, 5))
+        gallery[:8] = queries + 0.3 * rng.normal(size=(8, 5))
+        ds = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(8)],
+                                              identity=IDENTITY)
+        extractors = [PrecomputedPairExtractor("b", queries, gallery), PrecomputedPairExtractor("a", queries, gallery),
+                      PrecomputedPairExtractor("c", rng.normal(size=(8, 5)), rng.normal(size=(20, 5)))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return RetrievalBenchmark(ds, extractors, retrieval_config=RetrievalConfig(cutoffs=[1]),
+                                      progress=False).run()
+    _, X, prototypes = zero_shot_dataset()
+    return run_zero_shot([PrecomputedZeroShotEncoder("b", X, prototypes),
+                          PrecomputedZeroShotEncoder("a", X, prototypes),
+                          PrecomputedZeroShotEncoder("c", X, prototypes[::-1].copy())])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ties_share_the_better_rank_in_input_order_everywhere(family):
+    result = tied(family)
+    assert result["a"].primary_score == result["b"].primary_score > result["c"].primary_score
+    assert [(r.rank, r.result.name) for r in result.ranking()] == [(1, "b"), (1, "a"), (3, "c")]
+    assert [r.name for r in result.ranked_results()] == ["b", "a", "c"]
+    assert result.to_dataframe()[["rank", "extractor"]].values.tolist() == [[1, "b"], [1, "a"], [3, "c"]]
+    assert repr(result).splitlines()[1:4] == [
+        f"  {rank}. {name}: {result[name].primary_score:.4f}" + ("" if family != "benchmark" else
+                                                                  f" ({result[name].recommendation})")
+        for rank, name in [(1, "b"), (1, "a"), (3, "c")]]
+    markdown = result.to_markdown()
+    assert markdown.index("| 1 | b |") < markdown.index("| 1 | a |") < markdown.index("| 3 | c |")
+    comparison = compare_results(result.serialized(), result.serialized())
+    assert [(c["extractor"], c["rank_a"], c["rank_b"]) for c in comparison["candidates"]] == [
+        ("b", 1, 1), ("a", 1, 1), ("c", 3, 3)]
+    assert comparison["top_a"] == comparison["top_b"] == "b"  # the first of the tie, not the first by name
+
+
+def test_benchmark_report_tables_use_the_shared_ranks():
+    data = tied("benchmark").serialized()
+    assert [row[:2] for row in benchmark_answer(data)["rows"]] == [[1, "b"], [1, "a"], [3, "c"]]
+    assert [row[:2] for row in benchmark_ranking(data)["rows"]] == [[1, "b"], [1, "a"], [3, "c"]]
 
 
 def test_old_names_are_deprecated_aliases(retrieval_result):

@@ -118,10 +118,10 @@ def test_text_retrieval_with_sparse_tfidf_and_a_callable_extractor():
     lsa = SklearnExtractor("lsa", _pipeline())
     lengths = CallableExtractor("length", lambda texts: np.array([[len(t), 1.0] for t in texts]))
     result = run(data, [tfidf, lsa, lengths])
-    assert result["tfidf"].embeddings["gallery"]["sparse"] is True
+    assert result["tfidf"].embedding["gallery"]["sparse"] is True
     assert result["tfidf"].forward.metrics["mrr"] == 1.0  # every query shares its words only with its document
     assert result.ranked_results()[0].name == "tfidf"
-    assert result["lsa"].embeddings["query"]["embedding_dim"] == 3
+    assert result["lsa"].embedding["query"]["embedding_dim"] == 3
 
 
 def _pipeline():
@@ -134,7 +134,7 @@ def test_endpoint_metadata_is_recorded_separately_per_side():
     queries, gallery, relevance = problem()
     data = RetrievalDataset.from_embeddings(queries, gallery, relevance=relevance, identity=IDENTITY)
     result = run(data, [PrecomputedPairExtractor("mixed", queries.astype(np.float32), gallery)])
-    meta = result["mixed"].embeddings
+    meta = result["mixed"].embedding
     assert meta["query"]["dtype"] == "float32" and meta["gallery"]["dtype"] == "float64"
     assert meta["query"]["n_samples"] == 12 and meta["gallery"]["n_samples"] == 30
     assert set(result["mixed"].runtime) == {"fit", "encode_queries", "encode_gallery", "rank_forward"}

@@ -121,11 +121,12 @@ def test_ranked_results_and_dataframe(result):
     assert row["primary_score"] == pytest.approx((row["forward.ndcg@10"] + row["reverse.ndcg@10"]) / 2)
 
 
-def test_tied_primary_scores_share_a_rank():
+def test_tied_primary_scores_share_a_rank_in_input_order():
     queries, gallery, _ = data()
     tied = run([PrecomputedExtractor("b"), PrecomputedPairExtractor("a", queries * 3, gallery)])  # cosine: same space
+    assert tied["a"].primary_score == tied["b"].primary_score
     assert [row["rank"] for row in tied.rows()] == [1, 1]
-    assert [e.name for e in tied.ranked_results()] == ["a", "b"]
+    assert [e.name for e in tied.ranked_results()] == ["b", "a"]  # the one tie rule: input order, not by name
 
 
 def test_markdown_is_rendered_from_the_serialized_dict(result, tmp_path):

@@ -176,10 +176,7 @@ class Benchmark(FrontDoor):
 
     def complete(self, result: ExtractorResult, chain: Chain, keys: dict[str, str], outcome: RunOutcome,
                  plan: Plan) -> ExtractorResult:
-        """A compressed variant keeps its source extraction's cache facts; Separatix's runtime is its job's; profiles."""
-        facts = {name: result.embedding[name] for name in ("cache_eligible", "cache_status")}
-        if result.compression is not None:
-            result.compression = {**result.compression, **facts}
+        """Separatix's runtime is its job's (beside the artifact, like every runtime); the resource profile."""
         if result.separatix is not None:  # its runtime travels beside the artifact, like every runtime
             result.separatix = dataclasses.replace(result.separatix, runtime_seconds=result.runtime.get("separatix"))
         profiling = self.settings.resource_profiling
@@ -187,7 +184,7 @@ class Benchmark(FrontDoor):
             measured = outcome.timings.get(keys["extract"], {}).get(PROFILE_KEY)
             logical = result.embedding.get("logical_bytes")
             raw = logical if result.compression is None else result.compression.get("footprint", {}).get("raw_bytes")
-            result.resource_profile = chain_profile(measured, facts["cache_status"], raw, logical,
+            result.resource_profile = chain_profile(measured, result.embedding["cache_status"], raw, logical,
                                                     result.embedding.get("footprint"))
         return result
 

@@ -166,7 +166,7 @@ def console_summary(result) -> str:
     metric = ranked[0].primary_metric_name
     headers = ["rank", "extractor", metric, "recommendation"]
     rows = [[str(i), r.name, f"{r.primary_score:.4f}", getattr(r, "recommendation", "–")]
-            for i, r in enumerate(ranked, 1)]
+            for i, r in result.ranking()]
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
     right = {0, 2}  # numbers right-aligned, text left-aligned
 

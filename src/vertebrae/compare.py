@@ -36,14 +36,16 @@ def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """name -> rank, primary score, direction, stability interval and per-class scores."""
+    """name -> rank, primary score, direction, stability interval and per-class scores, in ranking order (ranked
+    results first, under the one tie rule of ``result_protocol.rank_results``; then the unranked in input order)."""
     from .results import result_from_dict
 
     result = result_from_dict(data)
-    ranks = {r.name: i for i, r in enumerate(result.ranked_results(), 1)}
+    ranking = result.ranking()
+    ranks = {r.result.name: r.rank for r in ranking}
     serialized = {r["name"]: r for r in data["extractor_results"]}
     view = {}
-    for r in result.extractor_results:
+    for r in [r.result for r in ranking] + [r for r in result.extractor_results if r.name not in ranks]:
         stability = getattr(r, "stability", None)
         interval = None
         if stability is not None and r.primary_metric_name == "overlap":
@@ -51,10 +53,9 @@ def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         overlap = serialized[r.name].get("overlap") or {}
         labels = overlap.get("labels", {})
         per_class = {labels.get(k, k): v for k, v in (overlap.get("per_class_scores") or {}).items()}
-        primary = getattr(r, "metrics", {}).get(r.primary_metric_name)  # retrieval: always higher-is-better
         view[r.name] = {"rank": ranks.get(r.name), "score": r.primary_score, "interval": interval,
-                        "higher_is_better": True if primary is None else primary.higher_is_better,
-                        "metric": r.primary_metric_name, "per_class": per_class}
+                        "higher_is_better": r.higher_is_better, "metric": r.primary_metric_name,
+                        "per_class": per_class}
     return view
 
 
@@ -96,8 +97,9 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
             if drop > tolerance + 1e-12:
                 class_regressions.append({"extractor": name, "class": label, "score_a": old["per_class"][label],
                                           "score_b": new["per_class"][label], "delta": -drop})
-    rows.sort(key=lambda r: (r["rank_b"] is None, r["rank_b"] or 0, r["extractor"]))
-    top = [min((n for n in view if view[n]["rank"] == 1), default=None) for view in (view_a, view_b)]
+    order_b = {name: i for i, name in enumerate(view_b)}
+    rows.sort(key=lambda r: order_b[r["extractor"]])  # B's ranking order
+    top = [next((n for n in view if view[n]["rank"] == 1), None) for view in (view_a, view_b)]
     return {
         "result_type": "comparison", "compared_type": kinds[0], "names": list(names), "tolerance": float(tolerance),
         "primary_metric": next(iter(view_a.values()), {}).get("metric"),

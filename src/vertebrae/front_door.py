@@ -52,8 +52,8 @@ class FrontDoor:
     final_stage: str = "assemble"
     #: Re-emit each result's warnings as a ScoringWarning naming its chain (for stages that record instead of warn).
     reemit_warnings: bool = False
-    #: The result attribute holding embedding metadata.
-    embedding_field: str = "embedding"
+    #: The embedding a compressed variant is fitted on (its cache facts are the variant's); None: the only one.
+    fitted_branch: str | None = None
 
     dataset: Any
     extractors: list[Any]
@@ -126,21 +126,24 @@ class FrontDoor:
             return self.failed_result(chain, failure.to_dict(chain.parent), dict(keys))
         result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings))
         result.runtime = chain_runtime(keys, plan, outcome)
-        for branch, source in self.embedding_sources(chain).items():
+        sources = self.embedding_sources(chain)
+        for branch, source in sources.items():
             self._add_cache_facts(result, branch, source, keys, plan, outcome)
+        if result.compression is not None:  # a derived artifact keeps its source's cache facts
+            result.compression = {**result.compression,
+                                  **cache_facts(keys[sources[self.fitted_branch].stage], plan, outcome)}
         return self.complete(result, chain, keys, outcome, plan)
 
     def _add_cache_facts(self, result: Any, branch: str | None, source: EmbeddingSource, keys: dict[str, str],
                          plan: Plan, outcome: RunOutcome) -> None:
         """Cache eligibility and status of the job that produced an embedding (and footprints with a cache)."""
         key = keys[source.stage]
-        metadata = getattr(result, self.embedding_field)
-        embedding = metadata if branch is None else metadata[branch]
+        embedding = result.embedding if branch is None else result.embedding[branch]
         updated = {**embedding, **cache_facts(key, plan, outcome)}
         if self.cache is not None:  # raw: the extraction as stored; evaluated: what was scored (a variant's)
             updated["footprint"] = endpoint_footprint(embedding["logical_bytes"], outcome.persisted.get(key),
                                                       source.array)
-        setattr(result, self.embedding_field, updated if branch is None else {**metadata, branch: updated})
+        result.embedding = updated if branch is None else {**result.embedding, branch: updated}
 
     def run_facts(self, started: _dt.datetime) -> dict[str, Any]:
         """When the run started and on what host (the result's ``timing`` section, never compared)."""

@@ -8,16 +8,16 @@ byte-identical for the same inputs and seeds.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import json
 import pathlib
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError, SerializationError
+from .result_protocol import ChainResult, Ranked, check_header, rank_results, reading
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
@@ -48,34 +48,6 @@ def recommendation_label(overlap_score: float, target_type: str = "single_label"
 
 
 # --------------------------------------------------------------------- reading JSON
-@contextlib.contextmanager
-def reading(path: str) -> Iterator[None]:
-    """Turn a missing key or a wrongly typed value inside ``path`` into one SerializationError.
-
-    Every result type loads its JSON through this, so malformed or foreign documents fail
-    with the path inside the document instead of a bare ``KeyError``.
-    """
-    try:
-        yield
-    except SerializationError:
-        raise
-    except KeyError as exc:
-        raise SerializationError(f"{path}: missing key {exc.args[0]!r}; the file is incomplete, edited by hand or "
-                                 "not written by this version of vertebrae") from None
-    except (TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise SerializationError(f"{path}: malformed value ({type(exc).__name__}: {exc})") from None
-
-
-def check_header(data: Any, result_type: str, schema_versions: tuple[int, ...]) -> None:
-    if not isinstance(data, Mapping):
-        raise SerializationError(f"$: not a vertebrae {result_type} result: expected a JSON object, "
-                                 f"got {type(data).__name__}")
-    if data.get("result_type") != result_type or data.get("schema_version") not in schema_versions:
-        raise SerializationError(f"$: not a vertebrae {result_type} result of schema {schema_versions[-1]} "
-                                 f"(result_type={data.get('result_type')!r}, "
-                                 f"schema_version={data.get('schema_version')!r})")
-
-
 def read_json(path: str | pathlib.Path) -> Any:
     """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
     from . import json_codec
@@ -111,19 +83,68 @@ def result_classes() -> dict[str, type["ResultFamily"]]:
     return {"benchmark": BenchmarkResult, "retrieval": RetrievalBenchmarkResult, "zero_shot": ZeroShotBenchmarkResult}
 
 
-class ResultFamily:
-    """What every result type shares: lookup by name, the quality cohort, persistence and reports.
+#: Ranked lines shown by ``repr()`` of a result; the DataFrame shows them all.
+REPR_ROWS = 5
 
-    Subclasses provide ``RESULT_TYPE``, ``extractor_results``, ``ranked_results()``,
-    ``to_dict()`` and ``from_dict()``.  Markdown and HTML are rendered from exactly the
-    JSON ``save_json`` writes, so an archived file regenerates the same report.
+
+class ResultFamily:
+    """What every result type shares: lookup by name, the ranking, the quality cohort, tables, persistence, reports.
+
+    Subclasses provide ``RESULT_TYPE``, ``extractor_results`` (:class:`ChainResult` objects),
+    ``_row()`` (their flat DataFrame row), ``to_dict()`` and ``from_dict()``.  Markdown and
+    HTML are rendered from exactly the JSON ``save_json`` writes, so an archived file
+    regenerates the same report.
     """
 
     RESULT_TYPE: ClassVar[str]
     extractor_results: list[Any]
 
-    def ranked_results(self) -> list[Any]:  # pragma: no cover - every subclass overrides it
+    def ranking(self) -> list[Ranked]:
+        """``(rank, result)`` of every valid result, best first, under the one tie rule (``rank_results``)."""
+        return rank_results(self.extractor_results)
+
+    def ranked_results(self) -> list[Any]:
+        """Valid results best-first by the primary metric in its direction; ties keep input order."""
+        return [ranked.result for ranked in self.ranking()]
+
+    def _row(self, result: Any, rank: int | None) -> dict[str, Any]:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
+
+    def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
+        """One flat dict per result (the DataFrame rows) in ranking order; tied scores share a rank.
+
+        ``include_invalid=True`` appends the results that are not ranked, with rank None.
+        """
+        rows = [self._row(ranked.result, ranked.rank) for ranked in self.ranking()]
+        if include_invalid:
+            rows += [self._row(r, None) for r in self.extractor_results if not r.aggregate_valid]
+        return rows
+
+    def to_dataframe(self, include_invalid: bool = False) -> Any:
+        """A pandas DataFrame of :meth:`rows`, ranked and valid-only unless ``include_invalid=True``.
+
+        With no valid aggregate the default frame is empty (the ranking is unavailable)
+        but keeps the canonical columns, so column access still works.
+        """
+        import pandas as pd
+
+        rows = self.rows(include_invalid)
+        if rows or not self.extractor_results:
+            frame = pd.DataFrame(rows)
+        else:
+            frame = pd.DataFrame(columns=list(self._row(self.extractor_results[0], None)))
+        if "rank" in frame:
+            frame["rank"] = frame["rank"].astype("Int64")
+        return frame
+
+    def _top_lines(self, detail: Any = lambda result: "") -> list[str]:
+        """The first ``REPR_ROWS`` lines of the ranking for ``repr()``: rank, name, primary score and ``detail``."""
+        ranking = self.ranking()
+        lines = [f"  {r.rank}. {r.result.name}: {_score_text(r.result.primary_score)}{detail(r.result)}"
+                 for r in ranking[:REPR_ROWS]]
+        if len(ranking) > REPR_ROWS:
+            lines.append(f"  ... {len(ranking) - REPR_ROWS} more; see to_dataframe()")
+        return lines
 
     def _default_tolerance(self) -> float:
         return 0.0
@@ -226,7 +247,7 @@ OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_
 
 
 @dataclasses.dataclass
-class ExtractorResult:
+class ExtractorResult(ChainResult):
     """Everything measured for one extractor (or one named output of one)."""
 
     name: str
@@ -282,8 +303,13 @@ class ExtractorResult:
                 f"recommendation={self.recommendation!r}, dim={dim}, warnings={len(self.warnings)})")
 
     @property
-    def aggregate_valid(self) -> bool:
-        return self.error is None and self.primary_metric.rankable
+    def higher_is_better(self) -> bool:
+        """The primary metric's declared direction (True for a failed result, which has no metrics)."""
+        metric = self.metrics.get(self.primary_metric_name)
+        return True if metric is None else metric.higher_is_better
+
+    def _primary_aggregate_valid(self) -> bool:
+        return self.primary_metric.rankable
 
     @property
     def stability_position(self) -> dict[str, Any] | None:
@@ -342,22 +368,23 @@ class BenchmarkResult(ResultFamily):
         """The tasks in this result, in order: ``None`` (the dataset's targets) and/or ``target=…``/``level=…``."""
         return list(dict.fromkeys(r.view for r in self.extractor_results))
 
-    def ranked_results(self, view: str | None = None) -> list[ExtractorResult]:
-        """Valid results best-first by the primary metric, respecting its direction.
+    def ranking(self, view: str | None = None) -> list[Ranked]:
+        """``(rank, result)`` of valid results best-first by the primary metric, respecting its direction.
 
         Invalid aggregates are omitted; if every aggregate is invalid the ranking is
-        empty (never filled with a fallback).  Ties keep extractor order.  A view is a
-        different task, so views are never ranked against each other: ``view=`` gives one
-        view's ranking, and without it the per-view rankings follow each other in view order.
+        empty (never filled with a fallback).  Ties follow the one tie rule (shared rank,
+        input order; see ``result_protocol.rank_results``).  A view is a different task, so views
+        are never ranked against each other: ``view=`` gives one view's ranking, and without
+        it the per-view rankings (each starting at rank 1) follow each other in view order.
         """
         if view is not None and view not in self.views():
             raise KeyError(f"no view {view!r} in this result; views: {self.views()}")
-        ranked = []
-        for task in ([view] if view is not None else self.views()):
-            valid = [r for r in self.extractor_results if r.aggregate_valid and r.view == task]
-            ranked += sorted(valid, key=lambda r: -r.primary_score if r.primary_metric.higher_is_better
-                             else r.primary_score)
-        return ranked
+        return [ranked for task in ([view] if view is not None else self.views())
+                for ranked in rank_results(r for r in self.extractor_results if r.view == task)]
+
+    def ranked_results(self, view: str | None = None) -> list[ExtractorResult]:
+        """Valid results best-first by the primary metric (see :meth:`ranking`), optionally of one view."""
+        return [ranked.result for ranked in self.ranking(view)]
 
     @property
     def ranking_stability(self) -> dict[str, Any] | None:
@@ -392,44 +419,19 @@ class BenchmarkResult(ResultFamily):
         return self.metadata.get("quality_tolerance", 0.0)
 
     def __repr__(self) -> str:
-        ranked = self.ranked_results()
         head = (f"BenchmarkResult(dataset={self.dataset_summary.get('name')!r}, "
                 f"target_type={self.dataset_summary.get('target_type')!r}, "
                 f"{len(self.extractor_results)} extractor result(s), ranked by "
                 f"{self.metadata.get('primary_metric', 'overlap')!r})")
-        lines = [f"  {i}. {r.name}: {_score_text(r.primary_score)} ({r.recommendation})"
-                 for i, r in enumerate(ranked[:REPR_ROWS], 1)]
-        if len(ranked) > REPR_ROWS:
-            lines.append(f"  ... {len(ranked) - REPR_ROWS} more; see to_dataframe()")
-        return "\n".join([head, *lines])
+        return "\n".join([head, *self._top_lines(lambda r: f" ({r.recommendation})")])
 
     # -- tabular ---------------------------------------------------------------
-    def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
-        """One flat dict per result (the DataFrame rows), ranked; invalid ones last with rank None."""
-        ranked = self.ranked_results()
-        rank_of = {id(r): i + 1 for view in self.views() for i, r in enumerate(self.ranked_results(view))}
-        chosen = ranked + ([r for r in self.extractor_results if id(r) not in rank_of] if include_invalid else [])
-        structured = {k: self.dataset_summary.get("structure", {}).get(k)  # structured unit outputs only
-                      for k in ("task_family", "alignment_mode", "alignment_recipe")}
-        extra = structured if structured["task_family"] is not None else {}
-        return [{**result_row(r, rank_of.get(id(r))), **extra} for r in chosen]
-
-    def to_dataframe(self, include_invalid: bool = False) -> Any:
-        """A pandas DataFrame, ranked and valid-only unless ``include_invalid=True``.
-
-        With no valid aggregate the default frame is empty (the ranking is unavailable)
-        but keeps the canonical columns, so column access still works.
-        """
-        import pandas as pd
-
-        rows = self.rows(include_invalid)
-        if rows or not self.extractor_results:
-            frame = pd.DataFrame(rows)
-        else:
-            frame = pd.DataFrame(columns=list(result_row(self.extractor_results[0], None)))
-        if "rank" in frame:
-            frame["rank"] = frame["rank"].astype("Int64")
-        return frame
+    def _row(self, result: ExtractorResult, rank: int | None) -> dict[str, Any]:
+        """The canonical row (:func:`result_row`) plus the structure columns of structured unit outputs."""
+        structure = self.dataset_summary.get("structure", {})
+        extra = ({k: structure.get(k) for k in ("task_family", "alignment_mode", "alignment_recipe")}
+                 if structure.get("task_family") is not None else {})
+        return {**result_row(result, rank), **extra}
 
     # -- persistence -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -473,10 +475,6 @@ class BenchmarkResult(ResultFamily):
         with reading("$"):
             return cls(dict(data["dataset_summary"]), results, list(data["recommendations"]), dict(data["metadata"]),
                        timing)
-
-
-#: Ranked lines shown by ``repr()`` of a result; the DataFrame shows them all.
-REPR_ROWS = 5
 
 
 # --------------------------------------------------------------------- timings
@@ -549,7 +547,7 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "embedding_nnz": result.embedding.get("nnz"),
         "warnings": len(result.warnings),
         **_stability_columns(result.stability, None if result.overlap is None else result.overlap.score),
-        **_compression_columns(result.compression),
+        **compression_columns(result.compression),
     }
     for name, metric in result.metrics.items():
         row[f"metric.{name}"] = metric.score
@@ -567,10 +565,16 @@ COMPRESSION_FIELDS = ("variant", "method", "requested_dim", "output_dim", "appli
 FOOTPRINT_FIELDS = ("raw_bytes_per_row", "evaluated_bytes_per_row", "raw_bytes", "evaluated_bytes")
 
 
-def _compression_columns(compression: dict[str, Any] | None) -> dict[str, Any]:
-    """The compression row columns; all None when the benchmark has no compression variants."""
+def compression_columns(compression: dict[str, Any] | None, endpoint: str | None = None) -> dict[str, Any]:
+    """The compression row columns; all None when the benchmark has no compression variants.
+
+    Retrieval and zero-shot footprints are per endpoint or branch: ``endpoint`` picks the one
+    shown (the side the variant is fitted on: ``gallery``, ``samples``).
+    """
     compression = compression or {}
     footprint = compression.get("footprint", {})
+    if endpoint is not None and footprint:
+        footprint = footprint[endpoint]
     return {**{f"compression_{name}": compression.get(name) for name in COMPRESSION_FIELDS},
             **{name: footprint.get(name) for name in FOOTPRINT_FIELDS}}
 

@@ -68,7 +68,7 @@ def benchmark_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     best = ranked[0]
     with_interval = best.primary_metric_name == "overlap"
     rows = []
-    for i, r in enumerate(ranked, 1):
+    for i, r in result.ranking():
         summary = r.stability.summary if r.stability is not None else None
         low, high = (summary.interval_low, summary.interval_high) if summary else (None, None)
         score = score_with_interval(r.primary_score, low, high) if with_interval else r.primary_score

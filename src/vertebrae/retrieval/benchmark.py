@@ -45,7 +45,7 @@ class RetrievalBenchmark(FrontDoor):
     pipeline = "retrieval"
     description = "vertebrae retrieval"
     reemit_warnings = True
-    embedding_field = "embeddings"
+    fitted_branch = "gallery"
 
     def __init__(self, dataset: RetrievalDataset, extractors: Sequence[Any], *,
                  retrieval_config: RetrievalConfig | None = None, on_error: str = "raise",
@@ -147,10 +147,10 @@ def _endpoint_profiles(entry: RetrievalEntry, keys: dict[str, str], outcome: Any
     """``{"query": profile, "gallery": profile}``: each endpoint's encode measurements plus its embedding bytes."""
     measured = outcome.timings.get(keys["encode"], {}).get(PROFILE_KEY) or {}
     status = outcome.statuses.get(keys["encode"], "disabled")
-    compression = entry.embeddings.get("compression")
+    compression = entry.compression
     profiles = {}
     for side in ("query", "gallery"):
-        evaluated = entry.embeddings[side].get("logical_bytes")
+        evaluated = entry.embedding[side].get("logical_bytes")
         raw = evaluated if compression is None else compression["footprint"][side].get("raw_bytes")
         profiles[side] = chain_profile(measured.get(side), status, raw, evaluated)
     return profiles

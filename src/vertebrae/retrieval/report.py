@@ -21,6 +21,7 @@ _DIAGNOSTICS = ("mean_positive_similarity", "mean_negative_similarity", "similar
 def render_markdown(data: Mapping[str, Any]) -> str:
     """Title, ranking, per-cutoff metrics, full-ranking metrics and diagnostics, protocol, extractors, warnings."""
     result = RetrievalBenchmarkResult.from_dict(data)
+    data = result.serialized()  # the current schema, also for an older file
     protocol = data["protocol"]
     directions = [d for d in DIRECTIONS if any(e[d] is not None for e in _scored(data))]
     sections = [f"# vertebrae retrieval report: {text(protocol['identity']['dataset_id'])}\n",
@@ -93,7 +94,7 @@ def _protocol(protocol: Mapping[str, Any]) -> str:
 def _extractors(data: Mapping[str, Any]) -> str:
     rows = []
     for e in _scored(data):
-        q, g = e["embeddings"]["query"], e["embeddings"]["gallery"]
+        q, g = e["embedding"]["query"], e["embedding"]["gallery"]
         rows.append([e["name"], f"{q['embedding_dim']} {q['dtype']}{' sparse' if q['sparse'] else ''}",
                      f"{g['embedding_dim']} {g['dtype']}{' sparse' if g['sparse'] else ''}",
                      json.dumps(e["recipe"], sort_keys=True)])

@@ -14,13 +14,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..errors import InputTypeError, InputValidationError
-from ..results import REPR_ROWS, ResultFamily, check_header, deprecated_alias, reading
+from ..result_protocol import ChainResult, check_header, reading
+from ..results import ResultFamily, compression_columns, deprecated_alias
 from .config import RetrievalConfig
 
-#: Schema 2 names entries ``extractor_results`` with ``name`` (the benchmark vocabulary);
-#: schema 1 files (``entries`` / ``extractor``) still load.
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
+#: Schema 3 follows the result protocol (docs/results.md): each entry's endpoint metadata is ``embedding`` and its
+#: compression variant ``compression`` (schema 2 kept both in ``embeddings``); schema 2 names entries
+#: ``extractor_results`` with ``name``. Schema 1 files (``entries`` / ``extractor``) and schema 2 files still load.
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
 RESULT_TYPE = "retrieval"
 DIRECTIONS = ("forward", "reverse")
 
@@ -41,8 +43,12 @@ class DirectionResult:
         return dataclasses.asdict(self)
 
 
+#: RetrievalEntry fields written to JSON only when they are set.
+OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "compression"})
+
+
 @dataclasses.dataclass
-class RetrievalEntry:
+class RetrievalEntry(ChainResult):
     """Everything measured for one extractor; ``runtime`` is stored in the result's timing section.
 
     ``primary_metric_name`` is filled from the protocol by the owning result;
@@ -54,7 +60,8 @@ class RetrievalEntry:
     primary_score: float | None
     forward: DirectionResult | None
     reverse: DirectionResult | None
-    embeddings: dict[str, dict[str, Any]]
+    #: Endpoint metadata: ``{"query": ..., "gallery": ...}`` (empty for a failed entry).
+    embedding: dict[str, dict[str, Any]]
     warnings: list[str]
     #: Stage name -> artifact key of every job behind this entry.
     artifact_keys: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -64,8 +71,11 @@ class RetrievalEntry:
     primary_metric_name: str = ""
     #: ``{"query": profile, "gallery": profile}`` when resource profiling ran (docs/profiling.md); else None.
     resource_profile: dict[str, Any] | None = None
+    #: The paired compression variant (method, dims, applied, query and gallery footprints); None without variants.
+    compression: dict[str, Any] | None = None
 
     extractor = deprecated_alias("extractor", "name")
+    embeddings = deprecated_alias("embeddings", "embedding")
 
     @classmethod
     def failed(cls, name: str, recipe: dict[str, Any], error: dict[str, Any]) -> "RetrievalEntry":
@@ -77,19 +87,20 @@ class RetrievalEntry:
         return self.forward if name == "forward" else self.reverse
 
     def __repr__(self) -> str:
-        dims = "/".join(str(self.embeddings.get(side, {}).get("embedding_dim")) for side in ("query", "gallery"))
+        dims = "/".join(str(self.embedding.get(side, {}).get("embedding_dim")) for side in ("query", "gallery"))
         score = "failed" if self.primary_score is None else f"{self.primary_score:.4f}"
         return (f"RetrievalEntry(name={self.name!r}, {self.primary_metric_name or 'primary_score'}={score}, "
                 f"query/gallery dim={dims}, warnings={len(self.warnings)})")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` only when set.
+        """JSON form without ``runtime`` (stored in the result's timing section); ``error``, ``resource_profile``
+        and ``compression`` only when set.
 
         ``primary_metric_name`` is the protocol's and is not repeated per entry.
         """
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name not in ("runtime", "primary_metric_name")
-                and not (f.name in ("error", "resource_profile") and getattr(self, f.name) is None)}
+                and not (f.name in OPTIONAL_FIELDS and getattr(self, f.name) is None)}
         data["forward"] = None if self.forward is None else self.forward.to_dict()
         data["reverse"] = None if self.reverse is None else self.reverse.to_dict()
         return data
@@ -101,6 +112,10 @@ class RetrievalEntry:
             fields = dict(data)
             if "extractor" in fields and "name" not in fields:  # schema 1
                 fields["name"] = fields.pop("extractor")
+            if "embeddings" in fields and "embedding" not in fields:  # schemas 1 and 2: compression inside
+                fields["embedding"] = dict(fields.pop("embeddings"))
+                if "compression" in fields["embedding"]:
+                    fields["compression"] = fields["embedding"].pop("compression")
         for side in DIRECTIONS:
             with reading(f"{path}.{side}"):
                 fields[side] = None if fields[side] is None else DirectionResult(**fields[side])
@@ -130,44 +145,14 @@ class RetrievalBenchmarkResult(ResultFamily):
         return RetrievalConfig.from_dict(self.protocol["config"])
 
     def __repr__(self) -> str:
-        ranked = self.ranked_results()
         head = (f"RetrievalBenchmarkResult(dataset={self.protocol['identity'].get('dataset_id')!r}, "
                 f"{self.protocol.get('n_queries')} queries x {self.protocol.get('n_gallery')} gallery items, "
-                f"{len(ranked)} extractor result(s), ranked by {self.protocol['config']['primary_metric']!r})")
-        lines = [f"  {i}. {e.name}: {e.primary_score:.4f}" for i, e in enumerate(ranked[:REPR_ROWS], 1)]
-        if len(ranked) > REPR_ROWS:
-            lines.append(f"  ... {len(ranked) - REPR_ROWS} more; see to_dataframe()")
-        return "\n".join([head, *lines])
+                f"{len(self.ranking())} extractor result(s), ranked by {self.protocol['config']['primary_metric']!r})")
+        return "\n".join([head, *self._top_lines()])
 
-    # -- ranking views ---------------------------------------------------------
-    def ranked_results(self) -> list[RetrievalEntry]:
-        """Scored entries best-first by primary score (every retrieval metric is higher-is-better); ties by name.
-
-        Failed entries (``on_error="record"``) are not ranked.
-        """
-        return sorted((e for e in self.extractor_results if e.error is None), key=lambda e: (-e.primary_score, e.name))
-
-    def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
-        """One flat dict per entry in rank order (the DataFrame rows); tied scores share a rank.
-
-        ``include_invalid=True`` appends failed entries (``on_error="record"``) with rank None.
-        """
-        ranked = self.ranked_results()
-        primary = self.protocol["config"]["primary_metric"]
-        rows, rank = [], 0
-        for position, entry in enumerate(ranked, start=1):
-            if position == 1 or entry.primary_score != ranked[position - 2].primary_score:
-                rank = position
-            rows.append(result_row(entry, rank, primary))
-        if include_invalid:
-            rows += [result_row(e, None, primary) for e in self.extractor_results if e.error is not None]
-        return rows
-
-    def to_dataframe(self, include_invalid: bool = False) -> Any:
-        """A pandas DataFrame of :meth:`rows` (columns like ``forward.ndcg@10`` and ``runtime.rank_forward``)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.rows(include_invalid))
+    # -- tables ----------------------------------------------------------------
+    def _row(self, entry: RetrievalEntry, rank: int | None) -> dict[str, Any]:
+        return result_row(entry, rank, self.protocol["config"]["primary_metric"])
 
     # -- combining ---------------------------------------------------------------
     @classmethod
@@ -233,7 +218,7 @@ class RetrievalBenchmarkResult(ResultFamily):
 def result_row(entry: RetrievalEntry, rank: int | None, primary_metric: str) -> dict[str, Any]:
     """The canonical flat row of one entry; the DataFrame and the Markdown ranking use it."""
     row: dict[str, Any] = {"rank": rank, "extractor": entry.name, "primary_metric": primary_metric,
-                           "primary_score": entry.primary_score}
+                           "primary_score": entry.primary_score, "aggregate_valid": entry.aggregate_valid}
     for name in DIRECTIONS:
         direction = entry.direction(name)
         if direction is not None:
@@ -241,11 +226,12 @@ def result_row(entry: RetrievalEntry, rank: int | None, primary_metric: str) -> 
             row.update({f"{name}.{metric}": value for metric, value in direction.metrics.items()})
             row.update({f"{name}.{key}": value for key, value in direction.diagnostics.items()})
     for side in ("query", "gallery"):
-        meta = entry.embeddings.get(side, {})  # empty for a failed entry
+        meta = entry.embedding.get(side, {})  # empty for a failed entry
         row[f"{side}_embedding_dim"] = meta.get("embedding_dim")
         row[f"{side}_embedding_dtype"] = meta.get("dtype")
         row[f"{side}_embedding_sparse"] = meta.get("sparse")
     row["warnings"] = len(entry.warnings)
+    row.update(compression_columns(entry.compression, "gallery"))  # the variant is fitted on the gallery
     row.update({f"runtime.{stage}": seconds for stage, seconds in entry.runtime.items()})
     if entry.resource_profile is not None:
         from ..profiling import resource_columns

@@ -225,10 +225,9 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     metadata = {"query": encoded.queries.metadata, "gallery": encoded.gallery.metadata}
     compression = _compression(job, inputs)
     if compression is not None:
-        metadata["compression"] = compression
         notes += compression["warnings"]
     return RetrievalEntry(name, context.settings.recipes[job.params["parent"]], float(np.mean(scores)), forward,
-                          reverse, metadata, notes)
+                          reverse, metadata, notes, compression=compression)
 
 
 def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..errors import SerializationError
-from ..results import ResultFamily, _compression_columns
+from ..result_protocol import ChainResult, check_header, reading
+from ..results import ResultFamily, compression_columns, deprecated_alias
 from ..scoring.overlap import OverlapScoreResult
 from .config import ZeroShotConfig
 
@@ -25,7 +25,7 @@ RESULT_TYPE = "zero_shot"
 
 
 @dataclasses.dataclass
-class ZeroShotExtractorResult:
+class ZeroShotExtractorResult(ChainResult):
     """Everything measured for one encoder; ``runtime`` is stored in the result's timing section.
 
     ``per_class`` maps each semantic class key to precision, recall, f1, support and
@@ -65,9 +65,7 @@ class ZeroShotExtractorResult:
                    {}, {}, [f"failed in the {error['stage']} stage: {error['type']}: {error['message']}"],
                    artifact_keys=artifact_keys, error=error)
 
-    @property
-    def valid(self) -> bool:
-        return self.error is None and self.primary_score is not None
+    valid = deprecated_alias("valid", "aggregate_valid")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form without ``runtime`` (stored in the result's timing section); ``error`` and ``compression``
@@ -78,11 +76,15 @@ class ZeroShotExtractorResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None = None
-                  ) -> "ZeroShotExtractorResult":
-        fields = dict(data)
-        fields["overlap"] = None if fields["overlap"] is None else OverlapScoreResult.from_dict(fields["overlap"])
-        return cls(**fields, runtime=dict(runtime or {}))
+    def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None = None,
+                  path: str = "$") -> "ZeroShotExtractorResult":
+        with reading(path):
+            fields = dict(data)
+            overlap = fields["overlap"]
+        with reading(f"{path}.overlap"):
+            fields["overlap"] = None if overlap is None else OverlapScoreResult.from_dict(overlap)
+        with reading(path):
+            return cls(**fields, runtime=dict(runtime or {}))
 
 
 @dataclasses.dataclass(repr=False)
@@ -111,31 +113,9 @@ class ZeroShotBenchmarkResult(ResultFamily):
     def _default_tolerance(self) -> float:
         return self.protocol["config"]["quality_tolerance"]
 
-    # -- ranking views ---------------------------------------------------------
-    def ranked_results(self) -> list[ZeroShotExtractorResult]:
-        """Valid results best-first by the zero-shot metric (higher is better); ties keep encoder order."""
-        return sorted((r for r in self.extractor_results if r.valid), key=lambda r: -r.primary_score)
-
-    def rows(self, include_invalid: bool = False) -> list[dict[str, Any]]:
-        """One flat dict per result (the DataFrame rows), ranked; tied scores share a rank; invalid ones last."""
-        ranked = self.ranked_results()
-        rows, rank = [], 0
-        for position, result in enumerate(ranked, start=1):
-            if position == 1 or result.primary_score != ranked[position - 2].primary_score:
-                rank = position
-            rows.append(result_row(result, rank))
-        if include_invalid:
-            rows += [result_row(r, None) for r in self.extractor_results if not r.valid]
-        return rows
-
-    def to_dataframe(self, include_invalid: bool = False) -> Any:
-        """A pandas DataFrame of :meth:`rows` (columns like ``top1_accuracy``, ``top5_accuracy``, ``overlap_score``)."""
-        import pandas as pd
-
-        frame = pd.DataFrame(self.rows(include_invalid))
-        if "rank" in frame:
-            frame["rank"] = frame["rank"].astype("Int64")
-        return frame
+    # -- tables ----------------------------------------------------------------
+    def _row(self, result: ZeroShotExtractorResult, rank: int | None) -> dict[str, Any]:
+        return result_row(result, rank)
 
     # -- persistence -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -150,34 +130,24 @@ class ZeroShotBenchmarkResult(ResultFamily):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ZeroShotBenchmarkResult":
-        if not isinstance(data, Mapping) or data.get("result_type") != RESULT_TYPE \
-                or data.get("schema_version") != SCHEMA_VERSION:
-            found = (data.get("result_type"), data.get("schema_version")) if isinstance(data, Mapping) else type(data)
-            raise SerializationError(f"$: not a vertebrae zero-shot result of schema {SCHEMA_VERSION} (found "
-                                     f"result_type/schema_version {found!r})")
-        try:
+        check_header(data, RESULT_TYPE, (SCHEMA_VERSION,))
+        with reading("$"):
             timing = dict(data["timing"])
-            runtime = timing.pop("runtime")
-            results = [ZeroShotExtractorResult.from_dict(r, runtime.get(r["name"])) for r in data["extractor_results"]]
+            items = list(data["extractor_results"])
+        with reading("$.timing"):
+            runtime = dict(timing.pop("runtime"))
+        results = []
+        for i, item in enumerate(items):
+            with reading(f"$.extractor_results[{i}]"):
+                name = item["name"]
+            results.append(ZeroShotExtractorResult.from_dict(item, runtime.get(name), f"$.extractor_results[{i}]"))
+        with reading("$"):
             return cls(dict(data["protocol"]), results, list(data["warnings"]), timing)
-        except (KeyError, TypeError) as exc:
-            raise SerializationError(f"$: malformed zero-shot result ({type(exc).__name__}: {exc}); the file is "
-                                     "incomplete or was edited by hand") from None
 
     def __repr__(self) -> str:
-        ranked = self.ranked_results()
-        lines = [f"ZeroShotBenchmarkResult({len(self.extractor_results)} encoder(s), {len(self.protocol['prompts'])} "
-                 f"class(es), ranked by {self.primary_metric_name})"]
-        lines += [f"  {i}. {r.name}: {r.primary_score:.4f}" for i, r in enumerate(ranked[:5], 1)]
-        return "\n".join(lines)
-
-
-def compression_columns(compression: dict[str, Any] | None) -> dict[str, Any]:
-    """The labeled-data benchmark's ``compression_<field>`` and bytes columns, from the sample branch's footprint;
-    all None without compression variants."""
-    if compression is None:
-        return _compression_columns(None)
-    return _compression_columns({**compression, "footprint": compression["footprint"]["samples"]})
+        head = (f"ZeroShotBenchmarkResult({len(self.extractor_results)} encoder(s), {len(self.protocol['prompts'])} "
+                f"class(es), ranked by {self.primary_metric_name})")
+        return "\n".join([head, *self._top_lines()])
 
 
 def result_row(result: ZeroShotExtractorResult, rank: int | None) -> dict[str, Any]:
@@ -187,14 +157,14 @@ def result_row(result: ZeroShotExtractorResult, rank: int | None) -> dict[str, A
     row: dict[str, Any] = {
         "rank": rank, "extractor": result.name, "extractor_type": result.extractor_type,
         "primary_metric": result.primary_metric_name, "primary_score": result.primary_score,
-        "aggregate_valid": result.valid, **result.scores, **result.top_k_accuracies,
+        "aggregate_valid": result.aggregate_valid, **result.scores, **result.top_k_accuracies,
         "margin_mean": result.margins.get("mean"), "margin_median": result.margins.get("median"),
         "overlap_score": None if overlap is None else overlap.score,
         "overlap_macro": None if overlap is None else overlap.macro_score,
         "overlap_weighted": None if overlap is None else overlap.weighted_score,
         "embedding_dim": samples.get("embedding_dim"), "embedding_dtype": samples.get("dtype"),
         "embedding_sparse": samples.get("sparse"), "warnings": len(result.warnings),
-        **compression_columns(result.compression),
+        **compression_columns(result.compression, "samples"),  # fitted on the samples
     }
     row.update({f"runtime.{stage}": seconds for stage, seconds in result.runtime.items()})
     return row
