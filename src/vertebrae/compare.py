@@ -35,6 +35,18 @@ def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
             "stability config": settings.get("stability_config"), "metrics": settings.get("metrics")}
 
 
+def _check_comparable(protocol_a: Mapping[str, Any], protocol_b: Mapping[str, Any], names: tuple[str, str]) -> None:
+    """Scores of different datasets (``dataset_id``) or target types do not compare at all: refuse, naming the
+    first differing field.  A new revision or content hash of the same dataset is a reported protocol difference."""
+    fields = {"dataset id": lambda p: (p["dataset identity"] or {}).get("dataset_id"),
+              "target type": lambda p: p.get("target type")}
+    for field, value in fields.items():
+        if value(protocol_a) != value(protocol_b):
+            raise InputValidationError(f"{names[0]} and {names[1]} do not measure the same thing: {field} "
+                                       f"{value(protocol_a)!r} vs {value(protocol_b)!r}; compare two runs of the "
+                                       "same dataset and target type")
+
+
 def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """name -> rank, primary score, direction, stability interval and per-class scores."""
     from .results import result_from_dict
@@ -74,6 +86,7 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
         raise InputValidationError(f"{names[0]} is a {kinds[0]!r} result and {names[1]} a {kinds[1]!r} result; "
                                    "compare two results of the same type")
     protocol_a, protocol_b = _protocol(a), _protocol(b)
+    _check_comparable(protocol_a, protocol_b, names)
     differences = [f"{key}: {names[0]} {protocol_a[key]!r} vs {names[1]} {protocol_b[key]!r}"
                    for key in protocol_a if protocol_a[key] != protocol_b.get(key)]
     view_a, view_b = _candidates(a), _candidates(b)
