@@ -1,7 +1,7 @@
 """Optional dependencies: which packages each optional feature needs, and the install hint messages print.
 
 Hints name the packages themselves (or the extra of a local checkout, ``pip install ".[plots]"``), never
-``pip install "vertebrae[plots]"``: the package registry's ``vertebrae`` is an unrelated project, so that
+``pip install "vertebrae[...]"``: the package registry's ``vertebrae`` is an unrelated project, so that
 command would install someone else's code.  :data:`EXTRAS` mirrors ``[project.optional-dependencies]``
 in pyproject.toml (a test keeps the two equal).
 """
