@@ -1,8 +1,10 @@
 """The ``vertebrae`` command: ``demo``, ``run CONFIG``, ``report RESULT.json``, ``compare A.json B.json``, ``cache``,
 and a staged run in phases over a shared store: ``plan CONFIG``, ``embed PLAN``, ``score PLAN``, ``collect PLAN``.
 
-Exit codes: 0 success, 2 bad input or usage (one-line message on stderr),
-1 unexpected failure, or (``compare``) a candidate's primary score dropped by more than the tolerance.
+Exit codes: 0 success, 2 bad input or usage (one-line message on stderr, checked before the work: output
+paths, dask addresses, store folders), 1 a failed extractor (``--on-error record``), a run that ranks nothing
+(no valid primary score), an unexpected failure, or (``compare``) a candidate's primary score dropped by more
+than the tolerance.
 """
 
 from __future__ import annotations
@@ -280,7 +282,7 @@ def _run(args: argparse.Namespace) -> int:
     from .run_config import benchmark_from_config, input_files, load_run_config, with_metric_options
 
     _output_folder(pathlib.Path(".") if args.output is None else args.output)
-    address = None if args.dask_address is None else dask_address(args.dask_address)
+    address = None if args.dask_address is None else _dask_address(args.dask_address)
     if not args.dask_timeout > 0:
         raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {args.dask_timeout:g}")
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
@@ -301,7 +303,7 @@ def _run(args: argparse.Namespace) -> int:
 _DASK_ADDRESS = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 
 
-def dask_address(text: str) -> str:
+def _dask_address(text: str) -> str:
     """A scheduler address, ``[PROTOCOL://]HOST:PORT``, checked before any work (dask's error is a traceback)."""
     match = _DASK_ADDRESS.fullmatch(text.strip())
     if match is None or not 0 < int(match.group(1)) < 65536:

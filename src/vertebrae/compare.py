@@ -5,7 +5,8 @@ The comparison is itself plain data (rendered as Markdown, HTML or JSON by
 against stability intervals where both runs have them, per-class regressions, and
 whether the protocols match.  A candidate *regresses* when its primary score moves the
 wrong way (respecting the metric's direction) by more than ``tolerance``; the CLI exits
-with 1 then, so a comparison can guard CI.
+with 1 then, so a comparison can guard CI.  Runs of different datasets or target types are refused
+(:class:`InputValidationError`, exit 2), never compared.
 """
 
 from __future__ import annotations

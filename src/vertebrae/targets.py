@@ -27,7 +27,8 @@ _TYPED_KINDS = "biufUS"
 
 def _rows_text(rows: Sequence[int]) -> str:
     rows = list(rows)
-    return ", ".join(map(str, rows[:_SHOWN])) + (", ..." if len(rows) > _SHOWN else "") + f" (0-based; {len(rows)} row(s))"
+    shown = ", ".join(map(str, rows[:_SHOWN])) + (", ..." if len(rows) > _SHOWN else "")
+    return f"{shown} (0-based; {len(rows)} row(s))"
 
 
 @dataclass(frozen=True)

