@@ -202,7 +202,7 @@ def test_cli_cache_on_s3_with_storage_options(s3_bucket, moto_endpoint, capsys):
 
 def test_cli_cache_bad_input_exits_2(tmp_path, capsys):
     assert main(["cache", "prune", "--store", str(tmp_path)]) == 2
-    assert "older_than and/or max_bytes" in capsys.readouterr().err
+    assert "--older-than AGE and/or --max-bytes SIZE" in capsys.readouterr().err
     assert main(["cache", "prune", "--store", str(tmp_path), "--older-than", "soon"]) == 2
     assert "--older-than 'soon'" in capsys.readouterr().err
     assert main(["cache", "list", "--store", str(tmp_path), "--storage-options", "{bad"]) == 2

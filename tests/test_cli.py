@@ -176,7 +176,7 @@ def test_parquet_without_pyarrow_names_the_extra(project, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
-    with pytest.raises(DependencyError, match=r"vertebrae\[parquet\]"):
+    with pytest.raises(DependencyError, match=r'pip install "pyarrow>=14"'):
         load_matrix(project / "d.parquet")
 
 

@@ -107,7 +107,7 @@ params = {{power = 2}}
     (["--metric", "{module}:nope"], "", "has no attribute 'nope'"),
     (["--metric", "{module}:np"], "", "names a module, not a metric"),
     (["--primary-metric", "ghost"], "", "primary_metric 'ghost' is not a configured metric"),
-    (["--metric", "{module}:width", "--metric", "{module}:width"], "", "two metrics named 'width'"),
+    (["--metric", "{module}:width", "--metric", "{module}:centroid_gap:width"], "", "two metrics named 'width'"),
     ([], '\n[[metrics]]\nname = "x"\n', "must be a table with path"),
     ([], '\n[[metrics]]\npath = "{module}:width"\ndirection = "up"\n', "unknown key(s) ['direction']"),
     (["--metric", "sklearn.metrics:accuracy_score"], "",

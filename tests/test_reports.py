@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import pathlib
 import re
@@ -92,7 +93,7 @@ def test_html_without_matplotlib_keeps_the_tables(result, tmp_path):
             "from vertebrae.results import load_result\n"
             f"print(load_result({str(path)!r}).to_html())")
     page = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert figures.INSTALL_HINT.replace("'", "&#x27;") in page and "<svg" not in page
+    assert html.escape(figures.INSTALL_HINT) in page and "<svg" not in page
     assert "<h2>Ranking</h2>" in page and "clean" in page
 
 

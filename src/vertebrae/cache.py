@@ -20,6 +20,7 @@ from ._config import Config, FrozenDict, check_bool, check_choice, check_str_map
 from .artifacts.manifest import parse_time
 from .artifacts.store import SECRET_OPTION, Store, open_store, redact_url
 from .errors import ArtifactError, ArtifactIntegrityError, ConfigError
+from .extras import install_hint
 
 CACHE_MODES = ("read_write", "read_only", "refresh")
 
@@ -95,7 +96,7 @@ def _check_protocol(store: str) -> None:
 
     if protocol not in fsspec.available_protocols():
         raise ConfigError(f"CacheConfig.store {redact_url(store)!r} uses unknown protocol {protocol!r}; use a folder "
-                          "path, file://, s3:// (pip install 'vertebrae[s3]') or gs:// (pip install 'vertebrae[gcs]')")
+                          f"path, file://, s3:// ({install_hint('s3')}) or gs:// ({install_hint('gcs')})")
 
 
 def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:

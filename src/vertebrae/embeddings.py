@@ -23,7 +23,7 @@ _SHOWN = 5
 def _first_rows(mask_rows: np.ndarray) -> str:
     rows = np.flatnonzero(mask_rows)
     shown = ", ".join(str(int(r)) for r in rows[:_SHOWN])
-    return f"{shown}{', ...' if rows.size > _SHOWN else ''} ({rows.size} row(s))"
+    return f"{shown}{', ...' if rows.size > _SHOWN else ''} (0-based; {rows.size} row(s))"
 
 
 def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: int | None = None,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DependencyError, InputValidationError
+from .extras import install_hint
 
 MATRIX_SUFFIXES = (".npy", ".npz", ".parquet", ".csv")
 
@@ -56,8 +57,7 @@ def _read_parquet(path: pathlib.Path) -> Any:
     try:
         return pd.read_parquet(path)
     except ImportError as exc:  # pandas needs pyarrow (or fastparquet) for parquet
-        raise DependencyError(f"{path}: reading parquet needs pyarrow; install it with "
-                              f"pip install 'vertebrae[parquet]' ({exc})") from None
+        raise DependencyError(f"{path}: reading parquet needs pyarrow; {install_hint('parquet')} ({exc})") from None
 
 
 def _csv_has_header(path: pathlib.Path) -> bool:
@@ -104,7 +104,10 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
         frame = pd.read_csv(path, keep_default_na=False, na_values=[""]) if suffix == ".csv" else _read_parquet(path)
         if column is None:
             if frame.shape[1] != 1:
-                raise InputValidationError(f"{path} has columns {list(frame.columns)}; name the {what} column in the config")
+                several = (", or a list of them (0/1 multi-label indicators, named by their columns, or regression "
+                           "targets)") if what == "labels" else ""
+                raise InputValidationError(f"{path} has columns {list(frame.columns)}; name the {what} column in the "
+                                           f"config ({what}_column = \"...\"{several})")
             return frame.iloc[:, 0].tolist()
         columns = [column] if isinstance(column, str) else list(column)
         missing = [c for c in columns if c not in frame.columns]

@@ -6,7 +6,7 @@ Example (TOML)::
     id = "support-tickets"        # with revision: a declared identity
     revision = "2026-11"
     labels = "labels.csv"         # .npy, .txt, .csv or .parquet
-    labels_column = "label"
+    labels_column = "label"       # or a list of columns: 0/1 indicators (their names are the labels)
     # target_type = "multi_label" | "regression"; label_names = [...]; target_names = [...]
     # groups = "groups.csv"; groups_column = "customer"
 
@@ -57,11 +57,13 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from .benchmark import Benchmark
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
-from .errors import ConfigError, ConfigTypeError
+from .errors import ConfigError, ConfigTypeError, InputValidationError
 from .extractors import PrecomputedExtractor
 from .identity import DatasetIdentity
 from .io import file_record, load_column, load_config_file, load_matrix
@@ -185,10 +187,22 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
             raise ConfigError(f"config extractors[{i}] needs name and embeddings")
         extractors.append(PrecomputedExtractor(str(entry["name"]), load_matrix(resolve(entry["embeddings"]))))
     first = extractors[0].embeddings
+    n_labels = len(y) if hasattr(y, "__len__") and np.ndim(y) != 0 else None
+    if n_labels is not None and n_labels != first.shape[0]:
+        raise InputValidationError(f"the labels file {str(section['labels'])!r} has {n_labels} rows but "
+                                   f"extractors[0] {str(extractors_cfg[0]['embeddings'])!r} has {first.shape[0]}; "
+                                   "give one label per embedding row, in the same order")
+    target_type, label_names, target_names = (section.get(key) for key in ("target_type", "label_names",
+                                                                            "target_names"))
+    columns = section.get("labels_column")
+    if isinstance(columns, list):  # the columns name the indicator labels (or the regression targets)
+        if target_type == "regression" and target_names is None:
+            target_names = [str(c) for c in columns]
+        elif target_type in (None, "multi_label") and label_names is None:
+            label_names = [str(c) for c in columns]
     dataset = BenchmarkDataset.from_embeddings(
-        first, y, identity=_identity(section), target_type=section.get("target_type"),
-        label_names=section.get("label_names"), target_names=section.get("target_names"),
-        name=section.get("name"))
+        first, y, identity=_identity(section), target_type=target_type, label_names=label_names,
+        target_names=target_names, name=section.get("name"))
     if "groups" in section:
         dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))
     return Benchmark(dataset, extractors, progress=progress, **kwargs)
@@ -218,10 +232,15 @@ def input_files(config: Mapping[str, Any], config_path: str | pathlib.Path) -> l
 
 
 def with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:
-    """``--metric`` specs join the config's [[metrics]]; ``--primary-metric`` overrides [benchmark]."""
+    """``--metric`` specs join the config's [[metrics]] (an identical entry once); ``--primary-metric`` overrides
+    [benchmark]."""
     config = dict(config)
     if specs:
-        config["metrics"] = [*config.get("metrics", []), *map(metric_entry, specs)]
+        entries = [*config.get("metrics", [])]
+        for entry in map(metric_entry, specs):
+            if entry not in entries:  # the same metric twice (e.g. to plan and to score) is one metric
+                entries.append(entry)
+        config["metrics"] = entries
     if primary_metric is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "primary_metric": primary_metric}
     return config

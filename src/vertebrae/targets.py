@@ -27,7 +27,8 @@ _TYPED_KINDS = "biufUS"
 
 def _rows_text(rows: Sequence[int]) -> str:
     rows = list(rows)
-    return ", ".join(map(str, rows[:_SHOWN])) + (", ..." if len(rows) > _SHOWN else "") + f" ({len(rows)} row(s))"
+    shown = ", ".join(map(str, rows[:_SHOWN])) + (", ..." if len(rows) > _SHOWN else "")
+    return f"{shown} (0-based; {len(rows)} row(s))"
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,9 @@ def _looks_multilabel(y: Any) -> bool:
 
 #: Share of distinct values above which an inferred float target is read as continuous, not as class ids.
 _CONTINUOUS_UNIQUE_SHARE = 0.5
+#: Integer-valued numbers (counts, scores such as the diabetes target) read as continuous with at least this
+#: many distinct values that are also more than this share of the rows: fewer than 4 rows per "class".
+_INTEGER_CONTINUOUS_VALUES, _INTEGER_CONTINUOUS_SHARE = 20, 0.25
 
 
 def _as_float(value: Any) -> float | None:
@@ -182,7 +186,8 @@ def _as_float(value: Any) -> float | None:
 
 
 def _looks_continuous(y: Any, values: list[Any]) -> bool:
-    """Floats (or numeric text) with mostly distinct, non-integral values: a regression target, not class ids."""
+    """Numbers (or numeric text) that are mostly distinct non-integers, or many distinct integers with few rows
+    each: a regression target, not class ids."""
     if isinstance(y, np.ndarray) and y.dtype.kind == "f":
         floats = y
     else:
@@ -191,7 +196,10 @@ def _looks_continuous(y: Any, values: list[Any]) -> bool:
     n = len(y)
     if floats.size < max(n // 2, 1) or floats.size < 3:
         return False
-    return bool(np.unique(floats).size > _CONTINUOUS_UNIQUE_SHARE * n and np.any(floats != np.round(floats)))
+    distinct = np.unique(floats).size
+    if np.any(floats != np.round(floats)):
+        return bool(distinct > _CONTINUOUS_UNIQUE_SHARE * n)
+    return bool(distinct >= _INTEGER_CONTINUOUS_VALUES and distinct > _INTEGER_CONTINUOUS_SHARE * n)
 
 
 def _single_label(y: Any, argument: str, inferred: bool = False) -> SingleLabelTargets:
@@ -219,9 +227,10 @@ def _single_label(y: Any, argument: str, inferred: bool = False) -> SingleLabelT
     small = {k: c for k, c in counts.items() if c < 2}
     if small and inferred and _looks_continuous(y, values):
         raise InputValidationError(
-            f"{argument} looks continuous ({len(counts)} distinct non-integer numbers in {targets.n_samples} rows), not like "
-            f"class labels; for a regression target pass target_type=\"regression\" (in a run config: "
-            f"target_type = \"regression\" in [dataset]); for class ids use integers or strings")
+            f"{argument} looks continuous ({len(counts)} distinct numbers in {targets.n_samples} rows, {len(small)} "
+            f"of them in a single row), not like class labels; for a regression target pass "
+            f"target_type=\"regression\" (in a run config: target_type = \"regression\" in [dataset]); for class "
+            "ids, every class needs at least 2 rows")
     if small:
         names = ", ".join(f"{catalog.display(k)!r} ({c} sample)" for k, c in list(small.items())[:_SHOWN])
         raise InputValidationError(f"{argument}: class(es) {names} have fewer than 2 samples; a class needs at least 2 "

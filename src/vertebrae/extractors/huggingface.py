@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError, InputValidationError
+from ..extras import install_hint
 from .base import check_cache_identity
 from .batching import BatchedExtractor, check_texts
 from .model_identity import files_sha256
@@ -42,13 +43,14 @@ def local_model_dir(model_path_or_id: Any, *, where: str) -> Path:
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:
         raise DependencyError(f"{where}: {str(model_path_or_id)!r} is not a folder and huggingface_hub is not "
-                              "installed to look it up; pip install 'vertebrae[text]'") from None
+                              f"installed to look it up; {install_hint('text')}") from None
     try:
         return Path(snapshot_download(str(model_path_or_id), local_files_only=True))
     except (LocalEntryNotFoundError, ValueError, OSError):
         raise InputValidationError(f"{where}: {str(model_path_or_id)!r} is neither a model folder nor a model id in the "
                                    "local Hugging Face cache; vertebrae never downloads models: pass a local folder, "
-                                   "or download it first (huggingface-cli download ID)") from None
+                                   f"or download it first (hf download {model_path_or_id}, from huggingface_hub)") \
+            from None
 
 
 def _num_hidden_layers(model_dir: Path, *, where: str) -> int:
@@ -156,7 +158,7 @@ class HFTextExtractor(BatchedExtractor):
             try:
                 from transformers import AutoModel, AutoTokenizer
             except ImportError:
-                raise DependencyError("HFTextExtractor needs transformers; pip install 'vertebrae[text]'") from None
+                raise DependencyError(f"HFTextExtractor needs transformers; {install_hint('text')}") from None
             device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
             self.tokenizer_ = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
             if self.padding_side is not None:

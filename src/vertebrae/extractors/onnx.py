@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError, ExtractorError, InputTypeError
+from ..extras import install_hint
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
 from .model_identity import check_paths, files_sha256, function_identity, trusted_function
@@ -55,7 +56,7 @@ class ONNXExtractor(BatchedExtractor):
             try:
                 import onnxruntime
             except ImportError:
-                raise DependencyError("ONNXExtractor needs onnxruntime; pip install 'vertebrae[onnx]'") from None
+                raise DependencyError(f"ONNXExtractor needs onnxruntime; {install_hint('onnx')}") from None
             self.session_ = onnxruntime.InferenceSession(str(self.model_path), providers=self.providers)
         return self.session_
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError
+from ..extras import install_hint
 from ..fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_texts
@@ -67,7 +68,7 @@ class SentenceTransformerExtractor(BatchedExtractor):
                 from sentence_transformers import SentenceTransformer
             except ImportError:
                 raise DependencyError("SentenceTransformerExtractor needs sentence-transformers; "
-                                      "pip install 'vertebrae[text]'") from None
+                                      f"{install_hint('text')}") from None
             device = resolve_device(self.device, where=f"SentenceTransformerExtractor {self.name!r}")
             self.model_ = SentenceTransformer(str(self.model_dir), device=str(device), local_files_only=True)
         return self.model_

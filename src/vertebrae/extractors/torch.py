@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
+from ..extras import install_hint
 from ..fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
@@ -34,8 +35,7 @@ def import_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise DependencyError("this extractor needs torch; install it with pip install 'vertebrae[torch]' "
-                              "(pins torch==2.13.0)") from None
+        raise DependencyError(f"this extractor needs torch; {install_hint('torch')}") from None
     return torch
 
 

@@ -1,4 +1,4 @@
-"""Report figures: the one matplotlib adapter (imported lazily; ``pip install 'vertebrae[plots]'``).
+"""Report figures: the one matplotlib adapter (imported lazily; the ``plots`` extra).
 
 Every figure function takes a *serialized* result (the decoded JSON document) and
 returns an SVG string, or None when the document lacks the figure's data, so the
@@ -15,10 +15,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..extras import install_hint
+
 #: Candidates shown in the per-class figure and the most classes a heatmap or per-class plot shows.
 TOP_CANDIDATES = 3
 MAX_CLASSES = 30
-INSTALL_HINT = "Figures need matplotlib: pip install 'vertebrae[plots]'."
+INSTALL_HINT = f"Figures need matplotlib: {install_hint('plots')}."
 
 
 def available() -> bool:

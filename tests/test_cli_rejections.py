@@ -1,0 +1,327 @@
+"""What a new user meets on the command line (issue 26, items 1-9): every mistake is exit 2 and one line,
+checked before the work; a run that ranks nothing exits 1; quiet is quiet; hints and messages use the CLI's words."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+import time
+import tomllib
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vertebrae.cli import main
+
+from .conftest import gaussian_classes
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+CONFIG = """
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "labels.npy"
+
+[[extractors]]
+name = "full"
+embeddings = "full.npy"
+[[extractors]]
+name = "half"
+embeddings = "half.npy"
+
+[scoring]
+k = 3
+
+[separatix]
+enabled = false
+"""
+
+METRICS_MODULE = '''
+def nan_score(embeddings, labels, **kwargs):
+    return {"score": float("nan")}
+
+
+def broken(embeddings, labels, **kwargs):
+    raise TypeError("broken needs a fitted model")
+
+
+def spread(embeddings, labels, **kwargs):
+    import numpy as np
+    return {"score": float(np.linalg.norm(np.asarray(embeddings), axis=1).mean())}
+'''
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=2)
+    np.save(tmp_path / "full.npy", X)
+    np.save(tmp_path / "half.npy", X[:, :3])
+    np.save(tmp_path / "labels.npy", y)
+    (tmp_path / "run.toml").write_text(CONFIG)
+    module = f"cli_rejection_metrics_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(METRICS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path, module
+    sys.modules.pop(module, None)
+
+
+def _one_line_error(capsys, command: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vertebrae {command}: error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+# ------------------------------------------------------------------ 1. output paths, before any work
+def test_report_folder_that_is_a_file_or_cannot_exist_is_refused_before_the_run(project, capsys):
+    folder, _ = project
+    (folder / "afile").write_text("keep me")
+    for command in (["demo"], ["run", str(folder / "missing.toml")]):  # the config is never read
+        assert main([*command, "-o", str(folder / "afile"), "-q"]) == 2
+        assert "is a file, not a folder" in _one_line_error(capsys, command[0])
+    assert (folder / "afile").read_text() == "keep me"
+    assert main(["run", str(folder / "run.toml"), "-o", "/proc/nope", "-q"]) == 2
+    assert "'/proc/nope': cannot create this folder" in _one_line_error(capsys, "run")
+
+
+def test_file_outputs_create_missing_folders_and_refuse_impossible_ones(project, capsys):
+    folder, _ = project
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 0
+    result = str(folder / "out" / "report.json")
+    assert main(["report", result, "-o", str(folder / "nodir" / "sub" / "x.md")]) == 0
+    assert (folder / "nodir" / "sub" / "x.md").read_text().startswith("# vertebrae benchmark report")
+    assert main(["compare", result, result, "-o", str(folder / "other" / "x.md")]) == 0
+    assert (folder / "other" / "x.md").is_file()
+    (folder / "afile").write_text("")
+    for command in (["report", result], ["compare", result, result]):
+        assert main([*command, "-o", str(folder / "afile" / "x.md")]) == 2  # not 1, which compare means "regressed"
+        assert "--output's folder" in _one_line_error(capsys, command[0])
+        assert main([*command, "-o", str(folder / "out")]) == 2
+        assert "is a folder; give a file path" in _one_line_error(capsys, command[0])
+
+
+# ------------------------------------------------------------------ 2. dask addresses
+@pytest.mark.parametrize("address", ["localhost:8786x", "tcp://", "tcp://host:0", "scheduler"])
+def test_malformed_dask_address_is_exit_2_at_once(project, capsys, address):
+    folder, _ = project
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q", "--dask-address", address]) == 2
+    assert "is not a scheduler address; use [tcp://]HOST:PORT" in _one_line_error(capsys, "run")
+
+
+def test_unreachable_dask_scheduler_is_one_line_after_the_timeout(project, capsys):
+    pytest.importorskip("distributed")
+    folder, _ = project
+    start = time.monotonic()
+    argv = ["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q", "--dask-address", "tcp://127.0.0.1:1",
+            "--dask-timeout", "1"]
+    assert main(argv) == 2
+    assert time.monotonic() - start < 20  # dask's own default waits 30 s
+    assert "tcp://127.0.0.1:1: no dask scheduler answered within 1 s" in _one_line_error(capsys, "run")
+    assert not (folder / "out" / "report.json").exists()
+
+
+# ------------------------------------------------------------------ 3. a primary metric that fails everywhere
+@pytest.mark.parametrize("function, reason", [("nan_score", "returned score=nan"),
+                                              ("broken", "TypeError: broken needs a fitted model")])
+@pytest.mark.parametrize("quiet", [False, True])
+def test_failed_primary_metric_exits_1_with_the_reason(project, capsys, function, reason, quiet):
+    folder, module = project
+    argv = ["run", str(folder / "run.toml"), "-o", str(folder / "out"), "--metric", f"{module}:{function}",
+            "--primary-metric", function] + (["-q"] if quiet else [])
+    assert main(argv) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if "nothing is ranked" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"vertebrae run: no extractor has a valid {function!r} score")
+    assert reason in lines[0]
+    assert (folder / "out" / "report.json").is_file()  # the reports are still written
+
+
+# ------------------------------------------------------------------ 4. --quiet silences transformers
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    config = transformers.BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=16, max_position_embeddings=16)
+    transformers.BertModel(config).save_pretrained(folder)
+    return folder
+
+
+def test_quiet_silences_transformers_progress_bars_and_logs(tiny_bert, capfd):
+    from transformers import BertModel
+    from transformers.utils import logging as hf_logging
+
+    from vertebrae.cli import third_party_output
+
+    hf_logging.enable_progress_bar()
+    level = hf_logging.get_verbosity()
+    BertModel.from_pretrained(tiny_bert)
+    assert "Loading weights" in capfd.readouterr().err  # the control: transformers does print a bar here
+    with third_party_output(quiet=True):
+        BertModel.from_pretrained(tiny_bert)
+        assert hf_logging.get_verbosity() == hf_logging.ERROR  # its warnings and infos are held back
+    assert capfd.readouterr().err == ""
+    assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == level  # restored afterwards
+    with third_party_output(quiet=False):  # stderr is not a terminal here: no bars, logs unchanged
+        BertModel.from_pretrained(tiny_bert)
+        assert hf_logging.get_verbosity() == level
+    assert "Loading weights" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_text_demo_quiet_prints_nothing(tmp_path, capfd):
+    assert main(["demo", "--text", "-q", "-o", str(tmp_path)]) == 0
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+# ------------------------------------------------------------------ 5. integer regression targets
+def test_integer_valued_regression_targets_point_to_target_type_regression(tmp_path, capsys):
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    np.save(tmp_path / "x.npy", X)
+    np.savetxt(tmp_path / "y.txt", y)  # "1.510000000000000000e+02": integer values as text
+    (tmp_path / "run.toml").write_text('[dataset]\nid = "diabetes"\nrevision = "1"\nlabels = "y.txt"\n'
+                                       '[[extractors]]\nname = "raw"\nembeddings = "x.npy"\n')
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 2
+    err = _one_line_error(capsys, "run")
+    assert "looks continuous (214 distinct numbers in 442 rows, 84 of them in a single row)" in err
+    assert 'target_type = "regression"' in err
+
+
+def test_integer_class_ids_with_a_rare_class_keep_the_class_message():
+    from vertebrae import InputValidationError
+    from vertebrae.targets import build_targets
+
+    y = np.repeat(np.arange(12), 5)[:-4]  # 12 classes, the last one with a single row
+    with pytest.raises(InputValidationError, match=r"class\(es\) '11.0' \(1 sample\) have fewer than 2 samples"):
+        build_targets(y.astype(float))
+
+
+# ------------------------------------------------------------------ 6. multi-label CSV column names
+def test_multi_label_csv_columns_name_the_labels(tmp_path):
+    n = np.arange(60)
+    table = pd.DataFrame({"id": n, "even": n % 2 == 0, "big": n >= 30, "prime": np.isin(n % 10, [2, 3, 5, 7]),
+                          "small": n < 30}).astype({c: int for c in ("even", "big", "prime", "small")})
+    table.to_csv(tmp_path / "y.csv", index=False)
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", table[["even", "big", "prime", "small"]].to_numpy() + rng.normal(0, .3, (60, 4)))
+    (tmp_path / "run.toml").write_text(
+        '[dataset]\nid = "numbers"\nrevision = "1"\nlabels = "y.csv"\n'
+        'labels_column = ["even", "big", "prime", "small"]\ntarget_type = "multi_label"\n'
+        '[[extractors]]\nname = "raw"\nembeddings = "x.npy"\n[separatix]\nenabled = false\n')
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert set(data["extractor_results"][0]["overlap"]["labels"].values()) == {"even", "big", "prime", "small"}
+
+
+def test_several_columns_without_labels_column_say_a_list_is_accepted(tmp_path, capsys):
+    pd.DataFrame({"a": [0, 1] * 5, "b": [1, 0] * 5}).to_csv(tmp_path / "y.csv", index=False)
+    np.save(tmp_path / "x.npy", np.zeros((10, 2)))
+    (tmp_path / "run.toml").write_text('[dataset]\nid = "d"\nrevision = "1"\nlabels = "y.csv"\n'
+                                       '[[extractors]]\nname = "raw"\nembeddings = "x.npy"\n')
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 2
+    assert 'labels_column = "...", or a list of them (0/1 multi-label indicators' in _one_line_error(capsys, "run")
+
+
+# ------------------------------------------------------------------ 7. messages in the CLI's words
+def test_cache_commands_speak_in_flags_and_refuse_a_missing_store(tmp_path, capsys):
+    assert main(["cache", "prune", "--store", str(tmp_path)]) == 2
+    assert "cache prune needs --older-than AGE and/or --max-bytes SIZE" in _one_line_error(capsys, "cache")
+    for action in ("list", "verify"):
+        assert main(["cache", action, "--store", str(tmp_path / "typo_dir")]) == 2
+        assert "typo_dir' does not exist" in _one_line_error(capsys, "cache")
+    assert not (tmp_path / "typo_dir").exists()
+    assert main(["cache", "list", "--store", str(tmp_path)]) == 0  # an existing, empty store
+    assert "0 artifact(s)" in capsys.readouterr().out
+
+
+def test_row_count_error_names_the_labels_file(project, capsys):
+    folder, _ = project
+    np.save(folder / "labels.npy", np.load(folder / "labels.npy")[:-2])
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 2
+    assert ("the labels file 'labels.npy' has 58 rows but extractors[0] 'full.npy' has 60"
+            in _one_line_error(capsys, "run"))
+
+
+def test_missing_labels_say_their_rows_are_0_based(tmp_path, capsys):
+    pd.DataFrame({"label": ["a", "b", ""] * 4}).to_csv(tmp_path / "y.csv", index=False)
+    np.save(tmp_path / "x.npy", np.zeros((12, 2)))
+    (tmp_path / "run.toml").write_text('[dataset]\nid = "d"\nrevision = "1"\nlabels = "y.csv"\n'
+                                       '[[extractors]]\nname = "raw"\nembeddings = "x.npy"\n')
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 2
+    assert "at rows 2, 5, 8, 11 (0-based; 4 row(s))" in _one_line_error(capsys, "run")
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_help_texts_say_what_each_command_writes(capsys):
+    for command in ("demo", "run"):
+        assert "report.json, report.md and report.html" in _help([command], capsys)
+    assert "--format {markdown,html,json}, -f {markdown,html,json} markdown (default)" in _help(["compare"], capsys)
+    embed = _help(["embed"], capsys)
+    assert "a failing job is recorded in the store" in embed and "report" not in embed.lower()
+
+
+def test_model_not_found_hint_names_the_hf_command(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    from vertebrae import InputValidationError
+    from vertebrae.extractors.huggingface import local_model_dir
+
+    with pytest.raises(InputValidationError, match=r"hf download no-such-org/no-such-model") as info:
+        local_model_dir("no-such-org/no-such-model", where="test")
+    assert "huggingface-cli" not in str(info.value)
+
+
+# ------------------------------------------------------------------ 8. compare across unrelated runs
+def test_compare_refuses_runs_of_different_datasets_or_target_types(project, tmp_path, capsys):
+    folder, _ = project
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "a"), "-q"]) == 0
+    targets = np.load(folder / "full.npy")[:, 0] * 3 + 1
+    np.save(folder / "targets.npy", targets)
+    for replacement, field in [('id = "other"', "dataset id 'blobs' vs 'other'"),
+                               ('id = "blobs"\ntarget_type = "regression"\nlabels = "targets.npy"',
+                                "target type 'single_label' vs 'regression'")]:
+        config = CONFIG.replace('id = "blobs"', replacement)
+        if "labels = \"targets.npy\"" in replacement:
+            config = config.replace('labels = "labels.npy"\n', "", 1)
+        (folder / "b.toml").write_text(config)
+        assert main(["run", str(folder / "b.toml"), "-o", str(folder / "b"), "-q"]) == 0
+        argv = ["compare", str(folder / "a" / "report.json"), str(folder / "b" / "report.json")]
+        assert main(argv) == 2  # not 1 ("regressed") nor 0
+        err = _one_line_error(capsys, "compare")
+        assert f"do not measure the same thing: {field}" in err and "{" not in err
+
+
+def test_the_same_metric_given_to_plan_and_score_is_one_metric(project, monkeypatch):
+    folder, module = project
+    monkeypatch.chdir(folder)
+    spec = f"{module}:spread"
+    assert main(["plan", "run.toml", "--store", "store", "--metric", spec, "--metric", spec, "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 0
+    assert main(["score", "plan.json", "--metric", spec, "-q"]) == 0
+    assert main(["collect", "plan.json", "-q"]) == 0
+    result = json.loads((folder / "result.json").read_text())
+    full = np.load(folder / "full.npy")
+    assert result["extractor_results"][0]["metrics"]["spread"]["score"] == pytest.approx(
+        np.linalg.norm(full, axis=1).mean())
+
+
+# ------------------------------------------------------------------ 9. install hints
+def test_install_hints_name_packages_never_the_registrys_vertebrae(capsys):
+    from vertebrae.extras import EXTRAS, install_hint
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {name: tuple(packages) for name, packages in declared.items() if name != "test"} == EXTRAS
+    assert install_hint("plots") == 'pip install "matplotlib>=3.7,<4" (in a vertebrae checkout: pip install ".[plots]")'
+    texts = [path.read_text() for folder in ("src", "docs") for path in (ROOT / folder).rglob("*.[pm][yd]")]
+    texts += [(ROOT / "README.md").read_text(), _help(["demo"], capsys), _help(["run"], capsys)]
+    assert not [m for text in texts for m in re.findall(r"vertebrae\[\w+\]", text)]
