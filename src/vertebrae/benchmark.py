@@ -18,7 +18,7 @@ from ._config import check_config, check_float
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
-from .errors import InputTypeError, InputValidationError, VertebraeError
+from .errors import InputTypeError, InputValidationError, VertebraeError, warn_result_notes
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
                                 stage_cache)
 from .execution.context import Chain, RunContext
@@ -179,6 +179,8 @@ class Benchmark:
         eligible = {job.key: job.cache_eligible for job in plan.jobs}
         results = [_chain_result(chain, keys, outcome, self.settings, eligible[keys["extract"]], self.cache)
                    for chain, keys in zip(plan.chains, plan.chain_keys)]
+        for chain_result in results:
+            warn_result_notes(chain_result.name, chain_result.warnings)
         result = _build_result(self.dataset, results, self.settings, plan, started)
         if self.cache is not None:
             result.metadata["cache"] = cache_summary(self.cache)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._config import check_config
 from ..compression import EmbeddingCompressionConfig, check_compression
-from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
+from ..errors import DataWarning, InputTypeError, InputValidationError, SerializationError, warn_result_notes
 from ..execution.caching import HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint, stage_cache
 from ..execution.context import RunContext, variant_chains
 from ..execution.local import check_on_error, execute_plan
@@ -115,8 +115,7 @@ class RetrievalBenchmark:
                 failure = outcome.failures[keys["assemble"]]
                 entry = RetrievalEntry.failed(chain.name, self.recipes[chain.parent],
                                               {**failure.to_dict(), "extractor": chain.parent})
-            for note in entry.warnings:
-                warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
+            warn_result_notes(chain.name, entry.warnings)
             entry.artifact_keys = dict(keys)
             entry.runtime = _runtime(keys, outcome)
             if entry.embeddings:

@@ -19,7 +19,6 @@ import math
 import numbers
 import re
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -27,7 +26,7 @@ import numpy as np
 
 from .._config import check_bool
 from .._sparse import is_sparse, sparse_module
-from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, ScoringWarning, SerializationError
+from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, SerializationError
 from ..fingerprint import check_cache_identity
 from ..labels import LabelCatalog, mark
 from ..reports import json_codec
@@ -439,7 +438,8 @@ def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, gr
     """Run every custom metric on one extractor's evaluated embeddings (the extractor output).
 
     ``seed`` is the seed the overlap score used.  A metric that raises or breaks the
-    payload contract becomes an invalid aggregate with ``error`` set, plus a warning.
+    payload contract becomes an invalid aggregate with ``error`` set, plus a note in the
+    artifact's ``warnings()`` (the benchmark warns it, named by extractor).
     ``timings`` receives ``metric.<name>`` seconds per metric.
     """
     labels, target_metadata, group_keys = metric_inputs(targets, groups)
@@ -456,6 +456,4 @@ def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, gr
         if timings is not None:
             timings[f"metric.{metric.name}"] = time.perf_counter() - start
         artifact.results.append(result)
-    for note in artifact.warnings():
-        warnings.warn(note, ScoringWarning, stacklevel=2)
     return artifact

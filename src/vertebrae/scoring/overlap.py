@@ -333,12 +333,15 @@ class OverlapIndexScorer:
 
     def score(self, embeddings: Any, targets: Targets | Any, *, seed: int | None = None,
               target_type: str | None = None, label_names: Sequence[Any] | None = None,
-              target_names: Sequence[str] | None = None) -> OverlapScoreResult:
+              target_names: Sequence[str] | None = None, warn: bool = True) -> OverlapScoreResult:
         """Score ``embeddings`` (n x d, dense or sparse) against ``targets``.
 
         ``targets`` is a validated targets object (from a dataset) or raw labels,
         validated here with ``target_type`` / ``label_names`` / ``target_names``.
         ``seed`` defaults to the config's ``random_state``; the seed used is recorded.
+        Each of the result's ``warnings`` is also warned (a :class:`ScoringWarning` at your
+        call) unless ``warn=False``: a benchmark's stages record them and its ``run`` warns
+        each once, named by extractor.
         """
         X = validate_embeddings(embeddings)
         if not isinstance(targets, (SingleLabelTargets, MultiLabelTargets, RegressionTargets)):
@@ -348,8 +351,13 @@ class OverlapIndexScorer:
             raise InputValidationError(f"targets has {targets.n_samples} rows but embeddings has {X.shape[0]}; "
                                        "give exactly one target per embedding row")
         if isinstance(targets, RegressionTargets):
-            return self._score_regression(X, targets, seed)
-        return self._score_categorical(X, targets, seed)
+            result = self._score_regression(X, targets, seed)
+        else:
+            result = self._score_categorical(X, targets, seed)
+        if warn:
+            for note in result.warnings:
+                warnings.warn(note, ScoringWarning, stacklevel=2)
+        return result
 
     # -- classification / multi-label -----------------------------------------
     def _score_categorical(self, X: Any, targets: SingleLabelTargets | MultiLabelTargets,
@@ -377,8 +385,6 @@ class OverlapIndexScorer:
         from_oi = {v: k for k, v in to_oi.items()}
         kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
         excluded = [to_oi[k] for k in cfg.exclude_classes]
-        for note in notes:
-            warnings.warn(note, ScoringWarning, stacklevel=3)
         with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # OverlapIndex casts to float64 and L2-normalizes on its own copy, so the input goes

@@ -22,7 +22,7 @@ from typing import Any
 
 from .._config import check_config
 from ..compression import EmbeddingCompressionConfig, check_compression
-from ..errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning
+from ..errors import DataWarning, InputTypeError, InputValidationError, warn_result_notes
 from ..execution.caching import (BRANCH_ARRAY, HIT, NOT_MEASURED_CACHE_HIT, cache_summary, endpoint_footprint,
                                  stage_cache)
 from ..execution.context import Chain, RunContext, variant_chains
@@ -112,8 +112,7 @@ class ZeroShotBenchmark:
         results = []
         for chain, keys in zip(plan.chains, plan.chain_keys):
             result = self._chain_result(chain, keys, outcome, eligible)
-            for note in result.warnings:
-                warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
+            warn_result_notes(chain.name, result.warnings)
             results.append(result)
         protocol = {**self.protocol(), "run_key": artifact_key("run", [j.key for j in plan.jobs])}
         if self.cache is not None:
