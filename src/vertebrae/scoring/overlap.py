@@ -280,7 +280,31 @@ def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: 
             notes.append(
                 f"class {catalog.display(key)!r}: k reduced from {want} ({source[key]}) to {resolved[key]} because it has "
                 f"only {n} sample(s) (min_samples_per_cluster={config.min_samples_per_cluster})")
+    if isinstance(config.k, Mapping):
+        notes.extend(merged_key_notes(config.k, counts, catalog))
     return resolved, source, notes
+
+
+def merged_key_notes(mapping: Mapping[str, int], counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
+    """Notes for classes equal in value to a k-mapping key but of another type, which the mapping leaves out.
+
+    A Python dict merges equal keys before vertebrae sees them (``{1: 3, True: 2}`` is
+    ``{1: 2}``), so a k meant for ``True`` may have landed on ``1``; the list-of-pairs form
+    keeps both.
+    """
+    by_value: dict[Any, list[str]] = {}
+    for key in counts:
+        by_value.setdefault(decode_key(key), []).append(key)  # a dict groups 1, 1.0 and True together
+    notes = []
+    for key in mapping:
+        for other in by_value.get(decode_key(key), []) if key in counts else []:
+            if other not in mapping:
+                notes.append(
+                    f"OverlapScoringConfig.k names class {decode_key(key)!r} ({key.partition(':')[0]}) but not "
+                    f"class {decode_key(other)!r} ({other.partition(':')[0]}), an equal value of another type: a "
+                    "Python dict merges such keys (1 == 1.0 == True), so a k given for one may have replaced the "
+                    "other's; give k as (label, k) pairs to set each, e.g. [(1, 3), (True, 2)]")
+    return notes
 
 
 def check_class_settings(config: OverlapScoringConfig, counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
