@@ -20,7 +20,7 @@ from .compression import EmbeddingCompressionConfig, check_compression, variant_
 from .datasets import BenchmarkDataset
 from .errors import InputTypeError, InputValidationError, VertebraeError, warn_result_notes
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, embedding_footprint,
-                                stage_cache)
+                                footprint_notes, stage_cache)
 from .execution.context import Chain, RunContext
 from .fingerprint import package_version
 from .multimodal import check_extractor_fields
@@ -207,7 +207,8 @@ def _chain_result(chain: Chain, keys: dict[str, str], outcome: RunOutcome, setti
     if separatix is not None:  # its runtime travels beside the artifact, like every runtime (a stored one has none)
         separatix = dataclasses.replace(separatix, runtime_seconds=outcome.timings.get(keys["diagnose"], {}).get(
             "separatix"))
-    result = dataclasses.replace(assembled, artifact_keys=dict(keys), warnings=list(assembled.warnings),
+    result = dataclasses.replace(assembled, artifact_keys=dict(keys),
+                                 warnings=list(assembled.warnings) + footprint_notes(embedding.get("footprint")),
                                  embedding=embedding, compression=compression, separatix=separatix)
     result.runtime = _runtime(keys, outcome, result)
     if settings.resource_profiling is not None and settings.resource_profiling.enabled:

@@ -406,7 +406,8 @@ def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes
         "raw_logical_bytes": raw_bytes, "evaluated_logical_bytes": evaluated_bytes,
         "persisted_status": persisted.get("persisted_status", "unavailable"),
         "persisted_bytes": persisted.get("persisted_bytes"),
-        "persisted_reason": None if footprint is not None else "no persistent embedding store was used in this run"}
+        "persisted_reason": persisted.get("persisted_reason") if footprint is not None
+        else "no persistent embedding store was used in this run"}
     return profile
 
 
