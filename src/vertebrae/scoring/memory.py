@@ -7,7 +7,8 @@ was checked against measured peak RSS (``benchmarks/bench_memory.py``, figures i
 docs/distributed.md).  Over budget, ``policy="subsample"`` scores a target-preserving
 subsample drawn with the samplers of subsample stability (every class or label keeps
 at least 2 rows, regression at least 3) and records the effective counts and a
-note (the result's warning, which the benchmark warns once, named by extractor); ``policy="fail"`` raises :class:`~vertebrae.errors.MemoryBudgetError` with
+note (the result's warning, which the benchmark warns once, named by extractor);
+``policy="fail"`` raises :class:`~vertebrae.errors.MemoryBudgetError` with
 the estimate and the fix.  The budget stage (``budget`` in
 :mod:`vertebrae.execution.stages`) applies it between embedding and scoring.
 """

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 from ..compression import (Compressor, EmbeddingCompressionConfig, compression_fingerprint, declares_matryoshka,
                            raw_variant_metadata)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ExtractorError, InputValidationError, ScoringWarning, VertebraeError
+from ..errors import ExtractorError, InputValidationError, VertebraeError
 from ..execution.registry import stage
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ..threads import limited_threads
@@ -165,10 +164,8 @@ def overlap(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
 
     Its warnings are recorded in the result (and re-emitted by the benchmark once, also for remote runs).
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ScoringWarning)
-        return OverlapIndexScorer(context.settings.scoring_config).score(evaluated(inputs, "samples").matrix,
-                                                                        context.dataset.targets)
+    return OverlapIndexScorer(context.settings.scoring_config).score(evaluated(inputs, "samples").matrix,
+                                                                    context.dataset.targets, warn=False)
 
 
 def _assemble_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
