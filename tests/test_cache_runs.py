@@ -263,15 +263,26 @@ class _StatFailingStore(FsspecStore):
         raise ArtifactError("stat refused by the object store")
 
 
-def test_a_failed_stat_is_unavailable_with_a_warning_not_a_failure(data, tmp_path):
+def test_a_failed_stat_is_unavailable_and_explained_in_the_result_not_a_failure(data, tmp_path):
+    """Issue 26 item 19: the reason is in the result's warnings, its JSON footprint and profile, and the Markdown."""
+    from vertebrae import ResourceProfilingConfig
+
     config = CacheConfig(store=str(tmp_path / "cache"))
-    benchmark = Benchmark(data, [CountingExtractor()], cache_config=config, progress=False, separatix_config=None)
+    benchmark = Benchmark(data, [CountingExtractor()], cache_config=config, progress=False, separatix_config=None,
+                          resource_profiling=ResourceProfilingConfig())
     benchmark.cache = StageCache(config, _StatFailingStore(str(tmp_path / "cache")))
-    with pytest.warns(ArtifactWarning, match="persisted bytes are unavailable"):
+    with pytest.warns(UserWarning, match="persisted bytes of the raw embedding are unavailable: could not stat") as caught:
         result = benchmark.run()
-    raw = result.extractor_results[0].embedding["footprint"]["raw"]
-    assert raw["persisted_status"] == "unavailable" and raw["persisted_bytes"] is None
-    assert result.extractor_results[0].overlap.score is not None
+    [named] = [str(w.message) for w in caught if "could not stat" in str(w.message)]  # once, named by extractor
+    counting = result.extractor_results[0]
+    assert named.startswith(f"{counting.name}: ")
+    assert counting.overlap.score is not None
+    reason = "stat refused by the object store"
+    assert any(reason in w for w in counting.warnings)
+    raw = json.loads(result.to_json())["extractor_results"][0]["embedding"]["footprint"]["raw"]
+    assert raw["persisted_status"] == "unavailable" and raw["persisted_bytes"] is None and reason in raw["persisted_reason"]
+    assert reason in counting.resource_profile["embedding_bytes"]["persisted_reason"]
+    assert reason in result.to_markdown()
 
 
 def test_an_unwritable_store_warns_and_the_run_continues(data, tmp_path):

@@ -243,7 +243,8 @@ def test_run_records_file_provenance(project, monkeypatch):
 
 @pytest.mark.parametrize("quiet", [False, True])
 def test_run_shows_each_distinct_warning_once_and_quiet_silences_them(project, capsys, quiet):
-    """Issue 11 item 5: no source lines, one line per distinct warning with a count; results keep them."""
+    """Issue 11 item 5: no source lines, one line per distinct warning; results keep them.
+    Issue 26 item 11: each extractor's warning is named and shown once (not once per stage or repeat)."""
     (project / "run.toml").write_text(TOML.replace("k = 4", "k = 10") + "\n[separatix]\nenabled = false\n")
     argv = ["run", str(project / "run.toml"), "-o", str(project / "w")] + (["-q"] if quiet else [])
     assert main(argv) == 0
@@ -254,8 +255,9 @@ def test_run_shows_each_distinct_warning_once_and_quiet_silences_them(project, c
     if quiet:
         assert err == ""
     else:
-        assert f"vertebrae run: ScoringWarning (5 times): {message}\n" in err
-        assert err.count(message) == 1 and ".py:" not in err and "scorer.score" not in err
+        for name in ("dense", "sparse", "archive", "parquet", "csv"):
+            assert err.count(f"vertebrae run: ScoringWarning: {name}: {message}\n") == 1
+        assert err.count(message) == 5 and ".py:" not in err and "scorer.score" not in err
 
 
 def test_run_help_summarizes_the_config_format_and_points_to_the_docs(capsys):

@@ -91,3 +91,23 @@ def test_config_type_errors_are_still_config_errors():
     with pytest.raises(ConfigError) as info:
         StabilityConfig(repeats=1)
     assert not isinstance(info.value, InputTypeError)
+
+
+def test_benchmark_warnings_name_their_extractor_point_at_the_call_and_come_once(recwarn):
+    """Issue 26 item 11: a small class warned once per extractor, named, at the user's line (not stages.py)."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    y = np.array(["big"] * 40 + ["small"] * 6)
+    X = rng.normal(size=(y.size, 4))
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.declared("d", "1"))
+    extractors = [PrecomputedExtractor("e1", X), PrecomputedExtractor("e2", X[::-1].copy())]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Benchmark(dataset, extractors, stability_config=StabilityConfig(repeats=3),
+                  separatix_config=vertebrae.SeparatixConfig(enabled=False)).run()
+    scoring = [str(w.message) for w in caught if issubclass(w.category, vertebrae.ScoringWarning)]
+    small = [m for m in scoring if "'small': k reduced" in m]
+    assert sorted(m.partition(":")[0] for m in small) == ["e1", "e2"]  # one each, named (3 repeats add none)
+    assert len(scoring) == len(set(scoring))
+    assert {w.filename for w in caught if issubclass(w.category, vertebrae.ScoringWarning)} == {__file__}

@@ -422,3 +422,18 @@ def test_html_trend_page(data, tmp_path):
     page = m.save_html(tmp_path / "trend.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page  # the trend figure, inline
     assert page.count("<tr>") >= 3 and "e1" in page and "http" not in page.split("<svg")[0]
+
+
+def test_a_monitor_nobody_holds_releases_its_history_with_a_resource_warning(data, tmp_path):
+    """Issue 26 item 10: re-running a notebook cell that opens the monitor must not find the history locked."""
+    import gc
+
+    _, _, ds = data
+    path = tmp_path / "h.jsonl"
+    first = monitor(ds, history=path)
+    first.evaluate(lambda A: A, snapshot_id="s0")
+    with pytest.warns(ResourceWarning, match="unclosed monitor history"):
+        del first
+        gc.collect()
+    with monitor(ds, history=path) as again:  # the lock is free again; the row was kept
+        assert [row["snapshot_id"] for row in again.history] == ["s0"]

@@ -73,3 +73,22 @@ def test_unknown_fields_and_backend_choice_are_rejected():
         OverlapScoringConfig(model_type="KMeans")  # the backend is fixed, not an option
     with pytest.raises(ConfigError, match="unknown field"):
         ContinuousOverlapScoringConfig.from_dict({"kmeans_k": 3})
+
+
+def test_a_dict_k_that_merged_equal_keys_of_other_types_is_warned_and_pairs_keep_them_apart():
+    """Issue 26 item 12: {1: 3, "1": 4, True: 2} reaches vertebrae as {1: 2, "1": 4}; say so, naming both classes."""
+    import numpy as np
+
+    from vertebrae import OverlapIndexScorer, ScoringWarning
+
+    y = np.array([1] * 30 + ["1"] * 30 + [True] * 30, dtype=object)
+    X = np.random.default_rng(0).normal(size=(90, 4))
+    merged = OverlapScoringConfig(k={1: 3, "1": 4, True: 2}, min_k=2)
+    assert dict(merged.k) == {"int:1": 2, "str:1": 4}  # Python merged True into 1 before the config saw it
+    with pytest.warns(ScoringWarning, match=r"k names class 1 \(int\) but not class True \(bool\).*\(label, k\) pairs"):
+        result = OverlapIndexScorer(merged).score(X, y)
+    assert sum("an equal value of another type" in w for w in result.warnings) == 1
+    pairs = OverlapScoringConfig(k=[(1, 3), ("1", 4), (True, 2)], min_k=2)
+    result = OverlapIndexScorer(pairs).score(X, y, warn=False)
+    assert result.k_per_class == {"int:1": 3, "str:1": 4, "bool:true": 2}
+    assert not any("equal value" in w for w in result.warnings)

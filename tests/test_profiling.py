@@ -304,3 +304,45 @@ def test_a_real_cache_hit_reports_no_inference_and_the_persisted_bytes(minilm_pa
         persisted = result.resource_profile["embedding_bytes"]
         assert persisted["persisted_status"] == "measured" and persisted["persisted_bytes"] == stored
     assert warm.overlap.to_dict() == cold.overlap.to_dict()
+
+
+def test_reloaded_profiles_are_typed_local_or_distributed_and_unknown_fields_are_rejected(blob_dataset):
+    """Issue 26 item 20: load rebuilds LocalResourceProfile / DistributedResourceProfile; the JSON is unchanged."""
+    import json
+
+    from vertebrae import DistributedResourceProfile, LocalResourceProfile
+    from vertebrae.errors import SerializationError
+    from vertebrae.profiling import WorkerMeasurement, distributed_profile
+
+    result = Benchmark(blob_dataset, [CallableExtractor("f", lambda X: X * 2.0)],
+                       resource_profiling=ResourceProfilingConfig(), separatix_config=NO_SEPARATIX,
+                       progress=False).run()
+    profile = result["f"].resource_profile
+    assert type(profile) is LocalResourceProfile
+    text = result.to_json()
+    result["f"].resource_profile = dict(profile)
+    assert result.to_json() == text  # typed, yet byte-identical to the plain dict's JSON
+    loaded = BenchmarkResult.from_json(text)
+    assert type(loaded["f"].resource_profile) is LocalResourceProfile and loaded["f"].resource_profile == profile
+    assert loaded.to_json() == text
+
+    worker = {"latency": {"first_call_seconds": 0.5, "first_call_rows": 90, "clock": "host_observed"},
+              "throughput": {"samples": 90, "wall_seconds": 0.5, "samples_per_second": 180.0},
+              "host_memory": {"status": "measured", "peak_rss_bytes": 700, "baseline_rss_bytes": 100},
+              "device_memory": {"status": "not_applicable", "peak_allocated_bytes": None},
+              "model": {"status": "unavailable"}, "context": {"workload": {"rows": 90, "kind": "ndarray"}}}
+    merged = distributed_profile([WorkerMeasurement("a", 1.0, worker, [(0.5, 90)]),
+                                  WorkerMeasurement("b", 2.0, worker, [(0.5, 90)])])
+    data = json.loads(text)
+    data["extractor_results"][0]["resource_profile"] = json.loads(json.dumps(chain_profile(merged, "miss", 10, 10)))
+    distributed = BenchmarkResult.from_dict(data)["f"].resource_profile
+    assert type(distributed) is DistributedResourceProfile and distributed["distributed"]["workers"] == 2
+
+    data["extractor_results"][0]["resource_profile"]["latency"]["warm_mode"] = "fast"
+    with pytest.raises(SerializationError, match=r"\$\.extractor_results\[0\]\.resource_profile\.latency: unknown "
+                                                 r"field\(s\) \['warm_mode'\] in a DistributedResourceProfile"):
+        BenchmarkResult.from_dict(data)
+    data = json.loads(text)
+    data["extractor_results"][0]["resource_profile"]["gpu_hours"] = 1
+    with pytest.raises(SerializationError, match=r"resource_profile: unknown field\(s\) \['gpu_hours'\]"):
+        BenchmarkResult.from_dict(data)

@@ -141,3 +141,23 @@ def test_digits_with_a_two_level_hierarchy():
                       separatix_config=SeparatixConfig(enabled=False)).run()
     assert digit_result.overlap.score == plain["pca8"].overlap.score
     assert 0.0 < family_result.overlap.score < 1.0
+
+
+def test_hierarchy_levels_from_arrays_keep_readable_displays_and_a_catalog_per_level():
+    """Issue 26 item 13: paths zipped from NumPy arrays display as Python values; each level records its catalog."""
+    X, y = gaussian_classes(n_per_class=10, n_classes=4, dim=4)
+    top = np.array([1, 1, 2, 2])[y]  # np.int64 parts
+    leaf = np.array(["cat", "dog", "cod", "eel"])[y]  # np.str_ parts
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY).with_label_hierarchy(
+        list(zip(top, leaf)), ("top", "leaf"))
+    leaf_catalog = dataset.label_view("leaf").targets.catalog
+    assert [e.display for e in leaf_catalog.entries] == ["(1, 'cat')", "(1, 'dog')", "(2, 'cod')", "(2, 'eel')"]
+    assert leaf_catalog.value(leaf_catalog.keys[0]) == (1, "cat") and type(leaf_catalog.value(leaf_catalog.keys[0])[1]) is str
+    levels = dataset.summary()["label_levels"]
+    assert levels["leaf"]["label_catalog"] == leaf_catalog.to_dict()
+    assert [e["display"] for e in levels["top"]["label_catalog"]["entries"]] == ["1", "2"]
+    result = Benchmark(dataset, [PrecomputedExtractor("raw", X)], label_view_config=LabelViewConfig(levels=("leaf",)),
+                       **QUIET).run()
+    assert "np." not in result.to_markdown() and "np." not in result.to_json()
+    assert result.to_dict()["dataset_summary"]["label_levels"]["leaf"]["label_catalog"]["entries"][1] == {
+        "key": leaf_catalog.keys[1], "display": "(1, 'dog')"}

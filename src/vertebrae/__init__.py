@@ -25,7 +25,7 @@ from .multimodal import FieldExtractor, MultiModalInputs
 from .segmentation import SegmentationDataset, spatial_feature_map
 from .structured import UnitAnnotations, save_unit_artifact
 from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
-from .profiling import ResourceProfilingConfig
+from .profiling import DistributedResourceProfile, LocalResourceProfile, ResourceProfile, ResourceProfilingConfig
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
@@ -66,5 +66,5 @@ __all__ = [
     "relational", "FieldExtractor", "MultiModalInputs", "SegmentationDataset", "spatial_feature_map",
     "UnitAnnotations", "save_unit_artifact",
     "ExecutionError", "MemoryBudgetError", "MemoryConfig",
-    "ResourceProfilingConfig",
+    "DistributedResourceProfile", "LocalResourceProfile", "ResourceProfile", "ResourceProfilingConfig",
 ]

@@ -291,7 +291,7 @@ def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, 
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
     matrix, targets, _ = scoring_input(job, inputs, context)
-    return ScoreArtifact(scorer.score(matrix, targets))
+    return ScoreArtifact(scorer.score(matrix, targets, warn=False))  # the front door warns, named
 
 
 def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:

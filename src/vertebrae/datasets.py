@@ -19,7 +19,7 @@ from .errors import InputTypeError, InputValidationError
 from .fingerprint import content_sha256
 from .identity import DatasetIdentity, require_identity
 from .labels import LabelCatalog, semantic_key
-from .targets import MultiLabelTargets, SingleLabelTargets, Targets, build_targets
+from .targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .views import LEVEL, TARGET, TargetView, build_label_levels, build_target_views
 
 
@@ -211,12 +211,21 @@ class BenchmarkDataset:
         if self.groups is not None:
             summary["groups"] = self.groups.summary()
         if self.target_views:
-            summary["target_views"] = {name: t.summary() for name, t in self.target_views.items()}
+            summary["target_views"] = {name: _view_summary(t) for name, t in self.target_views.items()}
         if self.label_levels:
-            summary["label_levels"] = {name: t.summary() for name, t in self.label_levels.items()}
+            summary["label_levels"] = {name: _view_summary(t) for name, t in self.label_levels.items()}
         if self.structure:
             summary["structure"] = copy.deepcopy(dict(self.structure))
         return summary
+
+
+def _view_summary(targets: Targets) -> dict[str, Any]:
+    """A view's or hierarchy level's summary plus its label catalog (typed keys and displays), as the main
+    targets keep theirs in ``metadata["label_catalog"]``."""
+    summary = targets.summary()
+    if not isinstance(targets, RegressionTargets):
+        summary["label_catalog"] = targets.catalog.to_dict()
+    return summary
 
 
 def inputs_sha256(X: Any) -> str:

@@ -8,6 +8,9 @@ row/class/key and the fix.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable
+
 
 class VertebraeError(Exception):
     """Base class of every error raised deliberately by vertebrae."""
@@ -107,3 +110,15 @@ class HistoryWarning(VertebraeWarning):
 
 class CompressionWarning(VertebraeWarning):
     """A compression variant could not be applied as requested (e.g. wider than the embedding)."""
+
+
+def warn_result_notes(name: str, notes: Iterable[str], category: type[Warning] = ScoringWarning,
+                      stacklevel: int = 2) -> None:
+    """Warn each distinct note of one result once, named: ``"<name>: <note>"``.
+
+    The front doors call this after a run, so a warning names the extractor it concerns
+    and points at the user's call (``stacklevel`` counts from the caller), however many
+    stages or repeats produced the note and whether or not its stage came from the cache.
+    """
+    for note in dict.fromkeys(notes):
+        warnings.warn(f"{name}: {note}", category, stacklevel=stacklevel + 1)

@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import json_codec
-from .errors import DataWarning, InputTypeError, InputValidationError, ScoringWarning, SerializationError
-from .execution.caching import HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, endpoint_footprint
+from .errors import DataWarning, InputTypeError, InputValidationError, SerializationError, warn_result_notes
+from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, endpoint_footprint,
+                                footprint_notes)
 from .execution.context import Chain, RunContext
 from .execution.jobs import JobFailure, RunOutcome
 from .execution.local import LocalRunner
@@ -50,8 +51,6 @@ class FrontDoor:
     description: str = "vertebrae"
     #: The stage whose artifact is a chain's result.
     final_stage: str = "assemble"
-    #: Re-emit each result's warnings as a ScoringWarning naming its chain (for stages that record instead of warn).
-    reemit_warnings: bool = False
     #: The embedding a compressed variant is fitted on (its cache facts are the variant's); None: the only one.
     fitted_branch: str | None = None
 
@@ -111,11 +110,9 @@ class FrontDoor:
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
         plan, outcome = self.execute(runner)
-        results = []
-        for chain, keys in zip(plan.chains, plan.chain_keys):
-            results.append(self._chain_result(chain, keys, plan, outcome))
-            for note in results[-1].warnings if self.reemit_warnings else ():
-                warnings.warn(f"{chain.name}: {note}", ScoringWarning, stacklevel=2)
+        results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
+        for result in results:  # stages record notes; each is warned here once, named, at the user's call
+            warn_result_notes(result.name, result.warnings)
         return self.build_result(plan, results, notes, started)
 
     def _chain_result(self, chain: Chain, keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> Any:
@@ -143,6 +140,7 @@ class FrontDoor:
         if self.cache is not None:  # raw: the extraction as stored; evaluated: what was scored (a variant's)
             updated["footprint"] = endpoint_footprint(embedding["logical_bytes"], outcome.persisted.get(key),
                                                       source.array)
+            result.warnings.extend(footprint_notes(updated["footprint"]))  # a failed object stat, explained
         result.embedding = updated if branch is None else {**result.embedding, branch: updated}
 
     def run_facts(self, started: _dt.datetime) -> dict[str, Any]:

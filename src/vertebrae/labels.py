@@ -32,7 +32,10 @@ KEY_SCHEMA_VERSION = 2
 
 
 def _python_scalar(value: Any) -> Any:
-    """NumPy scalars become their Python equivalent (np.int64 -> int, np.str_ -> str)."""
+    """NumPy scalars become their Python equivalent (np.int64 -> int, np.str_ -> str), also inside tuples
+    (hierarchy paths zipped from arrays), so displays never read ``np.str_('cat')``."""
+    if isinstance(value, tuple):
+        return tuple(_python_scalar(part) for part in value)
     if isinstance(value, np.generic):
         if isinstance(value, np.datetime64):
             return value  # handled by the datetime64 branch

@@ -306,6 +306,13 @@ class JsonlHistory:
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
 
+    def __del__(self) -> None:
+        """A history nobody holds releases its lock (a notebook re-runs the cell), warned as Python's files do."""
+        if getattr(self, "_fd", None) is not None:
+            warnings.warn(f"unclosed monitor history {self.path}: close the RepresentationMonitor or use it in a "
+                          "`with` block", ResourceWarning, source=self)
+            self.close()
+
 
 def read_history(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(manifest, rows) of a history file, read-only and without the lock (e.g. while training runs).

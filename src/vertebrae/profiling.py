@@ -19,13 +19,14 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ._config import Config, check_bool, check_float
+from .errors import SerializationError
 from .fingerprint import package_version
 
 #: The timings entry of the extract job that carries its measurements (not a number: never a runtime column).
@@ -387,8 +388,92 @@ def cache_hit_profile(reason: str = "the embedding came from a cache; the extrac
                for part in ("latency", "throughput", "host_memory", "device_memory", "model", "context")}}
 
 
+# ----------------------------------------------------------------------------- typed profiles
+_STATUS = frozenset({"status", "reason"})  # a cache hit's sections hold only these
+_LATENCY = frozenset({"calls", "first_call_seconds", "first_call_rows", "clock", "warm_status", "warm_reason",
+                      "warm_count", "warm_mean_seconds", "warm_median_seconds", "warm_p90_seconds", "warm_max_seconds"})
+_HOST = frozenset({"source", "baseline_rss_bytes", "peak_rss_bytes", "peak_increase_bytes", "samples",
+                   "interval_seconds"})
+_DEVICE = frozenset({"device", "baseline_allocated_bytes", "peak_allocated_bytes", "peak_increase_bytes",
+                     "measurement_scope"})
+_MODEL = frozenset({"parameter_count", "parameter_bytes", "trainable_parameter_count", "trainable_parameter_bytes",
+                    "buffer_bytes", "in_memory_bytes", "weight_dtypes", "weight_dtypes_note", "parameter_status",
+                    "parameter_reason", "checkpoint_status", "checkpoint_reason", "checkpoint_files",
+                    "checkpoint_bytes"})
+_CONTEXT = frozenset({"batch_size", "workload", "device", "precision", "precision_source", "torch_threads",
+                      "cpu_count", "synchronization", "synchronized_boundaries", "synchronization_failures",
+                      "framework_versions"})
+_EMBEDDING = frozenset({"raw_logical_bytes", "evaluated_logical_bytes", "persisted_status", "persisted_bytes",
+                        "persisted_reason"})
+_MAX_OVER_WORKERS = frozenset({"worker", "scope"})
+
+
+class ResourceProfile(dict):
+    """One extraction's resource profile, typed by where it was measured.
+
+    It is the dict the JSON holds (reports, columns and figures read it as one, and it
+    serializes byte-identically); :meth:`load` rebuilds the right type from a document and
+    rejects a field this version does not write, naming its path.  ``SECTIONS`` lists
+    each section's fields; the top level may hold the sections, ``schema``, ``status``,
+    ``reason`` and ``TOP_FIELDS``.
+    """
+
+    SECTIONS: ClassVar[dict[str, frozenset[str]]] = {}
+    TOP_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    @staticmethod
+    def load(data: Mapping[str, Any], path: str = "$.resource_profile") -> "ResourceProfile":
+        """The typed profile of ``data``: distributed when it holds a ``distributed`` section, else local."""
+        if not isinstance(data, Mapping):
+            raise SerializationError(f"{path}: a resource profile must be a JSON object, got {type(data).__name__}")
+        kind = DistributedResourceProfile if "distributed" in data else LocalResourceProfile
+        kind.check(data, path)
+        return kind(data)
+
+    @classmethod
+    def check(cls, data: Mapping[str, Any], path: str) -> None:
+        """Reject unknown fields at the top level and inside every section, with their path."""
+        unknown = sorted(set(data) - set(cls.SECTIONS) - {"schema", "status", "reason"} - cls.TOP_FIELDS)
+        if unknown:
+            raise SerializationError(f"{path}: unknown field(s) {unknown} in a {cls.__name__}; allowed: "
+                                     f"{sorted({'schema', 'status', 'reason', *cls.SECTIONS, *cls.TOP_FIELDS})}")
+        for section, fields in cls.SECTIONS.items():
+            value = data.get(section)
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                raise SerializationError(f"{path}.{section}: must be a JSON object, got {type(value).__name__}")
+            extra = sorted(set(value) - fields - _STATUS)
+            if extra:
+                raise SerializationError(f"{path}.{section}: unknown field(s) {extra} in a {cls.__name__}")
+
+
+class LocalResourceProfile(ResourceProfile):
+    """Measured in the process that ran the extract job (or the cache-hit marker)."""
+
+    SECTIONS = {"latency": _LATENCY, "throughput": frozenset({"samples", "wall_seconds", "samples_per_second"}),
+                "host_memory": _HOST, "device_memory": _DEVICE, "model": _MODEL, "context": _CONTEXT,
+                "embedding_bytes": _EMBEDDING}
+
+
+class DistributedResourceProfile(ResourceProfile):
+    """Merged from the measured tasks of one extract job on dask workers (worker-first latency, maximum
+    worker memory, aggregate worker-compute throughput)."""
+
+    SECTIONS = {"latency": _LATENCY | {"first_call_scope"},
+                "throughput": frozenset({"samples", "compute_seconds", "samples_per_second", "throughput_kind",
+                                         "note"}),
+                "host_memory": _HOST | _MAX_OVER_WORKERS, "device_memory": _DEVICE | _MAX_OVER_WORKERS,
+                "model": _MODEL, "context": _CONTEXT, "embedding_bytes": _EMBEDDING,
+                "distributed": frozenset({"workers", "shards", "shards_measured", "shards_reused",
+                                          "worker_first_latency_seconds", "max_worker_memory_bytes",
+                                          "aggregate_compute_throughput", "samples", "compute_seconds",
+                                          "throughput_kind", "throughput_note", "per_worker"})}
+    TOP_FIELDS = frozenset({"scope"})
+
+
 def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes: int | None,
-                  evaluated_bytes: int | None, footprint: dict[str, Any] | None = None) -> dict[str, Any]:
+                  evaluated_bytes: int | None, footprint: dict[str, Any] | None = None) -> ResourceProfile:
     """One result's profile: its extract job's measurements (or the cache-hit marker) plus its embedding bytes.
 
     ``footprint`` is the cache's raw/evaluated footprint (embedding metadata ``footprint``) when a store
@@ -406,8 +491,9 @@ def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes
         "raw_logical_bytes": raw_bytes, "evaluated_logical_bytes": evaluated_bytes,
         "persisted_status": persisted.get("persisted_status", "unavailable"),
         "persisted_bytes": persisted.get("persisted_bytes"),
-        "persisted_reason": None if footprint is not None else "no persistent embedding store was used in this run"}
-    return profile
+        "persisted_reason": persisted.get("persisted_reason") if footprint is not None
+        else "no persistent embedding store was used in this run"}
+    return ResourceProfile.load(profile, "resource_profile")  # typed, and checked against what load accepts
 
 
 # ----------------------------------------------------------------------------- distributed runs

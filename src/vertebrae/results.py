@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from .errors import ConfigError, SerializationError
 from .result_protocol import ChainResult, Ranked, check_header, rank_results, reading
+from .profiling import ResourceProfile
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
@@ -279,8 +280,9 @@ class ExtractorResult(ChainResult):
         if self.target_view is not None:
             return f"target={self.target_view}"
         return None if self.label_view is None else f"level={self.label_view}"
-    #: Measured resources (latency, memory, model and embedding bytes) when profiling ran; see docs/profiling.md.
-    resource_profile: dict[str, Any] | None = None
+    #: Measured resources (latency, memory, model and embedding bytes) when profiling ran: a
+    #: LocalResourceProfile or DistributedResourceProfile (both dicts); see docs/profiling.md.
+    resource_profile: ResourceProfile | None = None
     #: The compression variant this result evaluates (method, dims, applied, footprint); None without variants.
     compression: dict[str, Any] | None = None
 
@@ -347,6 +349,8 @@ class ExtractorResult(ChainResult):
         if fields.get("stability") is not None:
             with reading(f"{path}.stability"):
                 fields["stability"] = StabilityResult.from_dict(fields["stability"])
+        if fields.get("resource_profile") is not None:
+            fields["resource_profile"] = ResourceProfile.load(fields["resource_profile"], f"{path}.resource_profile")
         fields["runtime"] = dict(runtime or {})
         with reading(path):
             return cls(**fields)

@@ -44,12 +44,15 @@ class JobRun:
     #: Array name -> bytes of its stored object (``.npy``/``.npz`` file, S3 object, GCS blob).
     persisted: dict[str, int] = dataclasses.field(default_factory=dict)
     persisted_status: str = NOT_PERSISTED
+    #: Why the persisted bytes are ``unavailable`` (the failed stat), recorded in the result; None otherwise.
+    persisted_reason: str | None = None
     #: Array name -> logical resident bytes of a cacheable artifact's matrices (empty for other stages).
     logical: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def footprint(self) -> dict[str, Any]:
         """What the runner records beside the artifact (``RunOutcome.persisted``)."""
-        return {"status": self.persisted_status, "bytes": dict(self.persisted), "logical": dict(self.logical)}
+        return {"status": self.persisted_status, "bytes": dict(self.persisted), "logical": dict(self.logical),
+                "reason": self.persisted_reason}
 
 
 class StageCache:
@@ -116,15 +119,14 @@ class StageCache:
         return _with_logical(JobRun(artifact, {"seconds": seconds}, HIT,
                                     *self._footprint(job.key, self.store.manifest(job.key))), codec)
 
-    def _footprint(self, key: str, manifest: Any) -> tuple[dict[str, int], str]:
-        """Stat the stored objects; a failed stat is a warning and an ``unavailable`` status, never a failure."""
+    def _footprint(self, key: str, manifest: Any) -> tuple[dict[str, int], str, str | None]:
+        """Stat the stored objects; a failed stat is an ``unavailable`` status with its reason, never a failure
+        (the result records the reason in its footprint and warnings; a runner's worker could not show a warning)."""
         try:
             sizes = self.store.persisted_bytes(key)
         except ArtifactError as exc:
-            warnings.warn(f"cache: could not stat {key} in {self.config.url} ({exc}); persisted bytes are "
-                          "unavailable", ArtifactWarning, stacklevel=3)
-            return {}, UNAVAILABLE
-        return {name: sizes[entry["file"]] for name, entry in manifest.arrays.items()}, MEASURED
+            return {}, UNAVAILABLE, f"could not stat {key} in {self.config.url} ({exc})"
+        return {name: sizes[entry["file"]] for name, entry in manifest.arrays.items()}, MEASURED, None
 
 
 def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
@@ -241,22 +243,26 @@ def cache_summary(cache: StageCache) -> dict[str, Any]:
     return {"store": cache.config.url, "mode": cache.config.mode}
 
 
-def embedding_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, output: str | None) -> dict[str, Any]:
-    """Logical resident bytes and persisted object bytes, separately for the raw and the evaluated embedding.
-
-    ``raw`` is the extractor's output as stored; ``evaluated`` is what the chain scored (a
-    compressed variant, or a view of the raw output), which is never persisted.
-    """
-    return endpoint_footprint(evaluated_bytes, persisted, output_array(output))
-
-
 def endpoint_footprint(evaluated_bytes: int, persisted: dict[str, Any] | None, array: str) -> dict[str, Any]:
-    """:func:`embedding_footprint` for the stored array named ``array``."""
+    """Logical resident bytes and persisted object bytes of the stored array ``array``, separately for the raw
+    embedding (the extractor's output as stored) and the evaluated one (what the chain scored: a compressed
+    variant, or a view of the raw output, never persisted)."""
     status = NOT_PERSISTED if persisted is None else persisted["status"]
     stored = None if persisted is None else persisted["bytes"].get(array)
     raw_bytes = evaluated_bytes if persisted is None else persisted["logical"].get(array, evaluated_bytes)
+    reason = None if persisted is None else persisted.get("reason")
     if status == MEASURED and stored is None:
-        status = UNAVAILABLE
-    return {"raw": {"logical_bytes": int(raw_bytes), "persisted_bytes": stored, "persisted_status": status},
-            "evaluated": {"logical_bytes": int(evaluated_bytes), "persisted_bytes": None,
-                          "persisted_status": NOT_PERSISTED}}
+        status, reason = UNAVAILABLE, f"the store lists no object for array {array!r}"
+    raw = {"logical_bytes": int(raw_bytes), "persisted_bytes": stored, "persisted_status": status}
+    if status == UNAVAILABLE:  # only then: every other footprint keeps its three fields
+        raw["persisted_reason"] = reason
+    return {"raw": raw, "evaluated": {"logical_bytes": int(evaluated_bytes), "persisted_bytes": None,
+                                      "persisted_status": NOT_PERSISTED}}
+
+
+def footprint_notes(footprint: dict[str, Any] | None) -> list[str]:
+    """The result warning of a footprint whose persisted bytes are unavailable (empty otherwise)."""
+    raw = (footprint or {}).get("raw", {})
+    if raw.get("persisted_status") != UNAVAILABLE:
+        return []
+    return [f"persisted bytes of the raw embedding are unavailable: {raw.get('persisted_reason') or 'not measured'}"]

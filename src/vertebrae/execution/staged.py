@@ -367,6 +367,7 @@ class _StagedRun:
             ran = dataclasses.replace(ran, timings=dict(record["measured"]), status=record["status"],
                                       persisted=dict(record["footprint"]["bytes"]),
                                       persisted_status=record["footprint"]["status"],
+                                      persisted_reason=record["footprint"].get("reason"),
                                       logical=dict(record["footprint"]["logical"]))
         self._keep(job, ran)
         return ran.artifact

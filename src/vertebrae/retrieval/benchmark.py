@@ -44,7 +44,6 @@ class RetrievalBenchmark(FrontDoor):
 
     pipeline = "retrieval"
     description = "vertebrae retrieval"
-    reemit_warnings = True
     fitted_branch = "gallery"
 
     def __init__(self, dataset: RetrievalDataset, extractors: Sequence[Any], *,

@@ -7,7 +7,8 @@ was checked against measured peak RSS (``benchmarks/bench_memory.py``, figures i
 docs/distributed.md).  Over budget, ``policy="subsample"`` scores a target-preserving
 subsample drawn with the samplers of subsample stability (every class or label keeps
 at least 2 rows, regression at least 3) and records the effective counts and a
-warning; ``policy="fail"`` raises :class:`~vertebrae.errors.MemoryBudgetError` with
+note (the result's warning, which the benchmark warns once, named by extractor);
+``policy="fail"`` raises :class:`~vertebrae.errors.MemoryBudgetError` with
 the estimate and the fix.  The budget stage (``budget`` in
 :mod:`vertebrae.execution.stages`) applies it between embedding and scoring.
 """
@@ -15,12 +16,11 @@ the estimate and the fix.  The budget stage (``budget`` in
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 from .._config import Config, check_choice, check_int, check_seed
 from .._sparse import is_sparse
-from ..errors import ConfigError, MemoryBudgetError, ScoringWarning
+from ..errors import ConfigError, MemoryBudgetError
 from ..targets import RegressionTargets, Targets
 
 POLICIES = ("subsample", "fail")
@@ -123,7 +123,6 @@ def apply_memory_budget(X: Any, targets: Targets, groups: Any, config: MemoryCon
     note = (f"memory budget: scoring all {n:,} rows needs about {_mib(estimate)} MiB, over max_scoring_bytes "
             f"({_mib(config.max_scoring_bytes)} MiB); scored a target-preserving subsample of {rows.size:,} rows "
             f"({fraction:.4g} of each class), seed {config.random_state}")
-    warnings.warn(f"{source}: {note}", ScoringWarning, stacklevel=2)
     return BudgetedInput(matrix, sub_targets, None if groups is None else groups.subset(rows), record, note)
 
 

@@ -18,7 +18,6 @@ import math
 import numbers
 import re
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -27,7 +26,7 @@ import numpy as np
 from .._config import check_bool
 from .._sparse import is_sparse, sparse_module
 from ..user_modules import import_user_module
-from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, ScoringWarning, SerializationError
+from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, SerializationError
 from ..fingerprint import callable_identity, check_cache_identity, identified
 from ..labels import LabelCatalog, mark
 from .. import json_codec
@@ -451,8 +450,7 @@ class MetricsArtifact:
 
 
 def attributed_results(artifact: MetricsArtifact, extractor: str) -> list[MetricResult]:
-    """The metrics of one result: failures phrased with ``extractor`` (warned as ScoringWarnings, like every
-    metric warning)."""
+    """The metrics of one result: failures phrased with ``extractor`` (the front door warns each note once, named)."""
     results = []
     for result in artifact.results:
         if result.error is not None:
@@ -464,8 +462,6 @@ def attributed_results(artifact: MetricsArtifact, extractor: str) -> list[Metric
                     "rank that extractor")
             result = dataclasses.replace(result, error=error, warnings=[*result.warnings, note])
         results.append(result)
-    for note in metric_warnings(results):
-        warnings.warn(note, ScoringWarning, stacklevel=2)
     return results
 
 
@@ -480,8 +476,8 @@ def run_metrics(metrics: Sequence[Metric], embeddings: Any, targets: Targets, gr
 
     ``seed`` is the seed the overlap score used.  A metric that raises or breaks the
     payload contract becomes an invalid aggregate with ``error`` set (phrased with the
-    extractor by :func:`attributed_results`).  ``timings`` receives ``metric.<name>``
-    seconds per metric.
+    extractor by :func:`attributed_results`; the benchmark warns it once, named by extractor).
+    ``timings`` receives ``metric.<name>`` seconds per metric.
     """
     labels, target_metadata, group_keys = metric_inputs(targets, groups)
     matrix = _read_only(embeddings)

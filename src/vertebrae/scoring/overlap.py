@@ -280,7 +280,31 @@ def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: 
             notes.append(
                 f"class {catalog.display(key)!r}: k reduced from {want} ({source[key]}) to {resolved[key]} because it has "
                 f"only {n} sample(s) (min_samples_per_cluster={config.min_samples_per_cluster})")
+    if isinstance(config.k, Mapping):
+        notes.extend(merged_key_notes(config.k, counts, catalog))
     return resolved, source, notes
+
+
+def merged_key_notes(mapping: Mapping[str, int], counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
+    """Notes for classes equal in value to a k-mapping key but of another type, which the mapping leaves out.
+
+    A Python dict merges equal keys before vertebrae sees them (``{1: 3, True: 2}`` is
+    ``{1: 2}``), so a k meant for ``True`` may have landed on ``1``; the list-of-pairs form
+    keeps both.
+    """
+    by_value: dict[Any, list[str]] = {}
+    for key in counts:
+        by_value.setdefault(decode_key(key), []).append(key)  # a dict groups 1, 1.0 and True together
+    notes = []
+    for key in mapping:
+        for other in by_value.get(decode_key(key), []) if key in counts else []:
+            if other not in mapping:
+                notes.append(
+                    f"OverlapScoringConfig.k names class {decode_key(key)!r} ({key.partition(':')[0]}) but not "
+                    f"class {decode_key(other)!r} ({other.partition(':')[0]}), an equal value of another type: a "
+                    "Python dict merges such keys (1 == 1.0 == True), so a k given for one may have replaced the "
+                    "other's; give k as (label, k) pairs to set each, e.g. [(1, 3), (True, 2)]")
+    return notes
 
 
 def check_class_settings(config: OverlapScoringConfig, counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
@@ -333,12 +357,15 @@ class OverlapIndexScorer:
 
     def score(self, embeddings: Any, targets: Targets | Any, *, seed: int | None = None,
               target_type: str | None = None, label_names: Sequence[Any] | None = None,
-              target_names: Sequence[str] | None = None) -> OverlapScoreResult:
+              target_names: Sequence[str] | None = None, warn: bool = True) -> OverlapScoreResult:
         """Score ``embeddings`` (n x d, dense or sparse) against ``targets``.
 
         ``targets`` is a validated targets object (from a dataset) or raw labels,
         validated here with ``target_type`` / ``label_names`` / ``target_names``.
         ``seed`` defaults to the config's ``random_state``; the seed used is recorded.
+        Each of the result's ``warnings`` is also warned (a :class:`ScoringWarning` at your
+        call) unless ``warn=False``: a benchmark's stages record them and its ``run`` warns
+        each once, named by extractor.
         """
         X = validate_embeddings(embeddings)
         if not isinstance(targets, (SingleLabelTargets, MultiLabelTargets, RegressionTargets)):
@@ -348,8 +375,13 @@ class OverlapIndexScorer:
             raise InputValidationError(f"targets has {targets.n_samples} rows but embeddings has {X.shape[0]}; "
                                        "give exactly one target per embedding row")
         if isinstance(targets, RegressionTargets):
-            return self._score_regression(X, targets, seed)
-        return self._score_categorical(X, targets, seed)
+            result = self._score_regression(X, targets, seed)
+        else:
+            result = self._score_categorical(X, targets, seed)
+        if warn:
+            for note in result.warnings:
+                warnings.warn(note, ScoringWarning, stacklevel=2)
+        return result
 
     # -- classification / multi-label -----------------------------------------
     def _score_categorical(self, X: Any, targets: SingleLabelTargets | MultiLabelTargets,
@@ -377,8 +409,6 @@ class OverlapIndexScorer:
         from_oi = {v: k for k, v in to_oi.items()}
         kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
         excluded = [to_oi[k] for k in cfg.exclude_classes]
-        for note in notes:
-            warnings.warn(note, ScoringWarning, stacklevel=3)
         with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # OverlapIndex casts to float64 and L2-normalizes on its own copy, so the input goes

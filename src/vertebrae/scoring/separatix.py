@@ -261,8 +261,8 @@ class SeparatixScorer:
             skip = {"name": "separatix_diagnostic", "reason": str(exc), "severity": "blocking"}
             return not_run("skipped", reason, [skip])
         captured = list(dict.fromkeys(f"separatix: {w.category.__name__}: {w.message}" for w in caught))
-        for text in captured:
-            warnings.warn(text, ScoringWarning, stacklevel=2)
+        for text in captured:  # named by ``source`` (the extractor), which the recorded notes leave out
+            warnings.warn(f"{source}: {text}" if source else text, ScoringWarning, stacklevel=2)
         data = json.loads(json.dumps(report.to_dict(terse=True), allow_nan=False))
         preprocessing["separatix"] = data["preprocessing"]
         skipped = [_with_group_context(entry, data["grouping"]) for entry in data["skipped_diagnostics"]]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
-import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
@@ -27,7 +26,7 @@ import numpy as np
 
 from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
-from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
+from ..errors import ConfigError, ConfigTypeError, InputValidationError
 from ..fanout import fanout_map
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
@@ -305,10 +304,8 @@ class _Outcome(NamedTuple):
 def _score_repeat(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeat: _Repeat) -> _Outcome:
     if repeat.rows is not None:
         X, targets = X[repeat.rows], targets.subset(repeat.rows)
-    with warnings.catch_warnings():
-        # The scorer records its warnings in the result; re-emitting them once per repeat is noise.
-        warnings.simplefilter("ignore", ScoringWarning)
-        result = scorer.score(X, targets, seed=repeat.scoring_seed)
+    # The scorer records its warnings in the result; re-emitting them once per repeat is noise.
+    result = scorer.score(X, targets, seed=repeat.scoring_seed, warn=False)
     return _Outcome((result.score, result.macro_score, result.weighted_score), result.warnings)
 
 

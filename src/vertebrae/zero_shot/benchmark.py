@@ -43,7 +43,6 @@ class ZeroShotBenchmark(FrontDoor):
 
     pipeline = PIPELINE
     description = "vertebrae zero-shot"
-    reemit_warnings = True
     fitted_branch = "samples"
 
     def __init__(self, dataset: ZeroShotDataset, encoders: Any, *, config: ZeroShotConfig | None = None,

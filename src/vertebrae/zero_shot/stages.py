@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -215,10 +214,8 @@ def overlap(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
 
     Its warnings are recorded in the result (and re-emitted by the benchmark once, also for remote runs).
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ScoringWarning)
-        return OverlapIndexScorer(context.settings.scoring_config).score(evaluated(inputs, "samples").matrix,
-                                                                        context.dataset.targets)
+    return OverlapIndexScorer(context.settings.scoring_config).score(evaluated(inputs, "samples").matrix,
+                                                                    context.dataset.targets, warn=False)
 
 
 def _assemble_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
