@@ -25,7 +25,7 @@ h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #d0d7de;padding
 h3{font-size:1.05rem}h4{font-size:.95rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.8rem;display:block;overflow-x:auto;max-width:100%}
 th,td{border:1px solid #d0d7de;padding:.2rem .4rem;text-align:left;vertical-align:top}
-th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
+th{background:#f6f8fa;overflow-wrap:anywhere}tr:nth-child(even) td{background:#fbfcfd}
 .answer{background:#eef6ee;border:1px solid #9ccc9c;border-radius:6px;padding:.8rem 1rem}
 .answer strong{font-size:1.05rem}.note{color:#57606a;font-size:.9rem}
 .hint{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:.5rem 1rem}

@@ -27,6 +27,8 @@ SectionBuilder = Callable[[Mapping[str, Any]], Section | None]
 #: Most classes shown as columns of the per-class and pairwise tables; larger runs stay in the JSON.
 MAX_TABLE_CLASSES = 12
 MAX_PAIRWISE_CLASSES = MAX_TABLE_CLASSES
+#: Characters of each artifact key shown (enough to find it in a store; the JSON keeps it whole).
+ARTIFACT_KEY_CHARS = 12
 
 
 def _display(overlap: Mapping[str, Any], key: str) -> str:
@@ -243,10 +245,11 @@ def _reproducibility(data: Mapping[str, Any]) -> Section:
                  if r.get("embedding")]
     blocks: list[Any] = [Table(["field", "value"], rows)]
     stages = list(dict.fromkeys(j["stage"] for j in meta["plan"]))
-    keys = {(j["extractor"], j["stage"]): j["key"].split("/")[-1] for j in meta["plan"]}
+    keys = {(j["extractor"], j["stage"]): j["key"].split("/")[-1][:ARTIFACT_KEY_CHARS] for j in meta["plan"]}
     extractors = list(dict.fromkeys(j["extractor"] for j in meta["plan"]))
     if extractors:
-        blocks += [Para("Artifact keys (", Code("<stage>/<key>"), " in the store):"),
+        blocks += [Para(f"Artifact keys (first {ARTIFACT_KEY_CHARS} characters of ", Code("<stage>/<key>"),
+                        "; the full keys are in ", Code("metadata.plan"), " in the JSON):"),
                    Table(["extractor", *stages], [[name, *(keys.get((name, s)) for s in stages)] for name in extractors])]
     return Section("Reproducibility", blocks)
 
