@@ -19,13 +19,14 @@ from .document import Code, Items, Para, Section, Span, Strong, Table
 from .markdown_table import plain
 
 STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2rem auto;max-width:80rem;
+body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2rem auto;max-width:88rem;
 padding:0 1rem;color:#1f2328;line-height:1.45}
 h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #d0d7de;padding-bottom:.2rem;margin-top:2rem}
 h3{font-size:1.05rem}h4{font-size:.95rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.8rem;display:block;overflow-x:auto;max-width:100%}
-th,td{border:1px solid #d0d7de;padding:.2rem .4rem;text-align:left;vertical-align:top}
-th{background:#f6f8fa;overflow-wrap:anywhere}tr:nth-child(even) td{background:#fbfcfd}
+th,td{border:1px solid #d0d7de;padding:.2rem .4rem;text-align:left;vertical-align:top;overflow-wrap:break-word}
+th{overflow-wrap:anywhere;min-width:3.5em}td.n{white-space:nowrap}
+th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
 .answer{background:#eef6ee;border:1px solid #9ccc9c;border-radius:6px;padding:.8rem 1rem}
 .answer strong{font-size:1.05rem}.note{color:#57606a;font-size:.9rem}
 .hint{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:.5rem 1rem}
@@ -38,14 +39,17 @@ def esc(value: Any, digits: int = 4) -> str:
     return html.escape(plain(value, digits)).replace("\n", "<br>")
 
 
-def _cell(value: Any) -> str:
-    """A table cell: escaped, and breakable after underscores so long field names wrap instead of scrolling."""
-    return esc(value).replace("_", "_<wbr>")
+def _cell(value: Any, tag: str) -> str:
+    """One cell: numbers never wrap (class ``n``); text may break after an underscore (``<wbr>``), so a wide
+    table of field names and labels wraps instead of needing sideways scrolling."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"<{tag} class=\"n\">{esc(value)}</{tag}>"
+    return f"<{tag}>{esc(value).replace('_', '_<wbr>')}</{tag}>"
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    head = "".join(f"<th>{_cell(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    head = "".join(_cell(h, "th") for h in headers)
+    body = "".join("<tr>" + "".join(_cell(v, "td") for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
 
 
