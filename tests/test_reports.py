@@ -184,7 +184,7 @@ def test_markdown_gives_answer_then_caveats_then_table_and_compact_detail(result
     assert md.count("| class | count | k | overlap |") == 0  # one per-class table, not one per extractor
     per_class = md[md.index("## Per-class overlap"):]
     header = per_class.splitlines()[4]
-    assert header == "| extractor | &lt;b&gt;bold&lt;/b&gt; | a\\|b | cat | dog |"  # extractors are rows, classes columns
+    assert header == "| extractor | &lt;b&gt;bold&lt;/b&gt; | a\\|b | cat | dog |"  # extractors: rows; classes: columns
     assert re.search(r"^1\. ", md, flags=re.M) is None  # no multi-line numbered decision paths
 
 

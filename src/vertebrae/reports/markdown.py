@@ -116,7 +116,8 @@ def _target_summary(data: Mapping[str, Any]) -> Section:
         return Section("Target summary", [Table([heading, "count"], [list(row) for row in zip(names, counts)])])
     o = scored[0]["overlap"]  # k and aggregation depend on the class sizes and the config, not the extractor
     aggregated = o["metadata"].get("aggregation_classes", [])
-    rows = [[name, count, o["k_per_class"].get(key), key in aggregated] for name, count, key in zip(names, counts, keys)]
+    rows = [[name, count, o["k_per_class"].get(key), key in aggregated]
+            for name, count, key in zip(names, counts, keys)]
     return Section("Target summary", [Table([heading, "count", "k", "aggregated"], rows)])
 
 
@@ -145,7 +146,8 @@ def _overlap_configuration(data: Mapping[str, Any]) -> Section:
         return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
 
     blocks: list[Any] = [Para("Backend: MiniBatchKMeans (fixed)."),
-                         Table(["setting", "value"], [[name, shown(name, value)] for name, value in settings[key].items()])]
+                         Table(["setting", "value"],
+                               [[name, shown(name, value)] for name, value in settings[key].items()])]
     excluded = settings["scoring_config"].get("exclude_classes") or []
     if excluded and key == "scoring_config":
         blocks.append(Para("Excluded from macro/weighted aggregation (still fitted and shown per class): "
@@ -163,7 +165,8 @@ def _per_class(data: Mapping[str, Any]) -> Section | None:
     note = "1.0 means the class is separated from the others; the weakest classes set the ceiling of a space."
     if len(keys) <= MAX_TABLE_CLASSES:
         rows = [[r["name"], *(r["overlap"]["per_class_scores"].get(k) for k in keys)] for r in scored]
-        return Section("Per-class overlap", [Para(note), Table(["extractor", *(_display(first, k) for k in keys)], rows)])
+        return Section("Per-class overlap",
+                       [Para(note), Table(["extractor", *(_display(first, k) for k in keys)], rows)])
     rows = []
     for r in scored:
         scores = sorted((v, _display(r["overlap"], k)) for k, v in r["overlap"]["per_class_scores"].items()
@@ -250,7 +253,8 @@ def _reproducibility(data: Mapping[str, Any]) -> Section:
     if extractors:
         blocks += [Para(f"Artifact keys (first {ARTIFACT_KEY_CHARS} characters of ", Code("<stage>/<key>"),
                         "; the full keys are in ", Code("metadata.plan"), " in the JSON):"),
-                   Table(["extractor", *stages], [[name, *(keys.get((name, s)) for s in stages)] for name in extractors])]
+                   Table(["extractor", *stages],
+                         [[name, *(keys.get((name, s)) for s in stages)] for name in extractors])]
     return Section("Reproducibility", blocks)
 
 

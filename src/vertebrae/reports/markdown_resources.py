@@ -1,4 +1,5 @@
-"""The report section for resource profiles: a separate cost table for the quality cohort (the ranking stays quality-only)."""
+"""The report section for resource profiles: a separate cost table for the quality cohort (the ranking stays
+quality-only)."""
 
 from __future__ import annotations
 
@@ -59,8 +60,10 @@ def _distributed_table(profiles: list[tuple[Any, Any]], endpoint: str | None) ->
     rows = [[r.name, *([] if endpoint is None else [endpoint]),
              *(profile_value(p, "distributed", field) for _, field in DISTRIBUTED_COLUMNS)] for r, p in distributed]
     return [Para("Extracted on a cluster: worker-first latency is the slowest worker's first call (its cold start), "
-                 "memory the highest worker RSS, and samples/s (here and above) the ", Strong("aggregate worker compute"),
-                 " throughput, materialized samples / summed worker compute seconds: not cluster wall-clock throughput."),
+                 "memory the highest worker RSS, and samples/s (here and above) the ",
+                 Strong("aggregate worker compute"),
+                 " throughput, materialized samples / summed worker compute seconds: not cluster wall-clock "
+                 "throughput."),
             Table(["extractor", *([] if endpoint is None else ["endpoint"]), *(h for h, _ in DISTRIBUTED_COLUMNS)],
                   rows)]
 

@@ -39,7 +39,8 @@ def answer_caveats(data: Mapping[str, Any]) -> list[tuple[Any, ...]]:
                         "compare extractors by the repeat mean too (section Stability)."))
     ranking = data.get("ranking_stability")
     if ranking and ranking.get("order_stable") is False:
-        flagged = ", ".join(f"{p['better']} over {p['worse']} ({p['agreement']:.0%})" for p in ranking["unstable_pairs"])
+        flagged = ", ".join(f"{p['better']} over {p['worse']} ({p['agreement']:.0%})"
+                            for p in ranking["unstable_pairs"])
         caveats.append((Strong("Unstable ranking:"), " the repeats keep the overlap ranking's order below "
                         f"{ranking['order_agreement_threshold']:.0%} of the time for {flagged}; treat those "
                         "extractors as tied under this protocol."))
