@@ -22,6 +22,7 @@ from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.reports import figures
 from vertebrae.reports.html import render_html
+from vertebrae.reports.render import render_markdown
 from vertebrae.results import RECOMMENDATION_CUTOFFS, recommendation_label
 from vertebrae.targets import build_targets
 
@@ -93,7 +94,9 @@ def test_html_without_matplotlib_keeps_the_tables(result, tmp_path):
             "from vertebrae.results import load_result\n"
             f"print(load_result({str(path)!r}).to_html())")
     page = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert html.escape(figures.INSTALL_HINT) in page and "<svg" not in page
+    hint = html.escape(figures.INSTALL_HINT)
+    assert hint in page and "<svg" not in page
+    assert page.index(hint) < page.index("<h2>Answer</h2>")  # the first screen says how to get figures
     assert "<h2>Ranking</h2>" in page and "clean" in page
 
 
@@ -109,18 +112,118 @@ def test_render_html_rejects_unknown_result_types():
         render_html({"result_type": "zebra"})
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium)")
-def test_headless_chromium_renders_the_page(result, tmp_path):
-    from PIL import Image
+#: Measures what the page shows after layout: its h2 titles, each figure's drawn size, and the tables wider
+#: than their box (which would need sideways scrolling). Injected into a copy only: the report has no scripts.
+PROBE = """<script>
+const box = e => { const b = e.getBoundingClientRect(); return [b.width, b.height]; };
+const found = {titles: [...document.querySelectorAll("h2")].map(h => h.textContent),
+               figures: [...document.querySelectorAll("figure svg")].map(box),
+               overflowing: [...document.querySelectorAll("table")].filter(t => t.scrollWidth > t.clientWidth + 1)
+                                 .map(t => t.querySelector("th").textContent)};
+const out = document.createElement("pre"); out.id = "probe"; out.textContent = JSON.stringify(found);
+document.body.appendChild(out);
+</script>"""
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
 
+
+def chromium_shows(page: pathlib.Path, tmp_path: pathlib.Path, width: int = 1400) -> dict:
+    """Lay the page out in headless Chromium at ``width`` px and return what :data:`PROBE` measured."""
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    done = subprocess.run([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                           f"--window-size={width},1000", "--dump-dom", probed.as_uri()],
+                          capture_output=True, text=True, timeout=120, check=True)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, flags=re.S)
+    assert found, f"Chromium's DOM has no probe output; stderr: {done.stderr[-2000:]}"
+    import html as html_module
+
+    return json.loads(html_module.unescape(found.group(1)))
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium; "
+                                                  ".ci/run installs it when it runs as root)")
+def test_headless_chromium_shows_every_section_and_figure(result, tmp_path):
     page = result.save_html(tmp_path / "report.html")
-    shot = tmp_path / "shot.png"
-    subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1100,1600", f"--screenshot={shot}", page.as_uri()],
-                   capture_output=True, timeout=120, check=True)
-    image = np.asarray(Image.open(shot).convert("L"))
-    assert image.shape == (1600, 1100)
-    assert (image < 128).mean() > 0.01  # text and figures drew dark pixels, not a blank page
+    shown = chromium_shows(page, tmp_path)
+    markdown_titles = re.findall(r"^## (.+)$", result.to_markdown(), flags=re.M)
+    assert shown["titles"] == ["Answer", "Figures", *markdown_titles[1:]]
+    assert "Stability" in shown["titles"]
+    assert len(shown["figures"]) == 3 and all(w > 100 and h > 100 for w, h in shown["figures"]), shown["figures"]
+    assert shown["overflowing"] == []  # no table needs sideways scrolling at 1400 px
+
+
+def test_html_says_what_the_markdown_says(result):
+    """Same section titles in the same order; stability, caveats, revision and input files in both (issue 26.14)."""
+    data = copy.deepcopy(result.serialized())
+    clean = next(r for r in data["extractor_results"] if r["name"] == "clean")
+    clean["overlap"]["score"] = clean["stability"]["summaries"]["score"]["interval_high"] + 0.01  # outside
+    data["metadata"]["input_files"] = [{"role": "labels", "path": "labels.csv", "sha256": "ab" * 32,
+                                        "size_bytes": 123}]
+    md, page = render_markdown(data), render_html(data)
+    md_titles = [html.unescape(t).replace("\\|", "|") for t in re.findall(r"^#{2,4} (.+)$", md, flags=re.M)]
+    page_titles = [html.unescape(t) for t in re.findall(r"<h[2-4]>(.*?)</h[2-4]>", page)]
+    assert page_titles == md_titles[:1] + ["Figures"] + md_titles[1:]
+    for shown in ("Kendall tau", "rank retention", "outside its own stability interval", "declared: reports @ 1",
+                  "labels.csv", "a much longer extractor name than the others"):
+        assert shown in md and shown in page, shown
+    assert "in the HTML report" not in md
+
+
+def test_markdown_gives_answer_then_caveats_then_table_and_compact_detail(result):
+    data = copy.deepcopy(result.serialized())
+    clean = next(r for r in data["extractor_results"] if r["name"] == "clean")
+    clean["overlap"]["score"] = clean["stability"]["summaries"]["score"]["interval_high"] + 0.01
+    md = render_markdown(data)
+    answer = md[md.index("## Answer"):md.index("## Ranking")]
+    assert answer.index("**Top candidate: clean**") < answer.index("outside its own stability interval") \
+        < answer.index("| rank |")
+    titles = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert titles.index("Stability") < titles.index("Per-extractor details") == len(titles) - 2
+    assert md.count("| class | count | k | overlap |") == 0  # one per-class table, not one per extractor
+    per_class = md[md.index("## Per-class overlap"):]
+    header = per_class.splitlines()[4]
+    assert header == "| extractor | &lt;b&gt;bold&lt;/b&gt; | a\\|b | cat | dog |"  # extractors: rows; classes: columns
+    assert re.search(r"^1\. ", md, flags=re.M) is None  # no multi-line numbered decision paths
+
+
+def test_html_per_class_table_has_a_row_per_extractor(result):
+    page = result.to_html()
+    section = page[page.index("<h2>Per-class overlap</h2>"):]
+    table = section[:section.index("</table>")]
+    assert table.count("<tr>") == 1 + 3  # header and three extractors: adding extractors adds rows, not columns
+    assert table.split("</tr>")[0].count("<th>") == 1 + 4  # extractor and four classes
+
+
+def _overlaps(a, b) -> bool:
+    return not (a.x1 <= b.x0 or b.x1 <= a.x0 or a.y1 <= b.y0 or b.y1 <= a.y0)
+
+
+def test_ranking_figure_zooms_to_the_data_and_keeps_the_legend_off_the_axes(result):
+    data = result.serialized()
+    fig = figures.ranking_figure(data)
+    ax = fig.axes[0]
+    values = [r["primary_score"] for r in data["extractor_results"]]
+    values += [v for r in data["extractor_results"] for v in (r["stability"]["summaries"]["score"]["interval_low"],
+                                                              r["stability"]["summaries"]["score"]["interval_high"])]
+    low, high = ax.get_xlim()
+    assert low <= min(values) and high >= max(values)
+    assert high - low <= 1.25 * (max(values) - min(values))  # zoomed: not a fixed 0-1 axis
+    assert "not from 0" in ax.get_xlabel()
+    for figure in (fig, figures.per_class_figure(data)):
+        figure.draw_without_rendering()
+        legend = figure.legends[0].get_window_extent()
+        assert not _overlaps(legend, figure.axes[0].get_window_extent())
+
+
+def test_pairwise_colour_scale_spans_the_matrix(result):
+    data = copy.deepcopy(result.serialized())
+    pairs = next(r for r in data["extractor_results"] if r["name"] == "clean")["overlap"]["pairwise_scores"]
+    a, b, c = list(pairs)[:3]
+    pairs[a][b], pairs[b][c] = 0.93, 0.976  # strong spaces: a 0-1 scale would paint both the same yellow
+    values = [v for row in pairs.values() for v in row.values() if v is not None]
+    assert figures.pairwise_figure(data).axes[0].images[0].get_clim() == (0.93, max(values))
 
 
 # ----------------------------------------------------------------------------- figures from documented fields

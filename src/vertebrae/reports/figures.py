@@ -49,6 +49,10 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg"):]
 
 
+def _svg_or_none(fig: Any | None) -> str | None:
+    return None if fig is None else _svg(fig)
+
+
 def _ranked(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """Serialized results with a valid primary score, best first (as ``ranked_results`` orders them)."""
     from ..results import result_from_dict
@@ -68,39 +72,54 @@ def _interval(r: Mapping[str, Any]) -> tuple[float, float] | None:
 
 
 # ------------------------------------------------------------------ figures
-def ranking(data: Mapping[str, Any]) -> str | None:
-    """Primary score per ranked candidate; stability intervals as error bars when present."""
+def _zoomed(values: Sequence[float]) -> tuple[float, float]:
+    """Axis limits around the data (with room for the value labels), so 0.93 and 0.976 look different."""
+    low, high = min(values), max(values)
+    pad = max(high - low, 1e-3) * 0.08
+    return low - pad, high + pad
+
+
+def ranking_figure(data: Mapping[str, Any]) -> Any | None:
+    """Primary score per ranked candidate as a dot on an axis zoomed to the data; stability intervals as whiskers."""
     ranked = _ranked(data)
     if not ranked:
         return None
     names = [r["name"] for r in ranked][::-1]
     scores = [r["primary_score"] for r in ranked][::-1]
     intervals = [_interval(r) for r in ranked][::-1]
-    fig = _figure(7, 0.9 + 0.35 * len(names))
+    fig = _figure(7, 1.3 + 0.35 * len(names))
     ax = fig.subplots()
-    bars = ax.barh(names, scores, color="#4C72B0")
-    ax.bar_label(bars, fmt="%.4f", padding=3, fontsize=8)
-    ax.margins(x=0.15)  # room for the value labels
+    ax.scatter(scores, names, color="#4C72B0", zorder=3, label="ranked score")
+    for score, y in zip(scores, range(len(names))):
+        ax.annotate(f"{score:.4f}", (score, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     if any(intervals):  # the interval of the repeat scores; the full-data score may lie outside it
         shown = [(n, i) for n, i in zip(names, intervals) if i]
         ax.errorbar([(i[0] + i[1]) / 2 for _, i in shown], [n for n, _ in shown],
                     xerr=[(i[1] - i[0]) / 2 for _, i in shown], fmt="none", ecolor="black", capsize=3,
                     label="stability interval")
-        ax.legend(loc="lower right", fontsize=8)
+        fig.legend(loc="outside lower center", ncols=2, fontsize=8)
+    values = scores + [v for i in intervals if i for v in i]
+    ax.set_xlim(*_zoomed(values))
+    ax.set_ylim(-0.6, len(names) - 0.4)
+    ax.grid(axis="x", color="#dddddd", zorder=0)
     metric = ranked[0].get("primary_metric_name") or data.get("protocol", {}).get("config", {}).get("primary_metric")
-    ax.set_xlabel(f"{metric} (primary score)")
+    ax.set_xlabel(f"{metric} (primary score; axis zoomed to the data, not from 0)")
     ax.set_title("Ranking")
-    return _svg(fig)
+    return fig
 
 
-def per_class(data: Mapping[str, Any]) -> str | None:
-    """Per-class (per-label) overlap of the top candidates, one group of bars per class."""
+def ranking(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(ranking_figure(data))
+
+
+def per_class_figure(data: Mapping[str, Any]) -> Any | None:
+    """Per-class (per-label) overlap of the top candidates, one group of bars per class, legend below the axes."""
     ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("per_class_scores")][:TOP_CANDIDATES]
     if not ranked:
         return None
     keys = list(ranked[0]["overlap"]["per_class_scores"])[:MAX_CLASSES]
     labels = [ranked[0]["overlap"].get("labels", {}).get(k, k) for k in keys]
-    fig = _figure(min(11.0, max(6.0, 0.25 * len(keys) * len(ranked))), 3.6)
+    fig = _figure(min(11.0, max(6.0, 0.25 * len(keys) * len(ranked))), 4.0)
     ax = fig.subplots()
     width = 0.8 / len(ranked)
     for j, r in enumerate(ranked):
@@ -110,15 +129,19 @@ def per_class(data: Mapping[str, Any]) -> str | None:
     short = max(len(str(label)) for label in labels) <= 4
     ax.set_xticks([i + width * (len(ranked) - 1) / 2 for i in range(len(keys))], labels, rotation=0 if short else 45,
                   ha="center" if short else "right", fontsize=9)
-    ax.set_ylim(0, 1.18)
+    ax.set_ylim(0, 1.0)
     ax.set_ylabel("overlap score (1 = separated)")
     ax.set_title(f"Per-class overlap of the top {len(ranked)} candidate(s)")
-    ax.legend(fontsize=8, ncol=len(ranked), loc="upper center")
-    return _svg(fig)
+    fig.legend(loc="outside lower center", ncols=len(ranked), fontsize=8)
+    return fig
 
 
-def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
-    """Pairwise overlap of the best candidate (row class against column class); blank where unevaluable."""
+def per_class(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(per_class_figure(data))
+
+
+def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
+    """Pairwise overlap of the best candidate; the colour scale spans this matrix's values, blank where unevaluable."""
     ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("pairwise_scores")]
     if not ranked:
         return None
@@ -126,14 +149,22 @@ def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
     keys = list(overlap["pairwise_scores"])[:MAX_CLASSES]
     labels = [overlap.get("labels", {}).get(k, k) for k in keys]
     matrix = [[_number(overlap["pairwise_scores"][a].get(b)) for b in keys] for a in keys]
-    fig = _figure(1.6 + 0.42 * len(keys), 1.2 + 0.38 * len(keys))
+    finite = [v for row in matrix for v in row if not math.isnan(v)]
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    if high - low < 1e-6:
+        low, high = low - 0.005, high + 0.005
+    fig = _figure(1.8 + 0.42 * len(keys), 1.2 + 0.38 * len(keys))
     ax = fig.subplots()
-    image = ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="viridis")
+    image = ax.imshow(matrix, vmin=low, vmax=high, cmap="viridis")
     ax.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(keys)), labels, fontsize=8)
-    fig.colorbar(image, ax=ax, label="pairwise overlap (1 = separated)")
+    fig.colorbar(image, ax=ax, label="pairwise overlap (1 = separated;\nscale fitted to this matrix)")
     ax.set_title(f"Pairwise overlap: {ranked[0]['name']}")
-    return _svg(fig)
+    return fig
+
+
+def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(pairwise_figure(data))
 
 
 def compression_frontier(data: Mapping[str, Any]) -> str | None:

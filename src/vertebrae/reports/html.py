@@ -1,7 +1,9 @@
 """Self-contained HTML reports rendered from serialized results (no CDN, no network, no JavaScript).
 
+A benchmark page renders the same sections as the Markdown report
+(:func:`vertebrae.reports.markdown.benchmark_sections`), with the figures after the answer.
 Figures come from :mod:`vertebrae.reports.figures` as inline SVG when matplotlib is
-installed; without it the page keeps every table and says how to get the figures.
+installed; without it the page says how to get them right under its title and keeps every table.
 Every value goes through :func:`esc` (the HTML counterpart of the Markdown cell renderer).
 """
 
@@ -13,20 +15,21 @@ from typing import Any
 
 from ..errors import SerializationError
 from . import figures
-from .markdown_structure import structure_rows
+from .document import Code, Items, Para, Section, Span, Strong, Table
 from .markdown_table import plain
-from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
 STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2rem auto;max-width:72rem;
+body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2rem auto;max-width:88rem;
 padding:0 1rem;color:#1f2328;line-height:1.45}
 h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #d0d7de;padding-bottom:.2rem;margin-top:2rem}
-h3{font-size:1.05rem}
-table{border-collapse:collapse;margin:.6rem 0;font-size:.85rem;display:block;overflow-x:auto}
-th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:left;white-space:nowrap}
+h3{font-size:1.05rem}h4{font-size:.95rem}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.8rem;display:block;overflow-x:auto;max-width:100%}
+th,td{border:1px solid #d0d7de;padding:.2rem .4rem;text-align:left;vertical-align:top;overflow-wrap:break-word}
+th{overflow-wrap:anywhere;min-width:3.5em}td.n{white-space:nowrap}
 th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
 .answer{background:#eef6ee;border:1px solid #9ccc9c;border-radius:6px;padding:.8rem 1rem}
-.answer strong{font-size:1.1rem}.note{color:#57606a;font-size:.9rem}
+.answer strong{font-size:1.05rem}.note{color:#57606a;font-size:.9rem}
+.hint{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:.5rem 1rem}
 figure{margin:1rem 0}figure svg{max-width:100%;height:auto}figcaption{font-size:.9rem;color:#57606a}
 """
 
@@ -36,9 +39,17 @@ def esc(value: Any, digits: int = 4) -> str:
     return html.escape(plain(value, digits)).replace("\n", "<br>")
 
 
+def _cell(value: Any, tag: str) -> str:
+    """One cell: numbers never wrap (class ``n``); text may break after an underscore (``<wbr>``), so a wide
+    table of field names and labels wraps instead of needing sideways scrolling."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"<{tag} class=\"n\">{esc(value)}</{tag}>"
+    return f"<{tag}>{esc(value).replace('_', '_<wbr>')}</{tag}>"
+
+
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in rows)
+    head = "".join(_cell(h, "th") for h in headers)
+    body = "".join("<tr>" + "".join(_cell(v, "td") for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
 
 
@@ -46,114 +57,63 @@ def paragraphs(parts: Sequence[str]) -> str:
     return "".join(f"<p>{esc(part)}</p>\n" for part in parts)
 
 
+def _spans(spans: Sequence[Span]) -> str:
+    return "".join(f"<strong>{esc(s.text)}</strong>" if isinstance(s, Strong) else
+                   f"<code>{esc(s.text)}</code>" if isinstance(s, Code) else esc(s) for s in spans)
+
+
+def html_block(block: Any) -> str:
+    """One block of the shared report model (:mod:`vertebrae.reports.document`) as HTML."""
+    if isinstance(block, Section):
+        return html_section(block)
+    if isinstance(block, Table):
+        return html_table(block.headers, block.rows)
+    if isinstance(block, Items):
+        tag = "ol" if block.ordered else "ul"
+        return f"<{tag}>" + "".join(f"<li>{_spans(item)}</li>" for item in block.items) + f"</{tag}>\n"
+    assert isinstance(block, Para)
+    return f"<p>{_spans(block.spans)}</p>\n"
+
+
+def html_section(section: Section) -> str:
+    """A heading and its blocks; the answer's text (before its table) sits in the green box."""
+    heading = f"<h{section.level}>{esc(section.title)}</h{section.level}>\n"
+    if section.title != "Answer":
+        return heading + "".join(html_block(b) for b in section.blocks)
+    text = [b for b in section.blocks if not isinstance(b, Table)]
+    tables = [b for b in section.blocks if isinstance(b, Table)]
+    return (heading + "<div class=\"answer\">" + "".join(html_block(b) for b in text) + "</div>\n"
+            + "".join(html_block(b) for b in tables))
+
+
 def _figures(data: Mapping[str, Any],
              chosen: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]]) -> str:
+    """The figures section; without matplotlib nothing (the hint is under the title, see :func:`page`)."""
     if not figures.available():
-        return f"<h2>Figures</h2>\n<p class=\"note\">{esc(figures.INSTALL_HINT)} The tables below hold every number.</p>\n"
+        return ""
     drawn = [(title, draw(data)) for title, draw in chosen]
     parts = [f"<figure>{svg}<figcaption>{esc(title)}</figcaption></figure>\n" for title, svg in drawn if svg]
     return "<h2>Figures</h2>\n" + ("".join(parts) or "<p class=\"note\">No figure has data in this result.</p>\n")
 
 
 def page(title: str, body: Sequence[str]) -> str:
+    """The page; without matplotlib its first screen says how to get the figures."""
+    hint = ("" if figures.available() else
+            f"<p class=\"hint\">{esc(figures.INSTALL_HINT)} The tables below hold every number.</p>\n")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{esc(title)}</h1>\n"
-            + "".join(body) + "</body>\n</html>\n")
+            + hint + "".join(body) + "</body>\n</html>\n")
 
 
 # ------------------------------------------------------------------ benchmark
-def _answer(data: Mapping[str, Any]) -> str:
-    answer = benchmark_answer(data)
-    notes = "".join(f"<li>{esc(n)}</li>" for n in answer["notes"])
-    lead = esc(answer["lead"])
-    if answer["top_text"]:
-        lead = lead.replace(esc(answer["top_text"]), f"<strong>{esc(answer['top_text'])}</strong>", 1)
-    table = html_table(answer["headers"], answer["rows"]) if answer["headers"] else ""
-    return f"<h2>Answer</h2>\n<div class=\"answer\"><p>{lead}</p><ul>{notes}</ul></div>\n{table}"
-
-
-def _ranking(data: Mapping[str, Any]) -> str:
-    ranking = benchmark_ranking(data)
-    parts = ["<h2>Ranking</h2>\n", f"<p>{esc(ranking['heading'])}</p>\n"]
-    if ranking["columns"]:
-        parts.append(html_table(ranking["columns"], ranking["rows"]))
-    if ranking["invalid"] and ranking["columns"]:
-        parts.append(f"<p>Not ranked (invalid primary aggregate): {esc(', '.join(ranking['invalid']))}</p>\n")
-    return "".join(parts)
-
-
-def _dataset(data: Mapping[str, Any]) -> str:
-    s = data["dataset_summary"]
-    rows = [["name", s.get("name")], ["identity", f"{s['identity']['kind']}: {s['identity']['dataset_id']}"],
-            ["target type", s["target_type"]], ["samples", s["n_samples"]]]
-    for key in ("n_classes", "n_labels", "label_cardinality", "label_density"):
-        if key in s:
-            rows.append([key.replace("_", " "), s[key]])
-    if s.get("target_names"):
-        rows.append(["targets", ", ".join(s["target_names"])])
-    rows += structure_rows(s)  # relational units, segmentation tokens, structured units, multi-modal fields
-    return "<h2>Dataset</h2>\n" + html_table(["field", "value"], rows)
-
-
-def _per_class(data: Mapping[str, Any]) -> str:
-    """One class x extractor table (counts from the first scored result); empty without per-class scores."""
-    scored = [r for r in data["extractor_results"] if (r.get("overlap") or {}).get("per_class_scores")]
-    if not scored:
-        return ""
-    first = scored[0]["overlap"]
-    labels = first.get("labels", {})
-    rows = [[labels.get(k, k), first["class_counts"].get(k)] + [r["overlap"]["per_class_scores"].get(k) for r in scored]
-            for k in first["per_class_scores"]]
-    return ("<h2>Per-class overlap</h2>\n<p class=\"note\">1.0 means the class is separated from the others; the "
-            "pairwise scores are in the JSON.</p>\n"
-            + html_table(["class", "count", *(r["name"] for r in scored)], rows))
-
-
-def _details(data: Mapping[str, Any]) -> str:
-    """One short paragraph per extractor: recipe, embedding, scores, Separatix's view and warnings."""
-    parts = ["<h2>Per-extractor details</h2>\n"]
-    for r in data["extractor_results"]:
-        if r.get("error"):
-            error = r["error"]
-            parts.append(f"<h3>{esc(r['name'])}</h3>\n<p>Failed in the {esc(error['stage'])} stage: "
-                         f"{esc(error['type'])}: {esc(error['message'])}</p>\n")
-            continue
-        o, e = r["overlap"], r["embedding"]
-        text = (f"{recipe_summary(r['recipe'])}; {plain(e.get('embedding_dim'))} dims, {plain(e.get('dtype'))}"
-                f"{' sparse' if e.get('sparse') else ''}. Overlap score {plain(o['score'])} (macro "
-                f"{plain(o['macro_score'])}, weighted {plain(o['weighted_score'])})"
-                + (f", loss_ratio {plain(o['loss_ratio'])}" if o.get("loss_ratio") is not None else "")
-                + f"; recommendation {r['recommendation']}.")
-        if r.get("weakest_class"):
-            text += f" Weakest class: {r['weakest_class']['display']} ({plain(r['weakest_class']['score'])})."
-        separatix = r.get("separatix")
-        if separatix and separatix["status"] == "completed":
-            probe = separatix["probe_summary"]
-            text += (f" Separatix (descriptive): {separatix['recommendation']}, confidence {separatix['confidence']}"
-                     + (f"; best probe {probe['best_probe']} ({probe['probe_metric']} {plain(probe['probe_score'])})"
-                        if probe.get("probe_metric") else "") + ".")
-        elif separatix:
-            text += f" Separatix: {separatix['status']} ({separatix['reason']})."
-        parts.append(f"<h3>{esc(r['name'])}</h3>\n<p>{esc(text)}</p>\n")
-        if r["warnings"]:
-            parts.append("<ul>" + "".join(f"<li>{esc(w)}</li>" for w in r["warnings"]) + "</ul>\n")
-    return "".join(parts)
-
-
-def _reproducibility(data: Mapping[str, Any]) -> str:
-    meta = data["metadata"]
-    rows = [["run key", meta.get("run_key")], ["primary metric", meta.get("primary_metric")]]
-    rows += [[f"version {name}", v] for name, v in meta.get("versions", {}).items()]
-    return ("<h2>Reproducibility</h2>\n" + html_table(["field", "value"], rows)
-            + "<p class=\"note\">The JSON result holds every number, including per-class, pairwise, stability and "
-              "Separatix detail; <code>vertebrae report RESULT.json</code> regenerates this page.</p>\n")
-
-
 def render_benchmark_html(data: Mapping[str, Any]) -> str:
-    title = f"vertebrae benchmark report: {data['dataset_summary'].get('name', '')}"
-    return page(title, [_answer(data), _figures(data, figures.BENCHMARK_FIGURES), _ranking(data),
-                         "<h2>How to read these numbers</h2>\n" + paragraphs(how_to_read(data)), _dataset(data),
-                         _per_class(data), _details(data), _reproducibility(data)])
+    """The Markdown report's sections, with the figures right after the answer."""
+    from .markdown import benchmark_sections, report_title
+
+    sections = benchmark_sections(data)
+    body = [html_section(sections[0]), _figures(data, figures.BENCHMARK_FIGURES),
+            *(html_section(s) for s in sections[1:])]
+    return page(report_title(data), body)
 
 
 # ------------------------------------------------------------------ retrieval

@@ -1,7 +1,10 @@
-"""Markdown report rendered from a serialized BenchmarkResult (a plain dict).
+"""The benchmark report's sections, built from a serialized BenchmarkResult (a plain dict).
 
-It never touches live objects, so an archived ``report.json`` regenerates the same
-report.  Every table cell goes through :mod:`vertebrae.reports.markdown_table`.
+:func:`benchmark_sections` is the one list of sections; the Markdown report renders it here and the
+HTML page renders the same list (:mod:`vertebrae.reports.html`), so both say the same things.  It
+never touches live objects, so an archived ``report.json`` regenerates the same report.  Order: the
+answer with its caveats, the ranking, how to read it, the data and configuration, per-class scores,
+stability, then the compact per-extractor detail and reproducibility.
 """
 
 from __future__ import annotations
@@ -10,34 +13,75 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .document import Code, Para, Section, Strong, Table, items, to_markdown
 from .markdown_compression import compression_section
-from .markdown_resources import resource_section
 from .markdown_metrics import metrics_detail
+from .markdown_resources import resource_section
 from .markdown_separatix import separatix_detail
-from .markdown_stability import stability_section
+from .markdown_stability import answer_caveats, stability_section
 from .markdown_structure import structure_section
-from .markdown_table import table, text
 from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
-Section = Callable[[Mapping[str, Any]], str]
+SectionBuilder = Callable[[Mapping[str, Any]], Section | None]
+
+#: Most classes shown as columns of the per-class and pairwise tables; larger runs stay in the JSON.
+MAX_TABLE_CLASSES = 12
+MAX_PAIRWISE_CLASSES = MAX_TABLE_CLASSES
+#: Characters of each artifact key shown (enough to find it in a store; the JSON keeps it whole).
+ARTIFACT_KEY_CHARS = 12
 
 
 def _display(overlap: Mapping[str, Any], key: str) -> str:
     return overlap.get("labels", {}).get(key, key)
 
 
-def _title(data: Mapping[str, Any]) -> str:
-    summary = data["dataset_summary"]
-    return f"# vertebrae benchmark report: {text(summary.get('name', ''))}\n"
+def report_title(data: Mapping[str, Any]) -> str:
+    return f"vertebrae benchmark report: {data['dataset_summary'].get('name', '')}"
 
 
-def _dataset_summary(data: Mapping[str, Any]) -> str:
+def identity_text(identity: Mapping[str, Any]) -> str:
+    """``declared: digits @ v1 (sha256 0123456789ab)``: kind, id, revision and content hash when present."""
+    return (f"{identity['kind']}: {identity['dataset_id']}"
+            + (f" @ {identity['revision']}" if identity.get("revision") else "")
+            + (f" (sha256 {identity['content_sha256'][:12]})" if identity.get("content_sha256") else ""))
+
+
+def _answer(data: Mapping[str, Any]) -> Section:
+    """The top candidate, the recommendations, the caveats, then a short ranked summary."""
+    answer = benchmark_answer(data)
+    lead = answer["lead"]
+    top = answer["top_text"]
+    blocks: list[Any] = [Para(Strong(top), lead[len(top):]) if top and lead.startswith(top) else Para(lead)]
+    if answer["notes"]:
+        blocks.append(items(answer["notes"]))
+    caveats = answer_caveats(data)
+    if caveats:
+        blocks += [Para(Strong("Caveats:")), items(caveats)]
+    if answer["headers"] is not None:
+        blocks.append(Table(answer["headers"], answer["rows"]))
+    return Section("Answer", blocks)
+
+
+def _ranking(data: Mapping[str, Any]) -> Section:
+    ranking = benchmark_ranking(data)
+    if ranking["columns"] is None:
+        return Section("Ranking", [Para(ranking["heading"])])
+    heading, metric = ranking["heading"], ranking["metric"]
+    before, _, after = heading.partition(metric)
+    blocks: list[Any] = [Para(before, Strong(metric), after), Table(ranking["columns"], ranking["rows"])]
+    if ranking["invalid"]:
+        blocks.append(Para("Not ranked (invalid primary aggregate): " + ", ".join(ranking["invalid"])))
+    return Section("Ranking", blocks)
+
+
+def _how_to_read(data: Mapping[str, Any]) -> Section:
+    return Section("How to read these numbers", [Para(part) for part in how_to_read(data)])
+
+
+def _dataset_summary(data: Mapping[str, Any]) -> Section:
     s = data["dataset_summary"]
-    ident = s["identity"]
-    rows = [["identity", f"{ident['kind']}: {ident['dataset_id']}"
-             + (f" @ {ident['revision']}" if ident.get("revision") else "")
-             + (f" (sha256 {ident['content_sha256'][:12]})" if ident.get("content_sha256") else "")],
-            ["target type", s["target_type"]], ["samples", s["n_samples"]], ["input", s.get("input_kind")]]
+    rows = [["identity", identity_text(s["identity"])], ["target type", s["target_type"]],
+            ["samples", s["n_samples"]], ["input", s.get("input_kind")]]
     if s["target_type"] == "single_label":
         rows.append(["classes", s["n_classes"]])
     elif s["target_type"] == "multi_label":
@@ -49,47 +93,45 @@ def _dataset_summary(data: Mapping[str, Any]) -> str:
     if s.get("groups"):
         g = s["groups"]
         rows.append(["groups", f"{g['n_groups']} (size {g['group_size_min']}–{g['group_size_max']})"])
-    return "## Dataset summary\n\n" + table(["field", "value"], rows)
+    return Section("Dataset summary", [Table(["field", "value"], rows)])
 
 
-def _target_summary(data: Mapping[str, Any]) -> str:
+def _scored(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Results with per-class scores, in report order."""
+    return [r for r in data["extractor_results"] if (r.get("overlap") or {}).get("per_class_scores")]
+
+
+def _target_summary(data: Mapping[str, Any]) -> Section:
+    """Targets and their counts; for classes also the scorer's k and whether each class is aggregated."""
     s = data["dataset_summary"]
     if s["target_type"] == "regression":
         stats = s["target_statistics"]
         rows = [[name, v["mean"], v["std"], v["min"], v["max"]] for name, v in stats.items()]
-        return "## Target summary\n\n" + table(["target", "mean", "std", "min", "max"], rows)
+        return Section("Target summary", [Table(["target", "mean", "std", "min", "max"], rows)])
     names = s.get("class_names") or s.get("label_names")
-    counts = list(s["class_counts"].values())
+    keys, counts = list(s["class_counts"]), list(s["class_counts"].values())
     heading = "class" if s["target_type"] == "single_label" else "label"
-    rows = [[name, count] for name, count in zip(names, counts)]
-    return "## Target summary\n\n" + table([heading, "count"], rows)
+    scored = _scored(data)
+    if not scored:
+        return Section("Target summary", [Table([heading, "count"], [list(row) for row in zip(names, counts)])])
+    o = scored[0]["overlap"]  # k and aggregation depend on the class sizes and the config, not the extractor
+    aggregated = o["metadata"].get("aggregation_classes", [])
+    rows = [[name, count, o["k_per_class"].get(key), key in aggregated]
+            for name, count, key in zip(names, counts, keys)]
+    return Section("Target summary", [Table([heading, "count", "k", "aggregated"], rows)])
 
 
-def _answer(data: Mapping[str, Any]) -> str:
-    """The top candidate, the recommendations and a short ranked summary, before any detail."""
-    answer = benchmark_answer(data)
-    notes = "".join(f"- {text(n)}\n" for n in answer["notes"])
-    if answer["headers"] is None:
-        return "## Answer\n\n" + text(answer["lead"]) + "\n\n" + notes
-    return ("## Answer\n\n" + text(answer["lead"]).replace(answer["top_text"], f"**{answer['top_text']}**", 1)
-            + "\n\n" + notes + "\n" + table(answer["headers"], answer["rows"]))
-
-
-def _how_to_read(data: Mapping[str, Any]) -> str:
-    return "## How to read these numbers\n\n" + "".join(f"{text(part)}\n\n" for part in how_to_read(data))
-
-
-def _extractor_summary(data: Mapping[str, Any]) -> str:
+def _extractor_summary(data: Mapping[str, Any]) -> Section:
     rows = []
     for r in data["extractor_results"]:
         e = r["embedding"]
         rows.append([r["name"], r["extractor_type"], e.get("embedding_dim"), e.get("dtype"), e.get("sparse"),
                      e.get("nnz"), recipe_summary(r["recipe"])])
-    return ("## Extractors\n\nRecipes are summarized; the JSON report keeps them whole.\n\n"
-            + table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows))
+    return Section("Extractors", [Para("Recipes are summarized; the JSON report keeps them whole."),
+                                  Table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows)])
 
 
-def _overlap_configuration(data: Mapping[str, Any]) -> str:
+def _overlap_configuration(data: Mapping[str, Any]) -> Section:
     settings = data["metadata"]["settings"]
     key = "continuous_config" if data["dataset_summary"]["target_type"] == "regression" else "scoring_config"
     catalog = data["metadata"].get("label_catalog") or {"entries": []}
@@ -103,110 +145,131 @@ def _overlap_configuration(data: Mapping[str, Any]) -> str:
             value = [display.get(item["label_key"], item["label_key"]) for item in value]
         return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
 
-    body = table(["setting", "value"], [[name, shown(name, value)] for name, value in settings[key].items()])
+    blocks: list[Any] = [Para("Backend: MiniBatchKMeans (fixed)."),
+                         Table(["setting", "value"],
+                               [[name, shown(name, value)] for name, value in settings[key].items()])]
     excluded = settings["scoring_config"].get("exclude_classes") or []
-    note = ""
     if excluded and key == "scoring_config":
-        note = ("\nExcluded from macro/weighted aggregation (still fitted and shown per class): "
-                + ", ".join(text(display.get(e["label_key"], e["label_key"])) for e in excluded) + "\n")
-    return "## Overlap configuration\n\nBackend: MiniBatchKMeans (fixed).\n\n" + body + note
+        blocks.append(Para("Excluded from macro/weighted aggregation (still fitted and shown per class): "
+                           + ", ".join(display.get(e["label_key"], e["label_key"]) for e in excluded)))
+    return Section("Overlap configuration", blocks)
 
 
-def _ranking(data: Mapping[str, Any]) -> str:
-    ranking = benchmark_ranking(data)
-    if ranking["columns"] is None:
-        return "## Ranking\n\n" + text(ranking["heading"]) + "\n"
-    invalid = ranking["invalid"]
-    tail = f"\nNot ranked (invalid primary aggregate): {', '.join(text(n) for n in invalid)}\n" if invalid else ""
-    return ("## Ranking\n\n" + text(ranking["heading"]).replace(ranking["metric"], f"**{ranking['metric']}**", 1)
-            + "\n\n" + table(ranking["columns"], ranking["rows"]) + tail)
+def _per_class(data: Mapping[str, Any]) -> Section | None:
+    """One row per extractor, one column per class (at most MAX_TABLE_CLASSES; beyond, a summary per extractor)."""
+    scored = _scored(data)
+    if not scored:
+        return None
+    first = scored[0]["overlap"]
+    keys = list(first["per_class_scores"])
+    note = "1.0 means the class is separated from the others; the weakest classes set the ceiling of a space."
+    if len(keys) <= MAX_TABLE_CLASSES:
+        rows = [[r["name"], *(r["overlap"]["per_class_scores"].get(k) for k in keys)] for r in scored]
+        return Section("Per-class overlap",
+                       [Para(note), Table(["extractor", *(_display(first, k) for k in keys)], rows)])
+    rows = []
+    for r in scored:
+        scores = sorted((v, _display(r["overlap"], k)) for k, v in r["overlap"]["per_class_scores"].items()
+                        if v is not None)
+        values = [v for v, _ in scores]
+        weakest = ", ".join(f"{name} ({v:.4f})" for v, name in scores[:3])
+        rows.append([r["name"], values[0] if values else None, values[len(values) // 2] if values else None,
+                     values[-1] if values else None, weakest])
+    return Section("Per-class overlap", [
+        Para(note, f" {len(keys)} classes: a summary per extractor here; every class is in ", Code("per_class_scores"),
+             " in the JSON."), Table(["extractor", "min", "median", "max", "weakest classes"], rows)])
 
 
-def _extractor_details(data: Mapping[str, Any]) -> str:
-    """Every extractor's detail; the pairwise matrix only for the top candidate (all of them stay in the JSON)."""
+def _pairwise(o: Mapping[str, Any]) -> list[Any]:
+    """Pairwise overlap (row class a against column class b); '–' on the diagonal and where unevaluable."""
+    keys = list(o["pairwise_scores"])
+    if len(keys) > MAX_PAIRWISE_CLASSES:
+        return [Para(f"Pairwise overlap of {len(keys)} classes: see ", Code("pairwise_scores"), " in the JSON.")]
+    rows = [[_display(o, a)] + [o["pairwise_scores"][a].get(b) for b in keys] for a in keys]
+    return [Para("Pairwise overlap (row vs column):"), Table(["class", *(_display(o, b) for b in keys)], rows)]
+
+
+def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
+    """One extractor, compactly: scores, exclusions, metrics, warnings, pairwise (top only) and Separatix."""
+    if r.get("error"):
+        error = r["error"]
+        return Section(r["name"], [Para("Failed in the ", Code(error["stage"]),
+                                        f" stage: {error['type']}: {error['message']}")], level=3)
+    o = r["overlap"]
+    weakest = r.get("weakest_class")
+    blocks: list[Any] = [Para(f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted "
+                              f"{o['weighted_score']:.4f}); recommendation ", Code(r["recommendation"]), "."
+                              + (f" Weakest class: {weakest['display']} ({weakest['score']:.4f})." if weakest else ""))]
+    meta = o["metadata"]
+    if meta.get("excluded_classes"):
+        blocks.append(Para("Excluded from aggregation: " + ", ".join(_display(o, k) for k in meta["excluded_classes"])
+                           + ". Do not average the per-class scores to reconstruct the global score."))
+    if o.get("loss_ratio") is not None:
+        null = o["regression"]["null_calibration"]
+        blocks.append(Para(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null "
+                           f"{null['null_loss']:.4f}; null mode ", Code(null["null_mode_used"]),
+                           f", {null['n_null_permutations']} permutations)."))
+    if len(r["metrics"]) > 1:  # only overlap: its numbers are already in the line above
+        blocks += metrics_detail(r)
+    if r["warnings"]:
+        blocks += [Para("Warnings:"), items(r["warnings"])]
+    if o["pairwise_scores"] and pairwise:
+        blocks += _pairwise(o)
+    if r.get("separatix"):
+        blocks.append(separatix_detail(r["separatix"]))
+    return Section(r["name"], blocks, level=3)
+
+
+def _extractor_details(data: Mapping[str, Any]) -> Section:
+    """Every extractor's detail; the pairwise matrix only for the top candidate (every pair stays in the JSON)."""
     from ..results import BenchmarkResult
 
     ranked = BenchmarkResult.from_dict(data).ranked_results()
     top = ranked[0].name if ranked else None
-    parts = ["## Per-extractor details\n"]
-    for r in data["extractor_results"]:
-        parts.append(extractor_detail(r, pairwise=r["name"] == top))
-    return "\n".join(parts)
+    blocks: list[Any] = []
+    if top is not None and any((r.get("overlap") or {}).get("pairwise_scores") for r in data["extractor_results"]):
+        blocks.append(Para(f"The pairwise class matrix is shown for the top candidate ({top}); every extractor's "
+                           "pairs are in ", Code("pairwise_scores"), " in the JSON."))
+    blocks += [extractor_detail(r, pairwise=r["name"] == top) for r in data["extractor_results"]]
+    return Section("Per-extractor details", blocks)
 
 
-#: Largest class count whose pairwise matrix is printed; larger matrices stay in the JSON.
-MAX_PAIRWISE_CLASSES = 12
-
-
-def _pairwise(o: Mapping[str, Any]) -> str:
-    """Pairwise overlap (row class a against column class b); '–' on the diagonal and where unevaluable."""
-    keys = list(o["pairwise_scores"])
-    if len(keys) > MAX_PAIRWISE_CLASSES:
-        return f"Pairwise overlap of {len(keys)} classes: see `pairwise_scores` in the JSON.\n"
-    rows = [[_display(o, a)] + [o["pairwise_scores"][a].get(b) for b in keys] for a in keys]
-    return "Pairwise overlap (row vs column):\n\n" + table(["class", *(_display(o, b) for b in keys)], rows)
-
-
-def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> str:
-    o = r["overlap"]
-    if r.get("error"):
-        error = r["error"]
-        return (f"### {text(r['name'])}\n\nFailed in the `{text(error['stage'])}` stage: "
-                f"{text(error['type'])}: {text(error['message'])}\n")
-    lines = [f"### {text(r['name'])}\n",
-             f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted {o['weighted_score']:.4f}); "
-             f"recommendation `{r['recommendation']}`.\n"]
-    meta = o["metadata"]
-    if meta.get("excluded_classes"):
-        lines.append("Excluded from aggregation: " + ", ".join(text(_display(o, k)) for k in meta["excluded_classes"])
-                     + ". Do not average the per-class scores below to reconstruct the global score.\n")
-    if o["per_class_scores"]:
-        rows = [[_display(o, k), o["class_counts"].get(k), o["k_per_class"].get(k), v,
-                 "yes" if k in meta.get("aggregation_classes", []) else "no"] for k, v in o["per_class_scores"].items()]
-        lines.append(table(["class", "count", "k", "overlap", "aggregated"], rows))
-        lines.append(_pairwise(o) if pairwise else "Pairwise overlap: shown for the top candidate; all pairs are in "
-                     "`pairwise_scores` in the JSON and in the HTML report.\n")
-    if o.get("loss_ratio") is not None:
-        null = o["regression"]["null_calibration"]
-        lines.append(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null {null['null_loss']:.4f}; "
-                     f"null mode `{null['null_mode_used']}`, {null['n_null_permutations']} permutations).\n")
-    if len(r["metrics"]) > 1:  # only overlap: its numbers are already in the line above
-        lines.append(metrics_detail(r))
-    weakest = r.get("weakest_class")
-    if weakest:
-        lines.append(f"Weakest class: {text(weakest['display'])} ({weakest['score']:.4f}).\n")
-    if r["warnings"]:
-        lines.append("Warnings:\n\n" + "".join(f"- {text(w)}\n" for w in r["warnings"]))
-    if r.get("separatix"):
-        lines.append(separatix_detail(r["separatix"]))
-    return "\n".join(lines)
-
-
-def _reproducibility(data: Mapping[str, Any]) -> str:
+def _reproducibility(data: Mapping[str, Any]) -> Section:
+    """Run key, versions and input files, then one row of artifact keys per extractor (a column per stage)."""
     meta = data["metadata"]
     rows = [["run key", meta["run_key"]], ["primary metric", meta["primary_metric"]],
             ["seed", meta["settings"]["scoring_config"]["random_state"]]]
     rows += [[f"version {name}", v] for name, v in meta["versions"].items()]
-    rows += [[f"artifact {j['stage']} {j['extractor']}", j["key"]] for j in meta["plan"]]
     rows += [[f"file {f['role']} {f['path']}", f"sha256 {f['sha256']} ({f['size_bytes']} bytes)"]
              for f in meta.get("input_files", [])]
     if meta.get("cache"):  # only runs with a cache say where it lives
         rows += [["cache store", meta["cache"]["store"]], ["cache mode", meta["cache"]["mode"]]]
         rows += [[f"cache {r['name']}", r["embedding"].get("cache_status", "-")] for r in data["extractor_results"]
                  if r.get("embedding")]
-    return "## Reproducibility\n\n" + table(["field", "value"], rows)
+    blocks: list[Any] = [Table(["field", "value"], rows)]
+    stages = list(dict.fromkeys(j["stage"] for j in meta["plan"]))
+    keys = {(j["extractor"], j["stage"]): j["key"].split("/")[-1][:ARTIFACT_KEY_CHARS] for j in meta["plan"]}
+    extractors = list(dict.fromkeys(j["extractor"] for j in meta["plan"]))
+    if extractors:
+        blocks += [Para(f"Artifact keys (first {ARTIFACT_KEY_CHARS} characters of ", Code("<stage>/<key>"),
+                        "; the full keys are in ", Code("metadata.plan"), " in the JSON):"),
+                   Table(["extractor", *stages],
+                         [[name, *(keys.get((name, s)) for s in stages)] for name in extractors])]
+    return Section("Reproducibility", blocks)
 
 
-#: Report sections in order; later features append their own section functions here.
-SECTIONS: list[Section] = [_title, _answer, _ranking, _how_to_read, _dataset_summary, _target_summary,
-                           _extractor_summary, _overlap_configuration, stability_section, _extractor_details,
-                           _reproducibility]
+#: Report sections in order (answer first, detail last); a builder returning None adds nothing.
+SECTIONS: list[SectionBuilder] = [_answer, _ranking, _how_to_read, _dataset_summary, _target_summary,
+                                  structure_section, _extractor_summary, _overlap_configuration, _per_class,
+                                  stability_section, compression_section, resource_section, _extractor_details,
+                                  _reproducibility]
 
-SECTIONS.append(compression_section)
-SECTIONS.insert(SECTIONS.index(_target_summary) + 1, structure_section)
-SECTIONS.append(resource_section)
+
+def benchmark_sections(data: Mapping[str, Any]) -> list[Section]:
+    """The report's sections, shared by the Markdown and HTML renderers."""
+    return [section for section in (build(data) for build in SECTIONS) if section is not None]
 
 
 def render_benchmark(data: Mapping[str, Any]) -> str:
     """Render the Markdown report of a serialized benchmark result."""
-    return "\n".join(section(data) for section in SECTIONS)
+    return to_markdown(report_title(data), benchmark_sections(data))

@@ -1,11 +1,11 @@
-"""Markdown for the metrics of one extractor (rendered from its serialized result)."""
+"""The metrics table of one extractor's report detail (from its serialized result)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from .markdown_table import table
+from .document import Para, Table
 
 #: How many diagnostics a table cell summarizes; the JSON report keeps them all.
 SHOWN_DIAGNOSTICS = 6
@@ -35,7 +35,7 @@ def _summary(diagnostics: Mapping[str, Any]) -> str:
     return "; ".join(parts) + (f"; … (+{hidden} more in the JSON report)" if hidden > 0 else "")
 
 
-def metrics_detail(r: Mapping[str, Any]) -> str:
+def metrics_detail(r: Mapping[str, Any]) -> list[Any]:
     """Name, score, direction, validity and a diagnostics summary of every metric of a result."""
     rows = []
     for name, m in r["metrics"].items():
@@ -43,4 +43,4 @@ def metrics_detail(r: Mapping[str, Any]) -> str:
         valid = "yes" if m["aggregate_valid"] else ("no: " + m["error"] if m.get("error") else "no")
         direction = "higher is better" if m["higher_is_better"] else "lower is better"
         rows.append([label, m["score"], direction, valid, _summary(m["diagnostics"])])
-    return "Metrics:\n\n" + table(["metric", "score", "direction", "valid", "diagnostics"], rows)
+    return [Para("Metrics:"), Table(["metric", "score", "direction", "valid", "diagnostics"], rows)]

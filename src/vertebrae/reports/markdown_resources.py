@@ -1,4 +1,5 @@
-"""Markdown for resource profiles: a separate cost table for the quality cohort (the ranking stays quality-only)."""
+"""The report section for resource profiles: a separate cost table for the quality cohort (the ranking stays
+quality-only)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..profiling import latency_mismatches, profile_value
-from .markdown_table import table, text
+from .document import Para, Section, Strong, Table, section_markdown
 
 #: (header, profile section, field) of the cohort resource table.
 COLUMNS = [("first call s", "latency", "first_call_seconds"), ("warm calls", "latency", "warm_count"),
@@ -21,26 +22,26 @@ COLUMNS = [("first call s", "latency", "first_call_seconds"), ("warm calls", "la
            ("sync", "context", "synchronization")]
 
 
-def resource_section(data: Mapping[str, Any]) -> str:
-    """The quality cohort's measured resources, one table per scored view; empty without profiles."""
+def resource_section(data: Mapping[str, Any]) -> Section | None:
+    """The quality cohort's measured resources, one table per scored view; None without profiles."""
     from ..results import result_from_dict
 
     result = result_from_dict(data)
     if not any(r.resource_profile for r in result.extractor_results):
-        return ""
-    lines = [_heading(data["metadata"].get("quality_tolerance"))]
+        return None
+    blocks: list[Any] = [_heading(data["metadata"].get("quality_tolerance"))]
     for view in result.views():
-        if view is not None:
-            lines.append(f"### {text(view)}\n")
-        lines.append(cohort_table(result.quality_cohort(view=view), (None,)))
-    return "\n".join(lines)
+        table_blocks = cohort_table(result.quality_cohort(view=view), (None,))
+        blocks += table_blocks if view is None else [Section(view, table_blocks, level=3)]
+    return Section("Quality cohort resources", blocks)
 
 
 def endpoint_resource_section(result: Any, tolerance: float | None = None) -> str:
     """Retrieval: the cohort's query and gallery encodings as separate rows (endpoint profiles are never merged)."""
     if not any(e.resource_profile for e in result.extractor_results):
         return ""
-    return _heading(tolerance or 0.0) + "\n" + cohort_table(result.quality_cohort(tolerance), ("query", "gallery"))
+    return section_markdown(Section("Quality cohort resources", [
+        _heading(tolerance or 0.0), *cohort_table(result.quality_cohort(tolerance), ("query", "gallery"))]))
 
 
 #: (header, field of the profile's ``distributed`` section) of the distributed-extraction table.
@@ -51,48 +52,49 @@ DISTRIBUTED_COLUMNS = [("workers", "workers"), ("shards", "shards"), ("shards re
                        ("throughput kind", "throughput_kind")]
 
 
-def _distributed_table(profiles: list[tuple[Any, Any]], endpoint: str | None) -> list[str]:
+def _distributed_table(profiles: list[tuple[Any, Any]], endpoint: str | None) -> list[Any]:
     """The cluster facts of distributed profiles (none for a local run), with what their throughput means."""
     distributed = [(r, p) for r, p in profiles if (p or {}).get("scope") == "distributed"]
     if not distributed:
         return []
     rows = [[r.name, *([] if endpoint is None else [endpoint]),
              *(profile_value(p, "distributed", field) for _, field in DISTRIBUTED_COLUMNS)] for r, p in distributed]
-    return ["Extracted on a cluster: worker-first latency is the slowest worker's first call (its cold start), "
-            "memory the highest worker RSS, and samples/s (here and above) the **aggregate worker compute** "
-            "throughput, materialized samples / summed worker compute seconds: not cluster wall-clock throughput.\n",
-            table(["extractor", *([] if endpoint is None else ["endpoint"]), *(h for h, _ in DISTRIBUTED_COLUMNS)],
+    return [Para("Extracted on a cluster: worker-first latency is the slowest worker's first call (its cold start), "
+                 "memory the highest worker RSS, and samples/s (here and above) the ",
+                 Strong("aggregate worker compute"),
+                 " throughput, materialized samples / summed worker compute seconds: not cluster wall-clock "
+                 "throughput."),
+            Table(["extractor", *([] if endpoint is None else ["endpoint"]), *(h for h, _ in DISTRIBUTED_COLUMNS)],
                   rows)]
 
 
-def _heading(tolerance: Any) -> str:
-    return ("## Quality cohort resources\n\n"
-            f"Candidates within {text(tolerance)} of the best primary score (results with an invalid aggregate are "
-            "excluded), in ranking order. These costs never change the ranking above and are not combined with the "
-            "score; pick the cheaper of nearly equal candidates. Fields: docs/profiling.md.\n")
+def _heading(tolerance: Any) -> Para:
+    return Para(f"Candidates within {tolerance} of the best primary score (results with an invalid aggregate are "
+                "excluded), in ranking order. These costs never change the ranking above and are not combined with the "
+                "score; pick the cheaper of nearly equal candidates. Fields: docs/profiling.md.")
 
 
-def cohort_table(cohort: list[Any], endpoints: tuple[str | None, ...]) -> str:
+def cohort_table(cohort: list[Any], endpoints: tuple[str | None, ...]) -> list[Any]:
     """One row per cohort member (and endpoint), then whether their latencies are comparable."""
     if not cohort:
-        return "No valid aggregate: the quality cohort and its resource table are unavailable.\n"
-    lines = []
+        return [Para("No valid aggregate: the quality cohort and its resource table are unavailable.")]
+    lines: list[Any] = []
     for endpoint in endpoints:
         profiles = [(r, r.resource_profile if endpoint is None else (r.resource_profile or {}).get(endpoint))
                     for r in cohort]
         rows = [[r.name, *([] if endpoint is None else [endpoint]), r.primary_score,
                  profile_value(p, None, "status"), *(profile_value(p, section, field) for _, section, field in COLUMNS)]
                 for r, p in profiles]
-        lines.append(table(["extractor", *([] if endpoint is None else ["endpoint"]), "primary score", "profile",
+        lines.append(Table(["extractor", *([] if endpoint is None else ["endpoint"]), "primary score", "profile",
                             *(h for h, _, _ in COLUMNS)], rows))
         lines += _distributed_table(profiles, endpoint)
         mismatched = latency_mismatches([p for _, p in profiles])
         where = "" if endpoint is None else f" ({endpoint} encodings)"
         if mismatched:
-            lines.append(f"Latencies{where} are **not comparable** here: " + ", ".join(mismatched) + " differ "
-                         "between these candidates (compare latency only under the same batch size, workload, device, "
-                         "precision and synchronization).\n")
+            lines.append(Para(f"Latencies{where} are ", Strong("not comparable"), " here: " + ", ".join(mismatched)
+                              + " differ between these candidates (compare latency only under the same batch size, "
+                              "workload, device, precision and synchronization)."))
         elif len(cohort) > 1:
-            lines.append(f"Latencies{where} were measured under the same batch size, workload, device, precision and "
-                         "synchronization.\n")
-    return "\n".join(lines)
+            lines.append(Para(f"Latencies{where} were measured under the same batch size, workload, device, precision "
+                              "and synchronization."))
+    return lines

@@ -1,11 +1,12 @@
-"""Compact Markdown for one serialized SeparatixResult (the full report stays in JSON)."""
+"""The compact Separatix part of an extractor's report detail (the full report stays in the JSON)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from .markdown_table import table, text
+from .document import Code, Para, Section, Table
+from .markdown_table import plain
 from .reading import SEPARATIX_SCORE_DIRECTIONS
 
 
@@ -13,73 +14,68 @@ def _number(value: Any) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
-def separatix_detail(s: Mapping[str, Any]) -> str:
-    """Recommendation, confidence, decision path, key scores, probe evidence, context and skips."""
-    lines = ["#### Separatix diagnostic\n"]
+def separatix_detail(s: Mapping[str, Any]) -> Section:
+    """Recommendation with its decision path, key scores, probe evidence, then context and skips in one paragraph."""
     if s["status"] != "completed":
-        lines.append(f"Status `{s['status']}`: {text(s['reason'])}\n")
-        return "\n".join(lines)
-    lines.append(f"Recommendation `{text(s['recommendation'])}` (confidence {text(s['confidence'])}). "
-                 "Descriptive only; it does not affect ranking.\n")
-    if s["reason"]:
-        lines.append(f"Blocking skip: {text(s['reason'])}\n")
-    if s["decision_path"]:
-        lines.append("Decision path:\n\n" + "".join(f"1. {text(step)}\n" for step in s["decision_path"]))
+        return Section("Separatix diagnostic", [Para("Status ", Code(s["status"]), f": {s['reason']}")], level=4)
+    path = " ".join(f"({i}) {step}" for i, step in enumerate(s["decision_path"], 1))
+    blocks: list[Any] = [Para("Recommendation ", Code(s["recommendation"]), f" (confidence {s['confidence']}); "
+                              "descriptive only, it does not affect ranking."
+                              + (f" Blocking skip: {s['reason']}." if s["reason"] else "")
+                              + (f" Decision path: {path}" if path else ""))]
     scores = [[name, value, SEPARATIX_SCORE_DIRECTIONS.get(name, "see the Separatix documentation")]
               for name, value in s["scores"].items() if value is not None]
     if scores:
-        lines.append(table(["Separatix score", "value", "direction (Separatix's own)"], scores))
-    lines.append(_probe_evidence(s["probe_summary"]))
-    lines.append(_context(s))
-    skips = [f"{d['name']}: {d.get('reason', '')}" for d in s["skipped_diagnostics"]]
-    skips += [f"probe {name}: {reason}" for name, reason in s["probe_summary"]["skip_reasons"].items()]
-    if skips:
-        lines.append("Skipped:\n\n" + "".join(f"- {text(item)}\n" for item in skips))
-    events = [f"{e.get('operation')} for {e.get('reason')}: {e.get('status')} ({e.get('n_used')} of "
-              f"{e.get('n_original')} rows, policy {e.get('policy')})" for e in s["densification_events"]]
-    if events:
-        lines.append("Densification:\n\n" + "".join(f"- {text(item)}\n" for item in events))
+        blocks.append(Table(["Separatix score", "value", "direction (Separatix's own)"], scores))
+    blocks += _probe_evidence(s["probe_summary"])
+    blocks.append(Para(_context(s)))
     if s["warnings"]:
-        lines.append("Separatix warnings:\n\n" + "".join(f"- {text(w)}\n" for w in s["warnings"]))
-    return "\n".join(lines)
+        blocks.append(Para("Separatix warnings: " + "; ".join(s["warnings"])))
+    return Section("Separatix diagnostic", blocks, level=4)
 
 
-def _probe_evidence(p: Mapping[str, Any]) -> str:
+def _probe_evidence(p: Mapping[str, Any]) -> list[Any]:
     metric = p["probe_metric"]
     if metric is None:
-        head = "Best probe: unavailable (Separatix declared no primary metric for this target).\n"
+        head = "Best probe: unavailable (Separatix declared no primary metric for this target)."
     else:
-        head = (f"Best probe: {text(p['best_probe'])} ({text(metric)} = {_number(p['probe_score'])}; "
-                f"{text(p['metric_source'])}).\n")
-    columns = p["declared_primary_metrics"] or ([metric] if metric else [])
-    rows = [[name, entry["family"], *(entry["metrics"].get(c) for c in columns), entry["skipped_reason"]]
-            for name, entry in p["probes"].items()]
-    parts = [head, table(["probe", "family", *columns, "skipped"], rows)]
+        head = f"Best probe: {p['best_probe']} ({metric} = {_number(p['probe_score'])}; {p['metric_source']})."
     comparison = p["linear_vs_nonlinear"].get(metric) if metric else None
     if comparison:
         paired = comparison["paired"]
         interval = ("" if paired is None else
                     f", paired 95% interval [{paired['lower_95']:.4f}, {paired['upper_95']:.4f}]")
-        parts.append(
-            f"Linear vs nonlinear on {text(metric)} ({comparison['direction'].replace('_', ' ')}): linear "
-            f"{_number(comparison['linear_score'])} vs {text(comparison['nonlinear_probe'])} "
-            f"{_number(comparison['nonlinear_score'])}; favors {comparison['favored_family']} "
-            f"(nonlinear improvement {_number(comparison['nonlinear_improvement'])}{interval}; comparison confidence "
-            f"{comparison['confidence']}, recommendation confidence {text(p['recommendation_confidence'])}).\n")
-    return "\n".join(parts)
+        head += (f" Linear vs nonlinear on {metric} ({comparison['direction'].replace('_', ' ')}): linear "
+                 f"{_number(comparison['linear_score'])} vs {comparison['nonlinear_probe']} "
+                 f"{_number(comparison['nonlinear_score'])}; favors {comparison['favored_family']} "
+                 f"(nonlinear improvement {_number(comparison['nonlinear_improvement'])}{interval}; comparison "
+                 f"confidence {comparison['confidence']}, recommendation confidence {p['recommendation_confidence']}).")
+    columns = p["declared_primary_metrics"] or ([metric] if metric else [])
+    rows = [[name, entry["family"], *(entry["metrics"].get(c) for c in columns), entry["skipped_reason"]]
+            for name, entry in p["probes"].items()]
+    return [Para(head), Table(["probe", "family", *columns, "skipped"], rows)]
 
 
 def _context(s: Mapping[str, Any]) -> str:
+    """Evaluation, grouping, the dense budget, skipped diagnostics and densification, as one paragraph."""
     p = s["probe_summary"]
     e, g, sampling = p["evaluation"], p["grouping"], p["sampling"] or {}
-    text_parts = [f"Evaluation: {text(e.get('cv_method'))}, {text(e.get('n_splits'))} folds, "
-                  f"group-aware {text(e.get('group_aware'))}, mode {text(e.get('evaluation_mode'))}; "
-                  f"probe rows {text(sampling.get('n_used'))} of {text(sampling.get('n_original'))}"
-                  f"{' (sampled)' if sampling.get('sampled') else ''}."]
+    parts = [f"Evaluation: {plain(e.get('cv_method'))}, {plain(e.get('n_splits'))} folds, group-aware "
+             f"{plain(e.get('group_aware'))}, mode {plain(e.get('evaluation_mode'))}; probe rows "
+             f"{plain(sampling.get('n_used'))} of {plain(sampling.get('n_original'))}"
+             f"{' (sampled)' if sampling.get('sampled') else ''}."]
     if g.get("provided"):
-        text_parts.append(f"Groups: {text(g.get('group_count'))} ({text(g.get('supported_count'))} supported, "
-                          f"{text(g.get('skipped_count'))} skipped"
-                          + (f": {', '.join(text(k) for k in g['skipped'])}" if g["skipped"] else "") + ").")
-    text_parts.append(f"Dense budget {s['effective_max_dense_mb']} MiB ({text(s['dense_budget_source'])}), "
-                      f"policy {text(s['config']['densify_policy'])}, budget {text(s['config']['budget'])}.")
-    return " ".join(text_parts) + "\n"
+        parts.append(f"Groups: {plain(g.get('group_count'))} ({plain(g.get('supported_count'))} supported, "
+                     f"{plain(g.get('skipped_count'))} skipped"
+                     + (f": {', '.join(str(k) for k in g['skipped'])}" if g["skipped"] else "") + ").")
+    parts.append(f"Dense budget {s['effective_max_dense_mb']} MiB ({s['dense_budget_source']}), policy "
+                 f"{s['config']['densify_policy']}, budget {s['config']['budget']}.")
+    skips = [f"{d['name']}: {d.get('reason', '')}" for d in s["skipped_diagnostics"]]
+    skips += [f"probe {name}: {reason}" for name, reason in p["skip_reasons"].items()]
+    if skips:
+        parts.append("Skipped: " + "; ".join(skips) + ".")
+    events = [f"{e.get('operation')} for {e.get('reason')}: {e.get('status')} ({e.get('n_used')} of "
+              f"{e.get('n_original')} rows, policy {e.get('policy')})" for e in s["densification_events"]]
+    if events:
+        parts.append("Densification: " + "; ".join(events) + ".")
+    return " ".join(parts)

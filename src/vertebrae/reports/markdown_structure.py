@@ -1,4 +1,4 @@
-"""Markdown section (and the rows the HTML report shows) for a dataset's structure: how its rows were materialized (relational units,
+"""The report section for a dataset's structure: how its rows were materialized (relational units,
 segmentation tokens, multi-modal fields), from the serialized dataset summary."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .markdown_table import table
+from .document import Section, Table
 
 
 def structure_rows(summary: Mapping[str, Any]) -> list[list[Any]]:
@@ -16,6 +16,6 @@ def structure_rows(summary: Mapping[str, Any]) -> list[list[Any]]:
             for name, value in (summary.get("structure") or {}).items()]
 
 
-def structure_section(data: Mapping[str, Any]) -> str:
+def structure_section(data: Mapping[str, Any]) -> Section | None:
     rows = structure_rows(data["dataset_summary"])
-    return "## Dataset structure\n\n" + table(["field", "value"], rows) if rows else ""
+    return Section("Dataset structure", [Table(["field", "value"], rows)]) if rows else None
