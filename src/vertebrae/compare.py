@@ -51,7 +51,7 @@ def _check_comparable(protocol_a: Mapping[str, Any], protocol_b: Mapping[str, An
 def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """name -> rank, primary score, direction, stability interval and per-class scores, in ranking order (ranked
     results first, under the one tie rule of ``result_protocol.rank_results``; then the unranked in input order)."""
-    from .results import result_from_dict
+    from .result_protocol import result_from_dict
 
     result = result_from_dict(data)
     ranking = result.ranking()

@@ -10,6 +10,9 @@ ranking and its ranks are decided (``ranked_results()``, DataFrames, reports and
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
+import pathlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
@@ -114,3 +117,69 @@ def check_header(data: Any, result_type: str, schema_versions: tuple[int, ...]) 
         raise SerializationError(f"$: not a vertebrae {result_type} result of schema {schema_versions[-1]} "
                                  f"(result_type={data.get('result_type')!r}, "
                                  f"schema_version={data.get('schema_version')!r})")
+
+
+# --------------------------------------------------------------------- recommendations
+#: Recommendation cut-offs on the overlap score per target type: (strong, moderate, label stem).
+#: Multi-label and regression cut-offs were calibrated on targets of known predictability
+#: (benchmarks/recommendation_calibration.py; evidence in docs/results.md).
+RECOMMENDATION_CUTOFFS: dict[str, tuple[float, float, str]] = {
+    "single_label": (0.8, 0.5, "separation"),
+    "multi_label": (0.5, 0.35, "separation"),
+    "regression": (0.25, 0.10, "continuous_structure"),
+}
+def recommendation_label(overlap_score: float, target_type: str = "single_label") -> str:
+    """Lightweight guidance from the overlap score with the cut-offs of the target type, not a verdict."""
+    if target_type not in RECOMMENDATION_CUTOFFS:
+        raise ValueError(f"target_type must be one of {sorted(RECOMMENDATION_CUTOFFS)}, got {target_type!r}")
+    strong, moderate, stem = RECOMMENDATION_CUTOFFS[target_type]
+    if overlap_score >= strong:
+        return f"strong_{stem}"
+    if overlap_score >= moderate:
+        return f"moderate_{stem}"
+    return f"weak_{stem}"
+
+
+def read_json(path: str | pathlib.Path) -> Any:
+    """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
+    from . import json_codec
+
+    try:
+        return json_codec.decode(json_codec.read(path))
+    except json.JSONDecodeError as exc:
+        raise SerializationError(f"$: {path} is not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SerializationError(f"$: {path} is not UTF-8 text ({exc})") from None
+
+
+#: Result type -> the module that defines its class (imported when a document of that type is read first).
+RESULT_MODULES = {"benchmark": "vertebrae.results", "retrieval": "vertebrae.retrieval.result",
+                  "zero_shot": "vertebrae.zero_shot.result"}
+#: Result type -> its class: every result family registers itself when its class is defined.
+_RESULT_TYPES: dict[str, type] = {}
+
+
+def register_result_type(cls: type) -> type:
+    """Record ``cls`` (a result family with ``RESULT_TYPE``) so any document of its type can be rebuilt."""
+    _RESULT_TYPES[cls.RESULT_TYPE] = cls
+    return cls
+
+
+def result_from_dict(data: Any) -> Any:
+    """Rebuild any vertebrae result (benchmark, retrieval, zero-shot) from its serialized dict.
+
+    Reports and ``compare`` read results through this, so they depend on no result module (the result
+    classes render reports; a report never imports them back).
+    """
+    kind = data.get("result_type") if isinstance(data, Mapping) else None
+    if kind not in RESULT_MODULES:
+        raise SerializationError(f"$.result_type: {kind!r} is not a vertebrae result type; expected one of "
+                                 f"{sorted(RESULT_MODULES)}")
+    if kind not in _RESULT_TYPES:
+        importlib.import_module(RESULT_MODULES[kind])  # defines (and so registers) the class
+    return _RESULT_TYPES[kind].from_dict(data)
+
+
+def load_result(path: str | pathlib.Path) -> Any:
+    """Load any vertebrae result JSON file, whatever its result type."""
+    return result_from_dict(read_json(path))

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError, SerializationError
-from .result_protocol import ChainResult, Ranked, check_header, rank_results, reading
+from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, load_result, rank_results,
+                              read_json, reading, recommendation_label, register_result_type, result_from_dict)
 from .profiling import ResourceProfile
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
@@ -25,63 +26,7 @@ from .scoring.separatix import SeparatixResult
 from .scoring.stability import StabilityResult, ranking_stability
 
 SCHEMA_VERSION = 1
-#: Recommendation cut-offs on the overlap score per target type: (strong, moderate, label stem).
-#: Multi-label and regression cut-offs were calibrated on targets of known predictability
-#: (benchmarks/recommendation_calibration.py; evidence in docs/results.md).
-RECOMMENDATION_CUTOFFS: dict[str, tuple[float, float, str]] = {
-    "single_label": (0.8, 0.5, "separation"),
-    "multi_label": (0.5, 0.35, "separation"),
-    "regression": (0.25, 0.10, "continuous_structure"),
-}
 STRONG_OVERLAP, MODERATE_OVERLAP, _ = RECOMMENDATION_CUTOFFS["single_label"]
-
-
-def recommendation_label(overlap_score: float, target_type: str = "single_label") -> str:
-    """Lightweight guidance from the overlap score with the cut-offs of the target type, not a verdict."""
-    if target_type not in RECOMMENDATION_CUTOFFS:
-        raise ValueError(f"target_type must be one of {sorted(RECOMMENDATION_CUTOFFS)}, got {target_type!r}")
-    strong, moderate, stem = RECOMMENDATION_CUTOFFS[target_type]
-    if overlap_score >= strong:
-        return f"strong_{stem}"
-    if overlap_score >= moderate:
-        return f"moderate_{stem}"
-    return f"weak_{stem}"
-
-
-# --------------------------------------------------------------------- reading JSON
-def read_json(path: str | pathlib.Path) -> Any:
-    """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
-    from . import json_codec
-
-    try:
-        return json_codec.decode(json_codec.read(path))
-    except json.JSONDecodeError as exc:
-        raise SerializationError(f"$: {path} is not valid JSON ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise SerializationError(f"$: {path} is not UTF-8 text ({exc})") from None
-
-
-def result_from_dict(data: Any) -> "ResultFamily":
-    """Rebuild any vertebrae result (benchmark, retrieval, ...) from its serialized dict."""
-    kinds = result_classes()
-    kind = data.get("result_type") if isinstance(data, Mapping) else None
-    if kind not in kinds:
-        raise SerializationError(f"$.result_type: {kind!r} is not a vertebrae result type; expected one of "
-                                 f"{sorted(kinds)}")
-    return kinds[kind].from_dict(data)
-
-
-def load_result(path: str | pathlib.Path) -> "ResultFamily":
-    """Load any vertebrae result JSON file, whatever its result type."""
-    return result_from_dict(read_json(path))
-
-
-def result_classes() -> dict[str, type["ResultFamily"]]:
-    """Result type name -> class; a new result type (e.g. zero-shot) registers here."""
-    from .retrieval.result import RetrievalBenchmarkResult
-    from .zero_shot.result import ZeroShotBenchmarkResult
-
-    return {"benchmark": BenchmarkResult, "retrieval": RetrievalBenchmarkResult, "zero_shot": ZeroShotBenchmarkResult}
 
 
 #: Ranked lines shown by ``repr()`` of a result; the DataFrame shows them all.
@@ -98,6 +43,10 @@ class ResultFamily:
     """
 
     RESULT_TYPE: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        register_result_type(cls)  # any document of this type can now be rebuilt (result_protocol.result_from_dict)
     extractor_results: list[Any]
 
     def ranking(self) -> list[Ranked]:

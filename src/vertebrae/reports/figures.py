@@ -55,7 +55,7 @@ def _svg_or_none(fig: Any | None) -> str | None:
 
 def _ranked(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """Serialized results with a valid primary score, best first (as ``ranked_results`` orders them)."""
-    from ..results import result_from_dict
+    from ..result_protocol import result_from_dict
 
     result = result_from_dict(data)
     order = {r.name: i for i, r in enumerate(result.ranked_results())}
@@ -197,7 +197,7 @@ def compression_frontier(data: Mapping[str, Any]) -> str | None:
 
 def cohort_resources(data: Mapping[str, Any]) -> str | None:
     """Quality-cohort members' primary score against warm latency (else embedding bytes) from ``resource_profile``."""
-    from ..results import result_from_dict
+    from ..result_protocol import result_from_dict
 
     cohort = {r.name for r in result_from_dict(data).quality_cohort()}
     members = [r for r in _ranked(data) if r["name"] in cohort and r.get("resource_profile")]

@@ -119,9 +119,9 @@ def render_benchmark_html(data: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------ retrieval
 def render_retrieval_html(data: Mapping[str, Any]) -> str:
     from ..retrieval.config import CUTOFF_METRICS
-    from ..retrieval.result import RetrievalBenchmarkResult
+    from ..result_protocol import result_from_dict
 
-    result = RetrievalBenchmarkResult.from_dict(data)
+    result = result_from_dict(data)
     protocol = data["protocol"]
     primary = protocol["config"]["primary_metric"]
     ranked = result.ranked_results()
@@ -152,9 +152,9 @@ def render_retrieval_html(data: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------ zero-shot
 def render_zero_shot_html(data: Mapping[str, Any]) -> str:
     """Answer, ranking figure and table (zero-shot metric, top-k, margins, overlap as context), protocol."""
-    from ..zero_shot.result import ZeroShotBenchmarkResult
+    from ..result_protocol import result_from_dict
 
-    result = ZeroShotBenchmarkResult.from_dict(data)
+    result = result_from_dict(data)
     protocol, metric = data["protocol"], result.primary_metric_name
     ranked = result.ranked_results()
     lead = (f"<p><strong>Top candidate: {esc(ranked[0].name)}</strong> — {esc(metric)} "

@@ -222,9 +222,9 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
 
 def _extractor_details(data: Mapping[str, Any]) -> Section:
     """Every extractor's detail; the pairwise matrix only for the top candidate (every pair stays in the JSON)."""
-    from ..results import BenchmarkResult
+    from ..result_protocol import result_from_dict
 
-    ranked = BenchmarkResult.from_dict(data).ranked_results()
+    ranked = result_from_dict(data).ranked_results()
     top = ranked[0].name if ranked else None
     blocks: list[Any] = []
     if top is not None and any((r.get("overlap") or {}).get("pairwise_scores") for r in data["extractor_results"]):

@@ -24,7 +24,7 @@ COLUMNS = [("first call s", "latency", "first_call_seconds"), ("warm calls", "la
 
 def resource_section(data: Mapping[str, Any]) -> Section | None:
     """The quality cohort's measured resources, one table per scored view; None without profiles."""
-    from ..results import result_from_dict
+    from ..result_protocol import result_from_dict
 
     result = result_from_dict(data)
     if not any(r.resource_profile for r in result.extractor_results):

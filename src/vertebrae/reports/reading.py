@@ -56,10 +56,10 @@ def score_with_interval(score: float | None, low: float | None, high: float | No
 
 def benchmark_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     """The lead sentence, recommendation notes and the short summary table (headers None without a ranking)."""
-    from ..results import BenchmarkResult
+    from ..result_protocol import result_from_dict
     from .markdown_stability import interval_text
 
-    result = BenchmarkResult.from_dict(data)
+    result = result_from_dict(data)
     ranked = result.ranked_results()
     notes = list(data["recommendations"])
     if not ranked:
@@ -94,10 +94,10 @@ VIEW_COLUMNS: list[str] = ["output_name", "hidden_layer", "pooling", "target_vie
 
 def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
     """Heading, columns and rows of the ranking table (columns None when no aggregate is valid)."""
-    from ..results import BenchmarkResult
+    from ..result_protocol import result_from_dict
     from .markdown_stability import interval_text
 
-    result = BenchmarkResult.from_dict(data)
+    result = result_from_dict(data)
     ranked = result.ranked_results()
     if not ranked:
         return {"heading": "Unavailable: no extractor has a valid primary aggregate.", "columns": None, "rows": [],
@@ -125,7 +125,7 @@ def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _cutoffs(target_type: str) -> str:
-    from ..results import RECOMMENDATION_CUTOFFS
+    from ..result_protocol import RECOMMENDATION_CUTOFFS
 
     strong, moderate, stem = RECOMMENDATION_CUTOFFS[target_type]
     return (f"Recommendation labels use this version's cut-offs for {target_type.replace('_', '-')} targets: "

@@ -23,6 +23,9 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 _METRIC_PATTERN = re.compile(r"^([a-z_]+)@(\d+)$")
 
 
+#: Ranking directions: forward (query -> gallery) and reverse (gallery -> query).
+DIRECTIONS = ("forward", "reverse")
+
 def parse_metric(owner: str, name: Any) -> tuple[str, int | None]:
     """Split ``"ndcg@10"`` into ``("ndcg", 10)``; full-ranking metrics have no cutoff."""
     allowed = [f"{m}@k" for m in CUTOFF_METRICS] + list(FULL_RANKING_METRICS)

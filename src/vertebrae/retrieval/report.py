@@ -12,15 +12,15 @@ from typing import Any
 
 from ..reports.markdown_resources import endpoint_resource_section
 from ..reports.markdown_table import table, text
-from .config import CUTOFF_METRICS, FULL_RANKING_METRICS
-from .result import DIRECTIONS, RetrievalBenchmarkResult
+from ..result_protocol import result_from_dict
+from .config import CUTOFF_METRICS, DIRECTIONS, FULL_RANKING_METRICS
 
 _DIAGNOSTICS = ("mean_positive_similarity", "mean_negative_similarity", "similarity_margin")
 
 
 def render_markdown(data: Mapping[str, Any]) -> str:
     """Title, ranking, per-cutoff metrics, full-ranking metrics and diagnostics, protocol, extractors, warnings."""
-    result = RetrievalBenchmarkResult.from_dict(data)
+    result = result_from_dict(data)
     data = result.serialized()  # the current schema, also for an older file
     protocol = data["protocol"]
     directions = [d for d in DIRECTIONS if any(e[d] is not None for e in _scored(data))]
@@ -30,7 +30,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(sections)
 
 
-def _ranking(result: RetrievalBenchmarkResult, directions: list[str]) -> str:
+def _ranking(result: Any, directions: list[str]) -> str:
     primary = result.protocol["config"]["primary_metric"]
     columns = ["rank", "extractor", "primary_score"] + [f"{d}.{primary}" for d in directions] \
         + ["query_embedding_dim", "gallery_embedding_dim"]

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ..errors import InputTypeError, InputValidationError
 from ..result_protocol import ChainResult, check_header, reading
 from ..results import ResultFamily, compression_columns, deprecated_alias
-from .config import RetrievalConfig
+from .config import DIRECTIONS, RetrievalConfig
 
 #: Schema 3 follows the result protocol (docs/results.md): each entry's endpoint metadata is ``embedding`` and its
 #: compression variant ``compression`` (schema 2 kept both in ``embeddings``); schema 2 names entries
@@ -24,7 +24,6 @@ from .config import RetrievalConfig
 SCHEMA_VERSION = 3
 READABLE_SCHEMAS = (1, 2, 3)
 RESULT_TYPE = "retrieval"
-DIRECTIONS = ("forward", "reverse")
 
 
 @dataclasses.dataclass

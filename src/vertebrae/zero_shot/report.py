@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..reports.markdown_table import table, text
-from .result import ZeroShotBenchmarkResult
+from ..result_protocol import result_from_dict
 
 #: Confusion matrices are shown up to this many classes (larger ones stay in the JSON).
 MAX_CONFUSION_CLASSES = 12
@@ -20,7 +20,7 @@ MAX_CONFUSION_CLASSES = 12
 def render_markdown(data: Mapping[str, Any]) -> str:
     """Title, ranking, per-class scores, confusion matrices, margins, compression variants (when there are any),
     prompts, protocol, encoders, warnings."""
-    result = ZeroShotBenchmarkResult.from_dict(data)
+    result = result_from_dict(data)
     protocol = data["protocol"]
     labels = {p["label_key"]: p["display"] for p in protocol["prompts"]}
     valid = [r for r in data["extractor_results"] if r.get("error") is None]
@@ -30,7 +30,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(section for section in sections if section)
 
 
-def _ranking(result: ZeroShotBenchmarkResult) -> str:
+def _ranking(result: Any) -> str:
     metric = result.primary_metric_name
     top_k = [f"top{k}_accuracy" for k in result.protocol["config"]["top_k"] if k > 1]
     columns = ["rank", "extractor", "primary_score", "top1_accuracy", "macro_f1", "balanced_accuracy", *top_k,
