@@ -233,7 +233,7 @@ def test_retrieval_keys_follow_what_each_stage_reads():
 KEY_TABLE = {
     ("benchmark", "extract"): ((), {"inputs", "fit_targets", "extractor"}, {"numpy"}),
     ("benchmark", "embedding"): (("extract",), {"output"}, set()),
-    ("benchmark", "compress"): (("embedding",), set(), {"numpy", "scikit-learn"}),
+    ("benchmark", "compress"): (("embedding",), {"extractor"}, {"numpy", "scikit-learn"}),
     ("benchmark", "budget"): (("embedding", "compress"), {"targets", "groups"}, set()),
     ("benchmark", "score"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
     ("benchmark", "stability"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
@@ -242,7 +242,7 @@ KEY_TABLE = {
     ("benchmark", "assemble"): (("embedding", "score", "compress", "budget", "stability", "metrics", "diagnose"),
                                 {"name", "output", "view", "extractor"}, set()),
     ("retrieval", "encode"): ((), {"query_inputs", "gallery_inputs", "extractor"}, {"numpy"}),
-    ("retrieval", "compress"): (("encode",), set(), {"numpy", "scikit-learn"}),
+    ("retrieval", "compress"): (("encode",), {"extractor"}, {"numpy", "scikit-learn"}),
     ("retrieval", "endpoints"): (("encode", "compress"), set(), set()),
     ("retrieval", "rank_forward"): (("endpoints",), {"relevance"}, set()),
     ("retrieval", "rank_reverse"): (("endpoints",), {"relevance"}, set()),

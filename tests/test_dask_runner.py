@@ -343,7 +343,8 @@ def test_a_missing_dask_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     from vertebrae.errors import DependencyError
 
-    with pytest.raises(DependencyError, match=r"pip install 'vertebrae\[dask\]'"):
+    hint = r'pip install "dask\[distributed\]>=2024.1" \(in a vertebrae checkout: pip install "\.\[dask\]"\)'
+    with pytest.raises(DependencyError, match=hint):
         Benchmark(classes(), [PrecomputedExtractor("raw")]).run(runner=DaskRunner(address="tcp://127.0.0.1:1"))
 
 

@@ -299,7 +299,7 @@ KEY_TABLE = {
     "fit": ((), {"inputs", "extractor"}, set()),
     "encode_samples": (("fit",), {"inputs", "extractor"}, {"numpy"}),
     "encode_prompts": (("fit",), {"prompts", "inputs", "extractor"}, {"numpy"}),
-    "compress": (("encode_samples", "encode_prompts"), set(), {"numpy", "scikit-learn"}),
+    "compress": (("encode_samples", "encode_prompts"), {"extractor"}, {"numpy", "scikit-learn"}),
     "prototypes": (("encode_prompts", "compress"), {"prompts"}, set()),
     "classify": (("encode_samples", "prototypes", "compress"), {"targets"}, set()),
     "overlap": (("encode_samples", "compress"), {"targets"}, {"overlapindex"}),

@@ -19,7 +19,6 @@ from .compression import EmbeddingCompressionConfig, check_compression, variant_
 from .datasets import BenchmarkDataset
 from .errors import InputTypeError, VertebraeError
 from . import benchmark_stages  # noqa: F401  (the stages of this front door's pipeline)
-from .artifacts.codecs import output_array
 from .execution.caching import stage_cache
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome, check_on_error
@@ -169,7 +168,7 @@ class Benchmark(FrontDoor):
 
     # -- the declaration the shared run path reads ---------------------------------------------------
     def embedding_sources(self, chain: Chain) -> dict[None, EmbeddingSource]:
-        return {None: EmbeddingSource("extract", output_array(chain.output))}
+        return {None: EmbeddingSource("extract", chain.output)}
 
     def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> ExtractorResult:
         return ExtractorResult.failed(chain.name, self.settings.primary_metric, error, artifact_keys=keys)

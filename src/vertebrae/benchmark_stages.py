@@ -19,11 +19,13 @@ from typing import Any
 import numpy as np
 
 from ._sparse import is_sparse, sparse_module
-from .artifacts.codecs import ArtifactCodec, StoredArtifact, document_codec, output_array
-from .compression import (Compressor, EmbeddingCompressionConfig, attributed, compression_fingerprint,
-                          declares_matryoshka, raw_variant_metadata)
+from . import embedding_set
+from .artifacts.codecs import document_codec
+from .compression import compression_fingerprint
+from .embedding_set import (COMPRESSED_CODEC, EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings,
+                            variant_facts)
 from .embeddings import embedding_metadata, is_constant, validate_embeddings
-from .errors import ArtifactIntegrityError, ExtractorError
+from .errors import ExtractorError
 from .execution.registry import COLLECT, EMBED, SCORE, RowShards, stage
 from .extractors.user_code import user_code
 from .multimodal import input_source
@@ -39,32 +41,9 @@ from .targets import MultiLabelTargets, RegressionTargets, Targets
 PIPELINE = "benchmark"
 
 
-@dataclasses.dataclass
-class EmbeddingSet:
-    """What one extractor call produced: one matrix per output (``None`` names the sole output)."""
-
-    matrices: dict[str | None, Any]
-    metadata: dict[str | None, dict[str, Any]]
-
-
-@dataclasses.dataclass
-class EmbeddingArtifact:
-    """The evaluated embedding matrix of one chain plus how it was made."""
-
-    matrix: Any
-    metadata: dict[str, Any]
-
-
-@dataclasses.dataclass
-class CompressedEmbedding(EmbeddingArtifact):
-    """A compressed variant of a chain's embedding plus what the compression did (method, dims, footprint)."""
-
-    compression: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def evaluated(inputs: Mapping[str, Any]) -> EmbeddingArtifact:
+def evaluated(inputs: Mapping[str, Any]) -> Embedding:
     """The embedding the analyses read: the chain's compressed variant when it has one, else the raw embedding."""
-    return inputs.get("compress", inputs["embedding"])
+    return embedding_set.evaluated(inputs, None, "embedding")
 
 
 @dataclasses.dataclass
@@ -91,42 +70,6 @@ def scoring_fingerprint(settings: Any, chain: Any = None) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- stored forms
-def _encode_embedding_set(produced: EmbeddingSet) -> StoredArtifact:
-    outputs = list(produced.matrices)
-    return StoredArtifact("embedding_set", {output_array(o): produced.matrices[o] for o in outputs},
-                          {"outputs": outputs, "metadata": [produced.metadata[o] for o in outputs]})
-
-
-def _decode_embedding_set(stored: StoredArtifact) -> EmbeddingSet:
-    try:
-        outputs = stored.document["outputs"]
-        return EmbeddingSet({o: stored.arrays[output_array(o)] for o in outputs},
-                            {o: dict(m) for o, m in zip(outputs, stored.document["metadata"], strict=True)})
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"embedding_set artifact is malformed: {type(exc).__name__}: {exc}") from None
-
-
-def _encode_compressed(compressed: CompressedEmbedding) -> StoredArtifact:
-    return StoredArtifact("compressed_embedding", {"matrix": compressed.matrix},
-                          {"metadata": compressed.metadata, "compression": compressed.compression})
-
-
-def _decode_compressed(stored: StoredArtifact) -> CompressedEmbedding:
-    try:
-        return CompressedEmbedding(stored.arrays["matrix"], dict(stored.document["metadata"]),
-                                   dict(stored.document["compression"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"compressed_embedding artifact is malformed: {type(exc).__name__}: {exc}") \
-            from None
-
-
-#: Extractions are what the embedding cache reuses.
-EMBEDDING_SET_CODEC = ArtifactCodec("embedding_set", _encode_embedding_set, _decode_embedding_set)
-#: Compressed variants have a stored form for staged runs (fitted once, in `vertebrae embed`); the embedding cache
-#: does not reuse them (a fit is cheap next to extraction, and its runtime is measured).
-COMPRESSED_CODEC = ArtifactCodec("compressed_embedding", _encode_compressed, _decode_compressed, cached=False)
-
-
 def _without_separatix_runtime(data: dict[str, Any]) -> dict[str, Any]:
     """Runtimes never enter an artifact: Separatix's wall-clock fields are dropped (read back as None)."""
     from .results import pop_timings
@@ -182,10 +125,10 @@ def transform_rows(job: Any, extractor: Any, rows: Any, profiling: Any = None,
         return _transform(extractor, rows, profiling, {} if timings is None else timings)
 
 
-def embedding_set(job: Any, context: Any, parts: list[dict[str | None, Any]]) -> EmbeddingSet:
+def stacked_outputs(job: Any, context: Any, parts: list[dict[str | None, Any]]) -> EmbeddingSet:
     """Step 3 of extract: stack the row parts (in row order) of every output, then validate each matrix."""
     dataset, name = context.dataset, job.params["parent"]
-    matrices, metadata = {}, {}
+    outputs = {}
     for output in parts[0]:
         source = f"extractor {name!r}" + ("" if output is None else f" output {output!r}")
         raw = parts[0][output] if len(parts) == 1 else stack_rows([part[output] for part in parts], source)
@@ -193,8 +136,8 @@ def embedding_set(job: Any, context: Any, parts: list[dict[str | None, Any]]) ->
         if is_constant(matrix):
             raise ExtractorError(f"{source} returned the same embedding for every row, so it separates nothing; "
                                  "check the extractor (a collapsed or untrained model?)")
-        matrices[output], metadata[output] = matrix, embedding_metadata(matrix)
-    return EmbeddingSet(matrices, metadata)
+        outputs[output] = Embedding(matrix, embedding_metadata(matrix))
+    return EmbeddingSet(outputs)
 
 
 def stack_rows(parts: list[Any], source: str) -> Any:
@@ -223,8 +166,8 @@ def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) 
 
 # ----------------------------------------------------------------------------- stages
 @stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",),
-       codec=EMBEDDING_SET_CODEC, phase=EMBED, runtime="seconds_and_steps",
-       shards=RowShards(fit_extractor, transform_rows, embedding_set, lambda context: context.dataset.extractor_input))
+       codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="seconds_and_steps",
+       shards=RowShards(fit_extractor, transform_rows, stacked_outputs, lambda context: context.dataset.extractor_input))
 def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate.
 
@@ -234,31 +177,29 @@ def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
     """
     extractor = fit_extractor(job, context)
     profiling = getattr(context.settings, "resource_profiling", None)
-    return embedding_set(job, context, [transform_rows(job, extractor, context.dataset.extractor_input, profiling,
+    return stacked_outputs(job, context, [transform_rows(job, extractor, context.dataset.extractor_input, profiling,
                                                        timings)])
 
 
 @stage(PIPELINE, "embedding", version=1, reads=("extract",), context=("output",))
-def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingArtifact:
+def embedding(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Embedding:
     """The one output this chain scores (a view of the extract artifact, no copy)."""
     produced: EmbeddingSet = inputs["extract"]
     output = job.params["output"]
-    if output not in produced.matrices:
+    if output not in produced.parts:
         raise ExtractorError(f"extractor {job.params['name']!r} did not produce output {output!r}; it produced "
-                             f"{sorted(map(str, produced.matrices))}")
-    return EmbeddingArtifact(produced.matrices[output], dict(produced.metadata[output]))
+                             f"{sorted(map(str, produced.parts))}")
+    embedding = produced[output]
+    return Embedding(embedding.matrix, dict(embedding.metadata))
 
 
-@stage(PIPELINE, "compress", version=1, reads=("embedding",), packages=("numpy", "scikit-learn"),
-       config=compression_fingerprint, codec=COMPRESSED_CODEC, phase=EMBED, runtime="seconds_and_steps")
-def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> CompressedEmbedding:
+@stage(PIPELINE, "compress", version=2, reads=("embedding",), context=("extractor",),
+       packages=("numpy", "scikit-learn"), config=compression_fingerprint, codec=COMPRESSED_CODEC, phase=EMBED,
+       runtime="seconds_and_steps")
+def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Fit the chain's variant on the evaluated embedding and apply it (transductive, like every variant)."""
-    config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
-    raw = inputs["embedding"].matrix
-    compressor = Compressor(config, source=f"extractor {job.params['name']!r}",
-                            matryoshka=declares_matryoshka(context.extractor(job), job.params["output"]))
-    matrix = compressor.fit_transform(raw)
-    return CompressedEmbedding(matrix, embedding_metadata(matrix), compressor.metadata(raw, matrix))
+    return compress_embeddings(job, inputs, context, reads=("embedding",), fit_on=None,
+                               source=f"extractor {job.params['name']!r}")
 
 
 def _budget_config(settings: Any, chain: Any) -> dict[str, Any] | None:
@@ -411,14 +352,10 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The variant's compression facts (plus ``source``: the result name of its raw embedding); None without
     compression variants."""
-    if job.params["variant"] is None:
+    facts = variant_facts(job, inputs, reads=("embedding",), fit_on=None, result_of=f"extractor {job.params['name']!r}")
+    if facts is None:
         return None
     parent, output = job.params["parent"], job.params["output"]
-    if "compress" in inputs:
-        facts = attributed(inputs["compress"].compression, f"extractor {job.params['name']!r}")
-    else:
-        facts = raw_variant_metadata(inputs["embedding"].matrix,
-                                     EmbeddingCompressionConfig.from_dict(job.params["variant"]))
     return {**facts, "source": parent if output is None else f"{parent}:{output}"}
 
 

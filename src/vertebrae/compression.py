@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +27,7 @@ import numpy as np
 
 from ._config import Config, check_bool, check_choice, check_seed
 from ._sparse import is_sparse
-from .errors import CompressionWarning, ConfigError
+from .errors import ConfigError
 
 METHODS = ("none", "pca", "truncated_svd", "gaussian_random_projection", "sparse_random_projection",
            "prefix_truncate", "quantize")
@@ -254,9 +253,8 @@ class Compressor:
 
     def _warn(self, message: str) -> None:
         """Recorded without ``source`` (a compress artifact is shared by every chain with its embedding and
-        variant; :func:`attributed` names the result), warned with it."""
+        variant; :func:`attributed` names the result); the front door warns it once, as a CompressionWarning."""
         self.warnings.append(message)
-        warnings.warn(f"{self.source}: {message}" if self.source else message, CompressionWarning, stacklevel=4)
 
     # -- applying --------------------------------------------------------------
     def transform(self, X: Any) -> Any:

@@ -20,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import json_codec
-from .errors import DataWarning, InputTypeError, InputValidationError, SerializationError, warn_result_notes
+from .artifacts.codecs import output_array
+from .errors import (CompressionWarning, DataWarning, InputTypeError, InputValidationError, SerializationError,
+                     warn_result_notes)
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, endpoint_footprint,
                                 footprint_notes)
 from .execution.context import Chain, RunContext
@@ -32,10 +34,10 @@ from .execution.registry import definition_of
 
 @dataclasses.dataclass(frozen=True)
 class EmbeddingSource:
-    """Where one embedding a result reports comes from: the job of ``stage`` and the array it stored."""
+    """Where one embedding a result reports comes from: part ``part`` of the EmbeddingSet that ``stage`` made."""
 
     stage: str
-    array: str
+    part: str | None
 
 
 class FrontDoor:
@@ -112,7 +114,9 @@ class FrontDoor:
         plan, outcome = self.execute(runner)
         results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
-            warn_result_notes(result.name, result.warnings)
+            compression = set((result.compression or {}).get("warnings", []))
+            warn_result_notes(result.name, [n for n in result.warnings if n in compression], CompressionWarning)
+            warn_result_notes(result.name, [n for n in result.warnings if n not in compression])
         return self.build_result(plan, results, notes, started)
 
     def _chain_result(self, chain: Chain, keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> Any:
@@ -139,7 +143,7 @@ class FrontDoor:
         updated = {**embedding, **cache_facts(key, plan, outcome)}
         if self.cache is not None:  # raw: the extraction as stored; evaluated: what was scored (a variant's)
             updated["footprint"] = endpoint_footprint(embedding["logical_bytes"], outcome.persisted.get(key),
-                                                      source.array)
+                                                      output_array(source.part))
             result.warnings.extend(footprint_notes(updated["footprint"]))  # a failed object stat, explained
         result.embedding = updated if branch is None else {**result.embedding, branch: updated}
 

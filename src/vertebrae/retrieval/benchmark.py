@@ -102,7 +102,7 @@ class RetrievalBenchmark(FrontDoor):
         return variant_chains(self.extractors, context.extractor_ids(), self.compression)
 
     def embedding_sources(self, chain: Chain) -> dict[str, EmbeddingSource]:
-        return {"query": EmbeddingSource("encode", "queries"), "gallery": EmbeddingSource("encode", "gallery")}
+        return {"query": EmbeddingSource("encode", "query"), "gallery": EmbeddingSource("encode", "gallery")}
 
     def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> RetrievalEntry:
         entry = RetrievalEntry.failed(chain.name, self.recipes[chain.parent], error)
@@ -128,8 +128,9 @@ class RetrievalBenchmark(FrontDoor):
     def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:
         """Rows, widths and norms of embeddings that exist already, checked before any extractor runs."""
         encoded = encode_endpoints(extractor, extractor.name, self.dataset, {})
-        prepare_endpoints(encoded.queries.matrix, encoded.gallery.matrix, self.config.similarity, query_ids=self.dataset.query_ids,
-                          gallery_ids=self.dataset.gallery_ids, source=f"extractor {extractor.name!r}")
+        prepare_endpoints(encoded["query"].matrix, encoded["gallery"].matrix, self.config.similarity,
+                          query_ids=self.dataset.query_ids, gallery_ids=self.dataset.gallery_ids,
+                          source=f"extractor {extractor.name!r}")
 
     def _block_plans(self, sparse: bool) -> dict[str, BlockPlan]:
         """Block plans per direction under the memory budget (sparse endpoints need more room per row)."""

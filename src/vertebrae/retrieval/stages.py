@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from ..compression import (Compressor, EmbeddingCompressionConfig, attributed, compression_fingerprint,
-                           declares_matryoshka, raw_variant_metadata)
+from ..artifacts.codecs import document_codec
+from ..compression import compression_fingerprint
+from ..embedding_set import (COMPRESSED_CODEC, EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings,
+                             evaluated, variant_facts)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ArtifactIntegrityError, InputValidationError
-from ..artifacts.codecs import ArtifactCodec, StoredArtifact, document_codec
 from ..execution.registry import COLLECT, EMBED, SCORE, stage
 from ..extractors.user_code import user_code
 from ..threads import limited_threads
@@ -31,14 +31,6 @@ from .ranking import Endpoints, plan_blocks, prepare_endpoints, rank_relevant
 from .result import DirectionResult, RetrievalEntry
 
 PIPELINE = "retrieval"
-
-
-@dataclasses.dataclass
-class EndpointArtifact:
-    """One endpoint's validated embedding matrix and its metadata."""
-
-    matrix: Any
-    metadata: dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,21 +50,13 @@ def _call(extractor: Any, name: str, method: str, data: Any) -> Any:
         return getattr(extractor, method)(data)
 
 
-@dataclasses.dataclass
-class EncodedEndpoints:
-    queries: EndpointArtifact
-    gallery: EndpointArtifact
-    #: Paired compression facts (method, dims, applied, query and gallery footprints); None for raw endpoints.
-    compression: dict[str, Any] | None = None
-
-
-def evaluated_endpoints(inputs: Mapping[str, Any]) -> EncodedEndpoints:
-    """The endpoints ranked: the chain's compressed variant when it has one, else the encoded ones."""
-    return inputs.get("compress", inputs["encode"])
+def evaluated_endpoints(inputs: Mapping[str, Any]) -> tuple[Embedding, Embedding]:
+    """(query, gallery) as ranked: the chain's compressed variant when it has one, else as encoded."""
+    return evaluated(inputs, "query", "encode"), evaluated(inputs, "gallery", "encode")
 
 
 def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str, Any],
-                     profiling: Any = None) -> EncodedEndpoints:
+                     profiling: Any = None) -> EmbeddingSet:
     """Fit on the gallery, embed and validate both endpoints (also run before any work for precomputed inputs).
 
     With resource profiling on, each endpoint's encoding is measured on its own and the two profiles are returned
@@ -97,58 +81,28 @@ def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str,
                                   source=f"extractor {name!r}")
     gallery = validate_embeddings(outputs["encode_gallery"], argument="gallery embeddings",
                                   n_rows=dataset.n_gallery, source=f"extractor {name!r}")
-    return EncodedEndpoints(EndpointArtifact(queries, embedding_metadata(queries)),
-                            EndpointArtifact(gallery, embedding_metadata(gallery)))
+    return EmbeddingSet({"query": Embedding(queries, embedding_metadata(queries)),
+                         "gallery": Embedding(gallery, embedding_metadata(gallery))})
 
 
 # ----------------------------------------------------------------------------- stored forms
-def _encode_endpoints(encoded: EncodedEndpoints) -> StoredArtifact:
-    return StoredArtifact("retrieval_endpoints", {"queries": encoded.queries.matrix, "gallery": encoded.gallery.matrix},
-                          {"queries": encoded.queries.metadata, "gallery": encoded.gallery.metadata})
-
-
-def _decode_endpoints(stored: StoredArtifact) -> EncodedEndpoints:
-    try:
-        return EncodedEndpoints(*(EndpointArtifact(stored.arrays[side], dict(stored.document[side]))
-                                  for side in ("queries", "gallery")))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"retrieval_endpoints artifact is malformed: {type(exc).__name__}: {exc}") from None
-
-
-#: Encodings are what the embedding cache reuses; compressed endpoints are stored for staged runs only.
-ENDPOINTS_CODEC = ArtifactCodec("retrieval_endpoints", _encode_endpoints, _decode_endpoints)
-COMPRESSED_ENDPOINTS_CODEC = dataclasses.replace(ENDPOINTS_CODEC, cached=False)
 DIRECTION_CODEC = document_codec("ranking_direction", lambda d: d.to_dict(), lambda d: DirectionResult(**d))
 ENTRY_CODEC = document_codec("retrieval_entry", lambda e: e.to_dict(), lambda d: RetrievalEntry.from_dict(d, None))
 
 
-@stage(PIPELINE, "encode", version=1, context=("query_inputs", "gallery_inputs", "extractor"), packages=("numpy",),
-       codec=ENDPOINTS_CODEC, phase=EMBED, runtime="steps", steps=("fit", "encode_queries", "encode_gallery"))
-def encode(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EncodedEndpoints:
+@stage(PIPELINE, "encode", version=2, context=("query_inputs", "gallery_inputs", "extractor"), packages=("numpy",),
+       codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="steps", steps=("fit", "encode_queries", "encode_gallery"))
+def encode(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     return encode_endpoints(context.extractor(job), job.params["name"], context.dataset, timings,
                             profiling=getattr(context.settings, "resource_profiling", None))
 
 
-@stage(PIPELINE, "compress", version=1, reads=("encode",), packages=("numpy", "scikit-learn"),
-       config=compression_fingerprint, codec=COMPRESSED_ENDPOINTS_CODEC, phase=EMBED, runtime="seconds")
-def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EncodedEndpoints:
+@stage(PIPELINE, "compress", version=2, reads=("encode",), context=("extractor",), packages=("numpy", "scikit-learn"),
+       config=compression_fingerprint, codec=COMPRESSED_CODEC, phase=EMBED, runtime="seconds")
+def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Paired compression: fit the variant on the gallery, apply the same fitted transform to both endpoints."""
-    config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
-    encoded: EncodedEndpoints = inputs["encode"]
-    if encoded.queries.matrix.shape[1] != encoded.gallery.matrix.shape[1]:  # before fitting on one side
-        raise InputValidationError(f"extractor {job.params['name']!r}: query embeddings have "
-                                   f"{encoded.queries.matrix.shape[1]} columns but gallery embeddings have "
-                                   f"{encoded.gallery.matrix.shape[1]}; both endpoints must be embedded in the same "
-                                   "space (same width) before they can be compressed together")
-    compressor = Compressor(config, source=f"extractor {job.params['name']!r}",
-                            matryoshka=declares_matryoshka(context.extractor(job)))
-    compressor.fit(encoded.gallery.matrix)
-    queries, gallery = compressor.transform(encoded.queries.matrix), compressor.transform(encoded.gallery.matrix)
-    facts = compressor.metadata(encoded.gallery.matrix, gallery)
-    facts["footprint"] = {"query": compressor.metadata(encoded.queries.matrix, queries)["footprint"],
-                          "gallery": facts["footprint"]}
-    return EncodedEndpoints(EndpointArtifact(queries, embedding_metadata(queries)),
-                            EndpointArtifact(gallery, embedding_metadata(gallery)), {**facts, "fitted_on": "gallery"})
+    return compress_embeddings(job, inputs, context, reads=("encode",), fit_on="gallery",
+                               source=f"extractor {job.params['name']!r}")
 
 
 def _similarity(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
@@ -158,8 +112,8 @@ def _similarity(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
 @stage(PIPELINE, "endpoints", version=1, reads=("encode",), optional_reads=("compress",), config=_similarity)
 def endpoints(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Endpoints:
     """Both endpoints in the similarity's geometry (checked: same width, bounded norms)."""
-    dataset, encoded = context.dataset, evaluated_endpoints(inputs)
-    return prepare_endpoints(encoded.queries.matrix, encoded.gallery.matrix,
+    dataset, (queries, gallery) = context.dataset, evaluated_endpoints(inputs)
+    return prepare_endpoints(queries.matrix, gallery.matrix,
                              context.settings.config.similarity, query_ids=dataset.query_ids,
                              gallery_ids=dataset.gallery_ids, source=f"extractor {job.params['name']!r}")
 
@@ -217,12 +171,12 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     config, dataset, name = context.settings.config, context.dataset, job.params["name"]
     forward, reverse = inputs["rank_forward"], inputs.get("rank_reverse")
     notes = []
-    encoded = evaluated_endpoints(inputs)
-    if dataset.n_gallery > 1 and is_constant(encoded.gallery.matrix):
+    queries, gallery = evaluated_endpoints(inputs)
+    if dataset.n_gallery > 1 and is_constant(gallery.matrix):
         notes.append(f"all {dataset.n_gallery} gallery embeddings are identical, so every query sees tied "
                      "similarities and scores by the pessimistic tie rule (worst case); check the extractor")
     scores = [forward.metrics[config.primary_metric]] + ([] if reverse is None else [reverse.metrics[config.primary_metric]])
-    metadata = {"query": encoded.queries.metadata, "gallery": encoded.gallery.metadata}
+    metadata = {"query": queries.metadata, "gallery": gallery.metadata}
     compression = _compression(job, inputs)
     if compression is not None:
         notes += compression["warnings"]
@@ -232,13 +186,4 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 
 def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The paired compression facts of this entry's variant; None without compression variants."""
-    if job.params["variant"] is None:
-        return None
-    if "compress" in inputs:
-        return attributed(inputs["compress"].compression, f"extractor {job.params['name']!r}")
-    encoded: EncodedEndpoints = inputs["encode"]
-    config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
-    facts = raw_variant_metadata(encoded.gallery.matrix, config)
-    facts["footprint"] = {"query": raw_variant_metadata(encoded.queries.matrix, config)["footprint"],
-                          "gallery": facts["footprint"]}
-    return {**facts, "fitted_on": None}
+    return variant_facts(job, inputs, reads=("encode",), fit_on="gallery", result_of=f"extractor {job.params['name']!r}")

@@ -32,7 +32,7 @@ from .config import ZeroShotConfig
 from .dataset import ZeroShotDataset
 from .encoders import PrecomputedZeroShotEncoder, as_encoders
 from .result import ZeroShotBenchmarkResult, ZeroShotExtractorResult
-from .stages import BRANCH_ARRAY, PIPELINE, ZeroShotSettings, encode_branch
+from .stages import PIPELINE, ZeroShotSettings, encode_branch
 
 
 class ZeroShotBenchmark(FrontDoor):
@@ -104,7 +104,7 @@ class ZeroShotBenchmark(FrontDoor):
 
     def embedding_sources(self, chain: Chain) -> dict[str, EmbeddingSource]:
         # A compressed branch is derived from its encoding: it reports that encoding's eligibility and status.
-        return {branch: EmbeddingSource(f"encode_{branch}", BRANCH_ARRAY) for branch in ("samples", "prompts")}
+        return {branch: EmbeddingSource(f"encode_{branch}", branch) for branch in ("samples", "prompts")}
 
     def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> ZeroShotExtractorResult:
         return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.parent], self.config.metric, error, keys)
@@ -119,8 +119,8 @@ class ZeroShotBenchmark(FrontDoor):
 
     def _validate_precomputed(self, encoder: PrecomputedZeroShotEncoder) -> None:
         """Rows, widths and prompt norms of embeddings that exist already, checked before any work."""
-        samples = encode_branch(encoder, encoder.name, "samples", self.dataset, {})
-        prompts = encode_branch(encoder, encoder.name, "prompts", self.dataset, {})
+        samples = encode_branch(encoder, encoder.name, "samples", self.dataset, {})["samples"]
+        prompts = encode_branch(encoder, encoder.name, "prompts", self.dataset, {})["prompts"]
         if samples.matrix.shape[1] != prompts.matrix.shape[1]:
             raise InputValidationError(f"encoder {encoder.name!r}: sample embeddings have {samples.matrix.shape[1]} columns "
                               f"but prompt embeddings have {prompts.matrix.shape[1]}; both must share one space")

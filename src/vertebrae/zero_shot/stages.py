@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..compression import (Compressor, EmbeddingCompressionConfig, attributed, compression_fingerprint,
-                           declares_matryoshka, raw_variant_metadata)
+from ..compression import compression_fingerprint
+from ..embedding_set import (COMPRESSED_CODEC, EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings,
+                             evaluated as evaluated_part, variant_facts)
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
-from ..errors import ArtifactIntegrityError, ExtractorError, InputValidationError, ScoringWarning
-from ..artifacts.codecs import ArtifactCodec, StoredArtifact
+from ..errors import ExtractorError
 from ..execution.registry import EMBED, stage
 from ..extractors.user_code import user_code
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
@@ -49,20 +49,12 @@ class ZeroShotSettings:
     fitted: frozenset[str] = frozenset()
 
 
-@dataclasses.dataclass
-class BranchArtifact:
-    """One branch's validated embedding matrix and its metadata (modality, branch, source, shape)."""
-
-    matrix: Any
-    metadata: dict[str, Any]
-
-
 def _call(encoder: Any, name: str, method: str, data: Any) -> Any:
     with user_code(f"encoder {name!r} failed in {method}"):
         return getattr(encoder, method)(data)
 
 
-def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: dict[str, float]) -> BranchArtifact:
+def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Embed and validate one branch with an encoder already fitted (also run before any work for precomputed
     encoders)."""
     method = f"encode_{branch}"
@@ -77,27 +69,7 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
                              "gets the same prediction; check the encoder (a collapsed model, or the inputs?)")
     metadata = {**embedding_metadata(matrix), "branch": branch, "modality": modalities(encoder)[branch],
                 "source": f"{type(encoder).__name__}.{method}"}
-    return BranchArtifact(matrix, metadata)
-
-
-# ----------------------------------------------------------------------------- stored forms
-#: The array name of one zero-shot branch's embedding.
-BRANCH_ARRAY = "embedding"
-
-
-def _encode_branch(branch: BranchArtifact) -> StoredArtifact:
-    return StoredArtifact("zero_shot_branch", {BRANCH_ARRAY: branch.matrix}, {"metadata": branch.metadata})
-
-
-def _decode_branch(stored: StoredArtifact) -> BranchArtifact:
-    try:
-        return BranchArtifact(stored.arrays[BRANCH_ARRAY], dict(stored.document["metadata"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactIntegrityError(f"zero_shot_branch artifact is malformed: {type(exc).__name__}: {exc}") from None
-
-
-#: Each branch's encoding is what the embedding cache reuses.
-BRANCH_CODEC = ArtifactCodec("zero_shot_branch", _encode_branch, _decode_branch)
+    return EmbeddingSet({branch: Embedding(matrix, metadata)})
 
 
 # ----------------------------------------------------------------------------- stages
@@ -123,60 +95,34 @@ def _encoder(job: Any, inputs: Mapping[str, Any], context: Any) -> Any:
     return inputs["fit"] if "fit" in inputs else context.extractor(job)
 
 
-@stage(PIPELINE, "encode_samples", version=1, optional_reads=("fit",), context=("inputs", "extractor"),
-       packages=("numpy",), codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_samples",))
-def encode_samples(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
+@stage(PIPELINE, "encode_samples", version=2, optional_reads=("fit",), context=("inputs", "extractor"),
+       packages=("numpy",), codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="steps", steps=("encode_samples",))
+def encode_samples(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     return encode_branch(_encoder(job, inputs, context), job.params["parent"], "samples", context.dataset, timings)
 
 
-@stage(PIPELINE, "encode_prompts", version=1, optional_reads=("fit",), context=("prompts", "inputs", "extractor"),
-       packages=("numpy",), codec=BRANCH_CODEC, phase=EMBED, runtime="steps", steps=("encode_prompts",))
-def encode_prompts(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> BranchArtifact:
+@stage(PIPELINE, "encode_prompts", version=2, optional_reads=("fit",), context=("prompts", "inputs", "extractor"),
+       packages=("numpy",), codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="steps", steps=("encode_prompts",))
+def encode_prompts(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     return encode_branch(_encoder(job, inputs, context), job.params["parent"], "prompts", context.dataset, timings)
 
 
-@dataclasses.dataclass
-class CompressedBranches:
-    """Both branches of one compression variant and what the compression did (method, dims, footprints)."""
-
-    samples: BranchArtifact
-    prompts: BranchArtifact
-    compression: dict[str, Any]
-
-
-def evaluated(inputs: Mapping[str, Any], branch: str) -> BranchArtifact:
+def evaluated(inputs: Mapping[str, Any], branch: str) -> Embedding:
     """The branch a stage scores: the chain's compressed variant when it has one, else the encoded branch."""
-    compressed: CompressedBranches | None = inputs.get("compress")
-    return inputs[f"encode_{branch}"] if compressed is None else getattr(compressed, branch)
+    return evaluated_part(inputs, branch, f"encode_{branch}")
 
 
-def _compressed(matrix: Any, source: BranchArtifact) -> BranchArtifact:
-    """A compressed branch keeps its branch, modality and source, with the new shape and dtype."""
-    return BranchArtifact(matrix, {**source.metadata, **embedding_metadata(matrix)})
-
-
-@stage(PIPELINE, "compress", version=1, reads=("encode_samples", "encode_prompts"),
-       packages=("numpy", "scikit-learn"), config=compression_fingerprint, runtime="seconds")
-def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> CompressedBranches:
+@stage(PIPELINE, "compress", version=2, reads=("encode_samples", "encode_prompts"), context=("extractor",),
+       packages=("numpy", "scikit-learn"), config=compression_fingerprint, codec=COMPRESSED_CODEC, phase=EMBED,
+       runtime="seconds")
+def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Fit the variant on the sample embeddings and apply the same fitted transform to the prompt embeddings.
 
-    The samples go through ``fit_transform`` (for PCA, scikit-learn's own, as in the labeled-data benchmark),
-    the prompts through ``transform``.
+    The samples go through ``fit_transform`` (for PCA, scikit-learn's own, as in every pipeline), the prompts
+    through ``transform``.
     """
-    config, name = EmbeddingCompressionConfig.from_dict(job.params["variant"]), job.params["parent"]
-    samples, prompts = inputs["encode_samples"], inputs["encode_prompts"]
-    if samples.matrix.shape[1] != prompts.matrix.shape[1]:  # before fitting on one branch
-        raise InputValidationError(f"encoder {name!r}: sample embeddings have {samples.matrix.shape[1]} columns but "
-                                   f"prompt embeddings have {prompts.matrix.shape[1]}; both branches must embed into "
-                                   "the same space before they can be compressed together")
-    compressor = Compressor(config, source=f"encoder {name!r}", matryoshka=declares_matryoshka(context.extractor(job)))
-    compressed_samples = compressor.fit_transform(samples.matrix)
-    compressed_prompts = compressor.transform(prompts.matrix)
-    facts = compressor.metadata(samples.matrix, compressed_samples)
-    facts["footprint"] = {"samples": facts["footprint"],
-                          "prompts": compressor.metadata(prompts.matrix, compressed_prompts)["footprint"]}
-    return CompressedBranches(_compressed(compressed_samples, samples), _compressed(compressed_prompts, prompts),
-                              {**facts, "fitted_on": "samples"})
+    return compress_embeddings(job, inputs, context, reads=("encode_samples", "encode_prompts"), fit_on="samples",
+                               source=f"encoder {job.params['parent']!r}")
 
 
 def _similarity(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
@@ -259,15 +205,6 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 
 def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The variant's compression facts plus ``source`` (the encoder's name); None without compression variants."""
-    if job.params["variant"] is None:
-        return None
-    if "compress" in inputs:
-        facts = attributed(inputs["compress"].compression, f"encoder {job.params['parent']!r}")
-    else:  # the `none` variant: both branches evaluated as encoded
-        config = EmbeddingCompressionConfig.from_dict(job.params["variant"])
-        samples, prompts = inputs["encode_samples"].matrix, inputs["encode_prompts"].matrix
-        facts = raw_variant_metadata(samples, config)
-        facts["footprint"] = {"samples": facts["footprint"],
-                              "prompts": raw_variant_metadata(prompts, config)["footprint"]}
-        facts["fitted_on"] = None
-    return {**facts, "source": job.params["parent"]}
+    facts = variant_facts(job, inputs, reads=("encode_samples", "encode_prompts"), fit_on="samples",
+                          result_of=f"encoder {job.params['parent']!r}")
+    return None if facts is None else {**facts, "source": job.params["parent"]}
