@@ -102,7 +102,7 @@ X6 = np.random.default_rng(1).normal(size=(6, 3))
     (np.zeros((0, 3)), [], {}, InputValidationError, "empty"),
     (X6, [7] * 6, {}, InputValidationError, "single class"),
     (X6, [0, 0, 0, 1, 1, 2], {}, InputValidationError, r"class\(es\) '2' \(1 sample\)"),
-    (X6, [0, 1, None, 1, 0, 1], {}, InputValidationError, r"rows 2 \(1 row"),
+    (X6, [0, 1, None, 1, 0, 1], {}, InputValidationError, r"rows 2 \(0-based; 1 row"),
     (X6, [0.0, 1.0, np.nan, 1.0, 0.0, 1.0], {}, InputValidationError, "missing labels"),
     (X6, [{0}, {1}, set(), {0}, {1}, {0, 1}], {}, InputValidationError, "rows 2 .* have no label"),
     (X6, [1.0, 2.0, np.inf, 1.0, 2.0, 3.0], {"target_type": "regression"}, InputValidationError, "NaN/inf regression"),
