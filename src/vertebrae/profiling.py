@@ -389,6 +389,9 @@ def cache_hit_profile(reason: str = "the embedding came from a cache; the extrac
 
 
 # ----------------------------------------------------------------------------- typed profiles
+#: What an endpoint profile's context adds (retrieval query/gallery, zero-shot samples/prompts): which branch,
+#: its declared modality, its encode job's cache status and what the measurement covers.
+ENDPOINT_CONTEXT = ("branch", "modality", "cache_status", "measurement_scope")
 _STATUS = frozenset({"status", "reason"})  # a cache hit's sections hold only these
 _LATENCY = frozenset({"calls", "first_call_seconds", "first_call_rows", "clock", "warm_status", "warm_reason",
                       "warm_count", "warm_mean_seconds", "warm_median_seconds", "warm_p90_seconds", "warm_max_seconds"})
@@ -402,7 +405,7 @@ _MODEL = frozenset({"parameter_count", "parameter_bytes", "trainable_parameter_c
                     "checkpoint_bytes"})
 _CONTEXT = frozenset({"batch_size", "workload", "device", "precision", "precision_source", "torch_threads",
                       "cpu_count", "synchronization", "synchronized_boundaries", "synchronization_failures",
-                      "framework_versions"})
+                      "framework_versions", *ENDPOINT_CONTEXT})
 _EMBEDDING = frozenset({"raw_logical_bytes", "evaluated_logical_bytes", "persisted_status", "persisted_bytes",
                         "persisted_reason"})
 _MAX_OVER_WORKERS = frozenset({"worker", "scope"})
@@ -473,11 +476,13 @@ class DistributedResourceProfile(ResourceProfile):
 
 
 def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes: int | None,
-                  evaluated_bytes: int | None, footprint: dict[str, Any] | None = None) -> ResourceProfile:
+                  evaluated_bytes: int | None, footprint: dict[str, Any] | None = None,
+                  context: Mapping[str, Any] | None = None) -> ResourceProfile:
     """One result's profile: its extract job's measurements (or the cache-hit marker) plus its embedding bytes.
 
     ``footprint`` is the cache's raw/evaluated footprint (embedding metadata ``footprint``) when a store
-    was used: its persisted bytes are the stored object's real size.
+    was used: its persisted bytes are the stored object's real size.  ``context`` is added to the
+    profile's context section (an endpoint's :data:`ENDPOINT_CONTEXT`).
     """
     if cache_status == "hit":
         profile = cache_hit_profile()
@@ -486,6 +491,8 @@ def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes
                    "reason": "the runner returned no measurements for the extract job"}
     else:
         profile = dict(inference)
+    if context:
+        profile["context"] = {**profile.get("context", {}), **context}
     persisted = (footprint or {}).get("raw", {})
     profile["embedding_bytes"] = {
         "raw_logical_bytes": raw_bytes, "evaluated_logical_bytes": evaluated_bytes,
@@ -494,6 +501,56 @@ def chain_profile(inference: dict[str, Any] | None, cache_status: str, raw_bytes
         "persisted_reason": persisted.get("persisted_reason") if footprint is not None
         else "no persistent embedding store was used in this run"}
     return ResourceProfile.load(profile, "resource_profile")  # typed, and checked against what load accepts
+
+
+# ----------------------------------------------------------------------------- endpoint profiles
+#: ``measurement_scope`` of a measured endpoint: its own encode call (encode_queries, encode_gallery,
+#: encode_samples or encode_prompts), from the start of that call; fitting is not part of it.
+ENCODE_CALL = "encode_call"
+NOT_MEASURED = "not_measured"
+
+
+def measured_call(profiling: ResourceProfilingConfig | None, owner: Any, data: Any,
+                  call: Callable[[], Any]) -> tuple[Any, dict[str, Any] | None]:
+    """(``call()``'s outputs, its profile), or (outputs, None) with profiling off.
+
+    ``owner`` is the encoder making the call; an adapter around a standard extractor (its ``extractor``)
+    is measured as that extractor, which holds the model, device and batch size.
+    """
+    if profiling is None or not profiling.enabled:
+        return call(), None
+    return profile_extraction(profiling, getattr(owner, "extractor", owner), data, call)
+
+
+def endpoint_profiles(measured: Mapping[str, dict[str, Any] | None], embedding: Mapping[str, Mapping[str, Any]],
+                      compression: Mapping[str, Any] | None,
+                      modalities: Mapping[str, str]) -> dict[str, ResourceProfile]:
+    """Each endpoint's profile, never merged (retrieval: query/gallery; zero-shot: samples/prompts).
+
+    ``measured``: each endpoint's encode measurements (None: none came back); ``embedding``: the result's
+    endpoint metadata (cache status, logical bytes, footprint); ``compression``: the result's variant facts,
+    whose per-endpoint footprint holds the raw bytes; ``modalities``: the declared ones (else ``unknown``).
+    """
+    profiles = {}
+    for branch, inference in measured.items():
+        facts = embedding[branch]
+        evaluated = facts.get("logical_bytes")
+        raw = evaluated if compression is None else compression["footprint"][branch].get("raw_bytes")
+        status = facts["cache_status"]
+        scope = CACHE_HIT if status == "hit" else NOT_MEASURED if inference is None else ENCODE_CALL
+        context = {"branch": branch, "modality": modalities.get(branch) or "unknown", "cache_status": status,
+                   "measurement_scope": scope}
+        profiles[branch] = chain_profile(inference, status, raw, evaluated, facts.get("footprint"), context)
+    return profiles
+
+
+def load_endpoint_profiles(data: Mapping[str, Any] | None, path: str) -> dict[str, ResourceProfile] | None:
+    """Typed endpoint profiles of a reloaded result (each checked like a labeled-data profile)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise SerializationError(f"{path}: endpoint profiles must be a JSON object, got {type(data).__name__}")
+    return {branch: ResourceProfile.load(profile, f"{path}.{branch}") for branch, profile in data.items()}
 
 
 # ----------------------------------------------------------------------------- distributed runs
@@ -633,6 +690,17 @@ def resource_columns(profile: dict[str, Any] | None, prefix: str = "resource.") 
     """The compact ``resource.*`` row columns of one profile (all None without profiling)."""
     columns = {**COLUMNS, **(DISTRIBUTED_COLUMNS if (profile or {}).get("scope") == "distributed" else {})}
     return {f"{prefix}{name}": profile_value(profile, section, field) for name, (section, field) in columns.items()}
+
+
+def endpoint_resource_columns(profiles: Mapping[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """``<branch>.resource.*`` columns of every endpoint profile, with its :data:`ENDPOINT_CONTEXT` (none
+    without profiling)."""
+    row: dict[str, Any] = {}
+    for branch, profile in (profiles or {}).items():
+        prefix = f"{branch}.resource."
+        row.update(resource_columns(profile, prefix))
+        row.update({f"{prefix}{field}": profile_value(profile, "context", field) for field in ENDPOINT_CONTEXT})
+    return row
 
 
 #: What must match before two latencies are comparable (spec: batch, workload, device, precision, synchronization).

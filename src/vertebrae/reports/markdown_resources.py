@@ -36,12 +36,18 @@ def resource_section(data: Mapping[str, Any]) -> Section | None:
     return Section("Quality cohort resources", blocks)
 
 
-def endpoint_resource_section(result: Any, tolerance: float | None = None) -> str:
-    """Retrieval: the cohort's query and gallery encodings as separate rows (endpoint profiles are never merged)."""
+def endpoint_resource_section(result: Any, endpoints: tuple[str, ...], tolerance: float | None = None) -> str:
+    """Retrieval (query, gallery) and zero-shot (samples, prompts): the cohort's encodings of each endpoint as
+    separate rows (endpoint profiles are never merged)."""
     if not any(e.resource_profile for e in result.extractor_results):
         return ""
+    tolerance = result._default_tolerance() if tolerance is None else tolerance  # the family's own default
     return section_markdown(Section("Quality cohort resources", [
-        _heading(tolerance or 0.0), *cohort_table(result.quality_cohort(tolerance), ("query", "gallery"))]))
+        _heading(tolerance), *cohort_table(result.quality_cohort(tolerance), endpoints)]))
+
+
+#: (header, context field) an endpoint table adds: what each endpoint's measurement is of.
+ENDPOINT_COLUMNS = [("modality", "modality"), ("cache", "cache_status"), ("scope", "measurement_scope")]
 
 
 #: (header, field of the profile's ``distributed`` section) of the distributed-extraction table.
@@ -82,11 +88,13 @@ def cohort_table(cohort: list[Any], endpoints: tuple[str | None, ...]) -> list[A
     for endpoint in endpoints:
         profiles = [(r, r.resource_profile if endpoint is None else (r.resource_profile or {}).get(endpoint))
                     for r in cohort]
+        extra = [] if endpoint is None else ENDPOINT_COLUMNS
         rows = [[r.name, *([] if endpoint is None else [endpoint]), r.primary_score,
-                 profile_value(p, None, "status"), *(profile_value(p, section, field) for _, section, field in COLUMNS)]
+                 profile_value(p, None, "status"), *(profile_value(p, section, field) for _, section, field in COLUMNS),
+                 *(profile_value(p, "context", field) for _, field in extra)]
                 for r, p in profiles]
         lines.append(Table(["extractor", *([] if endpoint is None else ["endpoint"]), "primary score", "profile",
-                            *(h for h, _, _ in COLUMNS)], rows))
+                            *(h for h, _, _ in COLUMNS), *(h for h, _ in extra)], rows))
         lines += _distributed_table(profiles, endpoint)
         mismatched = latency_mismatches([p for _, p in profiles])
         where = "" if endpoint is None else f" ({endpoint} encodings)"

@@ -24,10 +24,10 @@ from ..execution.context import Chain, RunContext, variant_chains
 from ..execution.jobs import RunOutcome, check_on_error
 from ..execution.plan import Plan
 from ..front_door import EmbeddingSource, FrontDoor, check_unique_names, plain, validate_extractor_list
-from ..profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
+from ..profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
-from .extractors import PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor
+from .extractors import PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor, endpoint_modalities
 from .ranking import BlockPlan, plan_blocks, prepare_endpoints
 from .result import RetrievalBenchmarkResult, RetrievalEntry
 from .stages import RetrievalSettings, encode_endpoints
@@ -113,7 +113,11 @@ class RetrievalBenchmark(FrontDoor):
                  plan: Plan) -> RetrievalEntry:
         profiling = self.settings.resource_profiling
         if profiling is not None and profiling.enabled:
-            entry.resource_profile = _endpoint_profiles(entry, keys, outcome)
+            measured = outcome.timings.get(keys["encode"], {}).get(PROFILE_KEY) or {}
+            extractor = next(e for e in self.extractors if e.name == chain.parent)
+            entry.resource_profile = endpoint_profiles({side: measured.get(side) for side in ("query", "gallery")},
+                                                       entry.embedding, entry.compression,
+                                                       endpoint_modalities(extractor))
         return entry
 
     def build_result(self, plan: Plan, entries: list[RetrievalEntry], notes: list[str],
@@ -141,19 +145,6 @@ class RetrievalBenchmark(FrontDoor):
             plans["reverse"] = plan_blocks(self._reverse.rows.size, self.dataset.n_queries, budget, block_size,
                                            sparse=sparse)
         return plans
-
-
-def _endpoint_profiles(entry: RetrievalEntry, keys: dict[str, str], outcome: Any) -> dict[str, Any]:
-    """``{"query": profile, "gallery": profile}``: each endpoint's encode measurements plus its embedding bytes."""
-    measured = outcome.timings.get(keys["encode"], {}).get(PROFILE_KEY) or {}
-    status = outcome.statuses.get(keys["encode"], "disabled")
-    compression = entry.compression
-    profiles = {}
-    for side in ("query", "gallery"):
-        evaluated = entry.embedding[side].get("logical_bytes")
-        raw = evaluated if compression is None else compression["footprint"][side].get("raw_bytes")
-        profiles[side] = chain_profile(measured.get(side), status, raw, evaluated)
-    return profiles
 
 
 class _ReverseProtocol(NamedTuple):

@@ -134,6 +134,12 @@ class PrecomputedPairExtractor:
                 "gallery_sha256": content_sha256(self.gallery_embeddings)}
 
 
+def endpoint_modalities(extractor: Any) -> dict[str, str]:
+    """The modality an extractor declares per endpoint (``modalities = {"query": "text", "gallery": "image"}``),
+    ``unknown`` where it declares none (resource profiles' context)."""
+    return {"query": "unknown", "gallery": "unknown", **dict(getattr(extractor, "modalities", None) or {})}
+
+
 def as_retrieval_extractor(extractor: Any, position: int, has_embeddings: bool) -> RetrievalExtractor:
     """Accept a retrieval extractor as is and adapt a standard one; reject what cannot work."""
     if isinstance(extractor, RetrievalExtractor):

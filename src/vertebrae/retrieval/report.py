@@ -26,7 +26,8 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     directions = [d for d in DIRECTIONS if any(e[d] is not None for e in _scored(data))]
     sections = [f"# vertebrae retrieval report: {text(protocol['identity']['dataset_id'])}\n",
                 _ranking(result, directions), _cutoff_metrics(data, directions), _full_ranking(data, directions),
-                _protocol(protocol), _extractors(data), _warnings(data), endpoint_resource_section(result)]
+                _protocol(protocol), _extractors(data), _warnings(data),
+                endpoint_resource_section(result, ("query", "gallery"))]
     return "\n".join(sections)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..errors import InputTypeError, InputValidationError
+from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ..result_protocol import ChainResult, check_header, reading
 from ..results import ResultFamily, compression_columns, deprecated_alias
 from .config import DIRECTIONS, RetrievalConfig
@@ -68,8 +69,8 @@ class RetrievalEntry(ChainResult):
     #: Why this entry has no scores (``on_error="record"``): stage, type, message, extractor.
     error: dict[str, Any] | None = None
     primary_metric_name: str = ""
-    #: ``{"query": profile, "gallery": profile}`` when resource profiling ran (docs/profiling.md); else None.
-    resource_profile: dict[str, Any] | None = None
+    #: ``{"query": profile, "gallery": profile}`` when resource profiling ran (typed, docs/profiling.md); else None.
+    resource_profile: dict[str, ResourceProfile] | None = None
     #: The paired compression variant (method, dims, applied, query and gallery footprints); None without variants.
     compression: dict[str, Any] | None = None
 
@@ -118,6 +119,7 @@ class RetrievalEntry(ChainResult):
         for side in DIRECTIONS:
             with reading(f"{path}.{side}"):
                 fields[side] = None if fields[side] is None else DirectionResult(**fields[side])
+        fields["resource_profile"] = load_endpoint_profiles(fields.get("resource_profile"), f"{path}.resource_profile")
         with reading(path):
             return cls(**fields, runtime=dict(runtime or {}))
 
@@ -232,11 +234,7 @@ def result_row(entry: RetrievalEntry, rank: int | None, primary_metric: str) -> 
     row["warnings"] = len(entry.warnings)
     row.update(compression_columns(entry.compression, "gallery"))  # the variant is fitted on the gallery
     row.update({f"runtime.{stage}": seconds for stage, seconds in entry.runtime.items()})
-    if entry.resource_profile is not None:
-        from ..profiling import resource_columns
-
-        for side in ("query", "gallery"):
-            row.update(resource_columns(entry.resource_profile[side], prefix=f"{side}.resource."))
+    row.update(endpoint_resource_columns(entry.resource_profile))
     return row
 
 

@@ -62,20 +62,17 @@ def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str,
     With resource profiling on, each endpoint's encoding is measured on its own and the two profiles are returned
     beside the artifact in ``timings`` (``{"query": ..., "gallery": ...}``).
     """
-    from ..profiling import PROFILE_KEY, profile_extraction
+    from ..profiling import PROFILE_KEY, measured_call
 
     queries_in, gallery_in = dataset.endpoint_data()
     outputs, measured = {}, {}
     for method, data in (("fit", gallery_in), ("encode_queries", queries_in), ("encode_gallery", gallery_in)):
         start = time.perf_counter()
-        if profiling is not None and profiling.enabled and method != "fit":
-            model = getattr(extractor, "extractor", extractor)  # the wrapped model extractor of a shared space
-            outputs[method], measured[method] = profile_extraction(
-                profiling, model, data, lambda: _call(extractor, name, method, data))  # noqa: B023 (called now)
-        else:
-            outputs[method] = _call(extractor, name, method, data)
+        outputs[method], measured[method] = measured_call(
+            None if method == "fit" else profiling, extractor, data,
+            lambda: _call(extractor, name, method, data))  # noqa: B023 (called now)
         timings[method] = time.perf_counter() - start
-    if measured:
+    if measured["encode_queries"] is not None:
         timings[PROFILE_KEY] = {"query": measured["encode_queries"], "gallery": measured["encode_gallery"]}
     queries = validate_embeddings(outputs["encode_queries"], argument="query embeddings", n_rows=dataset.n_queries,
                                   source=f"extractor {name!r}")

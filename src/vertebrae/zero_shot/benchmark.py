@@ -23,16 +23,20 @@ from ..compression import EmbeddingCompressionConfig, check_compression
 from ..errors import InputTypeError, InputValidationError
 from ..execution.caching import stage_cache
 from ..execution.context import Chain, RunContext, variant_chains
-from ..execution.jobs import check_on_error
+from ..execution.jobs import RunOutcome, check_on_error
 from ..execution.plan import Plan, artifact_key
 from ..front_door import EmbeddingSource, FrontDoor, plain
+from ..profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ..scoring.overlap import OverlapScoringConfig, check_class_settings
 from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
 from .config import ZeroShotConfig
 from .dataset import ZeroShotDataset
-from .encoders import PrecomputedZeroShotEncoder, as_encoders
+from .encoders import PrecomputedZeroShotEncoder, as_encoders, modalities
 from .result import ZeroShotBenchmarkResult, ZeroShotExtractorResult
 from .stages import PIPELINE, ZeroShotSettings, encode_branch
+
+#: The two branches every encoder embeds, in the order results report them.
+BRANCHES = ("samples", "prompts")
 
 
 class ZeroShotBenchmark(FrontDoor):
@@ -48,7 +52,7 @@ class ZeroShotBenchmark(FrontDoor):
     def __init__(self, dataset: ZeroShotDataset, encoders: Any, *, config: ZeroShotConfig | None = None,
                  scoring_config: OverlapScoringConfig | None = None, on_error: str = "raise",
                  progress: bool | None = None, compression: Sequence[EmbeddingCompressionConfig] | None = None,
-                 cache_config: Any = None) -> None:
+                 cache_config: Any = None, resource_profiling: ResourceProfilingConfig | None = None) -> None:
         if not isinstance(dataset, ZeroShotDataset):
             raise InputTypeError(f"dataset must be a ZeroShotDataset, got {type(dataset).__name__}; build one with "
                                  "ZeroShotDataset.from_templates(source_dataset, templates=[...]) or .from_prompts")
@@ -64,7 +68,8 @@ class ZeroShotBenchmark(FrontDoor):
         self.encoders = self.extractors = as_encoders(encoders)
         self.recipes = {e.name: plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
         self.settings = ZeroShotSettings(config, scoring_config, self.recipes,
-                                         frozenset(e.name for e in self.encoders if hasattr(e, "fit")))
+                                         frozenset(e.name for e in self.encoders if hasattr(e, "fit")),
+                                         check_profiling("ZeroShotBenchmark", resource_profiling))
         # A budget too small for one tile fails here, before any encoder runs.
         self.block_plan = plan_blocks(dataset.n_samples, dataset.n_classes, config.max_dense_bytes, config.block_rows)
         for encoder in self.encoders:
@@ -104,10 +109,22 @@ class ZeroShotBenchmark(FrontDoor):
 
     def embedding_sources(self, chain: Chain) -> dict[str, EmbeddingSource]:
         # A compressed branch is derived from its encoding: it reports that encoding's eligibility and status.
-        return {branch: EmbeddingSource(f"encode_{branch}", branch) for branch in ("samples", "prompts")}
+        return {branch: EmbeddingSource(f"encode_{branch}", branch) for branch in BRANCHES}
 
     def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> ZeroShotExtractorResult:
         return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.parent], self.config.metric, error, keys)
+
+    def complete(self, result: ZeroShotExtractorResult, chain: Chain, keys: dict[str, str], outcome: RunOutcome,
+                 plan: Plan) -> ZeroShotExtractorResult:
+        """Each branch's resource profile (samples and prompts, never merged) when profiling is on."""
+        profiling = self.settings.resource_profiling
+        if profiling is not None and profiling.enabled:
+            measured = {branch: outcome.timings.get(keys[f"encode_{branch}"], {}).get(PROFILE_KEY)
+                        for branch in BRANCHES}
+            encoder = next(e for e in self.encoders if e.name == chain.parent)
+            result.resource_profile = endpoint_profiles(measured, result.embedding, result.compression,
+                                                        modalities(encoder))
+        return result
 
     def build_result(self, plan: Plan, results: list[ZeroShotExtractorResult], notes: list[str],
                      started: _dt.datetime) -> ZeroShotBenchmarkResult:

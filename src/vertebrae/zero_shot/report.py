@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..reports.markdown_resources import endpoint_resource_section
 from ..reports.markdown_table import table, text
 from ..result_protocol import result_from_dict
 
@@ -19,14 +20,15 @@ MAX_CONFUSION_CLASSES = 12
 
 def render_markdown(data: Mapping[str, Any]) -> str:
     """Title, ranking, per-class scores, confusion matrices, margins, compression variants (when there are any),
-    prompts, protocol, encoders, warnings."""
+    prompts, protocol, encoders, warnings, the quality cohort's samples/prompts resources (when profiled)."""
     result = result_from_dict(data)
     protocol = data["protocol"]
     labels = {p["label_key"]: p["display"] for p in protocol["prompts"]}
     valid = [r for r in data["extractor_results"] if r.get("error") is None]
     sections = [f"# vertebrae zero-shot report: {text(protocol['identity']['dataset_id'])}\n", _ranking(result),
                 _per_class(valid, labels), _confusion(valid, labels), _margins(valid), _compression(data["extractor_results"]), _prompts(protocol),
-                _protocol(protocol), _encoders(data), _warnings(data)]
+                _protocol(protocol), _encoders(data), _warnings(data),
+                endpoint_resource_section(result, ("samples", "prompts"))]
     return "\n".join(section for section in sections if section)
 
 

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ..result_protocol import ChainResult, check_header, reading
 from ..results import ResultFamily, compression_columns, deprecated_alias
 from ..scoring.overlap import OverlapScoreResult
@@ -22,6 +23,10 @@ from .config import ZeroShotConfig
 
 SCHEMA_VERSION = 1
 RESULT_TYPE = "zero_shot"
+
+
+#: ZeroShotExtractorResult fields written to JSON only when they are set.
+OPTIONAL_FIELDS = frozenset({"error", "compression", "resource_profile"})
 
 
 @dataclasses.dataclass
@@ -56,6 +61,8 @@ class ZeroShotExtractorResult(ChainResult):
     #: The compression variant this result evaluates (method, requested/output dims, applied, footprints of both
     #: branches, ``fitted_on``, ``source``); None without compression variants.
     compression: dict[str, Any] | None = None
+    #: ``{"samples": profile, "prompts": profile}`` when resource profiling ran (typed, docs/profiling.md); else None.
+    resource_profile: dict[str, ResourceProfile] | None = None
 
     @classmethod
     def failed(cls, name: str, recipe: dict[str, Any], primary_metric_name: str, error: dict[str, Any],
@@ -68,10 +75,10 @@ class ZeroShotExtractorResult(ChainResult):
     valid = deprecated_alias("valid", "aggregate_valid")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form without ``runtime`` (stored in the result's timing section); ``error`` and ``compression``
-        only when set."""
+        """JSON form without ``runtime`` (stored in the result's timing section); ``error``, ``compression`` and
+        ``resource_profile`` only when set."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "runtime" and not (f.name in ("error", "compression") and getattr(self, f.name) is None)}
+                if f.name != "runtime" and not (f.name in OPTIONAL_FIELDS and getattr(self, f.name) is None)}
         data["overlap"] = None if self.overlap is None else self.overlap.to_dict()
         return data
 
@@ -83,6 +90,7 @@ class ZeroShotExtractorResult(ChainResult):
             overlap = fields["overlap"]
         with reading(f"{path}.overlap"):
             fields["overlap"] = None if overlap is None else OverlapScoreResult.from_dict(overlap)
+        fields["resource_profile"] = load_endpoint_profiles(fields.get("resource_profile"), f"{path}.resource_profile")
         with reading(path):
             return cls(**fields, runtime=dict(runtime or {}))
 
@@ -167,4 +175,5 @@ def result_row(result: ZeroShotExtractorResult, rank: int | None) -> dict[str, A
         **compression_columns(result.compression, "samples"),  # fitted on the samples
     }
     row.update({f"runtime.{stage}": seconds for stage, seconds in result.runtime.items()})
+    row.update(endpoint_resource_columns(result.resource_profile))
     return row

@@ -47,6 +47,8 @@ class ZeroShotSettings:
     recipes: Mapping[str, Any]
     #: Names of the encoders with ``fit(sample_inputs)``: their chains have a ``fit`` job.
     fitted: frozenset[str] = frozenset()
+    #: A ResourceProfilingConfig: measure each branch's encoding (beside the artifact, never in a key); None: off.
+    resource_profiling: Any = None
 
 
 def _call(encoder: Any, name: str, method: str, data: Any) -> Any:
@@ -54,15 +56,24 @@ def _call(encoder: Any, name: str, method: str, data: Any) -> Any:
         return getattr(encoder, method)(data)
 
 
-def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: dict[str, float]) -> EmbeddingSet:
+def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: dict[str, Any],
+                  profiling: Any = None) -> EmbeddingSet:
     """Embed and validate one branch with an encoder already fitted (also run before any work for precomputed
-    encoders)."""
+    encoders).
+
+    With resource profiling on, the encode call is measured and its profile returned beside the artifact in
+    ``timings`` (one profile: a branch job encodes one branch).
+    """
+    from ..profiling import PROFILE_KEY, measured_call
+
     method = f"encode_{branch}"
     data = dataset.sample_input if branch == "samples" else dataset.flat_prompts
     n_rows = dataset.n_samples if branch == "samples" else len(data)
     start = time.perf_counter()
-    raw = _call(encoder, name, method, data)
+    raw, measured = measured_call(profiling, encoder, data, lambda: _call(encoder, name, method, data))
     timings[method] = time.perf_counter() - start
+    if measured is not None:
+        timings[PROFILE_KEY] = measured
     matrix = validate_embeddings(raw, argument=f"{branch} embeddings", n_rows=n_rows, source=f"encoder {name!r}")
     if branch == "samples" and is_constant(matrix):
         raise ExtractorError(f"encoder {name!r} returned the same sample embedding for every row, so every sample "
@@ -98,13 +109,15 @@ def _encoder(job: Any, inputs: Mapping[str, Any], context: Any) -> Any:
 @stage(PIPELINE, "encode_samples", version=2, optional_reads=("fit",), context=("inputs", "extractor"),
        packages=("numpy",), codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="steps", steps=("encode_samples",))
 def encode_samples(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
-    return encode_branch(_encoder(job, inputs, context), job.params["parent"], "samples", context.dataset, timings)
+    return encode_branch(_encoder(job, inputs, context), job.params["parent"], "samples", context.dataset, timings,
+                         context.settings.resource_profiling)
 
 
 @stage(PIPELINE, "encode_prompts", version=2, optional_reads=("fit",), context=("prompts", "inputs", "extractor"),
        packages=("numpy",), codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="steps", steps=("encode_prompts",))
 def encode_prompts(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
-    return encode_branch(_encoder(job, inputs, context), job.params["parent"], "prompts", context.dataset, timings)
+    return encode_branch(_encoder(job, inputs, context), job.params["parent"], "prompts", context.dataset, timings,
+                         context.settings.resource_profiling)
 
 
 def evaluated(inputs: Mapping[str, Any], branch: str) -> Embedding:
