@@ -20,6 +20,7 @@ from tests.test_zero_shot_benchmark import WordCounter, text_dataset, texts_and_
 from vertebrae import (DatasetIdentity, DistributedResourceProfile, EmbeddingCompressionConfig, LocalResourceProfile,
                        PrecomputedZeroShotEncoder, ResourceProfilingConfig, TextEncoder, ZeroShotBenchmark,
                        ZeroShotBenchmarkResult)
+from vertebrae.artifacts.codecs import output_array
 from vertebrae.cache import CacheConfig
 from vertebrae.errors import ConfigTypeError, SerializationError
 from vertebrae.execution import DaskRunner
@@ -140,7 +141,7 @@ def test_zero_shot_cache_hit_is_not_measured_and_keeps_the_stored_bytes(tmp_path
 
     cold, warm = run(), run()
     for branch, rows in (("samples", N_SAMPLES), ("prompts", N_PROMPTS)):
-        stored = list((tmp_path / cold.artifact_keys[f"encode_{branch}"]).glob("embedding.*.npy"))
+        stored = list((tmp_path / cold.artifact_keys[f"encode_{branch}"]).glob(f"{output_array(branch)}.*.npy"))
         assert len(stored) == 1
         measured, hit = cold.resource_profile[branch], warm.resource_profile[branch]
         assert measured["status"] == "measured" and measured["context"]["cache_status"] == "miss"
@@ -215,7 +216,7 @@ def test_retrieval_undeclared_modality_is_unknown_and_a_cache_hit_is_not_measure
     cold, warm = run(), run()
     stored = {path.name.split(".")[0]: path.stat().st_size
               for path in (tmp_path / cold.artifact_keys["encode"]).glob("*.npy")}
-    for side, array, rows in (("query", "queries", 5), ("gallery", "gallery", 9)):
+    for side, rows in (("query", 5), ("gallery", 9)):
         measured, hit = cold.resource_profile[side], warm.resource_profile[side]
         assert measured["context"]["modality"] == "unknown" == hit["context"]["modality"]
         assert measured["context"]["cache_status"] == "miss" and measured["throughput"]["samples"] == rows
@@ -223,7 +224,7 @@ def test_retrieval_undeclared_modality_is_unknown_and_a_cache_hit_is_not_measure
         assert hit["context"]["cache_status"] == "hit"
         for profile in (measured, hit):  # the stored object's real size, now also for retrieval
             assert profile["embedding_bytes"]["raw_logical_bytes"] == rows * 3 * 4
-            assert profile["embedding_bytes"]["persisted_bytes"] == stored[array]
+            assert profile["embedding_bytes"]["persisted_bytes"] == stored[output_array(side)]
 
 
 # ----------------------------------------------------------------------------- a dask cluster
