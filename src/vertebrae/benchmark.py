@@ -1,7 +1,7 @@
 """Benchmark: the front door of a labeled-data comparison of extractors.
 
 ``Benchmark(dataset, extractors, ...)`` validates everything up front, builds a plan
-of stage jobs over the ``benchmark`` pipeline (see :mod:`vertebrae.execution.stages`
+of stage jobs over the ``benchmark`` pipeline (see :mod:`vertebrae.benchmark_stages`
 and docs/architecture.md) and runs it with a runner (in-process by default).
 ``run()`` returns a :class:`~vertebrae.results.BenchmarkResult`.
 """

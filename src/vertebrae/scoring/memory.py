@@ -10,7 +10,7 @@ at least 2 rows, regression at least 3) and records the effective counts and a
 note (the result's warning, which the benchmark warns once, named by extractor);
 ``policy="fail"`` raises :class:`~vertebrae.errors.MemoryBudgetError` with
 the estimate and the fix.  The budget stage (``budget`` in
-:mod:`vertebrae.execution.stages`) applies it between embedding and scoring.
+:mod:`vertebrae.benchmark_stages`) applies it between embedding and scoring.
 """
 
 from __future__ import annotations
