@@ -18,25 +18,12 @@ import pytest
 from vertebrae.cli import main
 
 from .conftest import gaussian_classes
+from .test_cli_metrics import CONFIG as METRICS_CONFIG
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-CONFIG = """
-[dataset]
-id = "blobs"
-revision = "1"
-labels = "labels.npy"
-
-[[extractors]]
-name = "full"
-embeddings = "full.npy"
-[[extractors]]
-name = "half"
-embeddings = "half.npy"
-
-[scoring]
-k = 3
-
+# The metric-option tests' run config, without Separatix (these tests only look at exit codes and messages).
+CONFIG = METRICS_CONFIG + """
 [separatix]
 enabled = false
 """

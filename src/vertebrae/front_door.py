@@ -2,8 +2,8 @@
 
 ``Benchmark``, ``RetrievalBenchmark`` and ``ZeroShotBenchmark`` are thin declarations over
 :class:`FrontDoor`: their pipeline, their chains, where each chain's embeddings come from
-(which stage produced them, under which stored array), their result class and their
-protocol.  Everything else — building the run context and plan, executing it with a runner
+(which stage produced them, and which part of its EmbeddingSet), their result class and
+their protocol.  Everything else — building the run context and plan, executing it with a runner
 under the ``on_error`` policy, turning a failed chain into an invalid result, recording
 artifact keys, runtimes (derived from the stages' declarations) and cache facts, host facts
 and extractor-list validation — is written once, here.
@@ -158,8 +158,7 @@ class FrontDoor:
 
 def cache_facts(key: str, plan: Plan, outcome: RunOutcome) -> dict[str, Any]:
     """``cache_eligible`` and ``cache_status`` of one job's artifact."""
-    eligible = next(job.cache_eligible for job in plan.jobs if job.key == key)
-    return {"cache_eligible": eligible, "cache_status": outcome.statuses[key]}
+    return {"cache_eligible": plan.job(key).cache_eligible, "cache_status": outcome.statuses[key]}
 
 
 def chain_runtime(keys: Mapping[str, str], plan: Plan, outcome: RunOutcome) -> dict[str, Any]:
@@ -172,10 +171,9 @@ def chain_runtime(keys: Mapping[str, str], plan: Plan, outcome: RunOutcome) -> d
     """
     from .profiling import PROFILE_KEY
 
-    jobs = {job.key: job for job in plan.jobs}
     runtime: dict[str, Any] = {}
     for stage, key in keys.items():
-        definition = definition_of(jobs[key])
+        definition = definition_of(plan.job(key))
         timings = outcome.timings.get(key)
         if definition.runtime is None or not timings:
             continue

@@ -72,6 +72,13 @@ class Plan:
     chains: list[Chain]
     chain_keys: list[dict[str, str]]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_key", {job.key: job for job in self.jobs})
+
+    def job(self, key: str) -> StageJob:
+        """The job with this key (a lookup, not a scan: a grid of candidates has thousands of jobs)."""
+        return self._by_key[key]
+
     def __iter__(self):  # a plan reads as its jobs
         return iter(self.jobs)
 
