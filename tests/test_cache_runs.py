@@ -4,7 +4,6 @@ persisted footprints, the CLI, and retrieval on the same mechanism."""
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import subprocess
 import sys

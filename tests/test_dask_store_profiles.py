@@ -7,7 +7,6 @@ worker processes on 127.0.0.1, no dashboard); the stores are a real folder and m
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import numpy as np

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from sklearn.decomposition import PCA
 
 from tests.conftest import gaussian_classes

@@ -14,7 +14,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.pipeline import make_pipeline
 
 from vertebrae import (BenchmarkDataset, DatasetIdentity, OverlapIndexScorer, OverlapScoringConfig,
-                       PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
+                       TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
                        ZeroShotConfig, ZeroShotDataset)
 from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
                               ScoringWarning, SerializationError)

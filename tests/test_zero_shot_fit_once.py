@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
 from sklearn.exceptions import DataDimensionalityWarning
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.pipeline import make_pipeline

@@ -312,7 +312,8 @@ def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
        phase=COLLECT)
 def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> Any:
     """Build the ExtractorResult of one chain from its stage artifacts."""
-    from .results import ExtractorResult, recommendation_label
+    from .result_protocol import recommendation_label
+    from .results import ExtractorResult
 
     settings, extractor = context.settings, context.extractor(job)
     embedding_artifact = evaluated(inputs)

@@ -356,7 +356,7 @@ def _invalid_reason(extractor_result) -> str:
 def _load(path: pathlib.Path):
     """Any vertebrae result JSON; a missing file or a malformed document is one clear message."""
     from .errors import SerializationError
-    from .results import load_result
+    from .result_protocol import load_result
 
     if not path.is_file():
         raise VertebraeError(f"result file {str(path)!r} does not exist")

@@ -16,6 +16,7 @@ import pathlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
+from . import json_codec
 from .errors import SerializationError
 
 #: Attributes every per-chain result has, under these names (checked by tests/test_result_family.py).
@@ -128,6 +129,8 @@ RECOMMENDATION_CUTOFFS: dict[str, tuple[float, float, str]] = {
     "multi_label": (0.5, 0.35, "separation"),
     "regression": (0.25, 0.10, "continuous_structure"),
 }
+
+
 def recommendation_label(overlap_score: float, target_type: str = "single_label") -> str:
     """Lightweight guidance from the overlap score with the cut-offs of the target type, not a verdict."""
     if target_type not in RECOMMENDATION_CUTOFFS:
@@ -142,8 +145,6 @@ def recommendation_label(overlap_score: float, target_type: str = "single_label"
 
 def read_json(path: str | pathlib.Path) -> Any:
     """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
-    from . import json_codec
-
     try:
         return json_codec.decode(json_codec.read(path))
     except json.JSONDecodeError as exc:

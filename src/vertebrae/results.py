@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError, SerializationError
-from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, load_result, rank_results,
-                              read_json, reading, recommendation_label, register_result_type, result_from_dict)
 from .profiling import ResourceProfile
+from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, rank_results, read_json,
+                              reading, register_result_type)
+# Loading and recommendations live at the protocol layer (reports use them without this module); kept importable here.
+from .result_protocol import load_result, recommendation_label, result_from_dict  # noqa: F401
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact, array_nbytes, output_array

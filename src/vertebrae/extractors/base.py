@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
