@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from . import json_codec
 from .errors import ConfigError, SerializationError
 from .profiling import ResourceProfile
 from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, rank_results, read_json,
@@ -45,11 +46,11 @@ class ResultFamily:
     """
 
     RESULT_TYPE: ClassVar[str]
+    extractor_results: list[Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         register_result_type(cls)  # any document of this type can now be rebuilt (result_protocol.result_from_dict)
-    extractor_results: list[Any]
 
     def ranking(self) -> list[Ranked]:
         """``(rank, result)`` of every valid result, best first, under the one tie rule (``rank_results``)."""
@@ -125,19 +126,13 @@ class ResultFamily:
 
     def serialized(self) -> dict[str, Any]:
         """The decoded JSON document ``save_json`` writes (what every report is rendered from)."""
-        from . import json_codec
-
         return json_codec.decode(json.loads(self.to_json()))
 
     def to_json(self) -> str:
-        from . import json_codec
-
         return json_codec.dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> Any:
-        from . import json_codec
-
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -149,8 +144,6 @@ class ResultFamily:
         raise NotImplementedError
 
     def save_json(self, path: str | pathlib.Path) -> pathlib.Path:
-        from . import json_codec
-
         return json_codec.write(self.to_dict(), path)
 
     @classmethod
