@@ -122,7 +122,7 @@ def test_list_verify_and_prune_on_each_backend(store_location):
     data[-1] ^= 0xFF
     store.fs.pipe_file(path, bytes(data))
     problems = dict(verify_store(store))
-    assert problems[_key(0)] is None and problems[_key(2)] is None and "sha256" in problems[_key(1)]
+    assert problems[_key(0)] is None and problems[_key(2)] is None and "sha256" in str(problems[_key(1)])
     # Prune by size: the oldest go first until the rest fit.
     one = manifests[0].persisted_bytes
     deleted = prune_store(store, max_bytes=one + 1)
@@ -201,8 +201,6 @@ def test_cli_cache_on_s3_with_storage_options(s3_bucket, moto_endpoint, capsys):
 
 
 def test_cli_cache_bad_input_exits_2(tmp_path, capsys):
-    assert main(["cache", "prune", "--store", str(tmp_path)]) == 2
-    assert "--older-than AGE and/or --max-bytes SIZE" in capsys.readouterr().err
     assert main(["cache", "prune", "--store", str(tmp_path), "--older-than", "soon"]) == 2
     assert "--older-than 'soon'" in capsys.readouterr().err
     assert main(["cache", "list", "--store", str(tmp_path), "--storage-options", "{bad"]) == 2

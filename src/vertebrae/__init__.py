@@ -16,6 +16,7 @@ from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundErro
 from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
 from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .errors import ExecutionError, MemoryBudgetError
+from .errors import ArtifactRaceError
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
 from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
 from .identity import DatasetIdentity
@@ -57,7 +58,8 @@ __all__ = [
     "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult", "ZeroShotConfig",
     "ZeroShotDataset",
     "VertebraeError", "VertebraeWarning", "__version__",
-    "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "FsspecStore", "MemoryStore", "StoredArtifact",
+    "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "ArtifactRaceError", "FsspecStore",
+    "MemoryStore", "StoredArtifact",
     "open_store", "CacheConfig",
     "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",

@@ -19,7 +19,7 @@ from typing import Any
 from ._config import Config, FrozenDict, check_bool, check_choice, check_str_mapping
 from .artifacts.manifest import parse_time
 from .artifacts.store import SECRET_OPTION, Store, open_store, redact_url
-from .errors import ArtifactError, ArtifactIntegrityError, ConfigError
+from .errors import ArtifactError, ArtifactIntegrityError, ArtifactRaceError, ConfigError
 from .extras import install_hint
 
 CACHE_MODES = ("read_write", "read_only", "refresh")
@@ -115,7 +115,7 @@ def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- inspecting and trimming a store
 @dataclasses.dataclass(frozen=True)
 class CacheEntry:
-    """One artifact as ``vertebrae cache list`` shows it."""
+    """One artifact as ``vertebrae cache list`` shows it; ``problem`` is why its manifest cannot be used."""
 
     key: str
     kind: str
@@ -123,44 +123,75 @@ class CacheEntry:
     dataset: str
     bytes: int
     created_at: str
+    problem: ArtifactError | None = None
 
 
 def list_entries(store: Store) -> Iterator[CacheEntry]:
-    for manifest in store.manifests():
+    """Every entry of the store; one whose manifest cannot be read is listed with its ``problem``, never skipped
+    silently and never the end of the listing."""
+    for key in store.keys():
+        try:
+            manifest = store.manifest(key)
+        except ArtifactError as exc:
+            yield CacheEntry(key=key, kind="-", extractor="-", dataset="-", bytes=0, created_at="-", problem=exc)
+            continue
+        if manifest is None:
+            continue  # deleted since the store was listed
         metadata = manifest.metadata
         yield CacheEntry(key=manifest.key, kind=manifest.kind, extractor=str(metadata.get("extractor", "-")),
                          dataset=str(metadata.get("dataset", "-")), bytes=manifest.persisted_bytes,
                          created_at=manifest.created_at)
 
 
-def verify_store(store: Store) -> Iterator[tuple[str, str | None]]:
-    """``(key, problem or None)`` for every artifact, re-reading every file against its checksums."""
+def verify_store(store: Store) -> Iterator[tuple[str, ArtifactError | None]]:
+    """``(key, None)`` for every valid artifact, ``(key, why)`` for every other, one bad entry never stopping the
+    rest: every file is re-read against its checksums and the artifact decoded as its stage declares (a document a
+    run could not use is corrupt, not valid)."""
+    from .execution.registry import codec_of_kind
+
     for key in store.keys():
         try:
-            store.read(key)
-        except ArtifactIntegrityError as exc:
-            yield key, str(exc)
+            stored = store.read(key)
+            codec = codec_of_kind(stored.kind)
+            if codec is not None:
+                codec.decode(stored)
+        except ArtifactError as exc:
+            yield key, exc
         else:
             yield key, None
 
 
-#: Unreferenced files younger than this may belong to a writer still at work, so prune leaves them.
+def problem_label(problem: ArtifactError) -> str:
+    """How ``vertebrae cache`` names a bad entry: ``CORRUPT`` (its data or manifest is wrong), ``UNREADABLE``
+    (the store refused it: a folder where a file belongs, a link out of the store, no permission) or ``REWRITTEN``
+    (concurrent writers replaced it throughout the check; nothing is wrong with it)."""
+    if isinstance(problem, ArtifactRaceError):
+        return "REWRITTEN"
+    return "CORRUPT" if isinstance(problem, ArtifactIntegrityError) else "UNREADABLE"
+
+
+#: Unreferenced files younger than this may belong to a writer still at work, so prune leaves them (the default
+#: of ``vertebrae cache prune --leftover-age``).
 LEFTOVER_MIN_AGE = datetime.timedelta(hours=1)
 
 
 def prune_store(store: Store, *, older_than: datetime.timedelta | None = None, max_bytes: int | None = None,
-                dry_run: bool = False, now: datetime.datetime | None = None) -> list[CacheEntry]:
+                dry_run: bool = False, now: datetime.datetime | None = None,
+                entries: list[CacheEntry] | None = None) -> list[CacheEntry]:
     """Delete entries created before ``now - older_than``, then the oldest until at most ``max_bytes`` remain.
 
-    Returns the deleted (or, with ``dry_run``, the would-be deleted) entries, oldest first.  Leftover
-    files of killed writers are swept separately (:meth:`Store.sweep`, ``vertebrae cache prune``).
+    ``entries`` is the listing to prune (default: :func:`list_entries` now); an entry with a ``problem`` has
+    no trustworthy age or size and is left alone.  Returns the deleted (or, with ``dry_run``, the would-be
+    deleted) entries, oldest first.  Leftover files of killed writers are swept separately
+    (:meth:`Store.sweep`, ``vertebrae cache prune``).
     """
     if older_than is None and max_bytes is None:
         raise ConfigError("prune needs older_than and/or max_bytes; nothing would be deleted otherwise")
     if max_bytes is not None and max_bytes < 0:
         raise ConfigError(f"max_bytes must be >= 0, got {max_bytes}")
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    entries = sorted(list_entries(store), key=lambda entry: entry.created_at)
+    listed = list_entries(store) if entries is None else entries
+    entries = sorted((entry for entry in listed if entry.problem is None), key=lambda entry: entry.created_at)
     doomed = [e for e in entries if older_than is not None and parse_time(e.created_at) < now - older_than]
     if max_bytes is not None:
         kept = [e for e in entries if e not in doomed]
@@ -183,11 +214,11 @@ _SIZE_UNITS = {None: 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10*
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def parse_duration(text: str) -> datetime.timedelta:
-    """``30d``, ``12h``, ``90m``, ``3600s``, ``2w``."""
+def parse_duration(text: str, option: str = "--older-than") -> datetime.timedelta:
+    """``30d``, ``12h``, ``90m``, ``3600s``, ``2w`` (``option`` names the flag in the error)."""
     match = _DURATION.fullmatch(text.strip().lower())
     if match is None:
-        raise ConfigError(f"--older-than {text!r} is not a duration; use a number and a unit: 30d, 12h, 90m, 45s, 2w")
+        raise ConfigError(f"{option} {text!r} is not a duration; use a number and a unit: 30d, 12h, 90m, 45s, 2w")
     unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[match.group(2)]
     return datetime.timedelta(**{unit: float(match.group(1))})
 

@@ -558,8 +558,10 @@ def _add_cache_commands(sub) -> None:
     actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     shown = {
         "list": "list every artifact: key, kind, extractor, dataset, bytes, created",
-        "verify": "re-check every file against its manifest checksums; exit 1 if any artifact is corrupt",
-        "prune": "delete artifacts older than --older-than and/or the oldest beyond --max-bytes",
+        "verify": "re-check every file against its manifest checksums; exit 1 if any artifact is corrupt or "
+                  "unreadable",
+        "prune": "delete artifacts older than --older-than and/or the oldest beyond --max-bytes, and leftover files "
+                 "of interrupted writes older than --leftover-age",
     }
     for name, text in shown.items():
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
@@ -573,16 +575,21 @@ def _add_cache_commands(sub) -> None:
                                 help="delete artifacts created longer ago than AGE: 30d, 12h, 90m, 45s, 2w")
             action.add_argument("--max-bytes", metavar="SIZE", default=None,
                                 help="then delete the oldest until the rest take at most SIZE: 500MB, 2GiB, 10GB")
+            action.add_argument("--leftover-age", metavar="AGE", default="1h",
+                                help="delete files no manifest references (temporary files of killed writers, "
+                                     "orphans of lost races) once older than AGE (default: 1h; a younger one may "
+                                     "belong to a writer still at work)")
             action.add_argument("--dry-run", action="store_true", help="show what would be deleted, delete nothing")
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from .cache import (LEFTOVER_MIN_AGE, CacheConfig, default_cache_dir, list_entries, parse_duration, parse_size,
+    from .cache import (CacheConfig, default_cache_dir, list_entries, parse_duration, parse_size, problem_label,
                         prune_store, verify_store)
 
-    if args.cache_command == "prune" and args.older_than is None and args.max_bytes is None:
-        raise VertebraeError("cache prune needs --older-than AGE and/or --max-bytes SIZE; nothing would be deleted "
-                             "otherwise")
+    if args.cache_command == "prune":  # every option is checked before anything is deleted
+        older_than = None if args.older_than is None else parse_duration(args.older_than)
+        max_bytes = None if args.max_bytes is None else parse_size(args.max_bytes)
+        leftover_age = parse_duration(args.leftover_age, "--leftover-age")
     config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options))
     location = config.store if config.store is not None else default_cache_dir()
     if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
@@ -591,34 +598,48 @@ def _cache(args: argparse.Namespace) -> int:
             raise VertebraeError(f"the cache store {location!r} does not exist (no such folder); check --store or "
                                  "$VERTEBRAE_CACHE_DIR")
     store = config.open_store()
+    if args.cache_command == "verify":
+        counts = {"valid": 0, "CORRUPT": 0, "UNREADABLE": 0, "REWRITTEN": 0}
+        for key, problem in verify_store(store):
+            label = "valid" if problem is None else problem_label(problem)
+            counts[label] += 1
+            if problem is not None:
+                print(f"{label} {key}: {problem}")
+        extra = "".join(f", {counts[label]} {label.lower()}" for label in ("UNREADABLE", "REWRITTEN") if counts[label])
+        print(f"{sum(counts.values())} artifact(s) checked in {config.url}: {counts['valid']} valid, "
+              f"{counts['CORRUPT']} corrupt{extra}")
+        return EXIT_FAILURE if counts["CORRUPT"] or counts["UNREADABLE"] else EXIT_OK
+    entries = list(list_entries(store))
+    bad = [entry for entry in entries if entry.problem is not None]
+    unusable = f"; {len(bad)} unreadable (see `vertebrae cache verify`)" if bad else ""
     if args.cache_command == "list":
-        rows = [(e.key, e.kind, e.extractor, e.dataset, str(e.bytes), e.created_at) for e in list_entries(store)]
+        rows = [(e.key, e.kind, e.extractor, e.dataset, str(e.bytes), e.created_at)
+                for e in entries if e.problem is None]
         header = ("key", "kind", "extractor", "dataset", "bytes", "created")
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-        print(f"{len(rows)} artifact(s) in {config.url}")
+        _print_bad_entries(bad)
+        print(f"{len(rows)} artifact(s) in {config.url}{unusable}")
         return EXIT_OK
-    if args.cache_command == "verify":
-        problems = 0
-        total = 0
-        for key, problem in verify_store(store):
-            total += 1
-            if problem is not None:
-                problems += 1
-                print(f"CORRUPT {key}: {problem}")
-        print(f"{total} artifact(s) checked in {config.url}: {total - problems} valid, {problems} corrupt")
-        return EXIT_FAILURE if problems else EXIT_OK
-    deleted = prune_store(store, older_than=None if args.older_than is None else parse_duration(args.older_than),
-                          max_bytes=None if args.max_bytes is None else parse_size(args.max_bytes),
-                          dry_run=args.dry_run)
-    leftovers = store.sweep(LEFTOVER_MIN_AGE, dry_run=args.dry_run)
+    deleted = [] if older_than is None and max_bytes is None else prune_store(
+        store, older_than=older_than, max_bytes=max_bytes, dry_run=args.dry_run, entries=entries)
+    leftovers = store.sweep(leftover_age, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     for entry in deleted:
         print(f"{verb} {entry.key} ({entry.bytes} bytes, created {entry.created_at})")
+    _print_bad_entries(bad)
     print(f"{verb} {len(deleted)} artifact(s), {sum(e.bytes for e in deleted)} bytes, and {len(leftovers)} "
-          f"leftover file(s) of interrupted writes, in {config.url}")
+          f"leftover file(s) of interrupted writes, in {config.url}{unusable}")
     return EXIT_OK
+
+
+def _print_bad_entries(entries: list[Any]) -> None:
+    """One line per entry whose manifest cannot be read: ``CORRUPT|UNREADABLE <key>: <why>``."""
+    from .cache import problem_label
+
+    for entry in entries:
+        print(f"{problem_label(entry.problem)} {entry.key}: {entry.problem}")
 
 
 def _compare(args: argparse.Namespace) -> int:

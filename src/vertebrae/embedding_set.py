@@ -53,11 +53,24 @@ def _decode(stored: StoredArtifact) -> EmbeddingSet:
         parts = stored.document["outputs"]
         metadata = stored.document["metadata"]
         compression = stored.document.get("compression")
-        return EmbeddingSet({p: Embedding(stored.arrays[output_array(p)], dict(m))
+        return EmbeddingSet({p: _described(p, stored.arrays[output_array(p)], m)
                              for p, m in zip(parts, metadata, strict=True)},
                             None if compression is None else dict(compression))
     except (KeyError, TypeError, ValueError) as exc:
         raise ArtifactIntegrityError(f"embedding_set artifact is malformed: {type(exc).__name__}: {exc}") from None
+
+
+def _described(part: str | None, matrix: Any, metadata: Any) -> Embedding:
+    """A stored part whose metadata describes its matrix: results read shape, dtype and ``logical_bytes`` from it,
+    so a document without them (or with other values) is malformed, not a hit."""
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"the metadata of part {part!r} is a {type(metadata).__name__}, not a mapping")
+    expected = embedding_metadata(matrix)
+    wrong = [f"{name} is {repr(metadata[name]) if name in metadata else 'missing'} (the matrix has {value!r})"
+             for name, value in expected.items() if metadata.get(name) != value]
+    if wrong:
+        raise ValueError(f"the metadata of part {part!r} does not describe its matrix: {', '.join(wrong)}")
+    return Embedding(matrix, dict(metadata))
 
 
 #: Extractions: what the embedding cache reuses.

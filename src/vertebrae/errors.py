@@ -100,6 +100,10 @@ class ArtifactIntegrityError(ArtifactError):
     """A stored artifact disagrees with its manifest (checksum, size, shape, unsafe content); never read as data."""
 
 
+class ArtifactRaceError(ArtifactError):
+    """Concurrent writers kept replacing an artifact while it was read: nothing was read, nothing is corrupt."""
+
+
 class ArtifactWarning(VertebraeWarning):
     """A store problem that did not stop the run (an unreadable manifest skipped, an object stat that failed)."""
 

@@ -6,7 +6,8 @@ named ``<name>.<16 hex of its sha256>.<ext>``.  Publishing is atomic: data files
 its upload completes), the manifest last the same way.  Content-addressed file names mean that two
 processes writing one key at once never overwrite each other's data: whichever manifest lands last
 wins and points only at its own, complete files.  A reader trusts nothing but a manifest whose every
-file has the recorded size and sha256.
+file has the recorded size and sha256.  On a local disk, a symbolic link that leads out of the store
+root is never followed (reads, writes and deletes are refused).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactWarning
+from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError, ArtifactWarning
 from .codecs import HashingSink, StoredArtifact, array_summary, decode_artifact, file_writers
 from .manifest import MANIFEST_FILE, Manifest, check_key, logical_name, stored_name, utc_now
 
@@ -27,6 +29,10 @@ MEMORY_URL = "memory://"
 _OBJECT_STORE_PROTOCOLS = ("s3", "s3a", "gs", "gcs")
 #: storage_options names whose values are secrets; they are scrubbed from every error message.
 SECRET_OPTION = re.compile(r"key|secret|token|password|credential|session", re.IGNORECASE)
+#: How many manifests a reader tries while concurrent writers keep replacing the one it read (then: a race).
+READ_ATTEMPTS = 8
+#: How long a reader waits once for a file its current manifest lists (a writer of equal content restoring it).
+_RESTORE_WAIT_S = 0.05
 
 
 @runtime_checkable
@@ -138,6 +144,7 @@ class FsspecStore:
         self.url = redact_url(url)
         self.fs, self.root = _filesystem(url, self.protocol, dict(self._options), self.url)
         self._local = self.protocol in ("file", "local")
+        self._real_root = os.path.realpath(self.root) if self._local else self.root
         if "://" not in url:
             self.url = self.root  # the absolute folder, so a report says exactly where the store lives
 
@@ -149,10 +156,23 @@ class FsspecStore:
 
     # ------------------------------------------------------------ paths
     def _folder(self, key: str) -> str:
-        return f"{self.root}/{check_key(key)}"
+        return self._inside(f"{self.root}/{check_key(key)}")
 
     def _path(self, key: str, name: str) -> str:
-        return f"{self._folder(key)}/{name}"
+        return self._inside(f"{self._folder(key)}/{name}")
+
+    def _inside(self, path: str) -> str:
+        """``path``, unless a symbolic link in a local store leads it out of the store root.
+
+        Following such a link would read, write or delete files that are not the store's (a planted link
+        in a shared cache folder), so it is refused; links that stay inside the root are fine.
+        """
+        if self._local:
+            real = os.path.realpath(path)
+            if not real.startswith(self._real_root + os.sep):
+                raise ArtifactError(f"a symbolic link leads {path} outside the store {self.url} (to {real}); "
+                                    "vertebrae does not follow it: remove the link")
+        return path
 
     def _error(self, action: str, key: str, exc: BaseException) -> ArtifactError:
         return ArtifactError(self._scrub(f"cannot {action} {key!r} in {self.url}: {type(exc).__name__}: {exc}"))
@@ -186,18 +206,29 @@ class FsspecStore:
         return manifest
 
     def read(self, key: str) -> StoredArtifact:
-        """Read and verify every file; a manifest replaced mid-read (a concurrent refresh) is retried once."""
-        manifest = self._require(key)
-        try:
-            return self._read_files(key, manifest)
-        except FileNotFoundError as exc:
+        """Read and verify every file.
+
+        A file missing under a manifest that has since been replaced was removed by a concurrent writer
+        (content-addressed files of the replaced version go): the newer manifest is read instead, up to
+        :data:`READ_ATTEMPTS` manifests, and a key rewritten throughout is an :class:`ArtifactRaceError`.
+        A file still missing under the published manifest is corruption (ArtifactIntegrityError).
+        """
+        manifest, waited = self._require(key), False
+        for _ in range(READ_ATTEMPTS):
+            try:
+                return self._read_files(key, manifest)
+            except FileNotFoundError as exc:
+                missing = exc
             latest = self._require(key)
             if latest == manifest:
-                raise self._missing(key, exc) from None
-        try:
-            return self._read_files(key, latest)
-        except FileNotFoundError as exc:
-            raise self._missing(key, exc) from None
+                if waited:
+                    raise self._missing(key, missing) from None
+                waited = True
+                time.sleep(_RESTORE_WAIT_S)
+            manifest = latest
+        raise ArtifactRaceError(f"{self.url}/{key} was replaced by concurrent writers {READ_ATTEMPTS} times while it "
+                                "was read, so nothing was read (several processes storing different content under "
+                                "one key: an extractor whose output varies under one cache identity?)")
 
     def _missing(self, key: str, exc: FileNotFoundError) -> ArtifactIntegrityError:
         return ArtifactIntegrityError(f"{self.url}/{key}: file {exc.args[0]!r} listed in the manifest is missing")
@@ -282,7 +313,7 @@ class FsspecStore:
         for key in self.keys():
             try:
                 manifest = self.manifest(key)
-            except ArtifactIntegrityError as exc:
+            except ArtifactError as exc:
                 warnings.warn(f"skipping {self.url}/{key}: {exc}", ArtifactWarning, stacklevel=2)
                 continue
             if manifest is not None:
@@ -356,13 +387,38 @@ class FsspecStore:
         keep = set(current.files) if current is not None else set(mine.files)
         candidates = set(mine.files) | (set(previous.files) if previous is not None else set())
         for name in sorted(candidates - keep):
-            latest = self.manifest(key)  # a concurrent writer may have just published this very file
-            if latest is not None and name in latest.files:
-                continue
+            if not self._listed(key, name):  # a concurrent writer may have just published this very file
+                self._remove_unlisted(key, name)
+
+    def _listed(self, key: str, name: str) -> bool:
+        latest = self.manifest(key)
+        return latest is not None and name in latest.files
+
+    def _remove_unlisted(self, key: str, name: str) -> None:
+        """Remove a data file no manifest lists, unless a writer of equal content publishes it meanwhile.
+
+        On a local disk the file is first moved aside and put back if the manifest lists it by then: a
+        writer that re-published it before the move published its manifest either before the second look
+        (the file is put back) or after it (its own check then finds the file gone and restores it), so a
+        published manifest never keeps pointing at a removed file.  Object stores have no atomic move;
+        there the writer's own restore is what closes the gap.
+        """
+        path = self._path(key, name)
+        if not self._local:
             try:
-                self.fs.rm_file(self._path(key, name))
+                self.fs.rm_file(path)
             except FileNotFoundError:
                 pass
+            return
+        aside = f"{self._folder(key)}/.{uuid.uuid4().hex}.{name}.removed.tmp"  # a crash here leaves a sweepable temp
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:
+            return
+        if self._listed(key, name):
+            os.replace(aside, path)
+        else:
+            os.remove(aside)
 
     def _restore_missing(self, key: str, folder: str, writers: Mapping[str, tuple[str, Any]]) -> None:
         """Re-publish our data files that the published manifest lists but a concurrent writer's cleanup removed.
@@ -404,12 +460,15 @@ class FsspecStore:
             for path in sorted(files):
                 if path.rsplit("/", 1)[-1] in keep:
                     continue
-                modified = self.fs.modified(path)
-                modified = modified if modified.tzinfo else modified.replace(tzinfo=datetime.timezone.utc)
-                if now - modified >= min_age:
-                    swept.append(path)
-                    if not dry_run:
-                        self.fs.rm_file(path)
+                try:
+                    modified = self.fs.modified(path)
+                    modified = modified if modified.tzinfo else modified.replace(tzinfo=datetime.timezone.utc)
+                    if now - modified >= min_age:
+                        if not dry_run:
+                            self.fs.rm_file(path)
+                        swept.append(path)
+                except OSError:
+                    continue  # gone meanwhile, or a folder: not a writer's leftover file, and not ours to remove
         return swept
 
     def delete(self, key: str) -> None:

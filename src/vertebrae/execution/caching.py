@@ -19,7 +19,7 @@ from typing import Any
 
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact, array_nbytes, output_array
 from ..artifacts.store import Store
-from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactWarning
+from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError, ArtifactWarning
 from .context import BYPASSED_UNSAFE_IDENTITY
 from .jobs import run_job
 from .plan import StageJob, version_of
@@ -104,6 +104,10 @@ class StageCache:
             artifact = codec.decode(stored)
         except ArtifactNotFoundError:
             return None
+        except ArtifactRaceError as exc:  # not corrupt: computed like a miss in every mode (read_only writes nothing)
+            warnings.warn(f"cache entry {job.key} in {self.config.url} is being rewritten ({exc}); computing it",
+                          ArtifactWarning, stacklevel=3)
+            return None
         except ArtifactError as exc:
             what = "is corrupt" if isinstance(exc, ArtifactIntegrityError) else "cannot be read"
             if self.config.mode == "read_only":
@@ -124,6 +128,8 @@ class StageCache:
             sizes = self.store.persisted_bytes(key)
         except ArtifactError as exc:
             return {}, UNAVAILABLE, f"could not stat {key} in {self.config.url} ({exc})"
+        if manifest is None or any(entry["file"] not in sizes for entry in manifest.arrays.values()):
+            return {}, UNAVAILABLE, f"{key} in {self.config.url} was replaced by a concurrent writer after it was read"
         return {name: sizes[entry["file"]] for name, entry in manifest.arrays.items()}, MEASURED, None
 
 

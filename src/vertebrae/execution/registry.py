@@ -179,6 +179,18 @@ def get_stage(pipeline: str, name: str, path: str | None = None) -> StageDefinit
     return definition
 
 
+def codec_of_kind(kind: str) -> ArtifactCodec | None:
+    """The codec a stage declares for stored artifacts of ``kind`` (None: no stage stores that kind).
+
+    ``vertebrae cache verify`` decodes each entry with it, so a document a run could not use is reported."""
+    _load_builtin_stages()
+    for stages in _REGISTRY.values():
+        for definition in stages.values():
+            if definition.codec is not None and definition.codec.kind == kind:
+                return definition.codec
+    return None
+
+
 def definition_of(job: Any) -> StageDefinition:
     """The declaration of the stage a job runs (its module imported by path when this process lacks it)."""
     return get_stage(job.pipeline, job.stage, job.function)
