@@ -217,8 +217,10 @@ def test_several_columns_without_labels_column_say_a_list_is_accepted(tmp_path, 
 
 # ------------------------------------------------------------------ 7. messages in the CLI's words
 def test_cache_commands_speak_in_flags_and_refuse_a_missing_store(tmp_path, capsys):
-    assert main(["cache", "prune", "--store", str(tmp_path)]) == 2
-    assert "cache prune needs --older-than AGE and/or --max-bytes SIZE" in _one_line_error(capsys, "cache")
+    # Without --older-than / --max-bytes, prune reclaims only the leftovers of interrupted writes (issue 28, item 11),
+    # and says so in the CLI's words.
+    assert main(["cache", "prune", "--store", str(tmp_path)]) == 0
+    assert "0 leftover file(s) of interrupted writes" in capsys.readouterr().out
     for action in ("list", "verify"):
         assert main(["cache", action, "--store", str(tmp_path / "typo_dir")]) == 2
         assert "typo_dir' does not exist" in _one_line_error(capsys, "cache")
