@@ -568,6 +568,10 @@ def _add_cache_commands(sub) -> None:
         action.add_argument("--storage-options", metavar="JSON", default=None,
                             help='fsspec options as a JSON object, e.g. \'{"client_kwargs": {"endpoint_url": '
                                  '"http://127.0.0.1:9000"}}\' (prefer environment variables for secrets)')
+        if name == "verify":
+            action.add_argument("--secret-env", metavar="NAME", default=None,
+                                help="also check manifest signatures with the secret in environment variable NAME "
+                                     "(default: VERTEBRAE_CACHE_SECRET when set)")
         if name == "prune":
             action.add_argument("--older-than", metavar="AGE", default=None,
                                 help="delete artifacts created longer ago than AGE: 30d, 12h, 90m, 45s, 2w")
@@ -583,7 +587,8 @@ def _cache(args: argparse.Namespace) -> int:
     if args.cache_command == "prune" and args.older_than is None and args.max_bytes is None:
         raise VertebraeError("cache prune needs --older-than AGE and/or --max-bytes SIZE; nothing would be deleted "
                              "otherwise")
-    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options))
+    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options),
+                         secret=_secret_from_env(getattr(args, "secret_env", None)))
     location = config.store if config.store is not None else default_cache_dir()
     if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
         folder = pathlib.Path(location.removeprefix("file://")).expanduser()
@@ -608,6 +613,8 @@ def _cache(args: argparse.Namespace) -> int:
                 problems += 1
                 print(f"CORRUPT {key}: {problem}")
         print(f"{total} artifact(s) checked in {config.url}: {total - problems} valid, {problems} corrupt")
+        print("signatures checked with the cache secret" if config.secret is not None else
+              "signatures not checked (no secret: set VERTEBRAE_CACHE_SECRET or pass --secret-env NAME)")
         return EXIT_FAILURE if problems else EXIT_OK
     deleted = prune_store(store, older_than=None if args.older_than is None else parse_duration(args.older_than),
                           max_bytes=None if args.max_bytes is None else parse_size(args.max_bytes),
@@ -619,6 +626,15 @@ def _cache(args: argparse.Namespace) -> int:
     print(f"{verb} {len(deleted)} artifact(s), {sum(e.bytes for e in deleted)} bytes, and {len(leftovers)} "
           f"leftover file(s) of interrupted writes, in {config.url}")
     return EXIT_OK
+
+
+def _secret_from_env(name: str | None) -> str | None:
+    """``--secret-env NAME``: the secret is read from the environment, never from the command line."""
+    if name is None:
+        return None
+    if not os.environ.get(name):
+        raise VertebraeError(f"--secret-env {name}: the environment variable {name} is not set or empty")
+    return os.environ[name]
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -100,6 +100,10 @@ class ArtifactIntegrityError(ArtifactError):
     """A stored artifact disagrees with its manifest (checksum, size, shape, unsafe content); never read as data."""
 
 
+class ArtifactSignatureError(ArtifactIntegrityError):
+    """A manifest lacks a valid signature under the cache's secret (unsigned, or forged); never read as data."""
+
+
 class ArtifactWarning(VertebraeWarning):
     """A store problem that did not stop the run (an unreadable manifest skipped, an object stat that failed)."""
 
