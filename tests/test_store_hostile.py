@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import pathlib
+import pickle
 import tracemalloc
 import warnings
 import zipfile
@@ -21,9 +22,11 @@ from vertebrae.artifacts.manifest import MANIFEST_FILE
 from vertebrae.cache import CacheConfig, verify_store
 from vertebrae.cli import main
 from vertebrae.errors import ArtifactError, ArtifactIntegrityError, ArtifactSignatureError, ArtifactWarning, ConfigError
+from vertebrae.execution.caching import StageCache
 from vertebrae.run_config import cache_config_from_section
 
 from .conftest import gaussian_classes
+from .store_servers import gcs_bucket, gcs_endpoint, moto_endpoint, s3_bucket, store_location  # noqa: F401
 
 SECRET = "correct horse battery staple 42"
 OTHER_SECRET = "another secret of enough length"
@@ -334,3 +337,27 @@ def test_a_malformed_array_description_is_an_integrity_error(tmp_path, change):
     _edit(store, KEY, lambda m: change(m["arrays"]["dense"]))
     with pytest.raises(ArtifactIntegrityError, match="malformed description"):
         store.read(KEY)
+
+
+# ---------------------------------------------------------------- on every backend, and across processes
+def test_signing_and_size_checks_on_each_backend(store_location):
+    url, options = store_location
+    signed, plain = FsspecStore(url, options, secret=SECRET), FsspecStore(url, options)
+    artifact = StoredArtifact("embedding", {"m": np.arange(12.0).reshape(4, 3)}, {"v": 1})
+    signed.write(KEY, artifact)
+    for store in (signed, plain, pickle.loads(pickle.dumps(signed))):
+        np.testing.assert_array_equal(store.read(KEY).arrays["m"], artifact.arrays["m"])
+    path = f"{signed.root}/{KEY}/{MANIFEST_FILE}"
+    manifest = json.loads(signed.fs.cat_file(path))
+    manifest["files"][manifest["arrays"]["m"]["file"]]["bytes"] = 200_000_000
+    signed.fs.pipe_file(path, json.dumps(manifest).encode())
+    with pytest.raises(ArtifactSignatureError, match="does not match"):
+        pickle.loads(pickle.dumps(signed)).read(KEY)  # a store sent to a worker keeps its secret
+    with pytest.raises(ArtifactIntegrityError, match="has 224 bytes, the manifest records 200000000"):
+        plain.read(KEY)
+
+
+def test_a_cache_sent_to_another_process_keeps_signing(tmp_path):
+    cache = StageCache(CacheConfig(store=str(tmp_path), secret=SECRET, max_artifact_bytes=10**6))
+    copy = pickle.loads(pickle.dumps(cache))
+    assert copy.store.signed and copy.store.max_artifact_bytes == 10**6

@@ -6,7 +6,8 @@ named ``<name>.<16 hex of its sha256>.<ext>``.  Publishing is atomic: data files
 its upload completes), the manifest last the same way.  Content-addressed file names mean that two
 processes writing one key at once never overwrite each other's data: whichever manifest lands last
 wins and points only at its own, complete files.  A reader trusts nothing but a manifest whose every
-file has the recorded size and sha256.
+file has the recorded size and sha256 (and, with a secret, whose signature is right: ``signing.py``),
+and sizes no allocation by a number the manifest claims (see ``FsspecStore._read_verified``).
 """
 
 from __future__ import annotations
