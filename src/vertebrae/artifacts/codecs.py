@@ -272,7 +272,7 @@ def _load_npy(data: bytes | bytearray | memoryview, filename: str) -> np.ndarray
 _LOCAL_NAME_LENGTH, _LOCAL_EXTRA_LENGTH = 10, 11
 
 
-def _stored_members(data: bytes | bytearray, filename: str) -> dict[str, memoryview]:
+def _stored_members(data: bytes | bytearray) -> dict[str, memoryview]:
     """The members of an ``.npz`` as views of its bytes, read from the zip headers alone.
 
     vertebrae writes ``.npz`` uncompressed, and only uncompressed members are read: nothing is ever
@@ -305,7 +305,7 @@ def _stored_members(data: bytes | bytearray, filename: str) -> dict[str, memoryv
 
 def _load_csr(data: bytes | bytearray, filename: str) -> Any:
     try:
-        members = _stored_members(data, filename)
+        members = _stored_members(data)
         expected = sorted(f"{field}.npy" for field in _CSR_FIELDS)
         if sorted(members) != expected:
             raise ValueError(f"expected entries {expected}, found {sorted(members)}")
