@@ -18,7 +18,9 @@ from typing import Any
 
 from ._config import Config, FrozenDict, check_bool, check_choice, check_str_mapping
 from .artifacts.manifest import parse_time
-from .artifacts.store import SECRET_OPTION, Store, open_store, redact_url
+from .artifacts.signing import SECRET_ENV, check_secret
+from .artifacts.store import (DEFAULT_MAX_ARTIFACT_BYTES, SECRET_OPTION, Store, check_max_artifact_bytes, open_store,
+                              redact_url)
 from .errors import ArtifactError, ArtifactIntegrityError, ArtifactRaceError, ConfigError
 from .extras import install_hint
 
@@ -42,17 +44,31 @@ class CacheConfig(Config):
     with a warning); ``read_only`` reuses but never writes (a corrupt entry is an error); ``refresh``
     never reuses and overwrites.  ``storage_options`` go to fsspec unchanged (endpoints, credentials;
     they are never shown: reprs and ``to_dict`` replace secret values with ``***``).
+
+    ``secret`` (else ``$VERTEBRAE_CACHE_SECRET``, read when the config is made): sign every manifest
+    written and never read an entry whose signature is missing or wrong (see docs/cache.md); shown as
+    ``***``, never stored, never part of a key.  ``max_artifact_bytes``: the most bytes one artifact's
+    data files may take; a larger (or larger-claiming) entry is never read.
     """
 
     enabled: bool = True
     store: str | None = None
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=FrozenDict)
     mode: str = "read_write"
+    secret: str | None = dataclasses.field(default=None, repr=False)
+    max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES
 
     def _validate(self) -> None:
         owner = "CacheConfig"
         check_bool(owner, "enabled", self.enabled)
         check_choice(owner, "mode", self.mode, CACHE_MODES)
+        if self.secret is None and os.environ.get(SECRET_ENV):
+            self._set("secret", check_secret(f"${SECRET_ENV}", os.environ[SECRET_ENV]))
+        check_secret(f"{owner}.secret", self.secret)
+        try:
+            check_max_artifact_bytes(f"{owner}.max_artifact_bytes", self.max_artifact_bytes)
+        except ArtifactError as exc:
+            raise ConfigError(str(exc)) from None
         self._set("storage_options", check_str_mapping(owner, "storage_options", self.storage_options))
         if self.store is not None:
             if not isinstance(self.store, str) or not self.store.strip():
@@ -70,11 +86,14 @@ class CacheConfig(Config):
         """The configured store (``ArtifactError`` if it cannot be opened)."""
         if not self.enabled:
             raise ArtifactError("CacheConfig.enabled is False: there is no cache store to open")
-        return open_store(self.store if self.store is not None else default_cache_dir(), dict(self.storage_options))
+        return open_store(self.store if self.store is not None else default_cache_dir(), dict(self.storage_options),
+                          secret=self.secret, max_artifact_bytes=self.max_artifact_bytes)
 
     def _encode_field(self, name: str, value: Any) -> Any:
         if name == "storage_options":
             return redact_options(value)
+        if name == "secret":
+            return None if value is None else "***"
         if name == "store" and value is not None:
             return redact_url(value)
         return super()._encode_field(name, value)

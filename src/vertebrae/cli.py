@@ -570,6 +570,10 @@ def _add_cache_commands(sub) -> None:
         action.add_argument("--storage-options", metavar="JSON", default=None,
                             help='fsspec options as a JSON object, e.g. \'{"client_kwargs": {"endpoint_url": '
                                  '"http://127.0.0.1:9000"}}\' (prefer environment variables for secrets)')
+        if name == "verify":
+            action.add_argument("--secret-env", metavar="NAME", default=None,
+                                help="also check manifest signatures with the secret in environment variable NAME "
+                                     "(default: VERTEBRAE_CACHE_SECRET when set)")
         if name == "prune":
             action.add_argument("--older-than", metavar="AGE", default=None,
                                 help="delete artifacts created longer ago than AGE: 30d, 12h, 90m, 45s, 2w")
@@ -590,7 +594,8 @@ def _cache(args: argparse.Namespace) -> int:
         older_than = None if args.older_than is None else parse_duration(args.older_than)
         max_bytes = None if args.max_bytes is None else parse_size(args.max_bytes)
         leftover_age = parse_duration(args.leftover_age, "--leftover-age")
-    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options))
+    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options),
+                         secret=_secret_from_env(getattr(args, "secret_env", None)))
     location = config.store if config.store is not None else default_cache_dir()
     if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
         folder = pathlib.Path(location.removeprefix("file://")).expanduser()
@@ -608,6 +613,8 @@ def _cache(args: argparse.Namespace) -> int:
         extra = "".join(f", {counts[label]} {label.lower()}" for label in ("UNREADABLE", "REWRITTEN") if counts[label])
         print(f"{sum(counts.values())} artifact(s) checked in {config.url}: {counts['valid']} valid, "
               f"{counts['CORRUPT']} corrupt{extra}")
+        print("signatures checked with the cache secret" if config.secret is not None else
+              "signatures not checked (no secret: set VERTEBRAE_CACHE_SECRET or pass --secret-env NAME)")
         return EXIT_FAILURE if counts["CORRUPT"] or counts["UNREADABLE"] else EXIT_OK
     entries = list(list_entries(store))
     bad = [entry for entry in entries if entry.problem is not None]
@@ -640,6 +647,15 @@ def _print_bad_entries(entries: list[Any]) -> None:
 
     for entry in entries:
         print(f"{problem_label(entry.problem)} {entry.key}: {entry.problem}")
+
+
+def _secret_from_env(name: str | None) -> str | None:
+    """``--secret-env NAME``: the secret is read from the environment, never from the command line."""
+    if name is None:
+        return None
+    if not os.environ.get(name):
+        raise VertebraeError(f"--secret-env {name}: the environment variable {name} is not set or empty")
+    return os.environ[name]
 
 
 def _compare(args: argparse.Namespace) -> int:

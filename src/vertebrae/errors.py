@@ -104,6 +104,10 @@ class ArtifactRaceError(ArtifactError):
     """Concurrent writers kept replacing an artifact while it was read: nothing was read, nothing is corrupt."""
 
 
+class ArtifactSignatureError(ArtifactIntegrityError):
+    """A manifest lacks a valid signature under the cache's secret (unsigned, or forged); never read as data."""
+
+
 class ArtifactWarning(VertebraeWarning):
     """A store problem that did not stop the run (an unreadable manifest skipped, an object stat that failed)."""
 

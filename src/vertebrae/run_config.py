@@ -38,7 +38,8 @@ Example (TOML)::
 
     [cache]                       # CacheConfig fields (optional; no cache without this section or --cache)
     store = "cache"               # a folder (relative to this file), file://, s3://bucket/prefix, gs://...
-    mode = "read_write"           # or "read_only", "refresh"; also enabled = false, storage_options = {...}
+    mode = "read_write"           # or "read_only", "refresh"; also enabled = false, storage_options = {...},
+                                  # max_artifact_bytes = ...; the signing secret only from $VERTEBRAE_CACHE_SECRET
 
     [[metrics]]                   # custom metrics, loaded with vertebrae.load_metric
     path = "my_project.metrics:label_aware_metric"
@@ -137,6 +138,9 @@ def import_stage_modules(modules: Any) -> None:
 
 def cache_config_from_section(section: Any, base_dir: pathlib.Path) -> CacheConfig:
     """The ``[cache]`` section; a relative folder is resolved against the config file's folder."""
+    if isinstance(section, Mapping) and "secret" in section:
+        raise ConfigError("config [cache] must not hold the secret (a config file is copied and shared); set "
+                          "the VERTEBRAE_CACHE_SECRET environment variable instead")
     cache = CacheConfig.from_dict(_check_keys("[cache]", section, {f.name for f in dataclasses.fields(CacheConfig)}))
     store = cache.store
     if store is not None and "://" not in store and not pathlib.Path(store).expanduser().is_absolute():

@@ -14,6 +14,7 @@ import io
 import json
 import math
 import re
+import struct
 import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
@@ -207,26 +208,40 @@ def decode_artifact(kind: str, files: Mapping[str, bytes | bytearray]) -> Stored
 
 
 class _ViewReader:
-    """``read(n)`` over a memoryview, so parsing an ``.npy`` header copies only the header."""
+    """A read-only, seekable file over a memoryview: parsing an ``.npy`` header or a zip directory copies
+    only what is parsed, never the data."""
 
     def __init__(self, view: memoryview) -> None:
         self.view, self.position = view, 0
 
-    def read(self, size: int) -> bytes:
-        chunk = bytes(self.view[self.position:self.position + size])
+    def read(self, size: int = -1) -> bytes:
+        stop = len(self.view) if size is None or size < 0 else self.position + size
+        chunk = bytes(self.view[self.position:stop])
         self.position += len(chunk)
         return chunk
 
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: len(self.view)}[whence]
+        self.position = max(0, base + offset)
+        return self.position
 
-def _load_npy(data: bytes | bytearray, filename: str) -> np.ndarray:
-    """Parse an ``.npy`` in place (no second copy of a big matrix); a ``bytearray`` gives a writable array."""
-    reader = _ViewReader(memoryview(data))
+    def tell(self) -> int:
+        return self.position
+
+    def seekable(self) -> bool:
+        return True
+
+
+def npy_layout(fileobj: Any, filename: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """``(shape, fortran_order, dtype, data_offset)`` from an ``.npy`` header alone, read from ``fileobj``'s
+    current position (at 0): what a reader checks before it reads, let alone allocates, any data.
+    Unsafe dtypes (objects need pickle) are refused here."""
     try:
-        version = np.lib.format.read_magic(reader)
+        version = np.lib.format.read_magic(fileobj)
         if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(reader)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fileobj)
         elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(reader)
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fileobj)
         else:
             raise ValueError(f"unsupported .npy format version {version}")
     except ValueError as exc:
@@ -234,28 +249,74 @@ def _load_npy(data: bytes | bytearray, filename: str) -> np.ndarray:
     if dtype.hasobject or dtype.kind not in _SAFE_DTYPE_KINDS or dtype.names is not None:
         raise ArtifactIntegrityError(f"{filename} holds dtype {dtype}; refusing it (object arrays need pickle, "
                                      "which vertebrae never loads)")
-    count = math.prod(shape)
-    expected = reader.position + count * dtype.itemsize
-    if len(data) != expected:
-        raise ArtifactIntegrityError(f"{filename} has {len(data)} bytes but its header {shape} {dtype} implies "
-                                     f"{expected} (truncated or padded)")
-    array = np.frombuffer(data, dtype=dtype, count=count, offset=reader.position)
+    return tuple(shape), bool(fortran), dtype, fileobj.tell()
+
+
+def check_npy_size(filename: str, shape: tuple[int, ...], dtype: np.dtype, offset: int, size: int) -> None:
+    """The file's size must be exactly its header plus ``shape`` × itemsize (Python ints: no overflow)."""
+    expected = offset + math.prod(shape) * dtype.itemsize
+    if size != expected:
+        raise ArtifactIntegrityError(f"{filename} has {size} bytes but its header {shape} {dtype} implies "
+                                     f"{expected} (truncated, padded or forged)")
+
+
+def _load_npy(data: bytes | bytearray | memoryview, filename: str) -> np.ndarray:
+    """Parse an ``.npy`` in place (no second copy of a big matrix); a ``bytearray`` gives a writable array."""
+    shape, fortran, dtype, offset = npy_layout(_ViewReader(memoryview(data)), filename)
+    check_npy_size(filename, shape, dtype, offset, len(data))
+    array = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=offset)
     return array.reshape(shape, order="F" if fortran else "C")
+
+
+#: Where a zip local file header keeps the lengths of the name and extra field that precede the data.
+_LOCAL_NAME_LENGTH, _LOCAL_EXTRA_LENGTH = 10, 11
+
+
+def _stored_members(data: bytes | bytearray) -> dict[str, memoryview]:
+    """The members of an ``.npz`` as views of its bytes, read from the zip headers alone.
+
+    vertebrae writes ``.npz`` uncompressed, and only uncompressed members are read: nothing is ever
+    decompressed, so no member can be larger than the (size-checked) file.  A compressed member, which
+    could expand far beyond its stored size, is refused before a byte of it is inflated.
+    """
+    view = memoryview(data).cast("B")
+    members = {}
+    with zipfile.ZipFile(_ViewReader(view)) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+                raise ValueError(f"member {info.filename!r} is compressed or encrypted ({info.file_size} bytes "
+                                 f"uncompressed from {info.compress_size}); vertebrae writes and reads only "
+                                 "uncompressed .npz members, so it is not inflated")
+            header = bytes(view[info.header_offset:info.header_offset + zipfile.sizeFileHeader])
+            if len(header) != zipfile.sizeFileHeader:
+                raise ValueError(f"member {info.filename!r} lies outside the file")
+            fields = struct.unpack(zipfile.structFileHeader, header)
+            if fields[0] != zipfile.stringFileHeader:
+                raise ValueError(f"member {info.filename!r} has a bad local header")
+            start = (info.header_offset + zipfile.sizeFileHeader + fields[_LOCAL_NAME_LENGTH]
+                     + fields[_LOCAL_EXTRA_LENGTH])
+            stop = start + info.file_size
+            if info.compress_size != info.file_size or stop > len(view) or info.filename in members:
+                raise ValueError(f"member {info.filename!r} claims {info.file_size} bytes at offset {start}, "
+                                 f"outside the {len(view)}-byte file or listed twice")
+            members[info.filename] = view[start:stop]
+    return members
 
 
 def _load_csr(data: bytes | bytearray, filename: str) -> Any:
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            if sorted(archive.files) != sorted(_CSR_FIELDS):
-                raise ValueError(f"expected entries {list(_CSR_FIELDS)}, found {archive.files}")
-            parts = {field: archive[field] for field in _CSR_FIELDS}
+        members = _stored_members(data)
+        expected = sorted(f"{field}.npy" for field in _CSR_FIELDS)
+        if sorted(members) != expected:
+            raise ValueError(f"expected entries {expected}, found {sorted(members)}")
+        parts = {field: _load_npy(members[f"{field}.npy"], f"member {field}.npy") for field in _CSR_FIELDS}
         shape = parts["shape"]
         if shape.shape != (2,) or shape.dtype.kind not in "iu":
             raise ValueError(f"shape entry must be two integers, got {shape!r}")
         matrix = sparse_module().csr_matrix((parts["data"], parts["indices"], parts["indptr"]),
                                             shape=(int(shape[0]), int(shape[1])), copy=False)
         matrix.check_format(full_check=True)
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+    except (ArtifactIntegrityError, ValueError, OSError, zipfile.BadZipFile, EOFError, struct.error) as exc:
         raise ArtifactIntegrityError(f"{filename} is not a valid CSR .npz file: {exc}") from None
     return matrix
 

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import ArtifactError, ArtifactIntegrityError
 from .. import json_codec
 from .codecs import ARRAY_NAME, DOCUMENT_FILE, check_kind, check_no_runtimes, strict_loads
+from .signing import SIGNATURE, check_signature, sign
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -70,6 +71,8 @@ class Manifest:
     versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    #: ``hmac-sha256:<hex>`` over everything else (see ``signing.py``); None when written without a secret.
+    signature: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -88,6 +91,10 @@ class Manifest:
             if not isinstance(package, str) or not isinstance(version, str):
                 raise ArtifactError(f"manifest versions must map package names to version strings, "
                                     f"got {package!r}: {version!r}")
+        if self.signature is not None and (not isinstance(self.signature, str)
+                                           or not SIGNATURE.fullmatch(self.signature)):
+            raise ArtifactError(f"manifest for {self.key!r} has a malformed signature; expected 'hmac-sha256:' "
+                                "and 64 lowercase hex digits")
         check_no_runtimes("manifest metadata", self.metadata)
         json_codec.encode(dict(self.metadata), "$.metadata")  # SerializationError (a ValueError) if not JSON-safe
         self._validate_files()
@@ -103,6 +110,8 @@ class Manifest:
                 raise ArtifactError(f"manifest for {self.key!r}: file {name!r} has invalid byte size {size!r}")
             if not isinstance(sha, str) or not _SHA256.fullmatch(sha) or sha[:16] != match["digest"]:
                 raise ArtifactError(f"manifest for {self.key!r}: file {name!r} has an invalid sha256 {sha!r}")
+        for name, entry in self.arrays.items():
+            _check_array_entry(self.key, name, entry)
         if not self.files:  # an in-memory artifact: described, not persisted
             if any(entry["file"] is not None for entry in self.arrays.values()):
                 raise ArtifactError(f"manifest for {self.key!r} lists no files but its arrays point to files")
@@ -136,9 +145,23 @@ class Manifest:
         return sum(int(entry["bytes"]) for entry in self.files.values())
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form; ``signature`` only when signed, so unsigned manifests read as before."""
+        signature = {} if self.signature is None else {"signature": self.signature}
+        return {**self._content(), **signature}
+
+    def _content(self) -> dict[str, Any]:
+        """Everything but the signature: what the signature covers."""
         return {"schema_version": self.schema_version, "key": self.key, "kind": self.kind,
                 "created_at": self.created_at, "files": _plain(self.files), "arrays": _plain(self.arrays),
                 "versions": dict(self.versions), "metadata": json_codec.encode(dict(self.metadata), "$.metadata")}
+
+    def signed(self, secret: str) -> "Manifest":
+        """This manifest with its HMAC under ``secret``."""
+        return dataclasses.replace(self, signature=sign(self._content(), secret))
+
+    def check_signature(self, secret: str, where: str) -> None:
+        """:class:`~vertebrae.errors.ArtifactSignatureError` unless signed with ``secret`` over this very content."""
+        check_signature(self._content(), self.signature, secret, where)
 
     @classmethod
     def from_dict(cls, data: Any) -> "Manifest":
@@ -146,7 +169,7 @@ class Manifest:
             raise ArtifactError(f"a manifest must be a JSON object, got {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
-        missing = sorted(names - set(data))
+        missing = sorted(names - set(data) - {"signature"})
         if unknown or missing:
             raise ArtifactError(f"manifest fields do not match schema {SCHEMA_VERSION}: unknown {unknown}, "
                                 f"missing {missing}")
@@ -164,6 +187,21 @@ class Manifest:
             return cls.from_dict(strict_loads(text))
         except (ValueError, ArtifactError) as exc:  # json errors are ValueError; ArtifactError from validation
             raise ArtifactIntegrityError(f"unreadable manifest: {exc}") from None
+
+
+def _check_array_entry(key: str, name: str, entry: Mapping[str, Any]) -> None:
+    """Every number a reader compares against (shape, nnz, nbytes) is a non-negative int, so a hostile
+    manifest fails here with a named error rather than deep inside a read."""
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    shape, nnz = entry["shape"], entry["nnz"]
+    if (not isinstance(shape, (list, tuple)) or not all(count(n) for n in shape) or not isinstance(entry["dtype"], str)
+            or not isinstance(entry["sparse"], bool) or not count(entry["nbytes"])
+            or not (count(nnz) if entry["sparse"] else nnz is None)):
+        raise ArtifactError(f"manifest for {key!r}: array {name!r} has a malformed description {dict(entry)!r}; "
+                            "expected shape (non-negative integers), dtype (string), sparse (bool), nnz (integer "
+                            "for sparse, null for dense) and nbytes (non-negative integer)")
 
 
 def _plain(value: Any) -> Any:

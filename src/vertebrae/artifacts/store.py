@@ -6,13 +6,16 @@ named ``<name>.<16 hex of its sha256>.<ext>``.  Publishing is atomic: data files
 its upload completes), the manifest last the same way.  Content-addressed file names mean that two
 processes writing one key at once never overwrite each other's data: whichever manifest lands last
 wins and points only at its own, complete files.  A reader trusts nothing but a manifest whose every
-file has the recorded size and sha256.  On a local disk, a symbolic link that leads out of the store
-root is never followed (reads, writes and deletes are refused).
+file has the recorded size and sha256 (and, with a secret, whose signature is right: ``signing.py``),
+and sizes no allocation by a number the manifest claims (see ``FsspecStore._read_verified``).  On a local disk,
+a symbolic link that leads out of the store root is never followed (reads, writes and deletes are refused).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
+import io
 import os
 import re
 import time
@@ -22,8 +25,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError, ArtifactWarning
-from .codecs import HashingSink, StoredArtifact, array_summary, decode_artifact, file_writers
+from .codecs import (HashingSink, StoredArtifact, array_summary, check_npy_size, decode_artifact, file_writers,
+                     npy_layout)
 from .manifest import MANIFEST_FILE, Manifest, check_key, logical_name, stored_name, utc_now
+from .signing import check_secret
 
 MEMORY_URL = "memory://"
 _OBJECT_STORE_PROTOCOLS = ("s3", "s3a", "gs", "gcs")
@@ -33,6 +38,9 @@ SECRET_OPTION = re.compile(r"key|secret|token|password|credential|session", re.I
 READ_ATTEMPTS = 8
 #: How long a reader waits once for a file its current manifest lists (a writer of equal content restoring it).
 _RESTORE_WAIT_S = 0.05
+#: The most bytes one artifact's data files may take together unless configured otherwise
+#: (``CacheConfig.max_artifact_bytes``): a manifest claiming more is refused before anything is read.
+DEFAULT_MAX_ARTIFACT_BYTES = 64 * 2**30
 
 
 @runtime_checkable
@@ -131,14 +139,21 @@ class MemoryStore:
 
 
 class FsspecStore:
-    """A store on any fsspec filesystem: local paths and ``file://`` (``s3://`` / ``gs://`` with the extras)."""
+    """A store on any fsspec filesystem: local paths and ``file://`` (``s3://`` / ``gs://`` with the extras).
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    ``secret``: sign every manifest written and read only manifests signed with it (``signing.py``).
+    ``max_artifact_bytes``: the most bytes one artifact's data files may take; larger ones are never read.
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, secret: str | None = None,
+                 max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES) -> None:
         if not isinstance(url, str) or not url:
             raise ArtifactError(f"store URL must be a non-empty string, got {url!r}")
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise ArtifactError(f"storage_options must be a mapping of fsspec options, "
                                 f"got {type(storage_options).__name__}")
+        self._secret = check_secret("the store's secret", secret)
+        self.max_artifact_bytes = check_max_artifact_bytes("max_artifact_bytes", max_artifact_bytes)
         self._raw_url, self._options = url, dict(storage_options or {})
         self.protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
         self.url = redact_url(url)
@@ -152,7 +167,13 @@ class FsspecStore:
         return f"FsspecStore({self.url!r})"
 
     def __reduce__(self):
-        return (FsspecStore, (self._raw_url, self._options))
+        reopen = functools.partial(FsspecStore, secret=self._secret, max_artifact_bytes=self.max_artifact_bytes)
+        return (reopen, (self._raw_url, self._options))
+
+    @property
+    def signed(self) -> bool:
+        """Whether manifests are signed on write and their signatures checked on read."""
+        return self._secret is not None
 
     # ------------------------------------------------------------ paths
     def _folder(self, key: str) -> str:
@@ -213,13 +234,13 @@ class FsspecStore:
         :data:`READ_ATTEMPTS` manifests, and a key rewritten throughout is an :class:`ArtifactRaceError`.
         A file still missing under the published manifest is corruption (ArtifactIntegrityError).
         """
-        manifest, waited = self._require(key), False
+        manifest, waited = self._trusted(key), False
         for _ in range(READ_ATTEMPTS):
             try:
                 return self._read_files(key, manifest)
             except FileNotFoundError as exc:
                 missing = exc
-            latest = self._require(key)
+            latest = self._trusted(key)
             if latest == manifest:
                 if waited:
                     raise self._missing(key, missing) from None
@@ -239,10 +260,24 @@ class FsspecStore:
             raise ArtifactNotFoundError(f"no artifact {key!r} in {self.url} (no manifest)")
         return manifest
 
+    def _trusted(self, key: str) -> Manifest:
+        """The manifest a read may follow: signed with this store's secret (if it has one) and within the size
+        limit, both checked before any data file is opened."""
+        manifest = self._require(key)
+        if self._secret is not None:
+            manifest.check_signature(self._secret, f"{self.url}/{key}")
+        declared = max([manifest.persisted_bytes, *(int(entry["nbytes"]) for entry in manifest.arrays.values())])
+        if declared > self.max_artifact_bytes:
+            raise ArtifactIntegrityError(f"{self.url}/{key}: the manifest declares {declared} bytes, over the limit "
+                                         f"of {self.max_artifact_bytes} (CacheConfig.max_artifact_bytes); it is not "
+                                         "read")
+        return manifest
+
     def _read_files(self, key: str, manifest: Manifest) -> StoredArtifact:
+        dense = {entry["file"]: entry for entry in manifest.arrays.values() if not entry["sparse"]}
         contents = {}
         for name, entry in manifest.files.items():
-            contents[logical_name(name)] = self._read_verified(key, name, entry)
+            contents[logical_name(name)] = self._read_verified(key, name, entry, dense.get(name))
         artifact = decode_artifact(manifest.kind, contents)
         for name, expected in manifest.arrays.items():
             value = artifact.arrays.get(name)
@@ -252,15 +287,30 @@ class FsspecStore:
                                              f"records {dict(expected)}")
         return artifact
 
-    def _read_verified(self, key: str, name: str, entry: Mapping[str, Any]) -> bytearray:
-        """The file's bytes, read into one buffer while hashing; never returned unless size and sha256 match."""
+    def _read_verified(self, key: str, name: str, entry: Mapping[str, Any],
+                       array: Mapping[str, Any] | None) -> bytearray:
+        """The file's bytes, read into one buffer while hashing; never returned unless size and sha256 match.
+
+        The buffer is allocated only once the object's real size equals the manifest's (a manifest number
+        alone never sizes an allocation), and a dense array's ``.npy`` header must match the manifest's
+        shape and dtype and account for exactly that size before its data is read.
+        """
         size = int(entry["bytes"])
-        # Exactly the recorded size, never resized: a backend's readinto may still hold a view of it (s3fs was
-        # seen to, now and then), and a bytearray with live views cannot shrink.  One more read reveals a longer file.
-        buffer = bytearray(size)
         sink, path = HashingSink(), self._path(key, name)
         try:
             with self.fs.open(path, "rb") as fileobj:
+                actual = fileobj.seek(0, io.SEEK_END)
+                if actual != size:
+                    raise ArtifactIntegrityError(f"{self.url}/{key}: {name} has {actual} bytes, the manifest records "
+                                                 f"{size} (truncated or replaced); it is not read")
+                fileobj.seek(0)
+                if array is not None:
+                    self._check_header(key, name, fileobj, array, size)
+                    fileobj.seek(0)
+                # Exactly that size, never resized: a backend's readinto may still hold a view of it (s3fs was seen
+                # to, now and then), and a bytearray with live views cannot shrink.  One more read reveals a longer
+                # file (one that grew since it was measured).
+                buffer = bytearray(size)
                 view, filled = memoryview(buffer), 0
                 while filled < size:
                     count = fileobj.readinto(view[filled:])
@@ -271,6 +321,8 @@ class FsspecStore:
                     filled += 1
         except FileNotFoundError:
             raise FileNotFoundError(name) from None
+        except ArtifactError:
+            raise
         except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("read", key, exc) from None
         if filled != size:
@@ -281,6 +333,14 @@ class FsspecStore:
             raise ArtifactIntegrityError(f"{self.url}/{key}: {name} fails its sha256 check (corrupted); "
                                          "it is not read")
         return buffer
+
+    def _check_header(self, key: str, name: str, fileobj: Any, array: Mapping[str, Any], size: int) -> None:
+        where = f"{self.url}/{key}: {name}"
+        shape, _, dtype, offset = npy_layout(fileobj, where)
+        if [*shape] != list(array["shape"]) or dtype.str != array["dtype"]:
+            raise ArtifactIntegrityError(f"{where} holds {[*shape]} {dtype.str} but the manifest records "
+                                         f"{list(array['shape'])} {array['dtype']}; it is not read")
+        check_npy_size(where, shape, dtype, offset, size)
 
     def persisted_bytes(self, key: str) -> dict[str, int]:
         """``{stored file: bytes}`` from a stat of each data file (the manifest itself excluded)."""
@@ -339,6 +399,8 @@ class FsspecStore:
                 name, entry = self._publish_data(folder, filename, write)
                 files[name], writers[name] = entry, (filename, write)
             manifest = build_manifest(key, artifact, files, versions, metadata)
+            if self._secret is not None:
+                manifest = manifest.signed(self._secret)
             self._put(f"{folder}/{MANIFEST_FILE}", manifest.to_json().encode("utf-8"))
             self._collect_garbage(key, manifest, previous)
             self._restore_missing(key, folder, writers)
@@ -527,8 +589,18 @@ def redact_url(url: str) -> str:
     return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1***@", url)
 
 
-def open_store(url: str | None, storage_options: Mapping[str, Any] | None = None) -> Store:
-    """``None`` or ``memory://`` -> a fresh :class:`MemoryStore`; anything else -> :class:`FsspecStore`."""
+def check_max_artifact_bytes(owner: str, value: Any) -> int:
+    """A positive integer byte count (what bounds every read from a store)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ArtifactError(f"{owner} must be a positive number of bytes, e.g. {DEFAULT_MAX_ARTIFACT_BYTES} "
+                            f"(64 GiB, the default), got {value!r}")
+    return value
+
+
+def open_store(url: str | None, storage_options: Mapping[str, Any] | None = None, *, secret: str | None = None,
+               max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES) -> Store:
+    """``None`` or ``memory://`` -> a fresh :class:`MemoryStore` (in-process: nothing to sign or bound);
+    anything else -> :class:`FsspecStore`."""
     if url is None or url == MEMORY_URL:
         return MemoryStore()
-    return FsspecStore(url, storage_options)
+    return FsspecStore(url, storage_options, secret=secret, max_artifact_bytes=max_artifact_bytes)

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact, array_nbytes, output_array
 from ..artifacts.store import Store
-from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError, ArtifactWarning
+from ..errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError,
+                      ArtifactSignatureError, ArtifactWarning)
 from .context import BYPASSED_UNSAFE_IDENTITY
 from .jobs import run_job
 from .plan import StageJob, version_of
@@ -109,7 +110,8 @@ class StageCache:
                           ArtifactWarning, stacklevel=3)
             return None
         except ArtifactError as exc:
-            what = "is corrupt" if isinstance(exc, ArtifactIntegrityError) else "cannot be read"
+            what = ("is unsigned or forged" if isinstance(exc, ArtifactSignatureError)
+                    else "is corrupt" if isinstance(exc, ArtifactIntegrityError) else "cannot be read")
             if self.config.mode == "read_only":
                 raise type(exc)(f"cache entry {job.key} in {self.config.url} {what}: {exc}. read_only mode never "
                                 "repairs entries: run `vertebrae cache verify`, or use mode='read_write' to recompute "
