@@ -46,7 +46,8 @@ Example (TOML)::
     higher_is_better = true       # optional; also aggregate_valid, params = {...}
 
 Relative paths are resolved against the config file's folder.  Unknown sections and
-keys are rejected with the list of allowed ones.  :func:`input_files` records every
+keys are rejected with the list of allowed ones, and a value of the wrong type with one
+line naming its key, before any file is loaded.  :func:`input_files` records every
 file a run reads (path as given, size, SHA-256) for the result's metadata.
 """
 
