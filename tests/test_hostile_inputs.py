@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import pathlib
 import re
 import time
@@ -266,7 +267,7 @@ def test_plan_fuzz_is_refused_or_runs_never_a_raw_error(project, plan, capsys):
         for part in where[:-1]:
             parent = parent[part]
         value = HOSTILE_VALUES[int(rng.integers(len(HOSTILE_VALUES)))]
-        if value != value:  # NaN cannot go into strict JSON
+        if isinstance(value, float) and math.isnan(value):  # NaN cannot go into strict JSON
             value = "nan"
         parent[where[-1]] = value
         path = _write(project / f"fuzz{example}.json", data)

@@ -233,7 +233,7 @@ def _parse_yaml(path: pathlib.Path, text: str) -> Any:
             return self.construct_document(node)
 
     try:
-        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=BoundedLoader)  # a SafeLoader subclass: no Python objects
     except yaml.YAMLError as exc:
         raise InputValidationError(f"{path}: invalid YAML: {exc}") from None
 
