@@ -144,3 +144,22 @@ def test_compare_ranks_by_the_shared_tie_rule_not_by_position():
     assert rows == [("a", 1, 1), ("b", 1, 2)]  # in B's ranking order; the tie in A shares rank 1
     assert comparison["top_a"] == "b" and comparison["top_b"] == "a"  # a tie's top is its first in input order
     assert comparison["regressed"] == ["b"]
+
+
+def test_a_candidate_missing_from_the_new_run_is_a_regression(runs, tmp_path, capsys):
+    """Issue 28 item 2: dropping an extractor from the new run must not pass the CI guard."""
+    baseline, _, paths = runs
+    dataset = BenchmarkDataset.from_embeddings(X, Y, identity=IDENTITY)
+    only_clean = Benchmark(dataset, [PrecomputedExtractor("clean", X)], scoring_config=OverlapScoringConfig(k=3),
+                           stability_config=StabilityConfig(repeats=3), progress=False).run()
+    path = only_clean.save_json(tmp_path / "dropped.json")
+    comparison = compare_results(baseline.serialized(), only_clean.serialized())
+    assert comparison["missing"] == ["candidate"] and comparison["regressed"] == ["candidate"]
+    assert main(["compare", str(paths["a"]), str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "Regressed (missing from" in out and "candidate" in out and "No candidate's primary score" in out
+    allowed = compare_results(baseline.serialized(), only_clean.serialized(), allow_missing=True)
+    assert allowed["missing"] == [] and allowed["regressed"] == [] and allowed["only_in_a"] == ["candidate"]
+    assert main(["compare", str(paths["a"]), str(path), "--allow-missing"]) == 0
+    assert "Only in" in capsys.readouterr().out
+    assert main(["compare", str(path), str(paths["a"])]) == 0  # a candidate added in B is no regression

@@ -4,7 +4,7 @@ and a staged run in phases over a shared store: ``plan CONFIG``, ``embed PLAN``,
 Exit codes: 0 success, 2 bad input or usage (one-line message on stderr, checked before the work: output
 paths, dask addresses, store folders), 1 a failed extractor (``--on-error record``), a run that ranks nothing
 (no valid primary score), an unexpected failure, or (``compare``) a candidate's primary score dropped by more
-than the tolerance.
+than the tolerance or a candidate of A is missing from B (unless ``--allow-missing``).
 """
 
 from __future__ import annotations
@@ -83,11 +83,14 @@ def _parser() -> argparse.ArgumentParser:
                              description="Compare baseline A with new run B: ranking changes, primary-score deltas "
                                          "against stability intervals, per-class regressions and whether the "
                                          "protocols match. Exits with 1 when any candidate's primary score gets "
-                                         "worse by more than --tolerance, so it can guard CI.")
+                                         "worse by more than --tolerance or a candidate of A is missing from B "
+                                         "(unless --allow-missing), so it can guard CI.")
     compare.add_argument("a", type=pathlib.Path, help="baseline result JSON")
     compare.add_argument("b", type=pathlib.Path, help="new result JSON")
     compare.add_argument("--tolerance", "-t", type=float, default=0.0,
                          help="allowed absolute primary-score drop before a candidate counts as regressed (default 0)")
+    compare.add_argument("--allow-missing", action="store_true",
+                         help="a candidate of A missing from B is not a regression (by default it is: exit 1)")
     compare.add_argument("--format", "-f", choices=("markdown", "html", "json"), default="markdown",
                          help="markdown (default), a self-contained HTML page, or the comparison as JSON")
     compare.add_argument("--output", "-o", type=pathlib.Path, default=None,
@@ -666,7 +669,7 @@ def _compare(args: argparse.Namespace) -> int:
     _output_file(args.output)
     a, b = _load(args.a), _load(args.b)
     comparison = compare_results(a.serialized(), b.serialized(), tolerance=args.tolerance,
-                                 names=(str(args.a), str(args.b)))
+                                 names=(str(args.a), str(args.b)), allow_missing=args.allow_missing)
     renderers = {"json": json_codec.dumps, "markdown": render_comparison_markdown, "html": render_comparison_html}
     _emit(renderers[args.format](comparison), args.output)
     return EXIT_FAILURE if comparison["regressed"] else EXIT_OK

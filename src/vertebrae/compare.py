@@ -4,8 +4,9 @@ The comparison is itself plain data (rendered as Markdown, HTML or JSON by
 :mod:`vertebrae.reports.compare_report`): ranking changes, primary-score deltas read
 against stability intervals where both runs have them, per-class regressions, and
 whether the protocols match.  A candidate *regresses* when its primary score moves the
-wrong way (respecting the metric's direction) by more than ``tolerance``; the CLI exits
-with 1 then, so a comparison can guard CI.  Runs of different datasets or target types are refused
+wrong way (respecting the metric's direction) by more than ``tolerance``, and a candidate of the
+baseline that is missing from the new run regresses too (a dropped extractor must not pass a CI guard)
+unless ``allow_missing``; the CLI exits with 1 then, so a comparison can guard CI.  Runs of different datasets or target types are refused
 (:class:`InputValidationError`, exit 2), never compared.
 """
 
@@ -78,8 +79,12 @@ def _worse_by(a: float, b: float, higher_is_better: bool) -> float:
 
 
 def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: float = 0.0,
-                    names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
-    """The comparison of serialized results ``a`` (baseline) and ``b`` (new run) as plain data."""
+                    names: tuple[str, str] = ("A", "B"), allow_missing: bool = False) -> dict[str, Any]:
+    """The comparison of serialized results ``a`` (baseline) and ``b`` (new run) as plain data.
+
+    ``regressed`` lists the candidates whose score regressed and, unless ``allow_missing``, those of ``a``
+    missing from ``b`` (also listed in ``missing``).
+    """
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not tolerance >= 0:
         raise InputValidationError(f"tolerance must be a number >= 0 (an absolute primary-score drop), got "
                                    f"{tolerance!r}")
@@ -113,13 +118,16 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
                                           "score_b": new["per_class"][label], "delta": -drop})
     order_b = {name: i for i, name in enumerate(view_b)}
     rows.sort(key=lambda r: order_b[r["extractor"]])  # B's ranking order
+    only_in_a = [n for n in view_a if n not in view_b]
+    missing = [] if allow_missing else only_in_a
     top = [next((n for n in view if view[n]["rank"] == 1), None) for view in (view_a, view_b)]
     return {
         "result_type": "comparison", "compared_type": kinds[0], "names": list(names), "tolerance": float(tolerance),
         "primary_metric": next(iter(view_a.values()), {}).get("metric"),
         "protocol_match": not differences, "protocol_differences": differences,
         "top_a": top[0], "top_b": top[1], "candidates": rows,
-        "only_in_a": [n for n in view_a if n not in view_b], "only_in_b": [n for n in view_b if n not in view_a],
+        "only_in_a": only_in_a, "only_in_b": [n for n in view_b if n not in view_a],
+        "allow_missing": bool(allow_missing), "missing": missing,
         "class_regressions": class_regressions,
-        "regressed": [r["extractor"] for r in rows if r["regressed"]],
+        "regressed": [r["extractor"] for r in rows if r["regressed"]] + missing,
     }

@@ -3,6 +3,12 @@
 Formats: ``.npy`` (dense), ``.npz`` (SciPy sparse via ``save_npz``, or a NumPy archive
 holding one array), ``.parquet`` and ``.csv`` (numeric columns; a CSV header is
 detected).  Errors name the file and say what was expected.
+
+Config files are read within bounds (a hostile or mistaken file must fail fast, not fill memory):
+at most :data:`MAX_CONFIG_BYTES`, and a YAML document at most :data:`MAX_CONFIG_NODES` values with
+its aliases expanded (a YAML "billion laughs" of a few hundred bytes otherwise expands to gigabytes
+when the config is hashed or written into a plan); recursive aliases and nesting deeper than Python's
+recursion limit are refused too.
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ from .errors import DependencyError, InputValidationError
 from .extras import install_hint
 
 MATRIX_SUFFIXES = (".npy", ".npz", ".parquet", ".csv")
+#: Largest run configuration file read: a config names its data files, it does not hold data.
+MAX_CONFIG_BYTES = 1 << 20
+#: Most values (scalars, lists, mappings) a YAML config may hold once its aliases are expanded.
+MAX_CONFIG_NODES = 100_000
 
 
 def _existing(path: str | pathlib.Path, what: str) -> pathlib.Path:
@@ -30,11 +40,11 @@ def load_matrix(path: str | pathlib.Path) -> Any:
     path = _existing(path, "embeddings")
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        return np.load(path, allow_pickle=False)
+        return _load_numpy(path, "embeddings")
     if suffix == ".npz":
         from scipy import sparse
 
-        with np.load(path, allow_pickle=False) as archive:
+        with _load_numpy(path, "embeddings") as archive:
             names = list(archive.files)
             if {"format", "shape", "data"} <= set(names):
                 return sparse.load_npz(path)
@@ -49,6 +59,27 @@ def load_matrix(path: str | pathlib.Path) -> Any:
 
         return _numeric_frame(pd.read_csv(path, header=0 if _csv_has_header(path) else None), path)
     raise InputValidationError(f"{path}: unsupported embeddings format {suffix!r}; use one of {list(MATRIX_SUFFIXES)}")
+
+
+def _load_numpy(path: pathlib.Path, what: str) -> Any:
+    """``np.load`` of a ``.npy`` file or ``.npz`` archive, never unpickling, with a message naming the file instead of
+    numpy's (a text file named ``.npy`` reads as "pickled (object) data" there)."""
+    import zipfile
+
+    if path.suffix.lower() == ".npz":
+        expected, right_kind = "a .npz archive (numpy.savez or scipy.sparse.save_npz)", zipfile.is_zipfile(path)
+    else:
+        with path.open("rb") as handle:
+            expected, right_kind = "a .npy file (numpy.save)", handle.read(6) == b"\x93NUMPY"
+    if not right_kind:
+        raise InputValidationError(f"{path}: the {what} file is not {expected}; save the array with numpy, or name "
+                                   "the file with the suffix of its real format")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        reason = "it holds Python objects, which are never unpickled" if "pickle" in str(exc) else str(exc)
+        raise InputValidationError(f"{path}: the {what} file cannot be read as {expected}: {reason}; save a "
+                                   "numeric (or string) array with numpy") from None
 
 
 def _read_parquet(path: pathlib.Path) -> Any:
@@ -90,7 +121,7 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
     path = _existing(path, what)
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        return np.load(path, allow_pickle=False)
+        return _load_numpy(path, what)
     if suffix == ".txt":
         lines = path.read_text(encoding="utf-8").splitlines()
         _reject_lines(path, what, [n for n, line in enumerate(lines, 1) if not line.strip()], "are blank")
@@ -158,25 +189,84 @@ def file_record(role: str, given: str | pathlib.Path, path: pathlib.Path) -> dic
 
 
 def load_config_file(path: str | pathlib.Path) -> dict[str, Any]:
-    """Parse a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run configuration."""
+    """Parse a TOML (``.toml``) or YAML (``.yaml``/``.yml``) run configuration, within the bounds above."""
     path = _existing(path, "config")
     suffix = path.suffix.lower()
-    text = path.read_text(encoding="utf-8")
-    if suffix == ".toml":
-        import tomllib
+    if suffix not in (".toml", ".yaml", ".yml"):
+        raise InputValidationError(f"{path}: config must be .toml, .yaml or .yml, got {suffix!r}")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise InputValidationError(f"{path}: the config file has {size} bytes, more than the {MAX_CONFIG_BYTES} a run "
+                                   "configuration may have; keep data in the files the config names")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputValidationError(f"{path}: the config file is not UTF-8 text ({exc})") from None
+    try:
+        data = _parse_toml(path, text) if suffix == ".toml" else _parse_yaml(path, text)
+    except RecursionError:
+        raise InputValidationError(f"{path}: the config is nested too deeply to read") from None
+    if not isinstance(data, dict):
+        raise InputValidationError(f"{path}: the YAML document must be a mapping of sections")
+    return data
 
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise InputValidationError(f"{path}: invalid TOML: {exc}") from None
-    if suffix in (".yaml", ".yml"):
-        import yaml
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InputValidationError(f"{path}: invalid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise InputValidationError(f"{path}: the YAML document must be a mapping of sections")
-        return data
-    raise InputValidationError(f"{path}: config must be .toml, .yaml or .yml, got {suffix!r}")
+def _parse_toml(path: pathlib.Path, text: str) -> Any:
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputValidationError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _parse_yaml(path: pathlib.Path, text: str) -> Any:
+    """``yaml.safe_load`` that measures the document with its aliases expanded before building it."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        def get_single_data(self) -> Any:
+            node = self.get_single_node()
+            if node is None:
+                return None
+            _check_expanded_size(path, node)
+            return self.construct_document(node)
+
+    try:
+        return yaml.load(text, Loader=BoundedLoader)  # a SafeLoader subclass: no Python objects
+    except yaml.YAMLError as exc:
+        raise InputValidationError(f"{path}: invalid YAML: {exc}") from None
+
+
+def _check_expanded_size(path: pathlib.Path, root: Any) -> None:
+    """Count the values of a composed YAML document as if every alias were copied out (each node once, memoized,
+    so a nested alias bomb costs its text size, not its expansion), refusing cycles and more than
+    MAX_CONFIG_NODES values."""
+    import yaml
+
+    def children(node: Any) -> list[Any]:
+        if isinstance(node, yaml.MappingNode):
+            return [part for pair in node.value for part in pair]
+        return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+    sizes: dict[int, int] = {}
+    entered: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in sizes:
+            stack.pop()
+        elif id(node) not in entered:
+            entered.add(id(node))
+            for child in children(node):
+                if id(child) in entered and id(child) not in sizes:
+                    raise InputValidationError(f"{path}: the YAML config refers to itself through an alias "
+                                               f"(line {child.start_mark.line + 1}); write the values out")
+                stack.append(child)
+        else:
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children(node))
+            if sizes[id(node)] > MAX_CONFIG_NODES:
+                raise InputValidationError(f"{path}: the YAML config holds more than {MAX_CONFIG_NODES} values with "
+                                           "its aliases (&anchor / *alias) expanded (at the value on line "
+                                           f"{node.start_mark.line + 1}); keep data in the files the config names")
+            stack.pop()

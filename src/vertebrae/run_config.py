@@ -47,7 +47,8 @@ Example (TOML)::
     higher_is_better = true       # optional; also aggregate_valid, params = {...}
 
 Relative paths are resolved against the config file's folder.  Unknown sections and
-keys are rejected with the list of allowed ones.  :func:`input_files` records every
+keys are rejected with the list of allowed ones, and a value of the wrong type with one
+line naming its key, before any file is loaded.  :func:`input_files` records every
 file a run reads (path as given, size, SHA-256) for the result's metadata.
 """
 
@@ -74,13 +75,44 @@ from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig
 from .user_modules import import_user_module
 
-DATASET_KEYS = {"id", "revision", "identity", "labels", "labels_column", "target_type", "label_names", "target_names",
-                "groups", "groups_column", "name"}
-EXTRACTOR_KEYS = {"name", "embeddings"}
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
             "cache", "compression"}
+
+
+def _is_text(value: Any) -> bool:
+    """A name: a string, or a whole number (YAML and TOML read ``revision: 2`` as one); never a list or a float
+    (``1.10`` would silently become ``1.1``)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+#: Each key of a config table: the test its value must pass and what the message says it must be.
+DATASET_FIELDS = {
+    "id": (_is_text, 'a string such as "support-tickets"'),
+    "revision": (_is_text, 'a string such as "2026-11" (quote a version number: "1.10")'),
+    "identity": (lambda v: isinstance(v, str), '"declared" or "content"'),
+    "labels": (_is_path, 'a file path such as "labels.csv"'),
+    "labels_column": (lambda v: isinstance(v, str) or (_is_strings(v) and len(v) > 0),
+                      "a column name or a list of them"),
+    "target_type": (lambda v: isinstance(v, str), '"single_label", "multi_label" or "regression"'),
+    "label_names": (_is_strings, "a list of strings"),
+    "target_names": (_is_strings, "a list of strings"),
+    "groups": (_is_path, 'a file path such as "groups.csv"'),
+    "groups_column": (lambda v: isinstance(v, str), "a column name"),
+    "name": (_is_text, "a string"),
+}
+EXTRACTOR_FIELDS = {"name": (_is_text, 'a string such as "minilm"'),
+                    "embeddings": (_is_path, 'a file path such as "minilm.npy"')}
+DATASET_KEYS = set(DATASET_FIELDS)
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
@@ -89,6 +121,18 @@ def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"config section {where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return data
+
+
+def _check_fields(where: str, data: Any, fields: Mapping[str, tuple[Any, str]]) -> Mapping[str, Any]:
+    """A table with known keys whose values have the right types (one line naming the key otherwise)."""
+    _check_keys(where, data, set(fields))
+    for key, value in data.items():
+        valid, expected = fields[key]
+        if not valid(value):
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ConfigTypeError(f"config {where} {key} must be {expected}, got {shown}")
     return data
 
 
@@ -173,23 +217,22 @@ def load_run_config(path: str | pathlib.Path) -> dict[str, Any]:
 def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
                           progress: bool | None = None) -> Benchmark:
     """Validate every section (and load the files) before anything is scored."""
-    section = _check_keys("[dataset]", config.get("dataset"), DATASET_KEYS)
+    section = _check_fields("[dataset]", config.get("dataset"), DATASET_FIELDS)
     if "labels" not in section:
         raise ConfigError("config [dataset] needs labels = \"path\" (labels, indicator or regression targets)")
     extractors_cfg = config.get("extractors")
     if not isinstance(extractors_cfg, list) or not extractors_cfg:
         raise ConfigError("config needs at least one [[extractors]] entry with name and embeddings")
+    for i, entry in enumerate(extractors_cfg):
+        if "name" not in _check_fields(f"extractors[{i}]", entry, EXTRACTOR_FIELDS) or "embeddings" not in entry:
+            raise ConfigError(f"config extractors[{i}] needs name and embeddings")
     kwargs = benchmark_kwargs(config)  # config errors before loading large files
     if "cache" in config:
         kwargs["cache_config"] = cache_config_from_section(config["cache"], base_dir)
     resolve = _resolver(base_dir)
     y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
-    extractors = []
-    for i, entry in enumerate(extractors_cfg):
-        entry = _check_keys(f"extractors[{i}]", entry, EXTRACTOR_KEYS)
-        if "name" not in entry or "embeddings" not in entry:
-            raise ConfigError(f"config extractors[{i}] needs name and embeddings")
-        extractors.append(PrecomputedExtractor(str(entry["name"]), load_matrix(resolve(entry["embeddings"]))))
+    extractors = [PrecomputedExtractor(str(entry["name"]), load_matrix(resolve(entry["embeddings"])))
+                  for entry in extractors_cfg]
     first = extractors[0].embeddings
     n_labels = len(y) if hasattr(y, "__len__") and np.ndim(y) != 0 else None
     if n_labels is not None and n_labels != first.shape[0]:

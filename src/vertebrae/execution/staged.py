@@ -40,6 +40,12 @@ from .plan import StageJob, artifact_key
 from .registry import COLLECT, EMBED, PHASES, definition_of
 
 PLAN_FORMAT, PLAN_SCHEMA = "vertebrae-plan", 1
+#: Largest plan file read (a plan of thousands of extractors is a few MB).
+MAX_PLAN_BYTES = 64 << 20
+#: The fields of a plan file: name, type, and what a message says it must be.
+PLAN_FIELDS = (("config", dict, "a table (the run config)"), ("base_dir", str, "a folder path"),
+               ("input_files", list, "a list of file records"), ("jobs", list, "a list of jobs"),
+               ("vertebrae_version", str, "a version string"), ("plan_id", str, "a content hash"))
 #: Stages whose keys change when ``vertebrae score --metric`` adds metrics (the others must match the plan file).
 METRIC_DEPENDENT = frozenset({"metrics", "assemble"})
 
@@ -111,25 +117,53 @@ class PlanFile:
         if not path.is_file():
             raise PlanError(f"plan file {str(path)!r} does not exist; write one with `vertebrae plan CONFIG --store "
                             "URL --output PLAN.json`")
+        size = path.stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise PlanError(f"{path} has {size} bytes, more than the {MAX_PLAN_BYTES} a plan file may have; it is not "
+                            "a plan `vertebrae plan` wrote")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise SerializationError(f"{path}: not a JSON plan file ({exc})") from None
+        except (ValueError, RecursionError) as exc:
+            raise SerializationError(f"{path}: not a JSON plan file ({type(exc).__name__}: {exc})") from None
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanError(f"{path} is not a vertebrae plan file (no \"format\": \"{PLAN_FORMAT}\"); a run config "
                             "goes to `vertebrae plan CONFIG` or `vertebrae run CONFIG`")
         if data.get("schema") != PLAN_SCHEMA:
             raise PlanError(f"{path} has plan schema {data.get('schema')!r}; this vertebrae reads schema {PLAN_SCHEMA}:"
                             " write the plan again with this version")
-        try:
-            plan = cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
-        except KeyError as exc:
-            raise PlanError(f"{path} lacks the field {exc.args[0]!r}; write the plan again with `vertebrae plan`") \
-                from None
+        _check_plan_fields(path, data)
+        plan = cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
         if plan.plan_id != data.get("plan_id"):
             raise PlanError(f"{path} was edited after it was written (its plan_id no longer matches its content); "
                             "write it again with `vertebrae plan`")
         return plan
+
+
+def _check_plan_fields(path: pathlib.Path, data: Mapping[str, Any]) -> None:
+    """Every field a phase reads, with its type, so an edited or foreign plan is one PlanError, never a raw
+    TypeError/KeyError in the middle of a phase."""
+    def refuse(where: str, expected: str) -> PlanError:
+        return PlanError(f"{path}: {where} must be {expected}; write the plan again with `vertebrae plan`")
+
+    for name, kind, expected in PLAN_FIELDS:
+        if name not in data:
+            raise PlanError(f"{path} lacks the field {name!r}; write the plan again with `vertebrae plan`")
+        if not isinstance(data[name], kind):
+            raise refuse(repr(name), expected)
+    cache = data["config"].get("cache")
+    if not isinstance(cache, dict) or not isinstance(cache.get("store"), str):
+        raise refuse("config.cache", "a table with the store URL (\"store\": \"...\")")
+    for i, record in enumerate(data["input_files"]):
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("role", "path", "sha256")):
+            raise refuse(f"input_files[{i}]", "a table with role, path and sha256 strings")
+    for i, job in enumerate(data["jobs"]):
+        if not isinstance(job, dict) or not all(isinstance(job.get(k), str) for k in ("key", "stage", "extractor")):
+            raise refuse(f"jobs[{i}]", "a table with key, stage and extractor strings")
+        if job.get("phase", "") not in (*PHASES, None):
+            raise refuse(f"jobs[{i}].phase", f"one of {list(PHASES)} or null")
+    jobs = {(job["stage"], job["extractor"]) for job in data["jobs"]}
+    if len(jobs) != len(data["jobs"]):
+        raise refuse("jobs", "a list with each stage of each extractor once")
 
 
 def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
@@ -235,9 +269,15 @@ class StoreRunner:
         return _StagedRun(self, list(jobs), context, on_error).execute(description)
 
     def _check_keys(self, jobs: Sequence[StageJob]) -> None:
+        """The plan file's jobs must be exactly the rebuilt plan's: the same set, each with the same key."""
         skip = METRIC_DEPENDENT if self.extra_metrics else frozenset()
         planned = {(j["stage"], j["extractor"]): j["key"] for j in self.plan.jobs if j["stage"] not in skip}
         now = {(job.stage, job.extractor): job.key for job in jobs if job.stage not in skip}
+        unlisted = sorted(f"{stage} of {name!r}" for stage, name in set(now) - set(planned))
+        if unlisted:
+            raise PlanError(f"the plan file does not list {len(unlisted)} job(s) its config plans "
+                            f"({', '.join(unlisted[:3])}{', …' if len(unlisted) > 3 else ''}): it was edited or "
+                            "truncated; write the plan again with `vertebrae plan`")
         changed = sorted(f"{stage} of {name!r}" for (stage, name), key in planned.items()
                          if now.get((stage, name)) != key)
         if changed:

@@ -25,9 +25,12 @@ def _rows(comparison: Mapping[str, Any]) -> list[list[Any]]:
 def _summary(comparison: Mapping[str, Any]) -> list[str]:
     """Plain-text sentences: the verdict, the protocol check, the top candidates and the membership changes."""
     a, b = comparison["names"]
-    regressed = comparison["regressed"]
+    missing = comparison["missing"]
+    regressed = [name for name in comparison["regressed"] if name not in missing]
     lines = [f"Regressed (primary score worse by more than {comparison['tolerance']:g}): {', '.join(regressed)}."
              if regressed else f"No candidate's primary score got worse by more than {comparison['tolerance']:g}."]
+    if missing:
+        lines.append(f"Regressed (missing from {b}; --allow-missing accepts that): {', '.join(missing)}.")
     if comparison["protocol_match"]:
         lines.append("The protocols match (dataset identity, target type, primary metric and settings).")
     else:
@@ -37,7 +40,7 @@ def _summary(comparison: Mapping[str, Any]) -> list[str]:
         lines.append(f"Top candidate in both runs: {comparison['top_a']}.")
     else:
         lines.append(f"Top candidate changed: {comparison['top_a']} in {a}, {comparison['top_b']} in {b}.")
-    if comparison["only_in_a"]:
+    if comparison["only_in_a"] and not missing:
         lines.append(f"Only in {a}: {', '.join(comparison['only_in_a'])}.")
     if comparison["only_in_b"]:
         lines.append(f"Only in {b}: {', '.join(comparison['only_in_b'])}.")

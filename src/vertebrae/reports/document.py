@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from .markdown_table import table, text
+from .markdown_table import line_start, table, text
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ def _md_block(block: Block) -> str:
     if isinstance(block, Table):
         return table(block.headers, block.rows)
     if isinstance(block, Items):
-        return "".join(f"{'1.' if block.ordered else '-'} {_md_spans(item)}\n" for item in block.items)
-    return _md_spans(block.spans) + "\n"
+        return "".join(f"{'1.' if block.ordered else '-'} {line_start(_md_spans(item))}\n" for item in block.items)
+    return line_start(_md_spans(block.spans)) + "\n"
 
 
 def section_markdown(section: Section) -> str:

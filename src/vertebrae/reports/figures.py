@@ -5,7 +5,9 @@ returns an SVG string, or None when the document lacks the figure's data, so the
 HTML report shows each figure exactly when its data exists.  Figures are drawn on
 a bare :class:`matplotlib.figure.Figure` (Agg canvas; pyplot and the user's global
 backend are never touched).  The JSON fields each figure reads are listed in
-docs/reports.md.
+docs/reports.md.  Every name, label and metric name from the data goes through :func:`_literal`
+first: matplotlib reads text between two ``$`` as math (``cost $5 and $6``), and
+``$\\frac{$`` would end the report in a mathtext parse error.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _literal(text: Any) -> str:
+    """``text`` as matplotlib shows it literally: every ``$`` escaped (``\\$``), so no span of it is mathtext.
+
+    Escaping works for every text matplotlib draws from a string, including tick labels it creates while
+    drawing (which a ``parse_math=False`` set on the figure's Text objects beforehand would miss).
+    """
+    return str(text).replace("$", r"\$")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -84,7 +95,7 @@ def ranking_figure(data: Mapping[str, Any]) -> Any | None:
     ranked = _ranked(data)
     if not ranked:
         return None
-    names = [r["name"] for r in ranked][::-1]
+    names = [_literal(r["name"]) for r in ranked][::-1]
     scores = [r["primary_score"] for r in ranked][::-1]
     intervals = [_interval(r) for r in ranked][::-1]
     fig = _figure(7, 1.3 + 0.35 * len(names))
@@ -103,7 +114,7 @@ def ranking_figure(data: Mapping[str, Any]) -> Any | None:
     ax.set_ylim(-0.6, len(names) - 0.4)
     ax.grid(axis="x", color="#dddddd", zorder=0)
     metric = ranked[0].get("primary_metric_name") or data.get("protocol", {}).get("config", {}).get("primary_metric")
-    ax.set_xlabel(f"{metric} (primary score; axis zoomed to the data, not from 0)")
+    ax.set_xlabel(f"{_literal(metric)} (primary score; axis zoomed to the data, not from 0)")
     ax.set_title("Ranking")
     return fig
 
@@ -118,14 +129,14 @@ def per_class_figure(data: Mapping[str, Any]) -> Any | None:
     if not ranked:
         return None
     keys = list(ranked[0]["overlap"]["per_class_scores"])[:MAX_CLASSES]
-    labels = [ranked[0]["overlap"].get("labels", {}).get(k, k) for k in keys]
+    labels = [_literal(ranked[0]["overlap"].get("labels", {}).get(k, k)) for k in keys]
     fig = _figure(min(11.0, max(6.0, 0.25 * len(keys) * len(ranked))), 4.0)
     ax = fig.subplots()
     width = 0.8 / len(ranked)
     for j, r in enumerate(ranked):
         scores = r["overlap"]["per_class_scores"]
         ax.bar([i + j * width for i in range(len(keys))], [scores.get(k, math.nan) for k in keys], width,
-               label=r["name"])
+               label=_literal(r["name"]))
     short = max(len(str(label)) for label in labels) <= 4
     ax.set_xticks([i + width * (len(ranked) - 1) / 2 for i in range(len(keys))], labels, rotation=0 if short else 45,
                   ha="center" if short else "right", fontsize=9)
@@ -147,7 +158,7 @@ def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
         return None
     overlap = ranked[0]["overlap"]
     keys = list(overlap["pairwise_scores"])[:MAX_CLASSES]
-    labels = [overlap.get("labels", {}).get(k, k) for k in keys]
+    labels = [_literal(overlap.get("labels", {}).get(k, k)) for k in keys]
     matrix = [[_number(overlap["pairwise_scores"][a].get(b)) for b in keys] for a in keys]
     finite = [v for row in matrix for v in row if not math.isnan(v)]
     low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
@@ -159,7 +170,7 @@ def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
     ax.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(keys)), labels, fontsize=8)
     fig.colorbar(image, ax=ax, label="pairwise overlap (1 = separated;\nscale fitted to this matrix)")
-    ax.set_title(f"Pairwise overlap: {ranked[0]['name']}")
+    ax.set_title(f"Pairwise overlap: {_literal(ranked[0]['name'])}")
     return fig
 
 
@@ -182,14 +193,14 @@ def compression_frontier(data: Mapping[str, Any]) -> str | None:
     for source in dict.fromkeys(row["source"] for row in rows):
         series = sorted((r for r in rows if r["source"] == source), key=lambda r: r["evaluated_bytes_per_row"])
         xs, ys = [r["evaluated_bytes_per_row"] for r in series], [r["primary_score"] for r in series]
-        ax.plot(xs, ys, marker="o", label=source)
+        ax.plot(xs, ys, marker="o", label=_literal(source))
         on_frontier = [r for r in series if r["frontier"]]
         ax.scatter([r["evaluated_bytes_per_row"] for r in on_frontier], [r["primary_score"] for r in on_frontier],
                    s=120, facecolors="none", edgecolors="#C44E52")
         _annotate(ax, [(x, y, r["variant"]) for x, y, r in zip(xs, ys, series)])
     ax.set_xscale("log")
     ax.set_xlabel("evaluated bytes per row (log scale); ringed: on the quality/size frontier")
-    ax.set_ylabel(f"{rows[0]['primary_metric']} (primary score)")
+    ax.set_ylabel(f"{_literal(rows[0]['primary_metric'])} (primary score)")
     ax.set_title("Compression frontier")
     ax.legend(fontsize=8)
     return _svg(fig)
@@ -212,7 +223,7 @@ def cohort_resources(data: Mapping[str, Any]) -> str | None:
     ax.scatter([p[0] for p in points], [p[1] for p in points], color="#55A868")
     _annotate(ax, points)
     ax.set_xlabel(label)
-    ax.set_ylabel(f"{members[0]['primary_metric_name']} (primary score)")
+    ax.set_ylabel(f"{_literal(members[0]['primary_metric_name'])} (primary score)")
     ax.set_title("Quality cohort: score against resources")
     return _svg(fig)
 
@@ -229,7 +240,7 @@ def monitor_trend(data: Mapping[str, Any]) -> str | None:
     ax = fig.subplots()
     for name, values in series.items():
         values.sort()
-        ax.plot([v[0] for v in values], [v[1] for v in values], marker="o", label=name)
+        ax.plot([v[0] for v in values], [v[1] for v in values], marker="o", label=_literal(name))
     failed = sorted({row["evaluation_index"] for row in data["rows"] if row.get("status") == "failed"})
     for index in failed:
         ax.axvline(index, color="#C44E52", linestyle=":", linewidth=1)
@@ -255,7 +266,7 @@ def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
                 if entry.get(direction):
                     values = [entry[direction]["metrics"][f"{metric}@{k}"] for k in cutoffs]
                     suffix = "" if direction == "forward" else " (reverse)"
-                    ax.plot(cutoffs, values, style, marker="o", label=entry["name"] + suffix)
+                    ax.plot(cutoffs, values, style, marker="o", label=_literal(entry["name"]) + suffix)
         ax.set_title(f"{metric}@k", fontsize=9)
         ax.set_ylim(0, 1.05)
     axes[0].legend(fontsize=7)
@@ -285,7 +296,7 @@ def _higher_is_better(r: Mapping[str, Any]) -> bool:
 
 def _annotate(ax: Any, points: Sequence[tuple[float, float, str]]) -> None:
     for x, y, name in points:
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.annotate(_literal(name), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
 
 
 def _resource_points(members: Sequence[Mapping[str, Any]], section: str, field: str,

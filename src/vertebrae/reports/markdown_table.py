@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,13 +19,34 @@ def plain(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+#: Inline Markdown a name or label must not start: a link or image (a ``]`` followed by ``(``, ``[`` or ``:`` is
+#: escaped, so ``[..](..)``, ``![..](..)``, ``[..][..]`` and ``[..]: url`` stay text while an interval such as
+#: ``[0.19, 0.25]`` stays as written), emphasis, strikethrough and math (GitHub reads ``$..$``); ``_`` only where it
+#: can delimit emphasis (not inside a word, so ``raw_pixels`` stays as written).
+_INLINE_MARKUP = re.compile(r"\](?=[(\[:])|[*~$]|(?<![^\W_])_|_(?![^\W_])")
+#: A line start Markdown reads as a block: heading, quote, list item or rule (what a name may begin with).
+_BLOCK_MARKUP = re.compile(r"^(?:#{1,6}|[-+](?!-)|-{3,}|(\d{1,9})[.)])(?=\s|$)")
+
+
 def cell(value: Any, digits: int = 4) -> str:
-    """Render one value as a safe cell: HTML, pipes, backslashes and backticks escaped, line breaks as <br>."""
+    """Render one value as a safe cell: HTML, pipes, backslashes, backticks and the inline markup of
+    ``_INLINE_MARKUP`` escaped, line breaks as <br>, so a label is shown as written and never becomes a link."""
     text = plain(value, digits)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # no raw HTML from labels
     text = text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+    text = _INLINE_MARKUP.sub(lambda match: "\\" + match.group(), text)
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "<br>")
     return text
+
+
+def line_start(markdown: str) -> str:
+    """Rendered inline Markdown that begins a line (a paragraph, a list item), with a leading ``#``, ``-``, ``+``
+    or ``1.`` escaped so a name cannot open a heading, list or rule there (``>`` is already ``&gt;``)."""
+    match = _BLOCK_MARKUP.match(markdown)
+    if match is None:
+        return markdown
+    cut = match.end() - 1 if match.group(1) else 0  # digits cannot be escaped: escape the "." or ")" after them
+    return markdown[:cut] + "\\" + markdown[cut:]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 4) -> str:

@@ -164,6 +164,9 @@ class CallableMetric:
         self.fn = fn
         self.higher_is_better = check_bool(f"CallableMetric {name!r}", "higher_is_better", higher_is_better)
         self.aggregate_valid = check_bool(f"CallableMetric {name!r}", "aggregate_valid", aggregate_valid)
+        if params is not None and not isinstance(params, Mapping):
+            raise ConfigTypeError(f"CallableMetric {name!r}: params must be a mapping of keyword arguments, got "
+                                  f"{params!r:.80}")
         params = dict(params or {})
         clash = sorted(set(params) & {*CALL_ARGUMENTS, "embeddings", "labels"})
         if clash or not all(isinstance(k, str) for k in params):

@@ -40,6 +40,9 @@ STD_DDOF = 1
 INTERVAL_METHOD = "linear"
 #: Version of the repeat protocol, part of every stability artifact key.  2: repeat 0 is the primary draw.
 PROTOCOL_VERSION = 2
+#: Most repeats a config may ask for: each repeat is a full scoring call (20 is the default, a few hundred is a lot),
+#: and the seeds of all of them are drawn first, so a mistyped count must fail before any memory or time is spent.
+MAX_REPEATS = 10_000
 #: An adjacent pair of the reported ranking is flagged unstable when its order holds in fewer repeats than this.
 ORDER_AGREEMENT = 0.9
 
@@ -70,6 +73,9 @@ class StabilityConfig(Config):
         name = type(self).__name__
         check_choice(name, "mode", self.mode, MODES)
         self._set("repeats", check_int(name, "repeats", self.repeats, minimum=2))
+        if self.repeats > MAX_REPEATS:
+            raise ConfigError(f"{name}.repeats must be <= {MAX_REPEATS} (each repeat is one full scoring call), got "
+                              f"{self.repeats}")
         self._set("interval_level", check_float(name, "interval_level", self.interval_level, low=0.0, high=1.0,
                                                 low_open=True, high_open=True))
         self._set("subsample_fraction", check_float(name, "subsample_fraction", self.subsample_fraction, low=0.0,
