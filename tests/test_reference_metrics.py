@@ -308,3 +308,44 @@ def test_reference_metrics_rank_in_a_benchmark():
         scores = {e: result[e].metrics[name].score for e in ("signal", "noise")}
         assert scores["signal"] > scores["noise"], name
     assert [r.name for r in result.ranked_results()] == ["signal", "noise"]
+
+
+@pytest.mark.filterwarnings("ignore::vertebrae.errors.ScoringWarning")
+def test_run_config_builds_reference_metrics_from_class_paths(tmp_path, capsys):
+    from vertebrae import BenchmarkResult
+    from vertebrae.cli import main
+
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=2)
+    np.save(tmp_path / "full.npy", X)
+    np.save(tmp_path / "labels.npy", y)
+    config = """
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "labels.npy"
+
+[[extractors]]
+name = "full"
+embeddings = "full.npy"
+
+[scoring]
+k = 3
+
+[[metrics]]
+path = "vertebrae:KNNMetric"
+params = {k = 3}
+"""
+    (tmp_path / "run.toml").write_text(config)
+    argv = ["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q",
+            "--metric", "vertebrae:LogMEMetric:evidence", "--primary-metric", "evidence"]
+    assert main(argv) == 0
+    result = BenchmarkResult.load(tmp_path / "out" / "report.json")
+    assert result["full"].metrics["knn"].metadata["k"] == 3
+    assert result["full"].primary_score == pytest.approx(
+        LogMEMetric()(X, _labels(y), target_metadata=SINGLE)["score"], abs=1e-12)
+    assert [m["type"] for m in result.metadata["settings"]["metrics"]] == ["knn", "logme"]
+    (tmp_path / "run.toml").write_text(config.replace("k = 3}", "neighbours = 3}"))
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out2"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "KNNMetric got unknown field 'neighbours'" in err
