@@ -80,7 +80,7 @@ class KNNMetric(Config):
         if short:
             warnings.append(f"{short} row(s) have fewer than k={self.k} candidate neighbours"
                             + (" in other groups" if codes is not None else "") + "; they vote with all they have")
-        truth = targets.one_hot()
+        truth = targets.columns()
         n_neighbours = np.minimum(candidates, self.k)
         rows = self.block_rows(n)
         blocks = []

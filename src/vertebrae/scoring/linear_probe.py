@@ -95,12 +95,12 @@ class LinearProbeMetric(Config):
         notes = [*targets.warnings, *self._fold_notes(targets, codes, n)]
         sparse_input = is_sparse(embeddings)
         y = targets.y[:, 0] if targets.target_type == "regression" and targets.y.shape[1] == 1 else targets.y
+        folds = self.folds(targets.target_type, seed, codes is not None)
         with warnings_module.catch_warnings(record=True) as caught:
             warnings_module.simplefilter("always")
             scores = cross_val_score(self.estimator(targets.target_type, seed, sparse_input=sparse_input),
-                                     embeddings, y, groups=codes, cv=self.folds(targets.target_type, seed,
-                                                                                 codes is not None),
-                                     scoring=targets.scorer, error_score="raise")
+                                     embeddings, y, groups=codes, cv=folds, scoring=targets.scorer,
+                                     error_score="raise")
         unconverged = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
         if unconverged:
             notes.append(f"the logistic regression did not converge within max_iter={self.max_iter} in "
@@ -112,7 +112,7 @@ class LinearProbeMetric(Config):
                 "metadata": {"model": _model_name(targets.target_type), "scaling": (
                                  "StandardScaler(with_mean=False) (sparse input stays sparse)" if sparse_input
                                  else "StandardScaler()"),
-                             "folds": type(self.folds(targets.target_type, seed, codes is not None)).__name__,
+                             "folds": type(folds).__name__,
                              "n_splits": self.n_splits, "seed": seed}}
 
     def _fold_notes(self, targets: MetricTargets, codes: np.ndarray | None, n: int) -> list[str]:

@@ -84,7 +84,7 @@ class LogMEMetric(Config):
                               f"dimensions needs about {dense_bytes:,} bytes, over max_dense_bytes="
                               f"{self.max_dense_bytes:,}; raise LogMEMetric.max_dense_bytes or reduce the "
                               "embedding width (e.g. EmbeddingCompressionConfig)")
-        Y = targets.one_hot()
+        Y = targets.columns()
         sigma, Z = spectrum(embeddings, Y)
         evidence, converged = maximize_evidence(sigma, Z, (Y * Y).sum(axis=0), n, self.max_iter, self.tol)
         per_target = dict(zip(targets.names, evidence.tolist()))

@@ -37,8 +37,8 @@ class MetricTargets:
     def scorer(self) -> str:
         return SCORERS[self.target_type]
 
-    def one_hot(self) -> np.ndarray:
-        """Single-label codes as a float64 ``(n, C)`` one-hot matrix; other types as float64 ``(n, T)``."""
+    def columns(self) -> np.ndarray:
+        """The targets as float64 columns: one-hot ``(n, C)`` for single-label codes, else ``y`` as float64."""
         if self.target_type == "single_label":
             return np.eye(len(self.names))[self.y]
         return self.y.astype(np.float64)
