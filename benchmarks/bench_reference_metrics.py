@@ -11,7 +11,7 @@ Each figure is the best of ``--rounds`` (other processes on a small shared machi
 memory is ``tracemalloc``'s peak of Python and NumPy allocations (BLAS/LAPACK workspaces are not counted).
 Full size: 20,000 x 384 float32, 20 Gaussian classes; ``--small``: 2,000 x 64, 10 classes.
 
-    python benchmarks/bench_reference_metrics.py [--small] [--rounds N]
+    python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme]
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="2,000 x 64, 10 classes (a quick run)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme")
     args = parser.parse_args()
     n, dim, n_classes = (2_000, 64, 10) if args.small else (20_000, 384, 20)
     X, y = make_data(n, dim, n_classes)
@@ -81,16 +82,18 @@ def main() -> None:
     print(f"data: {n:,} x {dim} float32, {n_classes} classes, best of {args.rounds} round(s); "
           f"load average at start {os.getloadavg()[0]:.2f}; input matrix {X.nbytes / 2**20:.1f} MiB")
     pairs = [
-        ("KNNMetric(k=5)", lambda: KNNMetric()(X, labels, target_metadata=meta)["score"],
+        ("knn", "KNNMetric(k=5)", lambda: KNNMetric()(X, labels, target_metadata=meta)["score"],
          "NearestNeighbors(cosine, brute).kneighbors + vote", lambda: bare_knn(X, y, 5)),
-        ("LinearProbeMetric()", lambda: LinearProbeMetric()(X, labels, target_metadata=meta, seed=0)["score"],
+        ("probe", "LinearProbeMetric()", lambda: LinearProbeMetric()(X, labels, target_metadata=meta, seed=0)["score"],
          "cross_val_score(StandardScaler + LogisticRegression)", lambda: bare_probe(X, y)),
-        ("LogMEMetric()", lambda: LogMEMetric()(X, labels, target_metadata=meta)["score"],
+        ("logme", "LogMEMetric()", lambda: LogMEMetric()(X, labels, target_metadata=meta)["score"],
          "np.linalg.svd(X, full_matrices=False)", lambda: np.linalg.svd(X, full_matrices=False)[1][0]),
     ]
     print(f"{'metric':<22}{'time s':>9}{'peak MiB':>10}   {'bare call':<52}{'time s':>9}{'peak MiB':>10}"
           f"{'time ratio':>12}{'score':>10}{'bare score':>12}")
-    for name, metric, bare_name, bare in pairs:
+    for key, name, metric, bare_name, bare in pairs:
+        if key not in args.only.split(","):
+            continue
         m_time, m_peak, m_value = measure(metric, args.rounds)
         b_time, b_peak, b_value = measure(bare, args.rounds)
         print(f"{name:<22}{m_time:>9.2f}{m_peak / 2**20:>10.1f}   {bare_name:<52}{b_time:>9.2f}{b_peak / 2**20:>10.1f}"

@@ -1,8 +1,9 @@
 """KNNMetric: exact leave-one-out k-nearest-neighbour prediction quality.
 
 Rows are L2-normalized exactly as the overlap scorer normalizes them
-(:func:`~vertebrae.embeddings.evaluated_matrix`: float64, zero rows stay at the
-origin), so similarity is cosine.  Queries are processed in blocks whose
+(:func:`~vertebrae.embeddings.evaluated_matrix`: in float64, zero rows stay at the
+origin), so similarity is cosine; similarities are computed in float64 for float64
+input and in float32 otherwise (scikit-learn's precision rule, twice as fast).  Queries are processed in blocks whose
 temporaries stay under ``max_block_bytes``; sparse input stays CSR and only one
 block of similarities is dense.  Definitions, tie rules and measured speed are in
 docs/metrics.md ("Reference metrics").
@@ -73,6 +74,8 @@ class KNNMetric(Config):
             raise MetricError(f"metric {self.name!r}: leave-one-out needs at least 2 rows, got {n}")
         warnings = list(targets.warnings)
         matrix, zeros = evaluated_matrix(embeddings, normalize=True)
+        dtype = np.float64 if embeddings.dtype == np.float64 else np.float32
+        matrix = matrix.astype(dtype, copy=False)
         if zeros.size:
             warnings.append(f"{zeros.size} all-zero embedding row(s) have cosine similarity 0 to every row")
         candidates = np.full(n, n - 1) if codes is None else n - np.bincount(codes)[codes]
@@ -99,7 +102,7 @@ class KNNMetric(Config):
                 "warnings": warnings,
                 "metadata": {"similarity": "cosine", "normalization": "l2 (as overlap scoring)", "k": self.k,
                              "groups": "neighbours from other groups only" if codes is not None else None,
-                             "block_rows": rows, "tie_rule": TIE_RULE, "dtype": "float64"}}
+                             "block_rows": rows, "tie_rule": TIE_RULE, "dtype": np.dtype(dtype).name}}
 
     def _neighbours(self, matrix: Any, codes: np.ndarray | None, start: int, stop: int) -> Any:
         """A CSR 0/1 matrix ``(stop - start, n)`` marking each query's neighbours (at most ``k`` per row)."""
@@ -116,7 +119,9 @@ class KNNMetric(Config):
         need = k - above.sum(axis=1)
         at = (sims == kth[:, None]) & np.isfinite(kth)[:, None]
         del sims
-        at &= np.cumsum(at, axis=1, dtype=np.int32) <= need[:, None]  # ties at the k-th: lower row index first
+        tied = np.flatnonzero(at.sum(axis=1) > need)  # more rows at the k-th similarity than places left
+        if tied.size:  # ties at the k-th: the lower row index first
+            at[tied] &= np.cumsum(at[tied], axis=1, dtype=np.int32) <= need[tied, None]
         above |= at
         del at
         hit_rows, hit_cols = np.nonzero(above)
