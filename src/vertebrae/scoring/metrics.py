@@ -263,8 +263,7 @@ def _is_metric(obj: Any) -> bool:
 
 def _is_metric_class(obj: Any) -> bool:
     """A class whose instances are metrics, such as :class:`~vertebrae.KNNMetric` (its ``name`` is a field)."""
-    return isinstance(obj, type) and callable(getattr(obj, "__call__", None)) and all(
-        hasattr(obj, a) for a in _METRIC_ATTRIBUTES)
+    return isinstance(obj, type) and all(hasattr(obj, a) for a in _METRIC_ATTRIBUTES)
 
 
 def _built_metric(path: str, cls: type, name: str | None, params: Mapping[str, Any] | None) -> Any:
