@@ -30,7 +30,10 @@ from .profiling import DistributedResourceProfile, LocalResourceProfile, Resourc
 from .results import BenchmarkResult, ExtractorResult
 from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
                         RetrievalDataset, TwoBranchExtractor)
+from .scoring.knn_metric import KNNMetric
 from .scoring.label_retrieval import LabelRetrievalMetric
+from .scoring.linear_probe import LinearProbeMetric
+from .scoring.logme import LogMEMetric
 from .scoring.memory import MemoryConfig
 from .scoring.metric_result import MetricResult
 from .scoring.metrics import CallableMetric, Metric, OverlapMetric, load_metric
@@ -52,6 +55,7 @@ __all__ = [
     "SeparatixScorer", "SerializationError", "SklearnExtractor", "StabilityConfig", "StabilityResult",
     "run_stability_analysis",
     "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
+    "KNNMetric", "LinearProbeMetric", "LogMEMetric",
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "LabelViewConfig", "TargetView", "TargetViewConfig",

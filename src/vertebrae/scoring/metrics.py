@@ -206,6 +206,8 @@ def load_metric(path: str, name: str | None = None, higher_is_better: bool | Non
     function's name, ``higher_is_better`` and ``aggregate_valid`` to True).  An
     attribute that already is a metric object (e.g. ``retrieval = LabelRetrievalMetric(...)``)
     is returned as is: its own settings apply, so the arguments may only repeat them.
+    A metric class (e.g. ``"vertebrae:KNNMetric"``) is built with ``params`` as its
+    keyword arguments (and ``name`` when given); its direction and validity are its own.
     """
     module_name, _, attribute = path.partition(":") if isinstance(path, str) else ("", "", "")
     parts = module_name.split(".") + attribute.split(".")
@@ -217,6 +219,9 @@ def load_metric(path: str, name: str | None = None, higher_is_better: bool | Non
         if not hasattr(obj, part):
             raise ConfigError(f"metric path {path!r}: {module_name!r} has no attribute {attribute!r}")
         obj = getattr(obj, part)
+    if _is_metric_class(obj):
+        obj = _built_metric(path, obj, name, params)
+        name = params = None  # they built it; the check below may only repeat the class's own settings
     if _is_metric(obj):
         for field, given in (("name", name), ("higher_is_better", higher_is_better),
                              ("aggregate_valid", aggregate_valid), ("params", params)):
@@ -225,8 +230,9 @@ def load_metric(path: str, name: str | None = None, higher_is_better: bool | Non
                                   f"(got {field}={given!r}); change it where the object is defined")
         return obj
     if isinstance(obj, type) or not callable(obj):
-        raise InputTypeError(f"metric path {path!r} names a {type(obj).__name__}, not a metric function or metric "
-                             "object; point it at fn(embeddings, labels, *, target_metadata, groups, seed)")
+        raise InputTypeError(f"metric path {path!r} names a {type(obj).__name__}, not a metric function, metric "
+                             "object or metric class; point it at fn(embeddings, labels, *, target_metadata, groups, "
+                             "seed)")
     return CallableMetric(name or attribute.rsplit(".", 1)[-1], obj,
                           higher_is_better=True if higher_is_better is None else higher_is_better,
                           aggregate_valid=True if aggregate_valid is None else aggregate_valid, params=params)
@@ -256,6 +262,23 @@ def metrics_from_config(entries: Any) -> list[Metric]:
 
 def _is_metric(obj: Any) -> bool:
     return not isinstance(obj, type) and callable(obj) and all(hasattr(obj, a) for a in _METRIC_ATTRIBUTES)
+
+
+def _is_metric_class(obj: Any) -> bool:
+    """A class whose instances are metrics, such as :class:`~vertebrae.KNNMetric` (its ``name`` is a field)."""
+    return isinstance(obj, type) and all(hasattr(obj, a) for a in _METRIC_ATTRIBUTES)
+
+
+def _built_metric(path: str, cls: type, name: str | None, params: Mapping[str, Any] | None) -> Any:
+    """``cls(**params, name=name)``: the metric class of a path, configured by a run config's ``params``."""
+    kwargs = dict(params or {})
+    if name is not None:
+        kwargs["name"] = name
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"metric path {path!r}: {cls.__name__} cannot be built with params {kwargs!r}: {exc}"
+                          ) from None
 
 
 # ---------------------------------------------------------------- benchmark settings

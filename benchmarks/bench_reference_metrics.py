@@ -1,0 +1,104 @@
+"""Time and peak memory of the reference metrics against the bare scikit-learn / NumPy call, in the same run.
+
+* ``KNNMetric`` (k=5) against ``NearestNeighbors(n_neighbors=5, metric="cosine", algorithm="brute").fit(X)
+  .kneighbors()`` (leave-one-out: the fitted rows themselves are left out) plus the same vote and
+  ``balanced_accuracy_score``;
+* ``LinearProbeMetric`` against ``cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
+  X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy")``;
+* ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME).
+
+Each figure is the best of ``--rounds`` (other processes on a small shared machine inflate single timings); peak
+memory is ``tracemalloc``'s peak of Python and NumPy allocations (BLAS/LAPACK workspaces are not counted).
+Full size: 20,000 x 384 float32, 20 Gaussian classes; ``--small``: 2,000 x 64, 10 classes.
+
+    python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from vertebrae import KNNMetric, LinearProbeMetric, LogMEMetric
+
+
+def make_data(n: int, dim: int, n_classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0.0, 0.15, (n_classes, dim)).astype(np.float32)  # overlapping classes, not a trivial 1.0
+    labels = np.repeat(np.arange(n_classes), n // n_classes)
+    return centers[labels] + rng.normal(0.0, 1.0, (labels.size, dim)).astype(np.float32), labels
+
+
+def measure(fn: Callable[[], Any], rounds: int) -> tuple[float, int, Any]:
+    """Best wall time over ``rounds``, the peak traced bytes of the last round, and the last value."""
+    best = float("inf")
+    for _ in range(rounds):
+        tracemalloc.start()
+        start = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - start)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return best, peak, value
+
+
+def bare_knn(X: np.ndarray, y: np.ndarray, k: int) -> float:
+    from sklearn.metrics import balanced_accuracy_score
+    from sklearn.neighbors import NearestNeighbors
+
+    neighbours = NearestNeighbors(n_neighbors=k, metric="cosine", algorithm="brute").fit(X).kneighbors(
+        return_distance=False)
+    votes = np.zeros((len(y), y.max() + 1))
+    np.add.at(votes, (np.repeat(np.arange(len(y)), k), y[neighbours].ravel()), 1)
+    return balanced_accuracy_score(y, votes.argmax(axis=1))
+
+
+def bare_probe(X: np.ndarray, y: np.ndarray) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), X, y,
+                           cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy").mean()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="2,000 x 64, 10 classes (a quick run)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme")
+    args = parser.parse_args()
+    n, dim, n_classes = (2_000, 64, 10) if args.small else (20_000, 384, 20)
+    X, y = make_data(n, dim, n_classes)
+    labels = np.array([f"vk:int:{c:02d}" for c in y])  # what run_metrics passes; sorts like the codes
+    meta = {"target_type": "single_label"}
+    print(f"data: {n:,} x {dim} float32, {n_classes} classes, best of {args.rounds} round(s); "
+          f"load average at start {os.getloadavg()[0]:.2f}; input matrix {X.nbytes / 2**20:.1f} MiB")
+    pairs = [
+        ("knn", "KNNMetric(k=5)", lambda: KNNMetric()(X, labels, target_metadata=meta)["score"],
+         "NearestNeighbors(cosine, brute).kneighbors + vote", lambda: bare_knn(X, y, 5)),
+        ("probe", "LinearProbeMetric()", lambda: LinearProbeMetric()(X, labels, target_metadata=meta, seed=0)["score"],
+         "cross_val_score(StandardScaler + LogisticRegression)", lambda: bare_probe(X, y)),
+        ("logme", "LogMEMetric()", lambda: LogMEMetric()(X, labels, target_metadata=meta)["score"],
+         "np.linalg.svd(X, full_matrices=False)", lambda: np.linalg.svd(X, full_matrices=False)[1][0]),
+    ]
+    print(f"{'metric':<22}{'time s':>9}{'peak MiB':>10}   {'bare call':<52}{'time s':>9}{'peak MiB':>10}"
+          f"{'time ratio':>12}{'score':>10}{'bare score':>12}")
+    for key, name, metric, bare_name, bare in pairs:
+        if key not in args.only.split(","):
+            continue
+        m_time, m_peak, m_value = measure(metric, args.rounds)
+        b_time, b_peak, b_value = measure(bare, args.rounds)
+        print(f"{name:<22}{m_time:>9.2f}{m_peak / 2**20:>10.1f}   {bare_name:<52}{b_time:>9.2f}{b_peak / 2**20:>10.1f}"
+              f"{m_time / b_time:>12.2f}{m_value:>10.4f}{b_value:>12.4f}")
+
+
+if __name__ == "__main__":
+    main()
