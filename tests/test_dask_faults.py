@@ -11,6 +11,7 @@ recompute. Cluster tests run on real LocalClusters of 2 single-threaded worker p
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pathlib
 import time
@@ -124,7 +125,7 @@ def test_a_worker_dying_more_often_than_allowed_fails_the_run_naming_stage_and_e
     assert_named(raised.value, "extract", "killer", "died")  # its worker, on every try, or the context's workers
 
 
-def test_a_scheduler_closed_mid_run_fails_the_run_naming_stage_and_extractor():
+def test_a_scheduler_closed_mid_run_fails_the_run_naming_stage_and_extractor(caplog):
     # A short connect timeout: the clients give up reconnecting to the closed scheduler sooner (the test's length).
     with private_cluster(**{"distributed.comm.timeouts.connect": "3s"}) as (cluster, client):
         benchmark = Benchmark(classes(), [CallableExtractor("slow", slow_embed, cache_identity="slow-v1")],
@@ -136,7 +137,12 @@ def test_a_scheduler_closed_mid_run_fails_the_run_naming_stage_and_extractor():
                       for key in keys):
             assert time.monotonic() < deadline, "the extract task never started"
             time.sleep(0.05)
-        cluster.sync(cluster.scheduler.close)
-        thread.join(60)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="distributed.client"):
+            cluster.sync(cluster.scheduler.close)
+            thread.join(60)
         assert not thread.is_alive()
+        # Closing the runner's client logged no traceback of its cancelled reconnection attempts.
+        assert [record.getMessage() for record in caplog.records
+                if record.name == "distributed.client" and record.exc_info] == []
     assert_named(box.get("error"), "extract", "slow", "the dask scheduler went away")

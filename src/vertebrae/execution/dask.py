@@ -136,29 +136,34 @@ class DaskRunner:
 
 
 class _ReconnectCancelled(logging.Filter):
-    """Drops what dask's client logs when closing it cancels its attempts to reach a scheduler that is gone:
-    an ERROR record with a CancelledError traceback (the run's ExecutionError already says what happened)."""
-
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+@contextlib.contextmanager
+def quiet_reconnect() -> Iterator[None]:
+    """While open, drop what dask's client logs when closing it cancels its attempts to reach a scheduler that
+    is gone: an ERROR record with a CancelledError traceback (the run's ExecutionError already says what
+    happened). Wrap the ``with client:`` block of a client the caller closes."""
+    log, quiet = logging.getLogger("distributed.client"), _ReconnectCancelled()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
 
 
 @contextlib.contextmanager
 def _connected(address: str) -> Iterator[Any]:
     """A client of the scheduler at ``address`` for one run; a scheduler that cannot be reached is an ExecutionError."""
     distributed = _distributed()
-    log, quiet = logging.getLogger("distributed.client"), _ReconnectCancelled()
-    log.addFilter(quiet)
     try:
-        try:
-            client = distributed.Client(address)
-        except OSError as exc:  # refused, unresolvable, or a timeout (distributed.comm.timeouts.connect)
-            raise ExecutionError(f"cannot connect to the dask scheduler at {address} ({type(exc).__name__}: "
-                                 f"{exc}); check the address and that the scheduler is running") from exc
-        with client:
-            yield client
-    finally:
-        log.removeFilter(quiet)
+        client = distributed.Client(address)
+    except OSError as exc:  # refused, unresolvable, or a timeout (distributed.comm.timeouts.connect)
+        raise ExecutionError(f"cannot connect to the dask scheduler at {address} ({type(exc).__name__}: {exc}); "
+                             "check the address and that the scheduler is running") from exc
+    with quiet_reconnect(), client:
+        yield client
 
 
 #: The allocator variable dask's nanny sets for its workers (and leaves in the parent's environment).
