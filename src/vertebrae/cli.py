@@ -321,7 +321,7 @@ def _dask_runner(address: str | None, timeout: float, progress: bool | None) -> 
     if address is None:
         yield None
         return
-    from .execution.dask import DaskRunner, _distributed
+    from .execution.dask import DaskRunner, _distributed, quiet_reconnect
 
     distributed = _distributed()
     try:
@@ -329,7 +329,7 @@ def _dask_runner(address: str | None, timeout: float, progress: bool | None) -> 
     except (OSError, TimeoutError):  # distributed raises OSError("Timed out trying to connect ...")
         raise VertebraeError(f"--dask-address {address}: no dask scheduler answered within {timeout:g} s "
                              "(--dask-timeout); is it running and reachable from here?") from None
-    with client:
+    with quiet_reconnect(), client:  # a scheduler lost mid-run is the runner's one ExecutionError, no dask traceback
         yield DaskRunner(client, progress=progress)
 
 

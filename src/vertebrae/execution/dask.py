@@ -18,14 +18,18 @@ task merges the shards' measurements (:func:`~vertebrae.profiling.distributed_pr
 
 User errors behave as in the local runner (``on_error="raise"`` re-raises the stage's
 exception with the same note, ``"record"`` returns a :class:`JobFailure`).  A job whose
-worker dies is retried by the scheduler; when it runs out of retries
-(``distributed.scheduler.allowed-failures``) the run raises :class:`ExecutionError`
-naming the job and extractor in either mode: a partial result is never returned
-silently.  dask is imported only when a runner connects (the ``[dask]`` extra).
+worker dies is retried by the scheduler; the run context, scattered data dask cannot
+recompute, is scattered again and the unfinished jobs resubmitted when every worker holding
+it died.  Both retries stop at ``distributed.scheduler.allowed-failures``; then, or when the
+scheduler goes away, the run raises one :class:`ExecutionError` naming the stage, the
+extractor, the job and what happened (the dask exception is its ``__cause__``) in either
+mode: a partial result is never returned silently.  dask is imported only when a runner
+connects (the ``[dask]`` extra).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -58,6 +62,12 @@ DEFAULT_SHARD_ROWS = 100_000
 #: overlap scoring call costs about 25 us per row on a quiet core (20,000 x 384, k=20), so 1,000,000 is ~25 s
 #: of sequential scoring, against ~4 s (idle machine) to start 2 workers and import the scoring stack in them.
 SEQUENTIAL_BELOW = 1_000_000
+WORKER_HINT = ("The scheduler retries a task whose worker dies up to distributed.scheduler.allowed-failures times; "
+               "check the workers' memory limits and logs, then rerun")
+SCHEDULER_HINT = "check that the scheduler is running (its logs, its memory), then rerun"
+#: How long a resubmission waits for a worker: a nanny restarting a killed worker took up to ~20 s on a loaded
+#: 2-core machine (the new process imports the scoring stack again).
+WORKER_RESTART_S = 120
 
 
 def _distributed() -> Any:
@@ -112,7 +122,7 @@ class DaskRunner:
         if self.client is not None:
             return _DaskRun(self.client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
         if self.address is not None:
-            with distributed.Client(self.address) as client:
+            with _connected(self.address) as client:
                 return _DaskRun(client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
         with local_cluster(self.n_workers) as cluster, distributed.Client(cluster) as client:
             client.wait_for_workers(self.n_workers)
@@ -123,6 +133,37 @@ class DaskRunner:
 
         return lambda total: tqdm(total=total, disable=not progress_enabled(self.progress), desc=description,
                                   unit="job", file=sys.stderr)
+
+
+class _ReconnectCancelled(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
+
+
+@contextlib.contextmanager
+def quiet_reconnect() -> Iterator[None]:
+    """While open, drop what dask's client logs when closing it cancels its attempts to reach a scheduler that
+    is gone: an ERROR record with a CancelledError traceback (the run's ExecutionError already says what
+    happened). Wrap the ``with client:`` block of a client the caller closes."""
+    log, quiet = logging.getLogger("distributed.client"), _ReconnectCancelled()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def _connected(address: str) -> Iterator[Any]:
+    """A client of the scheduler at ``address`` for one run; a scheduler that cannot be reached is an ExecutionError."""
+    distributed = _distributed()
+    try:
+        client = distributed.Client(address)
+    except OSError as exc:  # refused, unresolvable, or a timeout (distributed.comm.timeouts.connect)
+        raise ExecutionError(f"cannot connect to the dask scheduler at {address} ({type(exc).__name__}: {exc}); "
+                             "check the address and that the scheduler is running") from exc
+    with quiet_reconnect(), client:
+        yield client
 
 
 #: The allocator variable dask's nanny sets for its workers (and leaves in the parent's environment).
@@ -404,6 +445,14 @@ def _cluster_errors() -> tuple[type[BaseException], ...]:
 
 
 # ------------------------------------------------------------------------ the driver
+class _ContextLost(Exception):
+    """The scheduler forgot the run context (every worker holding it died) and the tasks waiting on it."""
+
+    def __init__(self, job: StageJob, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.job, self.cause = job, cause
+
+
 def _holds(cache: Any, key: str) -> bool | None:
     """Whether the run's store holds ``key`` (a manifest lookup, no data read); None when it cannot answer."""
     try:
@@ -420,6 +469,7 @@ class _DaskRun:
         self.token = uuid.uuid4().hex[:8]
         #: dask key -> the job it belongs to (to name the job a lost worker was running).
         self.owners: dict[str, StageJob] = {}
+        self.by_key = {job.key: job for job in self.jobs}
 
     def _key(self, job: StageJob, part: str) -> str:
         key = f"vertebrae-{job.stage}-{job.key.rsplit('/', 1)[-1][:12]}-{self.token}-{part}"
@@ -463,42 +513,105 @@ class _DaskRun:
         return submit(_stack, job, context, fitted, *parts, key=self._key(job, "job"), pure=False)
 
     def execute(self) -> RunOutcome:
+        """Submit the plan and collect every job; a lost run context resubmits the unfinished jobs.
+
+        The run context is scattered data, which dask cannot recompute: when every worker holding it
+        dies (a worker killed twice in a row, each retry on the other one), the scheduler forgets it and
+        every task waiting on it. Those jobs are then submitted again with a fresh copy of the context, up
+        to ``distributed.scheduler.allowed-failures`` times, as dask itself retries a task whose worker died.
+        """
         distributed = _distributed()
-        # On every worker: scattered data is not recomputable, so one dead worker must not hold the only copy.
-        [context] = self.client.scatter([self.context], hash=False, broadcast=True)
-        final = {job.key for job in self.jobs if definition_of(job).final}
+        import dask
+
+        allowed = int(dask.config.get("distributed.scheduler.allowed-failures"))
+        done: dict[str, _Done] = {}
+        losses = 0
+        with self.bar(len(self.jobs)) as bar:
+            while True:
+                try:
+                    self._attempt(distributed, done, bar, resubmission=losses > 0)
+                    return self._outcome(done)
+                except _ContextLost as lost:
+                    losses += 1
+                    if losses > allowed:
+                        raise self._failed(lost.job, f"every worker holding the run context died, {losses} times; "
+                                           "the runner resubmits the unfinished jobs up to "
+                                           f"distributed.scheduler.allowed-failures ({allowed}) times. {WORKER_HINT}",
+                                           lost.cause) from lost.cause
+
+    def _attempt(self, distributed: Any, done: dict[str, _Done], bar: Any, *, resubmission: bool) -> None:
+        """Submit the jobs not yet ``done`` (and the jobs they read) and collect them into ``done``.
+
+        The driver holds only each job's small report (the whole result for a final job), so the
+        scheduler frees every intermediate artifact once the jobs reading it are done.
+        """
+        if resubmission:
+            self.token = uuid.uuid4().hex[:8]  # fresh keys: tasks of the lost attempt may still be known there
+        submit = [job for job in self.jobs if job.key not in done]
+        needed = {job.key for job in submit}
+        for job in reversed(self.jobs):  # plan order is a topological order
+            if job.key in needed:
+                needed.update(job.needs.values())
+        try:
+            if resubmission:  # the workers that died may still be restarting
+                self.client.wait_for_workers(1, timeout=WORKER_RESTART_S)
+            # On every worker: scattered data is not recomputable, so one dead worker must not hold the only copy.
+            [context] = self.client.scatter([self.context], hash=False, broadcast=True)
+        except OSError as exc:  # CommClosedError, TimeoutError: no scheduler, or no worker to hold the context
+            raise self._failed(self._waiting(done), "the run context could not be sent to the workers; check that "
+                               "the scheduler runs and has workers", exc) from exc
         futures: dict[str, Any] = {}
-        for job in self.jobs:  # plan order is a topological order
-            futures[job.key] = self._submit(job, context, [futures[key] for key in job.needs.values()])
-        reports = {job.key: self.client.submit(_report, futures[job.key], key=self._key(job, "report"), pure=False)
-                   for job in self.jobs}
-        finals = {key: futures[key] for key in final}
+        for job in self.jobs:
+            if job.key in needed:
+                futures[job.key] = self._submit(job, context, [futures[key] for key in job.needs.values()])
+        wanted = {job.key: futures[job.key] if definition_of(job).final else
+                  self.client.submit(_report, futures[job.key], key=self._key(job, "report"), pure=False)
+                  for job in submit}
         futures.clear()  # the scheduler frees each intermediate artifact once the jobs reading it are done
         try:
-            done = self._collect(distributed, reports)
-            try:
-                gathered = self.client.gather(list(finals.values()))
-            except Exception as exc:
-                raise self._lost(exc, next(job for job in self.jobs if job.key in finals)) from None
+            self._collect(distributed, wanted, done, bar)
         except BaseException:
-            self.client.cancel([*reports.values(), *finals.values()])
+            if self.client.status == "running":
+                with contextlib.suppress(Exception):
+                    self.client.cancel(list(wanted.values()))
             raise
-        return self._outcome(done, dict(zip(finals, gathered)))
 
-    def _collect(self, distributed: Any, reports: dict[str, Any]) -> dict[str, _Done]:
-        """Each job's report as it completes; raises at the first error in ``raise`` mode or on a lost job."""
-        by_future = {future.key: job for job, future in zip(self.jobs, reports.values())}
-        done: dict[str, _Done] = {}
-        with self.bar(len(reports)) as bar:
-            for future in distributed.as_completed(list(reports.values())):
-                bar.update(1)
-                job = by_future[future.key]
-                if future.status == "error":
-                    raise self._lost(future.exception(), job) from None
-                report = done[job.key] = future.result()
-                if report.failed is not None and report.failed.failure.upstream is None and self.on_error == "raise":
-                    raise self._reraise(report.failed)
-        return done
+    def _collect(self, distributed: Any, wanted: dict[str, Any], done: dict[str, _Done], bar: Any) -> None:
+        """Each job's report as it completes; raises at the first error in ``raise`` mode, on a job the cluster
+        could not finish, or (once every job of this attempt has settled) :class:`_ContextLost`."""
+        from distributed.client import FutureCancelledError
+
+        by_future = {future.key: self.by_key[key] for key, future in wanted.items()}
+        lost: _ContextLost | None = None
+        for future in distributed.as_completed(list(wanted.values())):
+            job = by_future[future.key]
+            if future.status == "error":
+                exc = future.exception()
+                raise self._lost(exc, job) from exc
+            try:
+                report = future.result()
+            except FutureCancelledError as exc:
+                if exc.reason != "already forgotten":  # "scheduler-connection-lost" or cancelled elsewhere
+                    raise self._failed(self._waiting(done), f"the dask scheduler went away ({exc.reason}); "
+                                       f"{SCHEDULER_HINT}", exc) from exc
+                # Its run context was lost with the workers holding it. The other jobs of this attempt settle too
+                # (forgotten as well, or erred: a task out of retries is reported as such, not resubmitted).
+                lost = lost or _ContextLost(self._waiting(done), exc)
+                continue
+            except OSError as exc:  # the connection dropped while reading the result
+                raise self._failed(job, f"the connection to the dask scheduler was lost; {SCHEDULER_HINT}",
+                                   exc) from exc
+            bar.update(1)
+            done[job.key] = report
+            if report.failed is not None and report.failed.failure.upstream is None and self.on_error == "raise":
+                raise self._reraise(report.failed)
+        if lost is not None:
+            raise lost
+
+    def _waiting(self, done: dict[str, _Done]) -> StageJob:
+        """The job the run was waiting for: the first one not done whose inputs are (it was running or next)."""
+        pending = [job for job in self.jobs if job.key not in done]
+        return next((job for job in pending if all(key in done for key in job.needs.values())), pending[0])
 
     def _reraise(self, failed: _Failed) -> BaseException:
         job = next(job for job in self.jobs if job.key == failed.key)
@@ -511,19 +624,28 @@ class _DaskRun:
         return exc
 
     def _lost(self, exc: BaseException, waiting: StageJob) -> ExecutionError:
-        """A task that never returned (its workers died, or the cluster went away): name its job.
+        """A task that never returned (its workers died, or it raised the cluster's error): name its job.
 
         The job is the one the error names (KilledWorker names the task), else ``waiting``,
         the job whose result could not be read.
         """
+        from distributed.scheduler import KilledWorker
+
         task = getattr(exc, "task", None)
         job = self.owners.get(task, waiting) if isinstance(task, str) else waiting
-        return ExecutionError(f"the {job.stage} stage of {job.extractor!r} (job {job.key}) did not finish on the "
-                              f"dask cluster: {type(exc).__name__}: {exc}. The scheduler retries a task whose "
-                              "worker dies up to distributed.scheduler.allowed-failures times; check the workers' "
-                              "memory limits and logs, then rerun")
+        if isinstance(exc, KilledWorker):
+            return self._failed(job, f"the worker running it died on every try. {WORKER_HINT}", exc)
+        return self._failed(job, "its task failed on the cluster", exc)
 
-    def _outcome(self, done: dict[str, _Done], results: dict[str, _Done]) -> RunOutcome:
+    @staticmethod
+    def _failed(job: StageJob, what: str, exc: BaseException) -> ExecutionError:
+        """The one message for a job the cluster could not finish: stage, extractor, job key, what happened
+        (the dask exception's first line; the exception itself becomes the error's ``__cause__``)."""
+        cause = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}".rstrip(": ")
+        return ExecutionError(f"the {job.stage} stage of {job.extractor!r} (job {job.key}) did not finish on the "
+                              f"dask cluster: {what} ({cause})")
+
+    def _outcome(self, done: dict[str, _Done]) -> RunOutcome:
         outcome = RunOutcome({}, {}, {})
         for job in self.jobs:
             report = done[job.key]
@@ -533,6 +655,6 @@ class _DaskRun:
             outcome.timings[job.key] = report.timings
             outcome.statuses[job.key] = report.status
             outcome.persisted[job.key] = report.footprint
-            if job.key in results:
-                outcome.artifacts[job.key] = results[job.key].artifact
+            if definition_of(job).final:
+                outcome.artifacts[job.key] = report.artifact
         return outcome

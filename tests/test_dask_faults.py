@@ -1,0 +1,148 @@
+"""Dask faults end in a retry or in one named ExecutionError (issue 28, item 9).
+
+A job kills its own worker process (``os._exit``) a set number of times, counted by marker files
+that the worker processes share, so it happens exactly that often whichever worker runs it. The
+runner scatters the run context to every worker; a worker killed twice in a row (the retry runs on
+the other worker while the first one restarts) takes the last copy with it, which dask cannot
+recompute. Cluster tests run on real LocalClusters of 2 single-threaded worker processes: the session
+``dask_client`` (conftest.py; dask's default ``allowed-failures`` of 3) or a private one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pathlib
+import time
+
+import numpy as np
+import pytest
+
+from tests.test_dask_runner import NO_SEPARATIX, _run_in_thread, classes, run_locally, slow_embed, without_timing
+from vertebrae import Benchmark, CallableExtractor, CallableMetric, PrecomputedExtractor
+from vertebrae.errors import ExecutionError
+from vertebrae.execution import DaskRunner
+
+
+def _on_a_worker() -> bool:
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+class Killer:
+    """Kills the dask worker process calling it until ``kills`` marker files exist in ``folder`` (``None``: always).
+
+    Never kills outside a dask worker (the local reference run calls the same code in the test process).
+    """
+
+    def __init__(self, folder: pathlib.Path, kills: int | None) -> None:
+        self.folder, self.kills = str(folder), kills
+
+    def maybe_die(self) -> None:
+        if not _on_a_worker():
+            return
+        if self.kills is None:
+            os._exit(1)
+        for i in range(self.kills):
+            try:
+                os.close(os.open(os.path.join(self.folder, f"kill-{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            os._exit(1)
+
+
+class KillingEmbed(Killer):
+    def __call__(self, X):
+        self.maybe_die()
+        time.sleep(0.2)  # long enough for the scheduler to spread the shards over both workers
+        return np.asarray(X)[:, :4] * 2.0
+
+
+class KillingMetric(Killer):
+    def __call__(self, embeddings, labels, *, target_metadata=None, groups=None, seed=None):
+        self.maybe_die()
+        return {"score": float(np.asarray(embeddings).std())}
+
+
+def deaths(folder: pathlib.Path) -> int:
+    return len(list(folder.glob("kill-*")))
+
+
+def sharded(folder, kills):
+    return Benchmark(classes(), [CallableExtractor("killer", KillingEmbed(folder, kills), cache_identity="killer-v1"),
+                                 PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX)
+
+
+def scored(folder, kills):
+    return Benchmark(classes(), [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX,
+                     metrics=[CallableMetric("spread", KillingMetric(folder, kills), cache_identity="spread-v1")])
+
+
+# ----------------------------------------------------------------------------- retries within the allowance
+@pytest.mark.parametrize("make, shard_rows", [(sharded, 50), (scored, None)], ids=["sharded-extract", "metrics-job"])
+def test_a_worker_killed_twice_by_one_job_is_retried_and_the_result_is_identical(dask_client, tmp_path, make,
+                                                                                 shard_rows):
+    try:
+        remote = make(tmp_path, 2).run(runner=DaskRunner(dask_client, shard_rows=shard_rows))
+    finally:
+        dask_client.wait_for_workers(2, timeout=120)  # the nannies restart the killed workers for the next tests
+    assert deaths(tmp_path) == 2
+    assert without_timing(remote) == without_timing(run_locally(make(tmp_path, 0)))
+
+
+# ----------------------------------------------------------------------------- everything else: ExecutionError
+@contextlib.contextmanager
+def private_cluster(**config):
+    """(cluster, client): a LocalCluster of this test's own, its scheduler started under ``config``."""
+    import dask
+    from distributed import Client
+
+    from vertebrae.execution.dask import local_cluster
+
+    with dask.config.set(config), local_cluster(2) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2)
+        yield cluster, client
+
+
+def assert_named(error: BaseException | None, stage: str, extractor: str, what: str) -> None:
+    """One ExecutionError naming stage, extractor and what happened; the dask exception only as its cause."""
+    assert isinstance(error, ExecutionError), repr(error)
+    message = str(error)
+    assert f"the {stage} stage of {extractor!r}" in message and what in message, message
+    assert error.__cause__ is not None and type(error.__cause__).__module__.startswith("distributed")
+
+
+def test_a_worker_dying_more_often_than_allowed_fails_the_run_naming_stage_and_extractor(tmp_path):
+    with private_cluster(**{"distributed.scheduler.allowed-failures": 1}) as (_, client), \
+            pytest.raises(ExecutionError) as raised:
+        sharded(tmp_path, None).run(runner=DaskRunner(client, shard_rows=None))
+    assert_named(raised.value, "extract", "killer", "died")  # its worker, on every try, or the context's workers
+
+
+def test_a_scheduler_closed_mid_run_fails_the_run_naming_stage_and_extractor(caplog):
+    # A short connect timeout: the clients give up reconnecting to the closed scheduler sooner (the test's length).
+    with private_cluster(**{"distributed.comm.timeouts.connect": "3s"}) as (cluster, client):
+        benchmark = Benchmark(classes(), [CallableExtractor("slow", slow_embed, cache_identity="slow-v1")],
+                              separatix_config=NO_SEPARATIX)
+        # address=: the runner's own client, as `vertebrae run --dask-address` uses it
+        thread, box = _run_in_thread(lambda: benchmark.run(runner=DaskRunner(address=cluster.scheduler_address)))
+        deadline = time.monotonic() + 60
+        while not any(str(key).startswith("vertebrae-extract") for keys in client.processing().values()
+                      for key in keys):
+            assert time.monotonic() < deadline, "the extract task never started"
+            time.sleep(0.05)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="distributed.client"):
+            cluster.sync(cluster.scheduler.close)
+            thread.join(60)
+        assert not thread.is_alive()
+        # Closing the runner's client logged no traceback of its cancelled reconnection attempts.
+        assert [record.getMessage() for record in caplog.records
+                if record.name == "distributed.client" and record.exc_info] == []
+    assert_named(box.get("error"), "extract", "slow", "the dask scheduler went away")
