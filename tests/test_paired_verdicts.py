@@ -148,6 +148,7 @@ def test_without_stability_the_result_says_how_to_turn_it_on(data):
         with pytest.raises(ConfigError, match="paired verdicts need stability"):
             call()
     md, page = result.to_markdown(), result.to_html()
+    assert "**Which differences are real:** unavailable; paired verdicts need stability" in md
     for text in ("Which differences are real?", "Paired verdicts unavailable:", "repeats=20", "Quality cohort"):
         assert text in md and text in page, text
     frame = result.to_dataframe()
@@ -207,4 +208,7 @@ def test_the_report_renders_from_the_archived_json(run, tmp_path):
     assert f"| 1 | clean_copy | {score} | 0.0000 | [0.0000, 0.0000] | 0.5000 | tied |" in section
     assert "**Tied with the best:** clean, clean_copy." in section
     assert "Which differences are real?" in page and "Adjacent ranks" in page
+    answer = md[:md.index("## Ranking")]
+    assert ("**Tied with the best** (paired verdicts over 6 repeats, 95% interval): clean, clean_copy; worse: "
+            "noisy_a, noisy_b.") in answer
     assert "\"verdict\"" not in run.to_json()  # derived from the repeat scores, never stored twice

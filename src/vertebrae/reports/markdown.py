@@ -20,7 +20,7 @@ from .markdown_resources import resource_section
 from .markdown_separatix import separatix_detail
 from .markdown_stability import answer_caveats, stability_section
 from .markdown_structure import structure_section
-from .markdown_verdicts import verdict_section
+from .markdown_verdicts import verdict_lines, verdict_section
 from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
 SectionBuilder = Callable[[Mapping[str, Any]], Section | None]
@@ -53,6 +53,7 @@ def _answer(data: Mapping[str, Any]) -> Section:
     lead = answer["lead"]
     top = answer["top_text"]
     blocks: list[Any] = [Para(Strong(top), lead[len(top):]) if top and lead.startswith(top) else Para(lead)]
+    blocks += verdict_lines(data)
     if answer["notes"]:
         blocks.append(items(answer["notes"]))
     caveats = answer_caveats(data)

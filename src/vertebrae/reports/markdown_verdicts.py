@@ -31,6 +31,28 @@ def verdict_section(data: Mapping[str, Any]) -> Section | None:
     return Section(TITLE, blocks)
 
 
+def verdict_lines(data: Mapping[str, Any]) -> list[Para]:
+    """The answer's verdict line per view with two or more ranked candidates: the tied set, or why there is none."""
+    from ..result_protocol import result_from_dict
+
+    result = result_from_dict(data)
+    lines = []
+    for view in result.views():
+        if len(result.ranked_results(view)) < 2:
+            continue
+        verdicts = result.paired_verdicts(view)
+        where = "" if view is None else f" ({view})"
+        if not verdicts.available:
+            lines.append(Para(Strong(f"Which differences are real{where}:"), f" unavailable; {verdicts.reason}."))
+            continue
+        worse = [c.candidate for c in verdicts.against_best if c.verdict == "worse"]
+        lines.append(Para(Strong(f"Tied with the best{where}"),
+                          f" (paired verdicts over {verdicts.n_repeats} repeats, {verdicts.interval_level:.0%} "
+                          f"interval): {', '.join(verdicts.tied_names)}"
+                          + (f"; worse: {', '.join(worse)}." if worse else "; no candidate is clearly worse.")))
+    return lines
+
+
 def _view_blocks(result: Any, view: str | None, tolerance: float) -> list[Any]:
     verdicts = result.paired_verdicts(view)
     cohort = [r.name for r in result.quality_cohort(view=view)]
