@@ -23,8 +23,10 @@ from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check
                               reading, register_result_type)
 # Loading and recommendations live at the protocol layer (reports use them without this module); kept importable here.
 from .result_protocol import load_result, recommendation_label, result_from_dict  # noqa: F401
-from .scoring.metric_result import MetricResult
+from .scoring.metric_result import OVERLAP_METRIC, MetricResult
 from .scoring.overlap import OverlapScoreResult
+from .scoring.paired_verdicts import (NEEDS_STABILITY, PairedComparison, PairedVerdicts, adjacent, against_best,
+                                      best_itself)
 from .scoring.separatix import SeparatixResult
 from .scoring.stability import StabilityResult, ranking_stability
 
@@ -366,6 +368,109 @@ class BenchmarkResult(ResultFamily):
     def _default_tolerance(self) -> float:
         return self.metadata.get("quality_tolerance", 0.0)
 
+    # -- paired verdicts ---------------------------------------------------------
+    def _one_view(self, view: str | None, what: str) -> str | None:
+        """``view``, or the only view when it is None (several views: ConfigError, they are separate tasks)."""
+        views = self.views()
+        if view is None:
+            if len(views) > 1:
+                raise ConfigError(f"this result scores several views {views}; {what} are defined within one view: "
+                                  "pass view=...")
+            return views[0] if views else None
+        if view not in views:
+            raise KeyError(f"no view {view!r} in this result; views: {views}")
+        return view
+
+    def _paired_ranking(self, view: str | None) -> tuple[list[ExtractorResult], str | None]:
+        """The ranked results of exactly ``view`` (None: the dataset's own targets) and why they cannot be paired
+        (None when they can)."""
+        ranked = [r.result for r in rank_results(r for r in self.extractor_results if r.view == view)]
+        if not ranked:
+            return ranked, "no candidate has a valid primary aggregate, so there is no ranking to judge"
+        if ranked[0].primary_metric_name != OVERLAP_METRIC:
+            return ranked, (f"the ranking is by {ranked[0].primary_metric_name!r}, but stability repeats re-score the "
+                            "overlap metric, so paired verdicts would judge a different ranking (the Ranking "
+                            "stability section describes the overlap ranking)")
+        if len(ranked) == 1:
+            return ranked, None
+        missing = [r.name for r in ranked if r.stability is None]
+        if len(missing) == len(ranked):
+            return ranked, NEEDS_STABILITY
+        if missing:
+            return ranked, (f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no stability repeats; "
+                            "every ranked candidate needs them (one StabilityConfig for the whole run)")
+        best = ranked[0].stability
+        plan = (best.config.fingerprint(), best.scoring_seeds, best.sampling_seeds)
+        unpaired = [r.name for r in ranked if (r.stability.config.fingerprint(), r.stability.scoring_seeds,
+                                               r.stability.sampling_seeds) != plan]
+        if unpaired:
+            return ranked, (f"{', '.join(unpaired)} {'was' if len(unpaired) == 1 else 'were'} repeated with other "
+                            f"seeds or settings than {ranked[0].name}, so the repeats are not paired (run every "
+                            "candidate with one StabilityConfig)")
+        return ranked, None
+
+    def paired_verdicts(self, view: str | None = None) -> PairedVerdicts:
+        """Every ranked candidate of one view against its best on the same stability repeats (docs/stability.md).
+
+        Derived from the stored repeat scores (nothing extra is written to the JSON).  When the
+        verdicts cannot be given, ``available`` is False and ``reason`` says why and what to do
+        (without stability: how to turn it on).  ``view=None`` means the only view.
+        """
+        task = self._one_view(view, "paired verdicts")
+        ranked, reason = self._paired_ranking(task)
+        if reason is not None:
+            return PairedVerdicts(view=task, available=False, reason=reason)
+        stability = ranked[0].stability
+        if len(ranked) == 1:
+            n = None if stability is None else len(stability.repeat_scores["score"])
+            return PairedVerdicts(view=task, available=True, n_repeats=n,
+                                  against_best=(best_itself(ranked[0].name, n or 0),))
+        scores = [(r.name, r.stability.repeat_scores["score"]) for r in ranked]
+        rule = {"higher_is_better": ranked[0].higher_is_better, "interval_level": stability.config.interval_level}
+        return PairedVerdicts(view=task, available=True, interval_level=rule["interval_level"],
+                              n_repeats=len(scores[0][1]), against_best=tuple(against_best(scores, **rule)),
+                              adjacent=tuple(adjacent(scores, **rule)))
+
+    def _available_verdicts(self, view: str | None) -> PairedVerdicts:
+        verdicts = self.paired_verdicts(view)
+        if not verdicts.available:
+            where = "" if verdicts.view is None else f" for view {verdicts.view!r}"
+            raise ConfigError(f"no paired verdicts{where}: {verdicts.reason}")
+        return verdicts
+
+    def tied_with_best(self, view: str | None = None) -> list[ExtractorResult]:
+        """The best of one view and every candidate statistically tied with it (paired verdict ``tied``).
+
+        Valid results only, in ranking order, direction-aware.  Raises ConfigError saying why
+        (and how to turn stability on) when there are no paired verdicts; compare
+        :meth:`quality_cohort`, which uses a fixed tolerance instead of the repeats.
+        """
+        verdicts = self._available_verdicts(view)
+        tied = set(verdicts.tied_names)
+        return [r for r in self._paired_ranking(verdicts.view)[0] if r.name in tied]
+
+    def rank_verdicts(self, view: str | None = None) -> list[PairedComparison]:
+        """Each rank of one view against the rank above it on the same repeats (ConfigError when unavailable)."""
+        return list(self._available_verdicts(view).adjacent)
+
+    def _verdict_columns(self, result: ExtractorResult, rank: int | None) -> dict[str, Any]:
+        """The row's paired verdict against the best of its view; all None when unranked or unavailable."""
+        names = ["verdict", "paired_difference_mean", "paired_difference_low", "paired_difference_high",
+                 "paired_share_better"]
+        ranked, reason = self._paired_ranking(result.view) if rank is not None else ([], "unranked")
+        if reason is not None:
+            return dict.fromkeys(names)
+        n = 0 if result.stability is None else len(result.stability.repeat_scores["score"])
+        if result is ranked[0]:
+            c = best_itself(result.name, n)
+        else:
+            c = against_best([(ranked[0].name, ranked[0].stability.repeat_scores["score"]),
+                              (result.name, result.stability.repeat_scores["score"])],
+                             higher_is_better=result.higher_is_better,
+                             interval_level=ranked[0].stability.config.interval_level)[1]
+        values = [c.verdict, c.mean_difference, c.difference_low, c.difference_high, c.share_better]
+        return dict(zip(names, values))
+
     def __repr__(self) -> str:
         head = (f"BenchmarkResult(dataset={self.dataset_summary.get('name')!r}, "
                 f"target_type={self.dataset_summary.get('target_type')!r}, "
@@ -379,7 +484,7 @@ class BenchmarkResult(ResultFamily):
         structure = self.dataset_summary.get("structure", {})
         extra = ({k: structure.get(k) for k in ("task_family", "alignment_mode", "alignment_recipe")}
                  if structure.get("task_family") is not None else {})
-        return {**result_row(result, rank), **extra}
+        return {**result_row(result, rank), **self._verdict_columns(result, rank), **extra}
 
     # -- persistence -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

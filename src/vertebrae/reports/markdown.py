@@ -4,7 +4,7 @@
 HTML page renders the same list (:mod:`vertebrae.reports.html`), so both say the same things.  It
 never touches live objects, so an archived ``report.json`` regenerates the same report.  Order: the
 answer with its caveats, the ranking, how to read it, the data and configuration, per-class scores,
-stability, then the compact per-extractor detail and reproducibility.
+stability and which differences are real, then the compact per-extractor detail and reproducibility.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .markdown_resources import resource_section
 from .markdown_separatix import separatix_detail
 from .markdown_stability import answer_caveats, stability_section
 from .markdown_structure import structure_section
+from .markdown_verdicts import verdict_lines, verdict_section
 from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
 SectionBuilder = Callable[[Mapping[str, Any]], Section | None]
@@ -52,6 +53,7 @@ def _answer(data: Mapping[str, Any]) -> Section:
     lead = answer["lead"]
     top = answer["top_text"]
     blocks: list[Any] = [Para(Strong(top), lead[len(top):]) if top and lead.startswith(top) else Para(lead)]
+    blocks += verdict_lines(data)
     if answer["notes"]:
         blocks.append(items(answer["notes"]))
     caveats = answer_caveats(data)
@@ -261,8 +263,8 @@ def _reproducibility(data: Mapping[str, Any]) -> Section:
 #: Report sections in order (answer first, detail last); a builder returning None adds nothing.
 SECTIONS: list[SectionBuilder] = [_answer, _ranking, _how_to_read, _dataset_summary, _target_summary,
                                   structure_section, _extractor_summary, _overlap_configuration, _per_class,
-                                  stability_section, compression_section, resource_section, _extractor_details,
-                                  _reproducibility]
+                                  stability_section, verdict_section, compression_section, resource_section,
+                                  _extractor_details, _reproducibility]
 
 
 def benchmark_sections(data: Mapping[str, Any]) -> list[Section]:
