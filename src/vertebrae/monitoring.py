@@ -22,7 +22,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TextIO
+from typing import Any, NoReturn, Protocol, TextIO
 
 from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
@@ -359,7 +359,7 @@ def parse_history(data: bytes, path: pathlib.Path) -> tuple[dict[str, Any] | Non
 
 def _parse_line(line: bytes, number: int, path: pathlib.Path) -> dict[str, Any]:
     """One record, as strict JSON: vertebrae never writes NaN or infinity, so one in the file was put there by hand."""
-    def non_finite(text: str) -> float:
+    def non_finite(text: str) -> NoReturn:
         raise HistoryError(f"{path}: line {number} holds the non-finite number {text}; monitor histories are strict "
                            "JSON (vertebrae never writes NaN or infinity), so the line was edited; restore the file "
                            "from a copy or start a new history")
