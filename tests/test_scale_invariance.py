@@ -205,3 +205,17 @@ def test_stability_repeats_score_the_same_at_every_scale():
     config = StabilityConfig(repeats=3)
     reference = run_stability_analysis(X, y, config=config).repeat_scores
     assert run_stability_analysis(X * 1e-200, y, config=config).repeat_scores == reference
+
+
+def test_cosine_retrieval_endpoints_are_the_same_at_every_scale():
+    from vertebrae.retrieval.ranking import prepare_endpoints
+
+    X, _ = issue_data()
+    queries, gallery = X[:20], X[20:]
+    ids = {"query_ids": [f"q{i}" for i in range(20)], "gallery_ids": [f"g{i}" for i in range(70)]}
+    reference = prepare_endpoints(queries, sparse.csr_matrix(gallery), "cosine", source="test", **ids)
+    # queries at ~1e-200 were "zero norm"; gallery rows at ~1e200 were "an L2 norm above 1e18"
+    scaled = prepare_endpoints(queries * 2.0**-664, sparse.csr_matrix(gallery * 2.0**664), "cosine", source="test",
+                               **ids)
+    assert np.array_equal(scaled.queries, reference.queries)
+    assert np.array_equal(scaled.gallery.toarray(), reference.gallery.toarray())
