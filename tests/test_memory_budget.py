@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import gaussian_classes
-from vertebrae import (Benchmark, BenchmarkDataset, ContinuousOverlapScoringConfig, DatasetIdentity, MemoryConfig,
-                       OverlapIndexScorer, OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig,
-                       StabilityConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, ContinuousOverlapScoringConfig,
+                       DatasetIdentity, MemoryConfig, OverlapIndexScorer, OverlapScoringConfig, PrecomputedExtractor,
+                       SeparatixConfig, StabilityConfig)
 from vertebrae.errors import ConfigError, MemoryBudgetError
-from vertebrae.scoring.memory import estimate_scoring_bytes
+from vertebrae.scoring.memory import estimate_scoring_bytes, smallest_scoring_bytes
 from vertebrae.targets import build_targets
 
 IDENTITY = DatasetIdentity.declared("memory", "1")
@@ -91,13 +91,14 @@ def test_regression_and_multi_label_subsamples_keep_their_minimum_rows():
 
 def test_fail_policy_raises_before_scoring_with_the_estimate_and_the_fix():
     _, _, data = blobs()
+    # 70,000 bytes would do for a 1-column embedding (66,240, see below), not for these 8 columns
     benchmark = Benchmark(data, [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX,
-                          memory_config=MemoryConfig(max_scoring_bytes=60_000, policy="fail"))
+                          memory_config=MemoryConfig(max_scoring_bytes=70_000, policy="fail"))
     with pytest.raises(MemoryBudgetError, match=r"extractor 'raw': scoring 180 rows x 8 dimensions needs about "
                                                 r"0.1 MiB.*raise max_scoring_bytes to at least 86,400"):
         benchmark.run()
     recorded = Benchmark(data, [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX, on_error="record",
-                         memory_config=MemoryConfig(max_scoring_bytes=60_000, policy="fail")).run()
+                         memory_config=MemoryConfig(max_scoring_bytes=70_000, policy="fail")).run()
     assert recorded["raw"].error["stage"] == "budget" and recorded["raw"].error["type"] == "MemoryBudgetError"
 
 
@@ -106,6 +107,44 @@ def test_a_budget_no_subsample_fits_is_an_error():
     with pytest.raises(MemoryBudgetError, match="no target-preserving subsample fits"):
         Benchmark(data, [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX,
                   memory_config=MemoryConfig(max_scoring_bytes=52_000)).run()
+
+
+def _never_called(X):
+    raise AssertionError("the extractor ran although the budget was infeasible")
+
+
+@pytest.mark.parametrize("policy, smallest, what", [
+    # every row at one column: copy 8 x 180, class slices 8 x 180, tiles 8 x 180 x 36 prototypes, 64 x 180 bookkeeping
+    ("fail", 1_440 + 1_440 + 51_840 + 11_520, "all 180 rows"),
+    # 2 rows per class at one column: k = 2 per class (capacity of 2 rows), 6 prototypes
+    ("subsample", 48 + 48 + 8 * 6 * 6 + 64 * 6, "6 rows, 2 per class"),
+])
+def test_a_budget_no_embedding_can_meet_is_refused_before_any_extraction(policy, smallest, what):
+    _, _, data = blobs()
+    extractor = CallableExtractor("never", _never_called)
+    with pytest.raises(MemoryBudgetError, match=rf"max_scoring_bytes={smallest - 1:,} cannot be met by any embedding: "
+                                                rf"scoring {what}.* needs about {smallest:,} bytes"):
+        Benchmark(data, [extractor], memory_config=MemoryConfig(max_scoring_bytes=smallest - 1, policy=policy))
+    with pytest.raises(MemoryBudgetError, match="max_scoring_bytes=1 cannot be met"):
+        Benchmark(data, [extractor], memory_config=MemoryConfig(max_scoring_bytes=1, policy=policy))
+    Benchmark(data, [extractor], memory_config=MemoryConfig(max_scoring_bytes=smallest, policy=policy))  # accepted
+
+
+def test_the_smallest_footprint_is_a_lower_bound_of_every_estimate():
+    X, y, _ = blobs()
+    targets = build_targets(y)
+    for policy in ("fail", "subsample"):
+        smallest, _ = smallest_scoring_bytes(targets, MemoryConfig(1, policy=policy), OverlapScoringConfig())
+        for width in (1, 8):
+            assert smallest <= estimate_scoring_bytes(X[:, :width], targets, OverlapScoringConfig())
+    regression = build_targets(X[:, 0], target_type="regression")
+    config = ContinuousOverlapScoringConfig()
+    smallest, what = smallest_scoring_bytes(regression, MemoryConfig(1), OverlapScoringConfig(), config)
+    assert what.startswith("3 rows") and smallest == 2 * 24 + 16 * 3 * (config.k + 1) + 64 * 3
+    multi = build_targets([{0, 1} if i % 2 else {0} for i in range(180)])
+    smallest, what = smallest_scoring_bytes(multi, MemoryConfig(1), OverlapScoringConfig())
+    assert "2 positive rows for each of 2 labels" in what
+    assert smallest <= estimate_scoring_bytes(X[:, :1], multi, OverlapScoringConfig())
 
 
 @pytest.mark.parametrize("kwargs, match", [

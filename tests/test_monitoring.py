@@ -260,6 +260,34 @@ def test_corruption_inside_a_history_is_refused_with_its_line_number(data, tmp_p
     monitor(ds, history=path).close()
 
 
+def score_as(text: bytes):
+    return lambda line: re.sub(rb'"primary_score":[-0-9.e]+', b'"primary_score":' + text, line)
+
+
+@pytest.mark.parametrize("edit, message", [
+    # a hand-inserted NaN (or an overflowing number) was accepted on resume; the writer never writes one
+    (score_as(b"NaN"), "line 3 holds the non-finite number NaN"),
+    (score_as(b"1e999"), "line 3 holds the non-finite number 1e999"),
+    (score_as(b"-Infinity"), "line 3 holds the non-finite number -Infinity"),
+    # 200,000 nested arrays raised a raw RecursionError on open
+    (lambda line: b"[" * 200_000 + b"]" * 200_000, "line 3 is nested too deeply"),
+])
+def test_hand_edited_lines_are_refused_with_their_line_number(data, tmp_path, edit, message):
+    _, _, ds = data
+    path = tmp_path / "h.jsonl"
+    with monitor(ds, history=path) as m:
+        for i in range(3):
+            m.evaluate(lambda A, s=i: noisy(A, s), snapshot_id=f"s{i}")
+    lines = path.read_bytes().split(b"\n")
+    edited = edit(lines[2])
+    assert edited != lines[2]
+    path.write_bytes(b"\n".join([*lines[:2], edited, *lines[3:]]))
+    with pytest.raises(HistoryError, match=re.escape(f"{path}: {message}")):
+        monitor(ds, history=path)
+    with pytest.raises(HistoryError, match=re.escape(message)):
+        read_history(path)
+
+
 def test_read_history_reads_without_the_lock_and_skips_a_torn_line(data, tmp_path):
     X, _, ds = data
     path = tmp_path / "h.jsonl"

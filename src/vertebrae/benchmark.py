@@ -29,7 +29,7 @@ from .front_door import EmbeddingSource, FrontDoor, check_unique_names, validate
 from .multimodal import check_extractor_fields
 from .profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .results import BenchmarkResult, ExtractorResult
-from .scoring.memory import MemoryConfig
+from .scoring.memory import MemoryConfig, check_budget_feasible
 from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
@@ -137,6 +137,9 @@ class Benchmark(FrontDoor):
                 stability = self.settings.stability_config
                 if stability is not None and stability.mode == "subsample":
                     plan_repeats(targets, stability)  # an infeasible subsample fails here, before any work
+                if self.settings.memory_config is not None:  # a budget no embedding width could meet
+                    check_budget_feasible(targets, self.settings.memory_config, self.settings.scoring_config,
+                                          self.settings.continuous_config)
             except VertebraeError as exc:
                 raise type(exc)(f"{exc}{where}") from None
 

@@ -107,16 +107,65 @@ def zero_rows(X: np.ndarray | sparse.csr_matrix) -> np.ndarray:
     return np.flatnonzero(~X.any(axis=1))
 
 
+#: Max-abs values a dependency gets as they are.  OverlapIndex L2-normalizes (and scores) in
+#: float32, with its norms floored at float32's eps: a row whose largest value lies outside
+#: roughly [1e-6, 1e12] loses its direction there (squares underflow, overflow, or the floor
+#: wins; see docs/scoring.md).  Inside this range its float32 arithmetic is exact up to
+#: rounding, so ordinary data takes the fast path: no check beyond two row reductions, no copy.
+ORDINARY_MAX_ABS = (2.0**-20, 2.0**40)
+
+
+def max_abs(X: np.ndarray | sparse.csr_matrix, *, per_row: bool) -> np.ndarray:
+    """Largest absolute value of each row (``per_row``) or of the whole matrix, as float64.
+
+    From the row max and min, so no ``abs(X)`` copy of a dense matrix is made.
+    """
+    axis = 1 if per_row else None
+    high, low = X.max(axis=axis), X.min(axis=axis)
+    if is_sparse(high):
+        high, low = high.toarray().ravel(), low.toarray().ravel()
+    high, low = np.asarray(high, dtype=np.float64), np.asarray(low, dtype=np.float64)
+    return np.maximum(high, -low)
+
+
+def unit_scaled(X: np.ndarray | sparse.csr_matrix, *, per_row: bool) -> np.ndarray | sparse.csr_matrix:
+    """``X`` itself when its max-abs (of each row, or of the matrix) is ordinary; else a float64
+    copy in which each row (or the whole matrix) is multiplied by a power of two that brings its
+    max-abs into [0.5, 1).
+
+    A power of two is exact in floating point: directions (per row) or the whole geometry
+    (per matrix) are unchanged bit for bit, and a row scaled by 2**j gives exactly the same
+    float32 unit vector in the dependency as the row itself.  That makes normalized scores
+    independent of row scale from 1e-300 to 1e300.  Sparse input stays CSR (values scaled,
+    structure copied).  All-zero rows stay zero.
+    """
+    peaks = max_abs(X, per_row=per_row)
+    nonzero = peaks[peaks > 0]
+    if ((nonzero >= ORDINARY_MAX_ABS[0]) & (nonzero <= ORDINARY_MAX_ABS[1])).all():
+        return X
+    shifts = -np.frexp(peaks)[1]  # peak = m * 2**e with m in [0.5, 1): multiply by 2**-e
+    if is_sparse(X):
+        data = np.ldexp(X.data.astype(np.float64), np.repeat(shifts, np.diff(X.indptr)) if per_row else shifts)
+        return sparse_module().csr_matrix((data, X.indices.copy(), X.indptr.copy()), shape=X.shape)
+    scaled = np.array(X, dtype=np.float64)
+    return np.ldexp(scaled, shifts[:, None] if per_row else shifts, out=scaled)
+
+
 def evaluated_matrix(X: np.ndarray | sparse.csr_matrix, normalize: bool) -> tuple[Any, np.ndarray]:
     """The matrix a dependency scores: float64 (at most one copy), L2 rows when ``normalize``.
 
     For dependencies that cast to float64 anyway, converting here once (and normalizing
-    in place on that copy) avoids a second full copy.  Returns the matrix and its zero rows.
+    in place on that copy) avoids a second full copy.  Extreme scales are first brought
+    into range by :func:`unit_scaled` (per row when normalizing, else the whole matrix),
+    so neither the squares of the L2 norm nor a dependency's own arithmetic under- or
+    overflows.  Returns the matrix and its zero rows.
     """
     from sklearn.preprocessing import normalize as sk_normalize
 
-    owned = X.dtype != np.float64
-    Xf = X.astype(np.float64) if owned else X
+    Xf = unit_scaled(X, per_row=normalize)
+    owned = Xf is not X
+    if Xf.dtype != np.float64:
+        Xf, owned = Xf.astype(np.float64), True
     zeros = zero_rows(Xf)
     if normalize:
         Xf = sk_normalize(Xf, norm="l2", copy=not owned)
@@ -133,23 +182,22 @@ def is_constant(matrix: np.ndarray | sparse.csr_matrix, *, normalize: bool = Fal
     separates nothing, yet OverlapIndex reports it as perfectly separated.
 
     Almost every real matrix differs within its first rows, so those are compared first;
-    only when they agree is the whole matrix checked.
+    only when they agree is the whole matrix checked.  Tolerances are relative to the
+    matrix's own scale, so a matrix at 1e-200 is as varied as the same matrix at 1.
     """
     if matrix.shape[0] < 2:
         return True
-    head = (matrix[:8].toarray() if is_sparse(matrix) else matrix[:8]).astype(np.float64)
-    if normalize:
-        head = _unit_rows(head)
-    if not np.allclose(head, head[0], rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL):
+    head = (matrix[:8].toarray() if is_sparse(matrix) else matrix[:8])
+    head, _ = evaluated_matrix(head, normalize)
+    if not _same_rows(head.min(axis=0), head.max(axis=0)):
         return False
     full, _ = evaluated_matrix(matrix, normalize)
     if is_sparse(full):
-        low, high = full.min(axis=0).toarray().ravel(), full.max(axis=0).toarray().ravel()
-    else:
-        low, high = full.min(axis=0), full.max(axis=0)
-    return bool(np.allclose(low, high, rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL))
+        return _same_rows(full.min(axis=0).toarray().ravel(), full.max(axis=0).toarray().ravel())
+    return _same_rows(full.min(axis=0), full.max(axis=0))
 
 
-def _unit_rows(rows: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+def _same_rows(low: np.ndarray, high: np.ndarray) -> bool:
+    """Column minima equal to column maxima within tolerances scaled to the largest value."""
+    scale = max(float(np.abs(low).max()), float(np.abs(high).max()))
+    return bool(np.allclose(low, high, rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL * scale))

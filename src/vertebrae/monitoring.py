@@ -22,7 +22,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TextIO
+from typing import Any, NoReturn, Protocol, TextIO
 
 from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
@@ -358,8 +358,23 @@ def parse_history(data: bytes, path: pathlib.Path) -> tuple[dict[str, Any] | Non
 
 
 def _parse_line(line: bytes, number: int, path: pathlib.Path) -> dict[str, Any]:
+    """One record, as strict JSON: vertebrae never writes NaN or infinity, so one in the file was put there by hand."""
+    def non_finite(text: str) -> NoReturn:
+        raise HistoryError(f"{path}: line {number} holds the non-finite number {text}; monitor histories are strict "
+                           "JSON (vertebrae never writes NaN or infinity), so the line was edited; restore the file "
+                           "from a copy or start a new history")
+
+    def strict_float(text: str) -> float:
+        value = float(text)
+        return value if math.isfinite(value) else non_finite(text)
+
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_constant=non_finite, parse_float=strict_float)
+    except HistoryError:
+        raise
+    except RecursionError:
+        raise HistoryError(f"{path}: line {number} is nested too deeply to parse, so it is not a monitor record; "
+                           "restore the file from a copy or start a new history") from None
     except ValueError:
         record = None
     if not isinstance(record, dict):

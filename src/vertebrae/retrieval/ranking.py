@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._sparse import is_sparse, sparse_module
+from ..embeddings import unit_scaled
 from ..errors import ConfigError, InputValidationError
 from .relevance import shown
 
@@ -133,6 +134,8 @@ def prepare_endpoints(queries: Any, gallery: Any, similarity: str, *, query_ids:
 
 
 def _prepare(matrix: Any, similarity: str, side: str, ids: Sequence[Any], source: str) -> tuple[Any, np.ndarray]:
+    if similarity == "cosine":  # a power-of-two scale per row keeps directions: no float32 under- or overflow
+        matrix = unit_scaled(matrix, per_row=True)
     if is_sparse(matrix):
         X = matrix.astype(np.float32)
         sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float32).ravel()

@@ -17,6 +17,7 @@ import numpy as np
 
 from .._config import Config, check_choice, check_int
 from .._sparse import is_sparse
+from ..embeddings import unit_scaled
 from ..errors import ConfigError, MetricError
 from .metrics import check_metric_name
 
@@ -97,7 +98,12 @@ class LabelRetrievalMetric(Config):
                              "tie_rule": TIE_RULE, "dtype": "float32"}}
 
     def _prepared(self, embeddings: Any) -> Any:
-        """A float32 copy (CSR stays CSR) with unit rows for cosine; zero rows are an error for cosine."""
+        """A float32 copy (CSR stays CSR) with unit rows for cosine; zero rows are an error for cosine.
+
+        Rows (cosine) or the whole matrix (dot) of extreme scale are first scaled by a power
+        of two, which changes no direction and no ranking, so float32 neither under- nor overflows.
+        """
+        embeddings = unit_scaled(embeddings, per_row=self.similarity == "cosine")
         if is_sparse(embeddings):
             matrix = embeddings.astype(np.float32, copy=True).tocsr()
             matrix.sum_duplicates()
@@ -126,9 +132,6 @@ class LabelRetrievalMetric(Config):
         rows = np.arange(start, stop)
         sims = matrix[start:stop] @ matrix.T
         sims = sims.toarray() if is_sparse(sims) else np.asarray(sims)
-        if not np.isfinite(sims).all():
-            raise MetricError(f"metric {self.name!r}: similarities of query rows {start}-{stop - 1} overflow float32; "
-                              "scale the embeddings down or use similarity='cosine'")
         order = _ranked_columns(sims, codes == codes[rows, None])
         del sims
         order = order[order != rows[:, None]].reshape(len(rows), n - 1)  # leave the query itself out

@@ -10,7 +10,9 @@ at least 2 rows, regression at least 3) and records the effective counts and a
 note (the result's warning, which the benchmark warns once, named by extractor);
 ``policy="fail"`` raises :class:`~vertebrae.errors.MemoryBudgetError` with
 the estimate and the fix.  The budget stage (``budget`` in
-:mod:`vertebrae.benchmark_stages`) applies it between embedding and scoring.
+:mod:`vertebrae.benchmark_stages`) applies it between embedding and scoring; a budget
+that no embedding could meet (:func:`smallest_scoring_bytes`) is refused by the
+``Benchmark`` constructor, before any extraction.
 """
 
 from __future__ import annotations
@@ -56,19 +58,58 @@ def _float64_bytes(X: Any) -> int:
 
 def estimate_scoring_bytes(X: Any, targets: Targets, scoring_config: Any, continuous_config: Any = None) -> int:
     """Estimated peak memory of one overlap scoring call on ``X`` and ``targets`` (beyond ``X`` itself)."""
-    n = X.shape[0]
-    copy = _float64_bytes(X)
-    if isinstance(targets, RegressionTargets):
+    counts = None if isinstance(targets, RegressionTargets) else targets.counts()
+    return _footprint(X.shape[0], _float64_bytes(X), counts, targets, scoring_config, continuous_config)
+
+
+def _footprint(n: int, copy: int, counts: dict[str, int] | None, targets: Targets, scoring_config: Any,
+               continuous_config: Any) -> int:
+    """The estimate for ``n`` rows whose float64 copy takes ``copy`` bytes (``counts``: rows per class or label)."""
+    if counts is None:
         # ContinuousOverlapIndex: the normalized copy made here, its own working copy, and a k-NN graph.
         k = continuous_config.k if continuous_config is not None else 8
         return 2 * copy + 16 * n * (k + 1) + ROW_OVERHEAD_BYTES * n
     from .overlap import resolve_k
 
-    counts = targets.counts()
     label_rows = sum(counts.values())  # each multi-label row is sliced once per label it carries
     k_per_class, _, _ = resolve_k(counts, scoring_config, targets.catalog)
     tiles = 8 * min(scoring_config.offline_chunk_size, n) * sum(k_per_class.values())
     return copy + copy * label_rows // n + tiles + ROW_OVERHEAD_BYTES * n
+
+
+def smallest_scoring_bytes(targets: Targets, config: MemoryConfig, scoring_config: Any,
+                           continuous_config: Any = None) -> tuple[int, str]:
+    """A lower bound of every scoring footprint ``config`` may meet on these targets, and what it scores.
+
+    Before extraction the rows and classes are known, the embedding width is not.  So:
+    the fewest rows the policy may score (every row under ``"fail"``; under ``"subsample"``
+    2 rows per class, 2 positive rows per label with at least 2 rows, or 3 rows for
+    regression) at the narrowest width, one dense float64 column (a CSR copy of the same
+    rows is never smaller).  No embedding can be scored in less.
+    """
+    regression = isinstance(targets, RegressionTargets)
+    counts = None if regression else targets.counts()
+    if config.policy == "fail":
+        n, what = targets.n_samples, f"all {targets.n_samples:,} rows (policy='fail')"
+    elif regression:
+        n, what = 3, "3 rows, the smallest regression subsample"
+    else:
+        counts = {key: min(2, count) for key, count in counts.items()}
+        n = sum(counts.values()) if targets.target_type == "single_label" else 2
+        what = (f"{n} rows, 2 per class" if targets.target_type == "single_label"
+                else f"2 positive rows for each of {len(counts)} labels")
+    return _footprint(n, 8 * n, counts, targets, scoring_config, continuous_config), what
+
+
+def check_budget_feasible(targets: Targets, config: MemoryConfig, scoring_config: Any,
+                          continuous_config: Any = None) -> None:
+    """Refuse, before any extraction, a budget that no embedding of these targets can meet."""
+    smallest, what = smallest_scoring_bytes(targets, config, scoring_config, continuous_config)
+    if config.max_scoring_bytes < smallest:
+        raise MemoryBudgetError(
+            f"MemoryConfig.max_scoring_bytes={config.max_scoring_bytes:,} cannot be met by any embedding: scoring "
+            f"{what} at a single dimension already needs about {smallest:,} bytes; raise max_scoring_bytes to at "
+            "least that (a real embedding needs more: about 8 bytes per row per dimension, plus prototypes)")
 
 
 @dataclasses.dataclass

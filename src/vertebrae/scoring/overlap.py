@@ -2,7 +2,8 @@
 
 Every overlap number vertebrae reports comes from :class:`OverlapIndexScorer`.  It
 validates the input, resolves k per class, translates typed labels to catalog codes,
-calls ``OverlapIndex`` (which L2-normalizes on its own float64 copy) or
+calls ``OverlapIndex`` (which L2-normalizes on its own copy; rows of extreme scale
+are first scaled by a power of two here, see :func:`vertebrae.embeddings.unit_scaled`) or
 ``ContinuousOverlapIndex`` (normalized here on one float64 copy) with the fixed
 MiniBatchKMeans backend under a thread limit and a deterministic seed, and returns an
 :class:`OverlapScoreResult` keyed by semantic label keys.
@@ -21,7 +22,7 @@ import numpy as np
 
 from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
 from .._sparse import is_sparse
-from ..embeddings import evaluated_matrix, is_constant, validate_embeddings, zero_rows
+from ..embeddings import evaluated_matrix, is_constant, unit_scaled, validate_embeddings, zero_rows
 from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
 from ..fingerprint import package_version
 from ..labels import LabelCatalog, decode_key, semantic_key
@@ -411,13 +412,15 @@ class OverlapIndexScorer:
         excluded = [to_oi[k] for k in cfg.exclude_classes]
         with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            # OverlapIndex casts to float64 and L2-normalizes on its own copy, so the input goes
-            # in as it is: no extra copy here (regression has no such option; see below).
+            # OverlapIndex casts to float64 and L2-normalizes (in float32) on its own copy, so
+            # ordinary input goes in as it is, without a copy here; rows whose scale its float32
+            # arithmetic cannot take are first scaled by a power of two (per row when
+            # normalizing, else the whole matrix): the score does not depend on the scale.
             oi = OverlapIndex(model_type=BACKEND, kmeans_k={to_oi[k]: v for k, v in k_per_class.items()},
                               kmeans_kwargs=kmeans_kwargs, offline_chunk_size=cfg.offline_chunk_size,
                               exclude_classes=excluded or None,
                               feature_normalization="l2" if cfg.normalize_embeddings else None)
-            oi.fit_offline(X, y_oi)
+            oi.fit_offline(unit_scaled(X, per_row=cfg.normalize_embeddings), y_oi)
         per_class = {from_oi[_py(label)]: float(v) for label, v in oi.singleton_index.items()}
         pairwise: dict[str, dict[str, float | None]] = {}
         for a in catalog.keys:
