@@ -31,7 +31,7 @@ from .execution.jobs import failure_of
 from .extractors.base import CallableExtractor, PrecomputedExtractor
 from .fingerprint import package_version
 from . import json_codec
-from .results import ExtractorResult, result_row
+from .results import VERDICT_COLUMNS, ExtractorResult, result_row
 from .scoring.metric_result import OVERLAP_METRIC
 
 HISTORY_FORMAT = "vertebrae-monitor-history"
@@ -450,7 +450,8 @@ def _sha256(section: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- helpers
 def _standard_null_columns(settings: Any) -> list[str]:
-    """``metric.<name>`` per configured metric and ``runtime.<stage>`` per configured stage (failed rows lack them)."""
+    """``metric.<name>`` per configured metric, ``runtime.<stage>`` per configured stage and the paired-verdict
+    columns (failed rows lack them)."""
     names = [OVERLAP_METRIC, *(metric.name for metric in settings.metrics)]
     stages = ["extract", "score"]
     if settings.stability_config is not None:
@@ -459,7 +460,7 @@ def _standard_null_columns(settings: Any) -> list[str]:
         stages += ["metrics", *(f"metric.{metric.name}" for metric in settings.metrics)]
     if settings.separatix_config.enabled:
         stages.append("separatix")
-    return [f"metric.{name}" for name in names] + [f"runtime.{stage}" for stage in stages]
+    return [f"metric.{name}" for name in names] + [f"runtime.{stage}" for stage in stages] + list(VERDICT_COLUMNS)
 
 
 def _failed_stage(exc: BaseException) -> str:

@@ -34,6 +34,9 @@ SCHEMA_VERSION = 1
 STRONG_OVERLAP, MODERATE_OVERLAP, _ = RECOMMENDATION_CUTOFFS["single_label"]
 
 
+#: The DataFrame columns of a row's paired verdict against the best of its view (None when there is none).
+VERDICT_COLUMNS = ("verdict", "paired_difference_mean", "paired_difference_low", "paired_difference_high",
+                   "paired_share_better")
 #: Ranked lines shown by ``repr()`` of a result; the DataFrame shows them all.
 REPR_ROWS = 5
 
@@ -455,8 +458,7 @@ class BenchmarkResult(ResultFamily):
 
     def _verdict_columns(self, result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         """The row's paired verdict against the best of its view; all None when unranked or unavailable."""
-        names = ["verdict", "paired_difference_mean", "paired_difference_low", "paired_difference_high",
-                 "paired_share_better"]
+        names = VERDICT_COLUMNS
         ranked, reason = self._paired_ranking(result.view) if rank is not None else ([], "unranked")
         if reason is not None:
             return dict.fromkeys(names)
