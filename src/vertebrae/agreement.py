@@ -2,7 +2,7 @@
 
 A metric is a *reference* when it declares ``reference`` — the plain-language name of the model
 it stands for, e.g. ``LinearProbeMetric.reference == "linear probe"``.  A benchmark records its
-reference metrics in ``metadata["reference_metrics"]`` (name -> that label), and everything here is
+reference metrics in ``metadata["reference_metrics"]`` (name and label, in order), and everything here is
 derived from the results: per view, over the candidates that have a valid primary score and a
 valid reference score, both rankings oriented so that better is higher.  Definitions and the
 rules for ties and small views are in docs/metrics.md ("Agreement with the reference metrics").
@@ -20,10 +20,13 @@ from .result_protocol import rank_results
 MIN_CANDIDATES = 2
 
 
-def reference_metrics(metrics: Sequence[Any], primary_metric: str) -> dict[str, str]:
-    """``{name: label}`` of the metrics that declare a ``reference`` label, the primary metric excepted."""
-    return {m.name: m.reference for m in metrics
-            if isinstance(getattr(m, "reference", None), str) and m.reference and m.name != primary_metric}
+def reference_metrics(metrics: Sequence[Any], primary_metric: str) -> list[dict[str, str]]:
+    """``[{"name", "label"}]`` of the metrics that declare a ``reference`` label, in their order, the primary excepted.
+
+    A list, not a mapping: the JSON writer sorts keys, and the agreement keeps the metrics' order.
+    """
+    return [{"name": m.name, "label": m.reference} for m in metrics
+            if isinstance(getattr(m, "reference", None), str) and m.reference and m.name != primary_metric]
 
 
 def probe_metrics() -> list[Any]:
@@ -101,7 +104,7 @@ def view_agreement(results: Sequence[Any], primary_metric: str, metric: str, lab
     else:
         best = max(ref)
         facts.update(primary_top1=names[0], reference_top1=[n for n, s in zip(names, ref) if s == best],
-                     top1_same=ref[0] == best, regret=float(best - ref[0]))
+                     top1_same=bool(ref[0] == best), regret=float(best - ref[0]))
         if len(compared) < MIN_CANDIDATES:
             facts["reason"] = (f"rank correlations need at least {MIN_CANDIDATES} candidates with valid scores on "
                                f"both metrics; this view has {len(compared)}")

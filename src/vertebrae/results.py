@@ -356,7 +356,7 @@ class BenchmarkResult(ResultFamily):
     @property
     def reference_metrics(self) -> dict[str, str]:
         """``{metric name: label}`` of the reference metrics that ran beside the primary (e.g. ``--probe``)."""
-        return dict(self.metadata.get("reference_metrics") or {})
+        return {entry["name"]: entry["label"] for entry in self.metadata.get("reference_metrics") or []}
 
     def agreement(self, view: str | None = None) -> list[Agreement]:
         """How the primary ranking agrees with each reference metric's ranking, per view (see :mod:`vertebrae.agreement`).
