@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._config import check_config, check_float
+from .agreement import reference_metrics
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
@@ -222,6 +223,9 @@ def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], set
         "versions": {name: package_version(name)
                      for name in ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")},
     }
+    references = reference_metrics(settings.metrics, settings.primary_metric)
+    if references:  # the result reports how the primary ranking agrees with each (BenchmarkResult.agreement)
+        metadata["reference_metrics"] = references
     result = BenchmarkResult(dataset.summary(), results, [], metadata, timing=timing)
     result.recommendations = benchmark_recommendations(result)
     return result

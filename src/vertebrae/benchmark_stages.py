@@ -24,7 +24,7 @@ from .artifacts.codecs import document_codec
 from .compression import compression_fingerprint
 from .embedding_set import (COMPRESSED_CODEC, EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings,
                             variant_facts)
-from .embeddings import embedding_metadata, is_constant, validate_embeddings
+from .embeddings import column_scale, column_scale_notes, embedding_metadata, is_constant, validate_embeddings
 from .errors import ExtractorError
 from .execution.registry import COLLECT, EMBED, SCORE, RowShards, stage
 from .extractors.user_code import user_code
@@ -306,7 +306,7 @@ def _assemble_config(settings: Any, chain: Any) -> dict[str, Any]:
     return config
 
 
-@stage(PIPELINE, "assemble", version=1, reads=("embedding", "score"),
+@stage(PIPELINE, "assemble", version=2, reads=("embedding", "score"),
        optional_reads=("compress", "budget", "stability", "metrics", "diagnose"),
        context=("name", "output", "view", "extractor"), config=_assemble_config, final=True, codec=RESULT_CODEC,
        phase=COLLECT)
@@ -334,13 +334,16 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     if budgeted is not None:
         embedding_metadata["memory_budget"] = budgeted.record
     budget_notes = [] if budgeted is None or budgeted.warning is None else [budgeted.warning]
+    scale = column_scale(embedding_artifact.matrix) if overlap.metadata.get("normalize_embeddings") else None
+    if scale is not None:  # a few columns decide the normalized geometry (warned as a DataWarning, named)
+        embedding_metadata["column_scale"] = scale
     view = job.params.get("view")
     return ExtractorResult(
         name=job.params["name"], extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe,
         overlap=overlap, metrics=metrics, primary_metric_name=primary.name,
         primary_score=primary.score if primary.rankable else None, embedding=embedding_metadata,
         warnings=budget_notes + list(overlap.warnings) + metric_warnings(measured)
-        + list((compression or {}).get("warnings", [])),
+        + list((compression or {}).get("warnings", [])) + column_scale_notes(embedding_metadata),
         recommendation=recommendation_label(overlap.score, overlap.target_type),
         weakest_class=None if weakest is None else {"key": weakest[0], "display": overlap.display(weakest[0]),
                                                     "score": weakest[1]},

@@ -38,7 +38,7 @@ config format (TOML shown; YAML uses the same sections and keys):
   [continuous]              ContinuousOverlapScoringConfig fields (regression)
   [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
   [separatix]               SeparatixConfig fields; enabled = false turns it off
-  [benchmark]               quality_tolerance, primary_metric, on_error
+  [benchmark]               quality_tolerance, primary_metric, on_error, probe = true (as --probe)
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
   [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
                             n_components, whiten, dtype, random_state, name (docs/compression.md)
@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``run`` (and of ``score`` given a run config)."""
     _metric_option(parser)
+    _probe_option(parser)
     parser.add_argument("--primary-metric", metavar="NAME", default=None,
                         help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
     parser.add_argument("--cache", metavar="URL", default=None,
@@ -121,6 +122,13 @@ def _metric_option(parser: argparse.ArgumentParser) -> None:
                         help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
                              "the module must be importable (installed or on PYTHONPATH); higher is better; "
                              "lower-is-better metrics go in the config's [[metrics]] with higher_is_better = false")
+
+
+def _probe_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probe", action="store_true",
+                        help="also score a linear probe and a k-NN model (LinearProbeMetric, KNNMetric) as reference "
+                             "metrics and report whether they pick the same candidate; the primary metric is unchanged "
+                             "(as [benchmark] probe = true)")
 
 
 def _on_error_option(parser: argparse.ArgumentParser, staged: bool = False) -> None:
@@ -288,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
     address = None if args.dask_address is None else _dask_address(args.dask_address)
     if not args.dask_timeout > 0:
         raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {args.dask_timeout:g}")
-    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
     if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
         config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
                            if "://" not in args.cache else args.cache, "enabled": True}
@@ -408,6 +416,7 @@ def _add_staged_commands(sub) -> None:
                            "variables such as AWS_ACCESS_KEY_ID for secrets)")
     _metric_option(plan)
     plan.add_argument("--primary-metric", metavar="NAME", default=None, help="rank by this metric (default: overlap)")
+    _probe_option(plan)
     _on_error_option(plan, staged=True)
     plan.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("plan.json"),
                       help="where to write the plan file (default: plan.json)")
@@ -464,7 +473,7 @@ def _plan(args: argparse.Namespace) -> int:
     from .run_config import load_run_config, with_metric_options
 
     _output_file(args.output)
-    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric)
+    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     plan = make_plan(config, args.config, args.store, _options_json(args.storage_options),
@@ -524,7 +533,8 @@ def _score(args: argparse.Namespace) -> int:
                                  f"not to the run config {str(args.config)!r}")
         return _run(args)
     given = [flag for flag, value in (("--primary-metric", args.primary_metric), ("--cache", args.cache),
-                                      ("--dask-address", args.dask_address), ("--output", args.output))
+                                      ("--dask-address", args.dask_address), ("--output", args.output),
+                                      ("--probe", args.probe or None))
              if value is not None]
     if given:
         raise VertebraeError(f"{', '.join(given)} apply to a run config, not to a plan file: the plan fixes its "

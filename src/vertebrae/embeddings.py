@@ -201,3 +201,65 @@ def _same_rows(low: np.ndarray, high: np.ndarray) -> bool:
     """Column minima equal to column maxima within tolerances scaled to the largest value."""
     scale = max(float(np.abs(low).max()), float(np.abs(high).max()))
     return bool(np.allclose(low, high, rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL * scale))
+
+
+#: A space is scale-dominated when its largest column standard deviation exceeds this multiple of the median one ...
+SCALE_RATIO_THRESHOLD = 100.0
+#: ... and the columns above that multiple hold more than this share of the mean squared row norm.
+SCALE_NORM_SHARE = 0.5
+#: Rows per block when summing a dense matrix (bounds the float64 temporary).
+_SCALE_BLOCK_ROWS = 4096
+#: Dominant columns named in the record and the warning.
+_SCALE_SHOWN = 5
+
+
+def column_scale(X: np.ndarray | sparse.csr_matrix) -> dict[str, Any] | None:
+    """The record of a scale-dominated space (see ``SCALE_RATIO_THRESHOLD``), or None when no few columns dominate.
+
+    L2 row normalization divides each row by its norm; when a few columns are orders of
+    magnitude wider than the rest (raw tabular features: an area next to a ratio), they make
+    up the norm, so after normalization they alone decide the geometry.  One pass over the
+    stored values: CSR input is never densified, dense input is summed in float64 row blocks.
+    """
+    n, d = X.shape
+    if is_sparse(X):
+        total = np.bincount(X.indices, weights=X.data.astype(np.float64), minlength=d)
+        squares = np.bincount(X.indices, weights=np.square(X.data, dtype=np.float64), minlength=d)
+    else:
+        total, squares = np.zeros(d), np.zeros(d)
+        for start in range(0, n, _SCALE_BLOCK_ROWS):
+            block = np.asarray(X[start:start + _SCALE_BLOCK_ROWS], dtype=np.float64)
+            total += block.sum(axis=0)
+            squares += np.einsum("ij,ij->j", block, block)
+    mean_square = squares / n
+    std = np.sqrt(np.maximum(mean_square - (total / n) ** 2, 0.0))
+    median = float(np.median(std))
+    if median <= 0.0 or mean_square.sum() <= 0.0:  # most columns constant: a ratio to the median says nothing
+        return None
+    ratio = float(std.max() / median)
+    dominant = np.flatnonzero(std > SCALE_RATIO_THRESHOLD * median)
+    share = float(mean_square[dominant].sum() / mean_square.sum())
+    if ratio <= SCALE_RATIO_THRESHOLD or share <= SCALE_NORM_SHARE:
+        return None
+    order = dominant[np.argsort(-std[dominant], kind="stable")]
+    return {"std_ratio": ratio, "n_dominant_columns": int(dominant.size),
+            "dominant_columns": [int(j) for j in order[:_SCALE_SHOWN]], "norm_share": share,
+            "threshold": SCALE_RATIO_THRESHOLD}
+
+
+def scale_note(record: dict[str, Any]) -> str:
+    """The DataWarning text of a scale-dominated space: what happens and how to standardize first."""
+    shown = ", ".join(map(str, record["dominant_columns"]))
+    more = record["n_dominant_columns"] - len(record["dominant_columns"])
+    return (f"{record['n_dominant_columns']} column(s) dominate the row norms (column(s) {shown}"
+            f"{f' and {more} more' if more > 0 else ''}: standard deviation up to {record['std_ratio']:,.0f}x the "
+            f"median column's, {record['norm_share']:.0%} of the mean squared row norm), so L2 row normalization lets "
+            "those columns decide the score; standardize the columns first, e.g. SklearnExtractor(name, "
+            "StandardScaler()), or StandardScaler().fit_transform(X) before PrecomputedExtractor (docs/metrics.md, "
+            "\"Column scale\")")
+
+
+def column_scale_notes(embedding: Any) -> list[str]:
+    """The scale note a result's embedding metadata records (the front door warns it as a DataWarning)."""
+    record = embedding.get("column_scale") if isinstance(embedding, dict) else None
+    return [] if not isinstance(record, dict) else [scale_note(record)]

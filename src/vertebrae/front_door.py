@@ -21,6 +21,7 @@ from typing import Any
 
 from . import json_codec
 from .artifacts.codecs import output_array
+from .embeddings import column_scale_notes
 from .errors import (CompressionWarning, DataWarning, InputTypeError, InputValidationError, SerializationError,
                      warn_result_notes)
 from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, endpoint_footprint,
@@ -115,8 +116,10 @@ class FrontDoor:
         results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
             compression = set((result.compression or {}).get("warnings", []))
+            data = set(column_scale_notes(result.embedding)) - compression  # a scale-dominated space: the data's doing
             warn_result_notes(result.name, [n for n in result.warnings if n in compression], CompressionWarning)
-            warn_result_notes(result.name, [n for n in result.warnings if n not in compression])
+            warn_result_notes(result.name, [n for n in result.warnings if n in data], DataWarning)
+            warn_result_notes(result.name, [n for n in result.warnings if n not in compression | data])
         return self.build_result(plan, results, notes, started)
 
     def _chain_result(self, chain: Chain, keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> Any:

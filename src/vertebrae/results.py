@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from . import json_codec
+from .agreement import Agreement, competition_ranks, reference_scores, view_agreement
 from .errors import ConfigError, SerializationError
 from .profiling import ResourceProfile
 from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, rank_results, read_json,
@@ -356,6 +357,37 @@ class BenchmarkResult(ResultFamily):
         return ranking_stability({r.name: r.stability.repeat_scores["score"] for r in analysed},
                                  ranked=[r.name for r in by_overlap])
 
+    # -- agreement with the reference metrics ------------------------------------
+    @property
+    def reference_metrics(self) -> dict[str, str]:
+        """``{metric name: label}`` of the reference metrics that ran beside the primary (e.g. ``--probe``)."""
+        return {entry["name"]: entry["label"] for entry in self.metadata.get("reference_metrics") or []}
+
+    def agreement(self, view: str | None = None) -> list[Agreement]:
+        """How the primary ranking agrees with each reference metric's ranking, per view (see :mod:`vertebrae.agreement`).
+
+        One :class:`~vertebrae.agreement.Agreement` per view and reference metric, in view order
+        (``view=`` for one view); empty when no reference metric ran.  Derived from the results:
+        valid results only, each metric in its own direction.
+        """
+        if view is not None and view not in self.views():
+            raise KeyError(f"no view {view!r} in this result; views: {self.views()}")
+        primary = self.metadata.get("primary_metric", "overlap")
+        return [view_agreement([r for r in self.extractor_results if r.view == task], primary, name, label, task)
+                for task in ([view] if view is not None else self.views())
+                for name, label in self.reference_metrics.items()]
+
+    def _agreement_columns(self, result: ExtractorResult) -> dict[str, Any]:
+        """``agreement.<metric>.rank`` and ``.regret`` of one result: its rank by each reference metric within its
+        view, and how far (in that metric's units) its reference score falls short of the view's best."""
+        columns: dict[str, Any] = {}
+        for name in self.reference_metrics:
+            scores = reference_scores([r for r in self.extractor_results if r.view == result.view], name)
+            known = result.name in scores
+            columns[f"agreement.{name}.rank"] = competition_ranks(scores)[result.name] if known else None
+            columns[f"agreement.{name}.regret"] = float(max(scores.values()) - scores[result.name]) if known else None
+        return columns
+
     @property
     def ranking_available(self) -> bool:
         return bool(self.ranked_results())
@@ -486,7 +518,8 @@ class BenchmarkResult(ResultFamily):
         structure = self.dataset_summary.get("structure", {})
         extra = ({k: structure.get(k) for k in ("task_family", "alignment_mode", "alignment_recipe")}
                  if structure.get("task_family") is not None else {})
-        return {**result_row(result, rank), **self._verdict_columns(result, rank), **extra}
+        return {**result_row(result, rank), **self._verdict_columns(result, rank), **extra,
+                **self._agreement_columns(result)}
 
     # -- persistence -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -504,6 +537,7 @@ class BenchmarkResult(ResultFamily):
             "extractor_results": results,
             "recommendations": list(self.recommendations),
             "ranking_stability": self.ranking_stability,
+            **({"agreement": [a.to_dict() for a in self.agreement()]} if self.reference_metrics else {}),
             "metadata": self.metadata,
             "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results},
                        "separatix": diagnostic_timings},

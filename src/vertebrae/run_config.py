@@ -29,6 +29,7 @@ Example (TOML)::
     # primary_metric = "my_metric"
     # on_error = "record"         # keep the other extractors when one fails (default "raise")
     # stage_modules = ["my_project.stages"]   # modules whose @stage functions join the plan
+    # probe = true                # add LinearProbeMetric and KNNMetric as reference metrics (vertebrae run --probe)
 
     [[compression]]               # EmbeddingCompressionConfig fields, one table per variant (optional)
     method = "none"               # keep the raw embedding beside the compressed variants
@@ -61,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from .agreement import probe_metrics
 from .benchmark import Benchmark
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig
@@ -75,7 +77,7 @@ from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig
 from .user_modules import import_user_module
 
-BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules"}
+BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules", "probe"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
             "cache", "compression"}
@@ -167,7 +169,17 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["compression"] = compression_from_config(config["compression"])
     kwargs.update(_check_keys("[benchmark]", config.get("benchmark", {}), BENCHMARK_KEYS))
     import_stage_modules(kwargs.pop("stage_modules", []))
+    if _probe(kwargs.pop("probe", False)):
+        named = {m.name for m in kwargs.get("metrics", [])}  # a probe already configured (e.g. with params) stays
+        kwargs["metrics"] = [*kwargs.get("metrics", []), *(m for m in probe_metrics() if m.name not in named)]
     return kwargs
+
+
+def _probe(value: Any) -> bool:
+    """``[benchmark] probe``: a boolean (``true`` adds the reference probes; the primary metric is unchanged)."""
+    if not isinstance(value, bool):
+        raise ConfigTypeError(f"config [benchmark] probe must be true or false, got {value!r}")
+    return value
 
 
 def import_stage_modules(modules: Any) -> None:
@@ -278,10 +290,12 @@ def input_files(config: Mapping[str, Any], config_path: str | pathlib.Path) -> l
     return records
 
 
-def with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None) -> dict:
+def with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None, probe: bool = False) -> dict:
     """``--metric`` specs join the config's [[metrics]] (an identical entry once); ``--primary-metric`` overrides
-    [benchmark]."""
+    [benchmark]; ``--probe`` sets [benchmark] probe."""
     config = dict(config)
+    if probe:
+        config["benchmark"] = {**config.get("benchmark", {}), "probe": True}
     if specs:
         entries = [*config.get("metrics", [])]
         for entry in map(metric_entry, specs):

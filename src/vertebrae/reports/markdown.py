@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .document import Code, Para, Section, Strong, Table, items, to_markdown
+from .markdown_agreement import agreement_caveats, agreement_section
 from .markdown_compression import compression_section
 from .markdown_metrics import metrics_detail
 from .markdown_resources import resource_section
@@ -56,7 +57,7 @@ def _answer(data: Mapping[str, Any]) -> Section:
     blocks += verdict_lines(data)
     if answer["notes"]:
         blocks.append(items(answer["notes"]))
-    caveats = answer_caveats(data)
+    caveats = answer_caveats(data) + agreement_caveats(data)
     if caveats:
         blocks += [Para(Strong("Caveats:")), items(caveats)]
     if answer["headers"] is not None:
@@ -261,7 +262,7 @@ def _reproducibility(data: Mapping[str, Any]) -> Section:
 
 
 #: Report sections in order (answer first, detail last); a builder returning None adds nothing.
-SECTIONS: list[SectionBuilder] = [_answer, _ranking, _how_to_read, _dataset_summary, _target_summary,
+SECTIONS: list[SectionBuilder] = [_answer, _ranking, agreement_section, _how_to_read, _dataset_summary, _target_summary,
                                   structure_section, _extractor_summary, _overlap_configuration, _per_class,
                                   stability_section, verdict_section, compression_section, resource_section,
                                   _extractor_details, _reproducibility]

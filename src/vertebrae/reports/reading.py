@@ -88,8 +88,18 @@ RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_sc
                               "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
                               "probe_score", "embedding_dim", "recipe", "recommendation"]
 SEPARATIX_COLUMNS: list[str] = ["separatix_recommendation", "separatix_confidence"]
+#: Shown only when a candidate's space is scale-dominated (``embedding.column_scale``).
+SCALE_COLUMN = "dominant columns"
 #: Output, target and label views, shown only when a result carries them.
 VIEW_COLUMNS: list[str] = ["output_name", "hidden_layer", "pooling", "target_view", "label_view"]
+
+
+def scale_text(scale: Mapping[str, Any]) -> str:
+    """``column(s) 12 at 388x the median column std (98% of the squared row norm)``: a scale-dominated space."""
+    columns = ", ".join(map(str, scale["dominant_columns"]))
+    more = scale["n_dominant_columns"] - len(scale["dominant_columns"])
+    return (f"column(s) {columns}{f' (+{more})' if more > 0 else ''} at {scale['std_ratio']:,.0f}x the median "
+            f"column std ({scale['norm_share']:.0%} of the squared row norm)")
 
 
 def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,16 +115,21 @@ def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
     rows = result.rows(include_invalid=True)
     valid_rows = [r for r in rows if r["rank"] is not None]
     recipes = {r["name"]: r["recipe"] for r in data["extractor_results"]}
+    scales = {r["name"]: (r.get("embedding") or {}).get("column_scale") for r in data["extractor_results"]}
     views = [c for c in VIEW_COLUMNS if any(row.get(c) is not None for row in valid_rows)]
     columns = RANKING_COLUMNS[:2] + views + RANKING_COLUMNS[2:]
     if any(row["separatix_status"] is not None for row in valid_rows):
         columns += SEPARATIX_COLUMNS
+    if any(scales[row["extractor"]] for row in valid_rows):  # beside the candidate: a few columns decide its score
+        columns.append(SCALE_COLUMN)
 
     def value(row: Mapping[str, Any], column: str) -> Any:
         if column == "stability_interval":
             return interval_text(row["stability_interval_low"], row["stability_interval_high"])
         if column == "recipe":
             return recipe_summary(recipes[row["extractor"]])
+        if column == SCALE_COLUMN:
+            return None if not scales[row["extractor"]] else scale_text(scales[row["extractor"]])
         return row.get(column)
 
     metric = ranked[0].primary_metric_name

@@ -50,6 +50,8 @@ class KNNMetric(Config):
 
     higher_is_better: ClassVar[bool] = True
     aggregate_valid: ClassVar[bool] = True
+    #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
+    reference: ClassVar[str] = "k-nearest-neighbour model"
     supported_target_types: ClassVar[tuple[str, ...]] = TARGET_TYPES
 
     def _validate(self) -> None:

@@ -46,6 +46,8 @@ class LinearProbeMetric(Config):
 
     higher_is_better: ClassVar[bool] = True
     aggregate_valid: ClassVar[bool] = True
+    #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
+    reference: ClassVar[str] = "linear probe"
     supported_target_types: ClassVar[tuple[str, ...]] = TARGET_TYPES
 
     def _validate(self) -> None:

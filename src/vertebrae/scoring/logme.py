@@ -61,6 +61,8 @@ class LogMEMetric(Config):
 
     higher_is_better: ClassVar[bool] = True
     aggregate_valid: ClassVar[bool] = True
+    #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
+    reference: ClassVar[str] = "LogME evidence score"
     supported_target_types: ClassVar[tuple[str, ...]] = ("single_label", "regression")
 
     def _validate(self) -> None:
