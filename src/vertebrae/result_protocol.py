@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import pathlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
@@ -144,13 +143,8 @@ def recommendation_label(overlap_score: float, target_type: str = "single_label"
 
 
 def read_json(path: str | pathlib.Path) -> Any:
-    """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
-    try:
-        return json_codec.decode(json_codec.read(path))
-    except json.JSONDecodeError as exc:
-        raise SerializationError(f"$: {path} is not valid JSON ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise SerializationError(f"$: {path} is not UTF-8 text ({exc})") from None
+    """The decoded JSON document at ``path``; invalid, unbounded or malformed JSON is a SerializationError."""
+    return json_codec.decode(json_codec.read(path))
 
 
 #: Result type -> the module that defines its class (imported when a document of that type is read first).

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .errors import ConfigError, SerializationError
+from .errors import ConfigError
 from .profiling import ResourceProfile
 from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, rank_results, read_json,
                               reading, register_result_type)
@@ -138,11 +138,7 @@ class ResultFamily:
     def from_json(cls, text: str) -> Any:
         from . import json_codec
 
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SerializationError(f"$: not valid JSON ({exc})") from None
-        return cls.from_dict(json_codec.decode(data))
+        return cls.from_dict(json_codec.decode(json_codec.loads(text)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:  # pragma: no cover - every subclass overrides it

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import json_codec
 from ..artifacts.codecs import StoredArtifact
 from ..errors import ArtifactNotFoundError, ConfigError, PlanError, SerializationError, VertebraeError
 from ..fingerprint import content_sha256, package_version
@@ -112,7 +113,7 @@ class PlanFile:
             raise PlanError(f"plan file {str(path)!r} does not exist; write one with `vertebrae plan CONFIG --store "
                             "URL --output PLAN.json`")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json_codec.read(path)  # bounded: no RecursionError, no unbounded integer
         except ValueError as exc:
             raise SerializationError(f"{path}: not a JSON plan file ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
