@@ -261,7 +261,7 @@ def loads(text: str, source: str = "the document") -> Any:
     except ValueError as exc:  # JSONDecodeError, an integer with too many digits, NaN/Infinity
         reason = (f"an integer has more than {sys.get_int_max_str_digits()} digits" if "integer string" in str(exc)
                   else str(exc))
-        raise SerializationError(f"$: {source} is not valid strict JSON ({reason})") from None
+        raise SerializationError(f"$: {source} is not valid JSON ({reason})") from None
 
 
 def read(path: str | pathlib.Path) -> Any:

@@ -87,7 +87,7 @@ def _kind(value: Any) -> str:
 
 
 def _fail(path: str, message: str) -> None:
-    raise SerializationError(f"{path}: {message}; the file is damaged, edited by hand or not written by this "
+    raise SerializationError(f"{path}: {message}; the file is incomplete, edited by hand or not written by this "
                              "version of vertebrae")
 
 
@@ -95,15 +95,16 @@ def check_number(value: Any, number: Number, path: str) -> None:
     """``value`` is a finite number of the declared kind and range."""
     kinds = (int,) if number.integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
-        _fail(path, f"expected {'an integer' if number.integer else 'a number'}, got {_kind(value)} {value!r:.40}")
+        _fail(path, f"malformed value (expected {'an integer' if number.integer else 'a number'}, got {_kind(value)} "
+                    f"{value!r:.40})")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an int beyond the float range
         finite = False
     if not finite:
-        _fail(path, f"expected a finite number, got {value!r:.40}")
+        _fail(path, f"malformed value (expected a finite number, got {value!r:.40})")
     if (number.low is not None and value < number.low) or (number.high is not None and value > number.high):
-        _fail(path, f"{value!r} is outside [{number.low}, {number.high}]")
+        _fail(path, f"malformed value ({value!r} is outside [{number.low}, {number.high}])")
 
 
 def check(value: Any, schema: Any, path: str = "$") -> None:
@@ -118,7 +119,8 @@ def check(value: Any, schema: Any, path: str = "$") -> None:
     elif isinstance(schema, type):
         expected = Mapping if schema is dict else schema
         if not isinstance(value, expected) or (schema is int and isinstance(value, bool)):
-            _fail(path, f"expected {'an object' if schema is dict else schema.__name__}, got {_kind(value)}")
+            _fail(path, f"malformed value (expected {'an object' if schema is dict else schema.__name__}, "
+                        f"got {_kind(value)})")
     elif isinstance(schema, dict):
         check(value, dict, path)
         for key, field in schema.items():
@@ -137,7 +139,7 @@ def check(value: Any, schema: Any, path: str = "$") -> None:
             check(item, schema.values, f"{path}.{key}")
     elif isinstance(schema, Choice):
         if not any(value == v and type(value) is type(v) for v in schema.values):
-            _fail(path, f"expected one of {list(schema.values)}, got {value!r:.40}")
+            _fail(path, f"malformed value (expected one of {list(schema.values)}, got {value!r:.40})")
     elif isinstance(schema, AnyOf):
         errors = []
         for option in schema.schemas:
@@ -145,7 +147,7 @@ def check(value: Any, schema: Any, path: str = "$") -> None:
                 return check(value, option, path)
             except SerializationError as exc:
                 errors.append(str(exc).split(";")[0])
-        _fail(path, "matches none of the allowed forms (" + " | ".join(errors) + ")")
+        _fail(path, "malformed value (none of the allowed forms: " + " | ".join(errors) + ")")
     elif isinstance(schema, Switch):
         check(value, dict, path)
         choice = value.get(schema.key)
@@ -161,7 +163,7 @@ def rule(test: Callable[[Any], bool], message: str) -> Callable[[Any, str], None
     """A check across fields: ``test(value)`` must hold, else ``message`` at the value's path."""
     def checked(value: Any, path: str) -> None:
         if not test(value):
-            _fail(path, message)
+            _fail(path, f"malformed value ({message})")
 
     return checked
 

@@ -18,10 +18,12 @@ from typing import Any, ClassVar
 
 from .errors import ConfigError
 from .profiling import ResourceProfile
-from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, rank_results, read_json,
-                              reading, register_result_type)
+from .result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECOMMENDATION_CUTOFFS, ChainResult, Ranked,
+                              check_header, rank_results, read_json, reading, register_result_type)
+from .result_schema import ANY, NUMBER, AnyOf, MapOf, Number, Switch, both, check, nullable, rule
 # Loading and recommendations live at the protocol layer (reports use them without this module); kept importable here.
 from .result_protocol import load_result, recommendation_label, result_from_dict  # noqa: F401
+from .scoring import metric_result, overlap, separatix, stability
 from .scoring.metric_result import MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.separatix import SeparatixResult
@@ -303,6 +305,53 @@ class ExtractorResult(ChainResult):
             return cls(**fields)
 
 
+def compression_schema(footprint: Any) -> Any:
+    """What reports read of a compression variant; ``footprint`` per family (flat, or per endpoint or branch)."""
+    return nullable({"source?": ANY, "variant": ANY, "method": ANY, "requested_dim": ANY, "output_dim": ANY,
+                     "applied": ANY, "explained_variance_ratio?": ANY, "footprint": footprint})
+
+
+#: Bytes per row of one embedding before and after its compression variant.
+FOOTPRINT_SCHEMA = {"raw_bytes_per_row": NUMBER, "evaluated_bytes_per_row": NUMBER}
+#: Seconds per stage per extractor, in a result's ``timing`` section.
+RUNTIME_SCHEMA = MapOf(MapOf(NUMBER))
+
+_EXTRACTOR_SCHEMA = both(
+    {**CHAIN_SCHEMA, "extractor_type": str, "overlap": nullable(overlap.SCHEMA),
+     "metrics": MapOf(metric_result.SCHEMA), "primary_metric_name": str, "recipe": {"type?": str}, "embedding": dict, "recommendation": str,
+     "weakest_class": nullable({"display": ANY, "score": NUMBER}), "separatix?": nullable(separatix.SCHEMA),
+     "stability?": nullable(stability.SCHEMA), "target_view?": nullable(str), "label_view?": nullable(str),
+     "compression?": compression_schema(FOOTPRINT_SCHEMA)},
+    rule(lambda r: r.get("error") is not None or (r["overlap"] is not None and r["primary_metric_name"] in r["metrics"]),
+         "a result without an error needs its overlap scores and its primary metric among its metrics"),
+    rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
+_CLASSES = {"class_counts": dict}
+#: What reports, DataFrames and ``compare`` read of a serialized BenchmarkResult (checked on load).
+SCHEMA = both({
+    "dataset_summary": Switch("target_type", {
+        "single_label": {"class_names": list, "n_classes": ANY, **_CLASSES},
+        "multi_label": {"label_names": list, "n_labels": ANY, "label_cardinality": ANY, "label_density": ANY,
+                        "n_distinct_labelsets": ANY, **_CLASSES},
+        "regression": {"target_names": [str], "constant_targets": [str],
+                       "target_statistics": MapOf({"mean": ANY, "std": ANY, "min": ANY, "max": ANY})}}),
+    "extractor_results": [_EXTRACTOR_SCHEMA],
+    "recommendations": [str],
+    "metadata": {
+        "settings": {"scoring_config": {"exclude_classes?": nullable([{"label_key": str}]),
+                                        "k?": AnyOf(([{"label_key": str, "k": ANY}], str, NUMBER, dict))},
+                     "continuous_config?": dict},
+        "run_key": ANY, "primary_metric?": str, "versions": dict, "quality_tolerance?": Number(low=0.0),
+        "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
+        "cache?": nullable({"store": ANY, "mode": ANY}),
+        "plan": [{"stage": str, "extractor": str, "key": str}],
+        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]})},
+    "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list)}},
+    {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
+        {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
+    rule(lambda d: len({len(r["stability"]["repeat_scores"]["score"]) for r in d["extractor_results"]
+                        if r.get("stability")}) <= 1, "every stability analysis of one result has the same repeats"))
+
+
 @dataclasses.dataclass(eq=True)
 class BenchmarkResult(ResultFamily):
     """The result of ``Benchmark.run()``: one ExtractorResult per extractor (or named output)."""
@@ -408,6 +457,7 @@ class BenchmarkResult(ResultFamily):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BenchmarkResult":
         check_header(data, cls.RESULT_TYPE, (SCHEMA_VERSION,))
+        check(data, SCHEMA)  # whatever loads renders (docs/results.md)
         with reading("$.timing"):
             timing = dict(data.get("timing", {}))
             runtime = dict(timing.pop("runtime", {}))
