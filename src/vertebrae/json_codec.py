@@ -5,6 +5,10 @@ SciPy sparse matrices, tuples and sets (in a stable order).  Mappings with
 non-string keys — or string keys that could be mistaken for a marker — become a
 tagged list of pairs, so no two keys can collide.  Anything else, recursion, and
 non-finite floats raise :class:`SerializationError` naming the path in the object.
+
+Reading is bounded (a file may come from anywhere): :func:`loads` refuses NaN, unbounded integers
+and nesting the parser cannot follow, and :func:`decode` builds an array only after its dtype, shape
+and data agree and fit :data:`MAX_ARRAY_BYTES` (docs/results.md, "JSON").
 """
 
 from __future__ import annotations

@@ -316,6 +316,11 @@ FOOTPRINT_SCHEMA = {"raw_bytes_per_row": NUMBER, "evaluated_bytes_per_row": NUMB
 #: Seconds per stage per extractor, in a result's ``timing`` section.
 RUNTIME_SCHEMA = MapOf(MapOf(NUMBER))
 
+def _rankable_score(metric: Mapping[str, Any]) -> float | None:
+    """A serialized metric's score when it may be ranked (what ``primary_score`` holds), else None."""
+    return metric["score"] if metric.get("aggregate_valid", True) and metric["score"] is not None else None
+
+
 _EXTRACTOR_SCHEMA = both(
     {**CHAIN_SCHEMA, "extractor_type": str, "overlap": nullable(overlap.SCHEMA),
      "metrics": MapOf(metric_result.SCHEMA), "primary_metric_name": str, "recipe": {"type?": str}, "embedding": dict, "recommendation": str,
@@ -324,23 +329,31 @@ _EXTRACTOR_SCHEMA = both(
      "compression?": compression_schema(FOOTPRINT_SCHEMA)},
     rule(lambda r: r.get("error") is not None or (r["overlap"] is not None and r["primary_metric_name"] in r["metrics"]),
          "a result without an error needs its overlap scores and its primary metric among its metrics"),
+    rule(lambda r: r.get("error") is not None or r["primary_score"] == _rankable_score(r["metrics"][r["primary_metric_name"]]),
+         "primary_score must be the primary metric's score (None when its aggregate is invalid)"),
     rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
-_CLASSES = {"class_counts": dict}
+def _named_classes(names: str) -> Any:
+    """Class (or label) names, one per counted class, in the dataset summary."""
+    return both({names: list, "class_counts": dict},
+                rule(lambda s: 0 < len(s[names]) == len(s["class_counts"]), f"{names} needs one name per class count"))
+
+
+
 #: What reports, DataFrames and ``compare`` read of a serialized BenchmarkResult (checked on load).
 SCHEMA = both({
     "dataset_summary": Switch("target_type", {
-        "single_label": {"class_names": list, "n_classes": ANY, **_CLASSES},
-        "multi_label": {"label_names": list, "n_labels": ANY, "label_cardinality": ANY, "label_density": ANY,
-                        "n_distinct_labelsets": ANY, **_CLASSES},
+        "single_label": both({"n_classes": ANY}, _named_classes("class_names")),
+        "multi_label": both({"n_labels": ANY, "label_cardinality": ANY, "label_density": ANY,
+                             "n_distinct_labelsets": ANY}, _named_classes("label_names")),
         "regression": {"target_names": [str], "constant_targets": [str],
                        "target_statistics": MapOf({"mean": ANY, "std": ANY, "min": ANY, "max": ANY})}}),
     "extractor_results": [_EXTRACTOR_SCHEMA],
     "recommendations": [str],
     "metadata": {
-        "settings": {"scoring_config": {"exclude_classes?": nullable([{"label_key": str}]),
+        "settings": {"scoring_config": {"exclude_classes?": nullable([{"label_key": str}]), "random_state": ANY,
                                         "k?": AnyOf(([{"label_key": str, "k": ANY}], str, NUMBER, dict))},
                      "continuous_config?": dict},
-        "run_key": ANY, "primary_metric?": str, "versions": dict, "quality_tolerance?": Number(low=0.0),
+        "run_key": ANY, "primary_metric": str, "versions": dict, "quality_tolerance?": Number(low=0.0),
         "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
         "cache?": nullable({"store": ANY, "mode": ANY}),
         "plan": [{"stage": str, "extractor": str, "key": str}],

@@ -215,7 +215,7 @@ class ContinuousOverlapScoringConfig(Config):
 SCHEMA = both({"score": NUMBER, "macro_score": NUMBER, "weighted_score": NUMBER,
                "per_class_scores": MapOf(nullable(NUMBER)), "pairwise_scores": MapOf(MapOf(nullable(NUMBER))),
                "k_per_class": dict, "warnings": [str], "target_type": Choice(("single_label", "multi_label", "regression")),
-               "metadata": {"aggregation_classes?": nullable([str]), "excluded_classes?": nullable([str])},
+               "metadata": {"aggregation_classes?": [str], "excluded_classes?": nullable([str])},
                "labels?": MapOf(str), "loss_ratio?": nullable(NUMBER),
                "regression?": nullable({"null_calibration": {"actual_loss": NUMBER, "null_loss": NUMBER,
                                                              "null_mode_used": str}})},
