@@ -30,11 +30,11 @@ from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, OverlapScor
 from vertebrae import json_codec
 from vertebrae.cli import main
 from vertebrae.compare import compare_results
-from vertebrae.errors import DataWarning, InputValidationError, SerializationError
+from vertebrae.errors import InputValidationError, SerializationError
 from vertebrae.extractors import PrecomputedExtractor, SklearnExtractor
 from vertebrae.reports import figures
 from vertebrae.reports.compare_report import render_comparison_html, render_comparison_markdown
-from vertebrae.result_protocol import load_result, result_from_dict
+from vertebrae.result_protocol import result_from_dict
 
 from .conftest import gaussian_classes
 from .test_zero_shot_benchmark import Shuffled, WordCounter, run as run_zero_shot, text_dataset
@@ -299,8 +299,8 @@ def test_null_scores_do_not_crash_compare(documents, tmp_path, capsys):
     assert comparison["regressed"] == [invalid["extractor_results"][0]["name"]]
     for field in ("primary_score", "overlap"):
         broken = copy.deepcopy(documents["benchmark"])
-        target = broken["extractor_results"][0] if field == "primary_score" else broken["extractor_results"][0]["overlap"]
-        target["score" if field == "overlap" else field] = None
+        first = broken["extractor_results"][0]
+        (first if field == "primary_score" else first["overlap"])["score" if field == "overlap" else field] = None
         (tmp_path / "c.json").write_text(json.dumps(broken))
         assert main(["compare", str(base), str(tmp_path / "c.json")]) == 2
         error = capsys.readouterr().err.strip()

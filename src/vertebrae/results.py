@@ -316,29 +316,31 @@ FOOTPRINT_SCHEMA = {"raw_bytes_per_row": NUMBER, "evaluated_bytes_per_row": NUMB
 #: Seconds per stage per extractor, in a result's ``timing`` section.
 RUNTIME_SCHEMA = MapOf(MapOf(NUMBER))
 
+
 def _rankable_score(metric: Mapping[str, Any]) -> float | None:
     """A serialized metric's score when it may be ranked (what ``primary_score`` holds), else None."""
     return metric["score"] if metric.get("aggregate_valid", True) and metric["score"] is not None else None
 
 
-_EXTRACTOR_SCHEMA = both(
-    {**CHAIN_SCHEMA, "extractor_type": str, "overlap": nullable(overlap.SCHEMA),
-     "metrics": MapOf(metric_result.SCHEMA), "primary_metric_name": str, "recipe": {"type?": str}, "embedding": dict, "recommendation": str,
-     "weakest_class": nullable({"display": ANY, "score": NUMBER}), "separatix?": nullable(separatix.SCHEMA),
-     "stability?": nullable(stability.SCHEMA), "target_view?": nullable(str), "label_view?": nullable(str),
-     "compression?": compression_schema(FOOTPRINT_SCHEMA)},
-    rule(lambda r: r.get("error") is not None or (r["overlap"] is not None and r["primary_metric_name"] in r["metrics"]),
-         "a result without an error needs its overlap scores and its primary metric among its metrics"),
-    rule(lambda r: r.get("error") is not None or r["primary_score"] == _rankable_score(r["metrics"][r["primary_metric_name"]]),
-         "primary_score must be the primary metric's score (None when its aggregate is invalid)"),
-    rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
 def _named_classes(names: str) -> Any:
     """Class (or label) names, one per counted class, in the dataset summary."""
     return both({names: list, "class_counts": dict},
                 rule(lambda s: 0 < len(s[names]) == len(s["class_counts"]), f"{names} needs one name per class count"))
 
 
-
+_EXTRACTOR_SCHEMA = both(
+    {**CHAIN_SCHEMA, "extractor_type": str, "recipe": {"type?": str}, "overlap": nullable(overlap.SCHEMA),
+     "metrics": MapOf(metric_result.SCHEMA), "primary_metric_name": str, "embedding": dict, "recommendation": str,
+     "weakest_class": nullable({"display": ANY, "score": NUMBER}), "separatix?": nullable(separatix.SCHEMA),
+     "stability?": nullable(stability.SCHEMA), "target_view?": nullable(str), "label_view?": nullable(str),
+     "compression?": compression_schema(FOOTPRINT_SCHEMA)},
+    rule(lambda r: r.get("error") is not None
+         or (r["overlap"] is not None and r["primary_metric_name"] in r["metrics"]),
+         "a result without an error needs its overlap scores and its primary metric among its metrics"),
+    rule(lambda r: r.get("error") is not None
+         or r["primary_score"] == _rankable_score(r["metrics"][r["primary_metric_name"]]),
+         "primary_score must be the primary metric's score (None when its aggregate is invalid)"),
+    rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
 #: What reports, DataFrames and ``compare`` read of a serialized BenchmarkResult (checked on load).
 SCHEMA = both({
     "dataset_summary": Switch("target_type", {

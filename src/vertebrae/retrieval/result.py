@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ..errors import InputTypeError, InputValidationError
 from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ..result_protocol import CHAIN_SCHEMA, IDENTITY_SCHEMA, ChainResult, check_header, reading
-from ..result_schema import ANY, COUNT, NUMBER, MapOf, Number, both, check, nullable, rule
+from ..result_schema import ANY, NUMBER, MapOf, Number, both, check, nullable, rule
 from ..results import FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns, compression_schema, \
     deprecated_alias
 from .config import CUTOFF_METRICS, DIRECTIONS, FULL_RANKING_METRICS, RetrievalConfig
@@ -139,7 +139,8 @@ _DIRECTION_SCHEMA = {"n_queries": ANY, "metrics": MapOf(NUMBER), "block_plan": {
 _ENTRY_SCHEMA = both(
     {**CHAIN_SCHEMA, "forward": nullable(_DIRECTION_SCHEMA), "reverse": nullable(_DIRECTION_SCHEMA),
      "embedding": MapOf(_ENDPOINT_SCHEMA), "compression?": compression_schema(MapOf(FOOTPRINT_SCHEMA))},
-    rule(lambda e: e.get("error") is not None or (e["forward"] is not None and {"query", "gallery"} <= set(e["embedding"])),
+    rule(lambda e: e.get("error") is not None
+         or (e["forward"] is not None and {"query", "gallery"} <= set(e["embedding"])),
          "an entry without an error needs its forward metrics and its query and gallery embeddings"))
 
 

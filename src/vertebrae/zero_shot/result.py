@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ..result_protocol import CHAIN_SCHEMA, IDENTITY_SCHEMA, ChainResult, check_header, reading
-from ..result_schema import ANY, NUMBER, MapOf, Number, both, check, nullable, rule
+from ..result_schema import ANY, MapOf, Number, both, check, nullable, rule
 from ..results import FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns, compression_schema, \
     deprecated_alias
 from ..scoring import overlap
