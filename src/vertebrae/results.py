@@ -352,7 +352,7 @@ SCHEMA = both({
     "extractor_results": [_EXTRACTOR_SCHEMA],
     "recommendations": [str],
     "metadata": {
-        "settings": {"scoring_config": {"exclude_classes?": nullable([{"label_key": str}]), "random_state": ANY,
+        "settings": {"scoring_config": {"exclude_classes?": [{"label_key": str}], "random_state": ANY,
                                         "k?": AnyOf(([{"label_key": str, "k": ANY}], str, NUMBER, dict))},
                      "continuous_config?": dict},
         "run_key": ANY, "primary_metric": str, "versions": dict, "quality_tolerance?": Number(low=0.0),
