@@ -91,7 +91,7 @@ def test_json_is_strict_with_undefined_diagnostics():
 @pytest.mark.parametrize("payload, message", [
     ({"result_type": "benchmark", "schema_version": 1}, "not a vertebrae retrieval result"),
     ({"result_type": "retrieval", "schema_version": 99}, "not a vertebrae retrieval result"),
-    ({"result_type": "retrieval", "schema_version": 1, "protocol": {}}, r"\$: missing key .timing."),
+    ({"result_type": "retrieval", "schema_version": 1, "protocol": {}}, r"\$: missing key .entries."),
     ([1, 2], "not a vertebrae retrieval result"),
 ])
 def test_malformed_json_is_a_serialization_error(payload, message):

@@ -111,7 +111,7 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
         elif old["score"] is not None:
             row["regressed"] = True  # a valid aggregate became invalid
         rows.append(row)
-        for label in [k for k in old["per_class"] if k in new["per_class"]]:
+        for label in [k for k, v in old["per_class"].items() if v is not None and new["per_class"].get(k) is not None]:
             drop = old["per_class"][label] - new["per_class"][label]
             if drop > tolerance + 1e-12:
                 class_regressions.append({"extractor": name, "class": label, "score_a": old["per_class"][label],

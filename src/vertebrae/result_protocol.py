@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import pathlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from . import json_codec
 from .errors import SerializationError
+from .result_schema import NUMBER, MapOf, nullable
 
 #: Attributes every per-chain result has, under these names (checked by tests/test_result_family.py).
 PROTOCOL_FIELDS = ("name", "primary_metric_name", "primary_score", "higher_is_better", "aggregate_valid", "error",
@@ -26,6 +26,14 @@ PROTOCOL_FIELDS = ("name", "primary_metric_name", "primary_score", "higher_is_be
 PROTOCOL_COLUMNS = ("rank", "extractor", "primary_metric", "primary_score", "aggregate_valid", "warnings",
                     "compression_variant", "compression_method", "compression_requested_dim",
                     "compression_output_dim", "compression_applied", "raw_bytes_per_row", "evaluated_bytes_per_row")
+
+
+#: What every report reads of a serialized dataset identity (checked on load; see vertebrae.result_schema).
+IDENTITY_SCHEMA = {"kind": str, "dataset_id": str, "revision?": nullable(str), "content_sha256?": nullable(str)}
+#: What every report and ``compare`` read of any family's per-chain result (the protocol fields).
+CHAIN_SCHEMA = {"name": str, "primary_score": nullable(NUMBER), "warnings": [str], "recipe": dict,
+                "error?": nullable({"stage": str, "type": str, "message": str}), "artifact_keys?": MapOf(str),
+                "compression?": nullable(dict), "resource_profile?": nullable(dict)}
 
 
 class ChainResult:
@@ -144,13 +152,8 @@ def recommendation_label(overlap_score: float, target_type: str = "single_label"
 
 
 def read_json(path: str | pathlib.Path) -> Any:
-    """The decoded JSON document at ``path``; invalid JSON is a SerializationError naming the file."""
-    try:
-        return json_codec.decode(json_codec.read(path))
-    except json.JSONDecodeError as exc:
-        raise SerializationError(f"$: {path} is not valid JSON ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise SerializationError(f"$: {path} is not UTF-8 text ({exc})") from None
+    """The decoded JSON document at ``path``; invalid, unbounded or malformed JSON is a SerializationError."""
+    return json_codec.decode(json_codec.read(path))
 
 
 #: Result type -> the module that defines its class (imported when a document of that type is read first).
@@ -173,7 +176,7 @@ def result_from_dict(data: Any) -> Any:
     classes render reports; a report never imports them back).
     """
     kind = data.get("result_type") if isinstance(data, Mapping) else None
-    if kind not in RESULT_MODULES:
+    if not isinstance(kind, str) or kind not in RESULT_MODULES:
         raise SerializationError(f"$.result_type: {kind!r} is not a vertebrae result type; expected one of "
                                  f"{sorted(RESULT_MODULES)}")
     if kind not in _RESULT_TYPES:

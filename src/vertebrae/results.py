@@ -18,12 +18,14 @@ from typing import Any, ClassVar
 
 from . import json_codec
 from .agreement import Agreement, competition_ranks, reference_scores, view_agreement
-from .errors import ConfigError, SerializationError
+from .errors import ConfigError
 from .profiling import ResourceProfile
-from .result_protocol import (RECOMMENDATION_CUTOFFS, ChainResult, Ranked, check_header, rank_results, read_json,
-                              reading, register_result_type)
+from .result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECOMMENDATION_CUTOFFS, ChainResult, Ranked,
+                              check_header, rank_results, read_json, reading, register_result_type)
+from .result_schema import ANY, NUMBER, AnyOf, MapOf, Number, Switch, both, check, nullable, rule
 # Loading and recommendations live at the protocol layer (reports use them without this module); kept importable here.
 from .result_protocol import load_result, recommendation_label, result_from_dict  # noqa: F401
+from .scoring import metric_result, overlap, separatix, stability
 from .scoring.metric_result import OVERLAP_METRIC, MetricResult
 from .scoring.overlap import OverlapScoreResult
 from .scoring.paired_verdicts import (NEEDS_STABILITY, PairedComparison, PairedVerdicts, adjacent, against_best,
@@ -139,11 +141,7 @@ class ResultFamily:
 
     @classmethod
     def from_json(cls, text: str) -> Any:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SerializationError(f"$: not valid JSON ({exc})") from None
-        return cls.from_dict(json_codec.decode(data))
+        return cls.from_dict(json_codec.decode(json_codec.loads(text)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:  # pragma: no cover - every subclass overrides it
@@ -304,6 +302,68 @@ class ExtractorResult(ChainResult):
         fields["runtime"] = dict(runtime or {})
         with reading(path):
             return cls(**fields)
+
+
+def compression_schema(footprint: Any) -> Any:
+    """What reports read of a compression variant; ``footprint`` per family (flat, or per endpoint or branch)."""
+    return nullable({"source?": ANY, "variant": ANY, "method": ANY, "requested_dim": ANY, "output_dim": ANY,
+                     "applied": ANY, "explained_variance_ratio?": ANY, "footprint": footprint})
+
+
+#: Bytes per row of one embedding before and after its compression variant.
+FOOTPRINT_SCHEMA = {"raw_bytes_per_row": NUMBER, "evaluated_bytes_per_row": NUMBER}
+#: Seconds per stage per extractor, in a result's ``timing`` section.
+RUNTIME_SCHEMA = MapOf(MapOf(NUMBER))
+
+
+def _rankable_score(metric: Mapping[str, Any]) -> float | None:
+    """A serialized metric's score when it may be ranked (what ``primary_score`` holds), else None."""
+    return metric["score"] if metric.get("aggregate_valid", True) and metric["score"] is not None else None
+
+
+def _named_classes(names: str) -> Any:
+    """Class (or label) names, one per counted class, in the dataset summary."""
+    return both({names: list, "class_counts": dict},
+                rule(lambda s: 0 < len(s[names]) == len(s["class_counts"]), f"{names} needs one name per class count"))
+
+
+_EXTRACTOR_SCHEMA = both(
+    {**CHAIN_SCHEMA, "extractor_type": str, "recipe": {"type?": str}, "overlap": nullable(overlap.SCHEMA),
+     "metrics": MapOf(metric_result.SCHEMA), "primary_metric_name": str, "embedding": dict, "recommendation": str,
+     "weakest_class": nullable({"display": ANY, "score": NUMBER}), "separatix?": nullable(separatix.SCHEMA),
+     "stability?": nullable(stability.SCHEMA), "target_view?": nullable(str), "label_view?": nullable(str),
+     "compression?": compression_schema(FOOTPRINT_SCHEMA)},
+    rule(lambda r: r.get("error") is not None
+         or (r["overlap"] is not None and r["primary_metric_name"] in r["metrics"]),
+         "a result without an error needs its overlap scores and its primary metric among its metrics"),
+    rule(lambda r: r.get("error") is not None
+         or r["primary_score"] == _rankable_score(r["metrics"][r["primary_metric_name"]]),
+         "primary_score must be the primary metric's score (None when its aggregate is invalid)"),
+    rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
+#: What reports, DataFrames and ``compare`` read of a serialized BenchmarkResult (checked on load).
+SCHEMA = both({
+    "dataset_summary": Switch("target_type", {
+        "single_label": both({"n_classes": ANY}, _named_classes("class_names")),
+        "multi_label": both({"n_labels": ANY, "label_cardinality": ANY, "label_density": ANY,
+                             "n_distinct_labelsets": ANY}, _named_classes("label_names")),
+        "regression": {"target_names": [str], "constant_targets": [str],
+                       "target_statistics": MapOf({"mean": ANY, "std": ANY, "min": ANY, "max": ANY})}}),
+    "extractor_results": [_EXTRACTOR_SCHEMA],
+    "recommendations": [str],
+    "metadata": {
+        "settings": {"scoring_config": {"exclude_classes?": [{"label_key": str}], "random_state": ANY,
+                                        "k?": AnyOf(([{"label_key": str, "k": ANY}], str, NUMBER, dict))},
+                     "continuous_config?": dict},
+        "run_key": ANY, "primary_metric": str, "versions": dict, "quality_tolerance?": Number(low=0.0),
+        "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
+        "cache?": nullable({"store": ANY, "mode": ANY}),
+        "plan": [{"stage": str, "extractor": str, "key": str}],
+        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]})},
+    "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list)}},
+    {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
+        {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
+    rule(lambda d: len({len(r["stability"]["repeat_scores"]["score"]) for r in d["extractor_results"]
+                        if r.get("stability")}) <= 1, "every stability analysis of one result has the same repeats"))
 
 
 @dataclasses.dataclass(eq=True)
@@ -546,6 +606,7 @@ class BenchmarkResult(ResultFamily):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BenchmarkResult":
         check_header(data, cls.RESULT_TYPE, (SCHEMA_VERSION,))
+        check(data, SCHEMA)  # whatever loads renders (docs/results.md)
         with reading("$.timing"):
             timing = dict(data.get("timing", {}))
             runtime = dict(timing.pop("runtime", {}))

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import json_codec
 from ..artifacts.codecs import StoredArtifact
 from ..errors import ArtifactNotFoundError, ConfigError, PlanError, SerializationError, VertebraeError
 from ..fingerprint import content_sha256, package_version
@@ -122,9 +123,9 @@ class PlanFile:
             raise PlanError(f"{path} has {size} bytes, more than the {MAX_PLAN_BYTES} a plan file may have; it is not "
                             "a plan `vertebrae plan` wrote")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, RecursionError) as exc:
-            raise SerializationError(f"{path}: not a JSON plan file ({type(exc).__name__}: {exc})") from None
+            data = json_codec.read(path)  # bounded: no RecursionError, no unbounded integer
+        except ValueError as exc:
+            raise SerializationError(f"{path}: not a JSON plan file ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanError(f"{path} is not a vertebrae plan file (no \"format\": \"{PLAN_FORMAT}\"); a run config "
                             "goes to `vertebrae plan CONFIG` or `vertebrae run CONFIG`")

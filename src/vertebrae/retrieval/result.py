@@ -15,9 +15,11 @@ from typing import Any, ClassVar
 
 from ..errors import InputTypeError, InputValidationError
 from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
-from ..result_protocol import ChainResult, check_header, reading
-from ..results import ResultFamily, compression_columns, deprecated_alias
-from .config import DIRECTIONS, RetrievalConfig
+from ..result_protocol import CHAIN_SCHEMA, IDENTITY_SCHEMA, ChainResult, check_header, reading
+from ..result_schema import ANY, NUMBER, MapOf, Number, both, check, nullable, rule
+from ..results import FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns, compression_schema, \
+    deprecated_alias
+from .config import CUTOFF_METRICS, DIRECTIONS, FULL_RANKING_METRICS, RetrievalConfig
 
 #: Schema 3 follows the result protocol (docs/results.md): each entry's endpoint metadata is ``embedding`` and its
 #: compression variant ``compression`` (schema 2 kept both in ``embeddings``); schema 2 names entries
@@ -109,19 +111,60 @@ class RetrievalEntry(ChainResult):
     def from_dict(cls, data: Mapping[str, Any], runtime: Mapping[str, float] | None,
                   path: str = "$") -> "RetrievalEntry":
         with reading(path):
-            fields = dict(data)
-            if "extractor" in fields and "name" not in fields:  # schema 1
-                fields["name"] = fields.pop("extractor")
-            if "embeddings" in fields and "embedding" not in fields:  # schemas 1 and 2: compression inside
-                fields["embedding"] = dict(fields.pop("embeddings"))
-                if "compression" in fields["embedding"]:
-                    fields["compression"] = fields["embedding"].pop("compression")
+            fields = current_entry(data)
         for side in DIRECTIONS:
             with reading(f"{path}.{side}"):
                 fields[side] = None if fields[side] is None else DirectionResult(**fields[side])
         fields["resource_profile"] = load_endpoint_profiles(fields.get("resource_profile"), f"{path}.resource_profile")
         with reading(path):
             return cls(**fields, runtime=dict(runtime or {}))
+
+
+def current_entry(data: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry of any readable schema in the schema-3 form: ``name``, ``embedding`` and ``compression``."""
+    fields = dict(data)
+    if "extractor" in fields and "name" not in fields:  # schema 1
+        fields["name"] = fields.pop("extractor")
+    if "embeddings" in fields and "embedding" not in fields:  # schemas 1 and 2: compression inside
+        fields["embedding"] = dict(fields.pop("embeddings"))
+        if "compression" in fields["embedding"]:
+            fields["compression"] = fields["embedding"].pop("compression")
+    return fields
+
+
+_ENDPOINT_SCHEMA = {"embedding_dim": ANY, "dtype": ANY, "sparse": ANY}
+_DIRECTION_SCHEMA = {"n_queries": ANY, "metrics": MapOf(NUMBER), "block_plan": {"rows_per_block": ANY},
+                     "diagnostics": {"mean_positive_similarity": ANY, "mean_negative_similarity": ANY,
+                                     "similarity_margin": ANY}}
+_ENTRY_SCHEMA = both(
+    {**CHAIN_SCHEMA, "forward": nullable(_DIRECTION_SCHEMA), "reverse": nullable(_DIRECTION_SCHEMA),
+     "embedding": MapOf(_ENDPOINT_SCHEMA), "compression?": compression_schema(MapOf(FOOTPRINT_SCHEMA))},
+    rule(lambda e: e.get("error") is not None
+         or (e["forward"] is not None and {"query", "gallery"} <= set(e["embedding"])),
+         "an entry without an error needs its forward metrics and its query and gallery embeddings"))
+
+
+def _metrics_complete(data: Mapping[str, Any]) -> bool:
+    """Every scored entry has every metric the reports show, at every cutoff, in the same directions."""
+    cutoffs = data["protocol"]["config"]["cutoffs"]
+    names = {f"{m}@{k}" for m in CUTOFF_METRICS for k in cutoffs} | set(FULL_RANKING_METRICS)
+    scored = [e for e in data["extractor_results"] if not e.get("error")]
+    return (len({e["reverse"] is None for e in scored}) <= 1
+            and all(names <= set(e[d]["metrics"]) for e in scored for d in DIRECTIONS if e[d] is not None))
+
+
+#: What reports, DataFrames and ``compare`` read of a serialized RetrievalBenchmarkResult (checked on load).
+SCHEMA = both({
+    "protocol": {"config": {"primary_metric": str, "cutoffs": [Number(integer=True, low=1)], "similarity": ANY,
+                            "bidirectional": ANY, "memory_budget_bytes": ANY, "block_size": ANY,
+                            "thread_limit": ANY},
+                 "identity": IDENTITY_SCHEMA, "fingerprint": ANY, "n_queries": ANY, "n_gallery": ANY,
+                 "n_relevant_pairs": ANY, "n_excluded_pairs": ANY, "tie_rule": ANY,
+                 "relevant_per_query": {"min": ANY, "mean": NUMBER, "max": ANY},
+                 "grades": {"min": NUMBER, "max": NUMBER, "distinct": ANY},
+                 "reverse": nullable({"n_queries": ANY, "n_skipped": ANY})},
+    "extractor_results": [_ENTRY_SCHEMA], "warnings": [str], "timing": {"runtime": RUNTIME_SCHEMA, "runs?": list}},
+    rule(_metrics_complete, "every scored entry needs every metric at every cutoff, in the same directions"))
 
 
 @dataclasses.dataclass
@@ -201,17 +244,16 @@ class RetrievalBenchmarkResult(ResultFamily):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RetrievalBenchmarkResult":
         check_header(data, RESULT_TYPE, READABLE_SCHEMAS)
-        key = "extractor_results" if data["schema_version"] >= 2 else "entries"
-        with reading("$"):
-            timing = dict(data["timing"])
-            items = list(data[key])
-        with reading("$.timing"):
-            runtime = dict(timing.pop("runtime"))
-        entries = []
-        for i, item in enumerate(items):
-            with reading(f"$.{key}[{i}]"):
-                name = item["name" if "name" in item else "extractor"]
-            entries.append(RetrievalEntry.from_dict(item, runtime.get(name), f"$.{key}[{i}]"))
+        if data["schema_version"] < 2:  # schema 1 names the entries ``entries``
+            with reading("$"):
+                data = {**{k: v for k, v in data.items() if k != "entries"}, "extractor_results": data["entries"]}
+        with reading("$.extractor_results"):
+            data = {**data, "extractor_results": [current_entry(item) for item in data["extractor_results"]]}
+        check(data, SCHEMA)  # whatever loads renders (docs/results.md)
+        timing = dict(data["timing"])
+        runtime = dict(timing.pop("runtime"))
+        entries = [RetrievalEntry.from_dict(item, runtime.get(item["name"]), f"$.extractor_results[{i}]")
+                   for i, item in enumerate(data["extractor_results"])]
         with reading("$"):
             return cls(dict(data["protocol"]), entries, list(data["warnings"]), timing)
 

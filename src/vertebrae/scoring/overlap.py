@@ -26,6 +26,7 @@ from ..embeddings import evaluated_matrix, is_constant, unit_scaled, validate_em
 from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
 from ..fingerprint import package_version
 from ..labels import LabelCatalog, decode_key, semantic_key
+from ..result_schema import NUMBER, Choice, MapOf, both, nullable, rule
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
 
@@ -209,6 +210,18 @@ class ContinuousOverlapScoringConfig(Config):
         self._set("normalize_embeddings", check_bool(name, "normalize_embeddings", self.normalize_embeddings))
         self._set("random_state", check_seed(name, "random_state", self.random_state, allow_none=False))
         self._set("thread_limit", check_int(name, "thread_limit", self.thread_limit, minimum=1, allow_none=True))
+
+
+#: What reports and ``compare`` read of a serialized OverlapScoreResult (checked on load; vertebrae.result_schema).
+SCHEMA = both({"score": NUMBER, "macro_score": NUMBER, "weighted_score": NUMBER,
+               "per_class_scores": MapOf(nullable(NUMBER)), "pairwise_scores": MapOf(MapOf(nullable(NUMBER))),
+               "k_per_class": dict, "warnings": [str], "target_type": Choice(("single_label", "multi_label", "regression")),
+               "metadata": {"aggregation_classes?": [str], "excluded_classes?": nullable([str])},
+               "labels?": MapOf(str), "loss_ratio?": nullable(NUMBER),
+               "regression?": nullable({"null_calibration": {"actual_loss": NUMBER, "null_loss": NUMBER,
+                                                             "null_mode_used": str}})},
+              rule(lambda o: o.get("loss_ratio") is None or o.get("regression") is not None,
+                   "a loss_ratio needs its regression section (null_calibration)"))
 
 
 @dataclasses.dataclass

@@ -28,6 +28,7 @@ from ..datasets import Groups, build_groups
 from ..embeddings import evaluated_matrix, validate_embeddings
 from ..errors import (ConfigTypeError, DensificationBudgetError, InputValidationError, ScoringWarning,
                       SerializationError)
+from ..result_schema import ANY, NUMBER, MapOf, Switch, both, nullable, rule
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
 from .overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
@@ -121,6 +122,26 @@ class SeparatixConfig(Config):
     def effective_max_dense_mb(self, overlap_config: OverlapScoringConfig | None = None) -> int:
         """The whole-MiB budget passed to separatix (see :meth:`dense_budget`)."""
         return self.dense_budget(overlap_config)[0]
+
+
+_COMPARISON_SCHEMA = {"paired": nullable({"lower_95": NUMBER, "upper_95": NUMBER}), "direction": str,
+                      "linear_score": nullable(NUMBER), "nonlinear_probe": ANY, "nonlinear_score": nullable(NUMBER),
+                      "favored_family": ANY, "nonlinear_improvement": nullable(NUMBER), "confidence": ANY}
+_PROBE_SUMMARY_SCHEMA = {
+    "probe_metric": nullable(str), "best_probe": ANY, "probe_score": nullable(NUMBER), "metric_source": ANY,
+    "linear_vs_nonlinear": MapOf(nullable(_COMPARISON_SCHEMA)), "recommendation_confidence": ANY,
+    "declared_primary_metrics": [str], "probes": MapOf({"family": ANY, "metrics": dict, "skipped_reason": ANY}),
+    "evaluation": dict, "sampling": nullable(dict), "skip_reasons": dict,
+    "grouping": both(dict, rule(lambda g: not g.get("provided") or isinstance(g.get("skipped"), list),
+                                "grouping.skipped must be a list when groups were provided"))}
+#: What reports read of a serialized SeparatixResult (checked on load; see vertebrae.result_schema): a completed
+#: diagnostic is rendered in full, a gated or skipped one by its reason.
+SCHEMA = both({"probe_summary": dict, "warnings": [str], "scores": MapOf(ANY)},
+              Switch("status", {"completed": {"decision_path": list, "probe_summary": _PROBE_SUMMARY_SCHEMA,
+                                              "config": {"densify_policy": ANY, "budget": ANY},
+                                              "skipped_diagnostics": [{"name": ANY}],
+                                              "densification_events": [dict]},
+                                "gated": {}, "skipped": {}}))
 
 
 @dataclasses.dataclass

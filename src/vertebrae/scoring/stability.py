@@ -28,6 +28,7 @@ from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
 from ..errors import ConfigError, ConfigTypeError, InputValidationError
 from ..fanout import fanout_map
+from ..result_schema import INT, NUMBER, MapOf, both, rule
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
 
@@ -114,6 +115,17 @@ class StabilitySummary:
         low, high = np.percentile(v, [50 * (1 - interval_level), 50 * (1 + interval_level)], method=INTERVAL_METHOD)
         return cls(mean=float(v.mean()), std=float(v.std(ddof=STD_DDOF)), min=float(v.min()), max=float(v.max()),
                    interval_low=float(low), interval_high=float(high))
+
+
+_SUMMARY_SCHEMA = {name: NUMBER for name in ("mean", "std", "min", "max", "interval_low", "interval_high")}
+#: What reports read of a serialized StabilityResult (checked on load; see vertebrae.result_schema); the
+#: config itself is checked by StabilityConfig.from_dict.
+SCHEMA = both({"config": {"repeats": INT, "mode": str, "interval_level": NUMBER},
+               "summaries": both({"score": _SUMMARY_SCHEMA}, MapOf(_SUMMARY_SCHEMA)),
+               "repeat_scores": {"score": [NUMBER]}, "effective_subsample_fractions": [NUMBER], "warnings": [str]},
+              rule(lambda s: len(s["repeat_scores"]["score"]) == s["config"]["repeats"]
+                   and len(s["effective_subsample_fractions"]) == s["config"]["repeats"],
+                   "repeat_scores.score and effective_subsample_fractions need one value per repeat"))
 
 
 @dataclasses.dataclass

@@ -48,6 +48,10 @@ def zero_shot_metrics(codes: np.ndarray, outcome: Classification, n_classes: int
     }
 
 
+#: The margin summary fields the reports show (a loaded result must have them; zero_shot.result checks it).
+REPORTED_MARGINS = ("mean", "p10", "median", "p90", "mean_correct", "mean_incorrect", "n_tied_top1")
+
+
 def margin_summary(margins: np.ndarray, correct: np.ndarray) -> dict[str, Any]:
     """Top-1 minus top-2 similarity: distribution overall and split by correct / wrong predictions."""
     values = margins.astype(np.float64)

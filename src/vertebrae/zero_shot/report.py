@@ -13,6 +13,7 @@ from typing import Any
 from ..reports.markdown_resources import endpoint_resource_section
 from ..reports.markdown_table import table, text
 from ..result_protocol import result_from_dict
+from .metrics import REPORTED_MARGINS
 
 #: Confusion matrices are shown up to this many classes (larger ones stay in the JSON).
 MAX_CONFUSION_CLASSES = 12
@@ -63,10 +64,9 @@ def _confusion(results: list[Mapping[str, Any]], labels: Mapping[str, str]) -> s
 
 
 def _margins(results: list[Mapping[str, Any]]) -> str:
-    fields = ("mean", "p10", "median", "p90", "mean_correct", "mean_incorrect", "n_tied_top1")
-    rows = [[r["name"], *(r["margins"][f] for f in fields)] for r in results]
+    rows = [[r["name"], *(r["margins"][f] for f in REPORTED_MARGINS)] for r in results]
     return ("## Margins\n\nTop-1 minus top-2 similarity per sample, in the configured similarity's units.\n\n"
-            + table(["extractor", *fields], rows))
+            + table(["extractor", *REPORTED_MARGINS], rows))
 
 
 def _compression(results: list[Mapping[str, Any]]) -> str:

@@ -16,10 +16,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
-from ..result_protocol import ChainResult, check_header, reading
-from ..results import ResultFamily, compression_columns, deprecated_alias
+from ..result_protocol import CHAIN_SCHEMA, IDENTITY_SCHEMA, ChainResult, check_header, reading
+from ..result_schema import ANY, MapOf, Number, both, check, nullable, rule
+from ..results import FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns, compression_schema, \
+    deprecated_alias
+from ..scoring import overlap
 from ..scoring.overlap import OverlapScoreResult
 from .config import ZeroShotConfig
+from .metrics import REPORTED_MARGINS
 
 SCHEMA_VERSION = 1
 RESULT_TYPE = "zero_shot"
@@ -95,6 +99,28 @@ class ZeroShotExtractorResult(ChainResult):
             return cls(**fields, runtime=dict(runtime or {}))
 
 
+_BRANCH_SCHEMA = {"embedding_dim": ANY, "dtype": ANY, "sparse": ANY, "modality": ANY}
+_RESULT_SCHEMA = both(
+    {**CHAIN_SCHEMA, "extractor_type": ANY, "primary_metric_name": str, "scores": dict, "top_k_accuracies": dict,
+     "per_class": MapOf({"support": ANY, "predicted": ANY, "precision": ANY, "recall": ANY, "f1": ANY}),
+     "confusion_matrix": [list], "margins": dict, "overlap": nullable(overlap.SCHEMA), "prototypes": dict,
+     "embedding": {"samples?": _BRANCH_SCHEMA, "prompts?": _BRANCH_SCHEMA},
+     "compression?": compression_schema({"samples": FOOTPRINT_SCHEMA})},
+    rule(lambda r: r.get("error") is not None or set(REPORTED_MARGINS) <= set(r["margins"]),
+         f"a result without an error needs the margins {list(REPORTED_MARGINS)}"))
+#: What reports, DataFrames and ``compare`` read of a serialized ZeroShotBenchmarkResult (checked on load).
+SCHEMA = both({
+    "protocol": {"config": {"metric": str, "top_k": [Number(integer=True, low=1)], "similarity": ANY,
+                            "max_dense_bytes": ANY, "quality_tolerance": Number(low=0.0)},
+                 "identity": IDENTITY_SCHEMA, "prompts": [{"label_key": str, "display": ANY, "prompts": [str]}],
+                 "dataset": {"templates": nullable(list), "n_samples": ANY, "n_classes": ANY, "n_prompts": ANY},
+                 "block_plan": {"rows_per_block": ANY, "n_blocks": ANY}, "prompts_fingerprint": ANY,
+                 "targets_fingerprint": ANY, "tie_rule": ANY, "ensemble": ANY, "ranking": ANY},
+    "extractor_results": [_RESULT_SCHEMA], "warnings": [str], "timing": {"runtime": RUNTIME_SCHEMA}},
+    rule(lambda d: all(set(r["per_class"]) <= {p["label_key"] for p in d["protocol"]["prompts"]}
+                       for r in d["extractor_results"]), "per_class names a class that has no prompts"))
+
+
 @dataclasses.dataclass(repr=False)
 class ZeroShotBenchmarkResult(ResultFamily):
     """The protocol (config, ordered prompts, fingerprints, tie and ensemble rules) and each encoder's result.
@@ -139,6 +165,7 @@ class ZeroShotBenchmarkResult(ResultFamily):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ZeroShotBenchmarkResult":
         check_header(data, RESULT_TYPE, (SCHEMA_VERSION,))
+        check(data, SCHEMA)  # whatever loads renders (docs/results.md)
         with reading("$"):
             timing = dict(data["timing"])
             items = list(data["extractor_results"])
