@@ -68,7 +68,12 @@ def _hand_made(run, scores: dict[str, list[float]], level: float = 0.5) -> Bench
     data = copy.deepcopy(run.serialized())
     data["extractor_results"] = [r for r in data["extractor_results"] if r["name"] in scores]
     for r in data["extractor_results"]:
+        n = len(scores[r["name"]])  # a consistent document: one value per repeat everywhere (the loader checks it)
+        r["stability"]["repeat_scores"] = {name: (values * n)[:n] for name, values in
+                                           r["stability"]["repeat_scores"].items()}
         r["stability"]["repeat_scores"]["score"] = scores[r["name"]]
+        r["stability"]["effective_subsample_fractions"] = (r["stability"]["effective_subsample_fractions"] * n)[:n]
+        r["stability"]["config"]["repeats"] = n
         r["stability"]["config"]["interval_level"] = level
         r["overlap"]["score"] = r["primary_score"] = r["metrics"]["overlap"]["score"] = scores[r["name"]][0]
     return BenchmarkResult.from_dict(data)
