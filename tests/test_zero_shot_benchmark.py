@@ -176,7 +176,7 @@ def test_json_round_trip_is_deterministic_and_regenerates_the_report(tmp_path):
     assert protocol["prompts_fingerprint"] == data.fingerprint and loaded.config == ZeroShotConfig(top_k=(1, 2))
     with pytest.raises(SerializationError, match="not a vertebrae zero_shot result"):
         ZeroShotBenchmarkResult.from_dict({"result_type": "retrieval", "schema_version": 1})
-    with pytest.raises(SerializationError, match=r"\$: missing key 'timing'"):
+    with pytest.raises(SerializationError, match=r"\$: missing key 'protocol'"):
         ZeroShotBenchmarkResult.from_dict({"result_type": "zero_shot", "schema_version": 1})
 
 

@@ -22,7 +22,8 @@ from .errors import ConfigError
 from .profiling import ResourceProfile
 from .result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECOMMENDATION_CUTOFFS, ChainResult, Ranked,
                               check_header, rank_results, read_json, reading, register_result_type)
-from .result_schema import ANY, NUMBER, AnyOf, MapOf, Number, Switch, both, check, nullable, rule
+from .execution.caching import NOT_MEASURED_CACHE_HIT
+from .result_schema import ANY, NUMBER, AnyOf, Choice, MapOf, Number, Switch, both, check, nullable, rule
 # Loading and recommendations live at the protocol layer (reports use them without this module); kept importable here.
 from .result_protocol import load_result, recommendation_label, result_from_dict  # noqa: F401
 from .scoring import metric_result, overlap, separatix, stability
@@ -313,7 +314,8 @@ def compression_schema(footprint: Any) -> Any:
 #: Bytes per row of one embedding before and after its compression variant.
 FOOTPRINT_SCHEMA = {"raw_bytes_per_row": NUMBER, "evaluated_bytes_per_row": NUMBER}
 #: Seconds per stage per extractor, in a result's ``timing`` section.
-RUNTIME_SCHEMA = MapOf(MapOf(NUMBER))
+#: Seconds per stage of each result; a step a cache hit did not run reads ``not_measured_cache_hit``.
+RUNTIME_SCHEMA = MapOf(MapOf(AnyOf((NUMBER, Choice((NOT_MEASURED_CACHE_HIT,))))))
 
 
 def _rankable_score(metric: Mapping[str, Any]) -> float | None:

@@ -36,8 +36,9 @@ _OBJECT_STORE_PROTOCOLS = ("s3", "s3a", "gs", "gcs")
 SECRET_OPTION = re.compile(r"key|secret|token|password|credential|session", re.IGNORECASE)
 #: How many manifests a reader tries while concurrent writers keep replacing the one it read (then: a race).
 READ_ATTEMPTS = 8
-#: How long a reader waits once for a file its current manifest lists (a writer of equal content restoring it).
-_RESTORE_WAIT_S = 0.05
+#: How long a reader waits, in turn, for a file its unchanged manifest lists (a writer of equal content moved it
+#: aside and is restoring it; on a loaded machine that can take a while): 0.75 s in all, then it is corruption.
+_RESTORE_WAITS_S = (0.05, 0.1, 0.2, 0.4)
 #: The most bytes one artifact's data files may take together unless configured otherwise
 #: (``CacheConfig.max_artifact_bytes``): a manifest claiming more is refused before anything is read.
 DEFAULT_MAX_ARTIFACT_BYTES = 64 * 2**30
@@ -234,7 +235,7 @@ class FsspecStore:
         :data:`READ_ATTEMPTS` manifests, and a key rewritten throughout is an :class:`ArtifactRaceError`.
         A file still missing under the published manifest is corruption (ArtifactIntegrityError).
         """
-        manifest, waited = self._trusted(key), False
+        manifest, waits = self._trusted(key), iter(_RESTORE_WAITS_S)
         for _ in range(READ_ATTEMPTS):
             try:
                 return self._read_files(key, manifest)
@@ -242,10 +243,10 @@ class FsspecStore:
                 missing = exc
             latest = self._trusted(key)
             if latest == manifest:
-                if waited:
+                wait = next(waits, None)
+                if wait is None:
                     raise self._missing(key, missing) from None
-                waited = True
-                time.sleep(_RESTORE_WAIT_S)
+                time.sleep(wait)
             manifest = latest
         raise ArtifactRaceError(f"{self.url}/{key} was replaced by concurrent writers {READ_ATTEMPTS} times while it "
                                 "was read, so nothing was read (several processes storing different content under "
