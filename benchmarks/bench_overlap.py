@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import statistics
 import time
 
 import numpy as np
@@ -82,12 +81,13 @@ def _once(kind: str, case: dict) -> tuple[float, int, int, float]:
 
 
 def measure(case: dict, repeats: int) -> dict[str, tuple[float, int, float]]:
-    """Alternate bare and adapter runs so machine load drifts affect both alike; median time, max peak."""
+    """Alternate bare and adapter runs so machine load drifts affect both alike; the fastest run of each (noise on a
+    shared machine only ever adds time), max peak."""
     runs: dict[str, list] = {"bare": [], "adapter": []}
     for _ in range(repeats):
         for kind in runs:
             runs[kind].append(_once(kind, case))
-    return {kind: (statistics.median(r[0] for r in rs), max(r[1] for r in rs), rs[0][3]) for kind, rs in runs.items()}
+    return {kind: (min(r[0] for r in rs), max(r[1] for r in rs), rs[0][3]) for kind, rs in runs.items()}
 
 
 def main() -> None:
