@@ -24,6 +24,7 @@ from vertebrae.errors import DataWarning
 from vertebrae.scoring.metric_result import MetricResult
 
 from .conftest import gaussian_classes
+from .test_cli_metrics import CONFIG as METRICS_CONFIG
 
 
 def _wine() -> tuple[np.ndarray, np.ndarray]:
@@ -210,19 +211,8 @@ def test_a_primary_reference_metric_is_not_compared_with_itself():
 
 
 # ----------------------------------------------------------------------------- CLI and config
-CONFIG = """
-[dataset]
-id = "blobs"
-revision = "1"
-labels = "labels.npy"
-
-[[extractors]]
-name = "full"
-embeddings = "full.npy"
-[[extractors]]
-name = "half"
-embeddings = "half.npy"
-
+# The metric-option tests' run config (two extractors of one blob dataset), without Separatix.
+CONFIG = METRICS_CONFIG + """
 [separatix]
 enabled = false
 """
