@@ -46,15 +46,21 @@ k = 3
 """
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch):
+def write_project(tmp_path, monkeypatch, metrics_module: str, prefix: str) -> str:
+    """The blob dataset (full and half-width embeddings, labels) plus an importable metrics module; its name."""
     X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=2)
     np.save(tmp_path / "full.npy", X)
     np.save(tmp_path / "half.npy", X[:, :3])
     np.save(tmp_path / "labels.npy", y)
-    module = f"vertebrae_cli_metrics_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{module}.py").write_text(METRICS_MODULE)
+    module = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(metrics_module)
     monkeypatch.syspath_prepend(str(tmp_path))
+    return module
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    module = write_project(tmp_path, monkeypatch, METRICS_MODULE, "vertebrae_cli_metrics")
     yield tmp_path, module
     sys.modules.pop(module, None)
 

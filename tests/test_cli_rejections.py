@@ -9,7 +9,6 @@ import re
 import sys
 import time
 import tomllib
-import uuid
 
 import numpy as np
 import pandas as pd
@@ -17,8 +16,7 @@ import pytest
 
 from vertebrae.cli import main
 
-from .conftest import gaussian_classes
-from .test_cli_metrics import CONFIG as METRICS_CONFIG
+from .test_cli_metrics import CONFIG as METRICS_CONFIG, write_project
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -45,14 +43,8 @@ def spread(embeddings, labels, **kwargs):
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=2)
-    np.save(tmp_path / "full.npy", X)
-    np.save(tmp_path / "half.npy", X[:, :3])
-    np.save(tmp_path / "labels.npy", y)
+    module = write_project(tmp_path, monkeypatch, METRICS_MODULE, "cli_rejection_metrics")
     (tmp_path / "run.toml").write_text(CONFIG)
-    module = f"cli_rejection_metrics_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{module}.py").write_text(METRICS_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path, module
     sys.modules.pop(module, None)
 
