@@ -60,7 +60,7 @@ def _verdict_rows(comparison: Mapping[str, Any]) -> list[list[Any]]:
 def _verdict_lines(comparison: Mapping[str, Any]) -> list[str]:
     """The verdict changes in words, and why a run has no verdicts (never an empty section)."""
     verdicts = comparison["verdicts"]
-    changes = [f"{r['extractor']} ({r['verdict_a']} -> {r['verdict_b']})" for r in verdicts["candidates"]
+    changes = [f"{r['extractor']} ({r['verdict_a']} → {r['verdict_b']})" for r in verdicts["candidates"]
                if r["changed"]]
     lines = [f"Paired verdicts against the best changed for: {', '.join(changes)}." if changes else
              "No candidate's paired verdict against the best changed between the runs."]
