@@ -376,3 +376,19 @@ def test_cli_run_with_a_dask_address_writes_the_same_report(dask_client, tmp_pat
     local_data, remote_data = json.loads(local), json.loads(remote)
     local_data.pop("timing"), remote_data.pop("timing")
     assert local_data == remote_data and len(local_data["extractor_results"]) == 2
+
+
+def test_a_referee_round_runs_on_the_cluster_reading_the_first_rounds_embeddings(dask_client):
+    """The referee round sends the first round's kept artifacts to the workers (no second extraction) and gives
+    the local run's result."""
+    from vertebrae import LinearProbeMetric, StabilityConfig
+
+    def make():
+        return Benchmark(classes(), three_extractors(), scoring_config=OverlapScoringConfig(k=3), progress=False,
+                         stability_config=StabilityConfig(repeats=5), quality_tolerance=1.0,
+                         referee=LinearProbeMetric())
+
+    local, remote = both(make, dask_client)
+    [decision] = remote.referee_decisions()
+    assert decision.needed and len(decision.finalists) == 3  # tolerance 1.0: every candidate is a finalist
+    assert without_timing(remote) == without_timing(local)

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, CallableMetric, ConfigError,
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, CallableExtractor, CallableMetric, ConfigError,
                        DatasetIdentity, InputTypeError, LinearProbeMetric, OverlapScoringConfig, PrecomputedExtractor,
                        StabilityConfig)
 from vertebrae.cli import main
@@ -221,3 +221,30 @@ def test_compare_says_when_a_run_has_no_verdicts(refereed):
     assert comparison["verdicts"]["unavailable"] == [f"old.json: {NEEDS_STABILITY}"]
     assert all(r["verdict_a"] is None and not r["changed"] for r in comparison["verdicts"]["candidates"])
     assert f"Paired verdicts unavailable in old.json: {NEEDS_STABILITY}." in render_comparison_markdown(comparison)
+
+
+def test_the_referee_round_reads_the_embeddings_the_first_round_scored_and_never_extracts_again():
+    """Without a cache, an unseeded extractor re-run for the referee would give another embedding than the one
+    ranked; the round reads the first round's artifacts instead, so each extractor runs once."""
+    calls: list[str] = []
+    rng = np.random.default_rng()  # unseeded: a second extraction would differ
+
+    def noisy_copy(name: str, matrix: np.ndarray):
+        def embed(rows):
+            calls.append(name)
+            return matrix[np.asarray(rows, dtype=int).ravel()] + rng.normal(0, 0.01, (len(rows), matrix.shape[1]))
+        return CallableExtractor(name, embed)  # a closure: an unsafe identity the cache can never serve
+
+    index = np.arange(len(X))
+    dataset = BenchmarkDataset.from_arrays(index.reshape(-1, 1), Y, identity=IDENTITY)
+    extractors = [noisy_copy(name, matrix) for name, matrix in SPACES.items()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = Benchmark(dataset, extractors, scoring_config=FAST, progress=False,
+                           stability_config=StabilityConfig(repeats=5), referee=LinearProbeMetric()).run()
+    assert sorted(calls) == sorted(SPACES)  # one extraction per extractor, none in the referee round
+    [decision] = result.referee_decisions()
+    assert len(decision.finalists) >= 2
+    for name in decision.finalists:  # the referee scored the very embedding each finalist was ranked on
+        assert result[name].embedding["cache_status"] == "bypassed_unsafe_identity"
+    assert {r.name for r in result.extractor_results if "referee" in r.runtime} == set(decision.finalists)

@@ -27,7 +27,7 @@ from .execution.jobs import RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key
 from .extractors.base import Extractor
 from .fingerprint import package_version
-from .front_door import EmbeddingSource, FrontDoor, chain_runtime, check_unique_names, validate_extractor_list
+from .front_door import EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names, validate_extractor_list
 from .multimodal import check_extractor_fields
 from .referee import check_referee, decide, finalists, referee_notes, referee_record
 from .profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
@@ -200,7 +200,10 @@ class Benchmark(FrontDoor):
                                                     result.embedding.get("footprint"))
         return result
 
-    def follow_up(self, result: BenchmarkResult, runner: Any) -> BenchmarkResult:
+    def has_later_rounds(self) -> bool:
+        return self.settings.referee is not None
+
+    def follow_up(self, result: BenchmarkResult, rounds: Rounds) -> BenchmarkResult:
         """The referee round (when a referee is set): score each view's finalists with it and record the pick."""
         referee = self.settings.referee
         if referee is None:
@@ -211,7 +214,7 @@ class Benchmark(FrontDoor):
         scores: dict[str, MetricResult] = {}
         if refereed:  # a second round of the one run path: the referee stage, for the finalists only
             settings = dataclasses.replace(self.settings, referee_finalists=frozenset(refereed))
-            plan, outcome = self.run_round(settings, ("referee",), runner, f"{self.description} referee")
+            plan, outcome = rounds.run(settings, ("referee",), f"{self.description} referee")
             for chain, keys in zip(plan.chains, plan.chain_keys):
                 if chain.name in refereed:
                     scores[chain.name] = _referee_score(referee, keys["referee"], outcome)

@@ -89,8 +89,16 @@ class FrontDoor:
         """The family's benchmark result from the chains' results."""
         raise NotImplementedError
 
-    def follow_up(self, result: Any, runner: Any) -> Any:
-        """Later rounds that depend on the first round's result (e.g. the benchmark's referee); returns the result."""
+    def has_later_rounds(self) -> bool:
+        """Whether ``run`` adds rounds (:meth:`refine`, :meth:`follow_up`) that read the first round's artifacts."""
+        return False
+
+    def refine(self, results: list[Any], plan: Plan, outcome: RunOutcome, rounds: Rounds) -> list[Any]:
+        """More rounds on the chains' results before the benchmark result is built (e.g. adaptive repeats)."""
+        return results
+
+    def follow_up(self, result: Any, rounds: Rounds) -> Any:
+        """Rounds that depend on the built result (e.g. the benchmark's referee); returns the result."""
         return result
 
     # ------------------------------------------------------------------ the run path
@@ -103,11 +111,17 @@ class FrontDoor:
         return build_plan(self.pipeline, self.chains(context), context)
 
     def execute(self, runner: Any = None, description: str | None = None) -> tuple[Plan, RunOutcome]:
-        """(plan, outcome): plan from one run context and execute it with ``runner`` under ``on_error``."""
+        """(plan, outcome): plan from one run context and execute it with ``runner`` under ``on_error``.
+
+        When the front door has later rounds (:meth:`has_later_rounds`), every artifact a job reads is kept in
+        the outcome for them (:class:`Rounds`).
+        """
         context = self._context()
         plan = self.plan(context)
         runner = LocalRunner(self.progress) if runner is None else runner
-        outcome = runner.run(plan.jobs, context, on_error=self.on_error, description=description or self.description)
+        kept = {"keep": {key for job in plan.jobs for key in job.needs.values()}} if self.has_later_rounds() else {}
+        outcome = runner.run(plan.jobs, context, on_error=self.on_error, description=description or self.description,
+                             **kept)
         return plan, outcome
 
     def run(self, runner: Any = None) -> Any:
@@ -118,29 +132,16 @@ class FrontDoor:
             warnings.warn(note, DataWarning, stacklevel=2)
         runner = LocalRunner(self.progress) if runner is None else runner
         plan, outcome = self.execute(runner)
+        rounds = Rounds(self, runner, outcome.artifacts)
         results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
+        results = self.refine(results, plan, outcome, rounds)
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
             compression = set((result.compression or {}).get("warnings", []))
             data = set(column_scale_notes(result.embedding)) - compression  # a scale-dominated space: the data's doing
             warn_result_notes(result.name, [n for n in result.warnings if n in compression], CompressionWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n in data], DataWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n not in compression | data])
-        return self.follow_up(self.build_result(plan, results, notes, started), runner)
-
-    def run_round(self, settings: Any, stages: Sequence[str], runner: Any, description: str) -> tuple[Plan, RunOutcome]:
-        """A later round of the same run path: plan under ``settings`` and run only the jobs of ``stages`` and what
-        they read (the first round's jobs keep their keys, so a cache serves them; without one they run again)."""
-        context = RunContext(settings, self.extractors, self.dataset, cache=self.cache)
-        plan = self.plan(context)
-        wanted = [key for keys in plan.chain_keys for stage, key in keys.items() if stage in stages]
-        needed: set[str] = set()
-        while wanted:
-            key = wanted.pop()
-            if key not in needed:
-                needed.add(key)
-                wanted.extend(plan.job(key).needs.values())
-        jobs = [job for job in plan.jobs if job.key in needed]
-        return plan, runner.run(jobs, context, on_error=self.on_error, description=description)
+        return self.follow_up(self.build_result(plan, results, notes, started), rounds)
 
     def _chain_result(self, chain: Chain, keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> Any:
         final = keys[self.final_stage]
@@ -177,6 +178,37 @@ class FrontDoor:
     def cache_record(self) -> dict[str, Any] | None:
         """Where the run's cache lives and its mode (None without a cache)."""
         return None if self.cache is None else cache_summary(self.cache)
+
+
+class Rounds:
+    """The later rounds of one run: the same runner, reading the artifacts the first round kept.
+
+    Nothing the first round computed runs again — not even an extraction no cache could serve (an unsafe
+    identity), which might differ from the embedding the first round scored.  Keeping costs memory: every
+    chain's embeddings stay resident until the run ends (docs/architecture.md).
+    """
+
+    def __init__(self, door: FrontDoor, runner: Any, kept: Mapping[str, Any]) -> None:
+        self.door, self.runner, self.kept = door, runner, kept
+
+    def run(self, settings: Any, stages: Sequence[str], description: str,
+            chains: Sequence[Chain] | None = None) -> tuple[Plan, RunOutcome]:
+        """Plan ``chains`` (default: all) under ``settings`` and run the jobs of ``stages`` and what they read that
+        the first round did not keep."""
+        door = self.door
+        context = RunContext(settings, door.extractors, door.dataset, cache=door.cache)
+        plan = build_plan(door.pipeline, door.chains(context) if chains is None else chains, context)
+        wanted = [key for keys in plan.chain_keys for stage, key in keys.items() if stage in stages]
+        needed: set[str] = set()
+        while wanted:
+            key = wanted.pop()
+            if key not in needed:
+                needed.add(key)
+                if key not in self.kept:
+                    wanted.extend(plan.job(key).needs.values())
+        jobs = [job for job in plan.jobs if job.key in needed and job.key not in self.kept]
+        given = {key: self.kept[key] for key in needed if key in self.kept}
+        return plan, self.runner.run(jobs, context, on_error=door.on_error, description=description, given=given)
 
 
 def cache_facts(key: str, plan: Plan, outcome: RunOutcome) -> dict[str, Any]:

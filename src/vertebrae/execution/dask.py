@@ -40,7 +40,7 @@ import time
 import traceback
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._config import check_int
@@ -112,21 +112,31 @@ class DaskRunner:
         self.last_path: str | None = None
 
     def run(self, jobs: Sequence[StageJob], context: Any, *, on_error: str = "raise",
-            description: str = "vertebrae") -> RunOutcome:
+            description: str = "vertebrae", given: Mapping[str, Any] | None = None,
+            keep: Collection[str] = ()) -> RunOutcome:
+        """As :meth:`LocalRunner.run`: ``given`` artifacts are sent to the workers and read, never recomputed; the
+        artifacts of ``keep`` keys come back to the driver beside the final ones."""
         check_on_error("DaskRunner.run", on_error)
+        given = dict(given or {})
         if self.n_workers is not None and parallel_work(jobs, context) < self.sequential_below:
             self.last_path = "sequential"
-            return LocalRunner(self.progress).run(jobs, context, on_error=on_error, description=description)
+            return LocalRunner(self.progress).run(jobs, context, on_error=on_error, description=description,
+                                                  given=given, keep=keep)
         distributed = _distributed()
         self.last_path = "dask"
+
+        def execute(client: Any) -> RunOutcome:
+            return _DaskRun(client, jobs, context, on_error, self.shard_rows, self._bar(description),
+                            given, set(keep)).execute()
+
         if self.client is not None:
-            return _DaskRun(self.client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
+            return execute(self.client)
         if self.address is not None:
             with _connected(self.address) as client:
-                return _DaskRun(client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
+                return execute(client)
         with local_cluster(self.n_workers) as cluster, distributed.Client(cluster) as client:
             client.wait_for_workers(self.n_workers)
-            return _DaskRun(client, jobs, context, on_error, self.shard_rows, self._bar(description)).execute()
+            return execute(client)
 
     def _bar(self, description: str) -> Callable[[int], Any]:
         from tqdm.auto import tqdm
@@ -463,9 +473,11 @@ def _holds(cache: Any, key: str) -> bool | None:
 
 class _DaskRun:
     def __init__(self, client: Any, jobs: Sequence[StageJob], context: Any, on_error: str, shard_rows: int | None,
-                 bar: Callable[[int], Any]) -> None:
+                 bar: Callable[[int], Any], given: Mapping[str, Any], keep: set[str]) -> None:
         self.client, self.jobs, self.context, self.on_error = client, list(jobs), context, on_error
         self.shard_rows, self.bar = shard_rows, bar
+        #: An earlier round's artifacts the jobs read (scattered, never recomputed), and the keys to bring back whole.
+        self.given, self.keep = given, keep
         self.token = uuid.uuid4().hex[:8]
         #: dask key -> the job it belongs to (to name the job a lost worker was running).
         self.owners: dict[str, StageJob] = {}
@@ -560,11 +572,12 @@ class _DaskRun:
         except OSError as exc:  # CommClosedError, TimeoutError: no scheduler, or no worker to hold the context
             raise self._failed(self._waiting(done), "the run context could not be sent to the workers; check that "
                                "the scheduler runs and has workers", exc) from exc
-        futures: dict[str, Any] = {}
+        futures: dict[str, Any] = dict(zip(self.given, self.client.scatter([_Done(a) for a in self.given.values()],
+                                                                          hash=False))) if self.given else {}
         for job in self.jobs:
             if job.key in needed:
                 futures[job.key] = self._submit(job, context, [futures[key] for key in job.needs.values()])
-        wanted = {job.key: futures[job.key] if definition_of(job).final else
+        wanted = {job.key: futures[job.key] if self._whole(job) else
                   self.client.submit(_report, futures[job.key], key=self._key(job, "report"), pure=False)
                   for job in submit}
         futures.clear()  # the scheduler frees each intermediate artifact once the jobs reading it are done
@@ -575,6 +588,10 @@ class _DaskRun:
                 with contextlib.suppress(Exception):
                     self.client.cancel(list(wanted.values()))
             raise
+
+    def _whole(self, job: StageJob) -> bool:
+        """Whether the driver receives the job's artifact (a final one, or one kept for a later round)."""
+        return definition_of(job).final or job.key in self.keep
 
     def _collect(self, distributed: Any, wanted: dict[str, Any], done: dict[str, _Done], bar: Any) -> None:
         """Each job's report as it completes; raises at the first error in ``raise`` mode, on a job the cluster
@@ -655,6 +672,6 @@ class _DaskRun:
             outcome.timings[job.key] = report.timings
             outcome.statuses[job.key] = report.status
             outcome.persisted[job.key] = report.footprint
-            if definition_of(job).final:
+            if self._whole(job):
                 outcome.artifacts[job.key] = report.artifact
         return outcome

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ..progress import progress_enabled
@@ -28,13 +28,16 @@ class LocalRunner:
         self.progress = progress
 
     def run(self, jobs: Sequence[StageJob], context: Any, *, on_error: str = "raise",
-            description: str = "vertebrae") -> RunOutcome:
+            description: str = "vertebrae", given: Mapping[str, Any] | None = None,
+            keep: Collection[str] = ()) -> RunOutcome:
+        """Run ``jobs``; ``given`` artifacts (an earlier round's, by key) are read, never recomputed; the artifacts of
+        ``keep`` keys are returned beside the final ones (for a later round)."""
         from tqdm.auto import tqdm
 
         check_on_error("LocalRunner.run", on_error)
         remaining_reads = collections.Counter(key for job in jobs for key in job.needs.values())
-        final = {job.key for job in jobs if definition_of(job).final}
-        memory: dict[str, Any] = {}
+        final = {job.key for job in jobs if definition_of(job).final} | set(keep)
+        memory: dict[str, Any] = dict(given or {})
         outcome = RunOutcome({}, {}, {})
         with tqdm(total=len(jobs), disable=not progress_enabled(self.progress), desc=description, unit="job",
                   file=sys.stderr) as bar:
