@@ -66,7 +66,8 @@ def vision_models(tmp_path_factory):
         paths[name] = root / name
         model.save_pretrained(paths[name])
         processor.save_pretrained(paths[name])
-    _tokenizer().save_pretrained(paths["clip"])
+    for name in ("clip", "siglip"):
+        _tokenizer().save_pretrained(paths[name])
     return paths
 
 
@@ -214,26 +215,30 @@ def test_benchmark_profiles_and_cache_statuses(vision_models, image_dataset, tmp
 
 
 # -- image-text zero-shot ----------------------------------------------------------------------------------------
-def test_image_text_zero_shot_top1_equals_the_projected_cosine_argmax(vision_models, image_dataset):
+@pytest.mark.parametrize("model, padding", [("clip", "longest"), ("siglip", "max_length")])
+def test_image_text_zero_shot_top1_equals_the_projected_cosine_argmax(vision_models, image_dataset, model, padding):
     from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
 
     templates = ("a photo of {label}", "a {label} thing")
     dataset = ZeroShotDataset.from_templates(image_dataset, templates)
-    encoder = ImageTextEncoder("clip", vision_models["clip"], batch_size=3, device="cpu", progress=False)
-    result = ZeroShotBenchmark(dataset, [encoder], scoring_config=CONFIG, progress=False).run()["clip"]
+    encoder = ImageTextEncoder(model, vision_models[model], batch_size=3, device="cpu", progress=False)
+    result = ZeroShotBenchmark(dataset, [encoder], scoring_config=CONFIG, progress=False).run()[model]
     assert result.error is None, result.error
+    assert encoder.recipe()["prompt_padding"] == padding
 
-    path = str(vision_models["clip"])
+    path = str(vision_models[model])
     model = AutoModel.from_pretrained(path).eval()
     pixels = AutoImageProcessor.from_pretrained(path, backend="pil")(
         images=[image_dataset.inputs[i] for i in range(8)], return_tensors="pt")
-    tokens = AutoTokenizer.from_pretrained(path)(dataset.flat_prompts, padding=True, return_tensors="pt")
+    tokens = AutoTokenizer.from_pretrained(path)(dataset.flat_prompts, padding=padding, return_tensors="pt")
     with torch.no_grad():
         image = model.get_image_features(pixel_values=pixels["pixel_values"])
         text = model.get_text_features(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
     image = getattr(image, "pooler_output", image).numpy()
     text = getattr(text, "pooler_output", text).numpy()
-    assert image.shape == (8, 8) and text.shape == (4, 8)  # projected into the shared 8-d space
+    assert image.shape[0] == 8 and text.shape == (4, image.shape[1])  # one shared space
+    np.testing.assert_allclose(encoder.encode_samples(image_dataset.inputs), image, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(encoder.encode_prompts(dataset.flat_prompts), text, atol=1e-5, rtol=1e-4)
     text /= np.linalg.norm(text, axis=1, keepdims=True)
     prototypes = np.stack([text[[c * 2, c * 2 + 1]].mean(axis=0) for c in range(2)])  # prompts class after class
     prototypes /= np.linalg.norm(prototypes, axis=1, keepdims=True)
