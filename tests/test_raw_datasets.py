@@ -241,6 +241,12 @@ def test_several_label_columns_are_a_multi_label_indicator_with_their_names():
     assert dataset.summary()["structure"]["modality"] == "tabular"
 
 
+def test_one_numeric_column_is_a_one_feature_matrix():
+    dataset = BenchmarkDataset.from_dataframe(frame(), input_col="size", label_col="topic", identity=ID)
+    np.testing.assert_array_equal(dataset.extractor_input, np.arange(6.0)[:, None])
+    assert dataset.summary()["structure"]["modality"] == "tabular"
+
+
 def test_dataframe_of_image_paths(image_folder):
     paths, images, labels = image_folder
     df = pd.DataFrame({"file": [str(p) for p in paths], "label": labels})
@@ -262,7 +268,7 @@ def test_dataframe_of_image_paths(image_folder):
     ({"input_col": ["text", "topic"], "label_col": "cat", "modality": "text"}, InputValidationError,
      "reads one input column"),
     ({"input_col": ["text", "size"], "label_col": "cat"}, InputValidationError, r"columns \['text'\] are not numeric"),
-    ({"input_col": "size", "label_col": "topic"}, InputTypeError, "column 'size' row 0 is float"),
+    ({"input_col": "size", "label_col": "topic", "modality": "text"}, InputTypeError, "column 'size' row 0 is float"),
     ({"input_col": "text", "label_col": ["size", "cat"]}, InputValidationError,
      r"label column 'size' must hold 0/1 .*rows \[2, 3, 4, 5\]"),
 ])

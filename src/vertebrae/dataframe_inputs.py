@@ -4,8 +4,8 @@
 
 * ``input_col="text"`` — one column of strings (``modality="text"``, the default), or of image
   file paths with ``modality="image"`` (loaded like ``from_image_paths``);
-* ``input_col=["f1", "f2", ...]`` — several numeric columns as one float feature matrix
-  (``modality="tabular"``);
+* ``input_col=["f1", "f2", ...]`` — numeric columns as one float feature matrix
+  (``modality="tabular"``, the default for numeric columns);
 * ``label_col="label"`` — one label per row; ``label_col=["cat", "dog", ...]`` — several 0/1
   columns as a multi-label indicator whose label names are the column names.
 
@@ -72,7 +72,10 @@ def read_columns(df: Any, input_col: Any, label_col: Any, modality: str | None) 
         raise InputValidationError(f"{WHERE}: columns {overlap} are both input_col and label_col; the labels must "
                                    "not be inputs")
     if modality is None:
-        modality = "tabular" if len(inputs) > 1 else "text"
+        from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+        numeric = is_numeric_dtype(df[inputs[0]]) and not is_bool_dtype(df[inputs[0]])
+        modality = "tabular" if len(inputs) > 1 or numeric else "text"
     if modality not in MODALITIES:
         raise InputValidationError(f"{WHERE}: modality must be one of {list(MODALITIES)}, got {modality!r}")
     if modality != "tabular" and len(inputs) > 1:
