@@ -10,9 +10,13 @@ Example (TOML)::
     # target_type = "multi_label" | "regression"; label_names = [...]; target_names = [...]
     # groups = "groups.csv"; groups_column = "customer"
 
+    # texts = "tickets.csv"; input_column = "body"   # or raw inputs for model extractors (vertebrae.raw_inputs):
+    #                             # texts, images (folder or table of paths) or audio (.npz/.npy + sampling_rate)
+
     [[extractors]]
     name = "minilm"
     embeddings = "minilm.npy"     # .npy, .npz, .parquet or .csv
+    # or a model (vertebrae.model_config): kind = "hf_text", model = "models/minilm", hidden_layer = [4, -1], ...
 
     [scoring]                     # OverlapScoringConfig fields
     k = "auto"
@@ -48,8 +52,9 @@ Example (TOML)::
     higher_is_better = true       # optional; also aggregate_valid, params = {...}
 
 Relative paths are resolved against the config file's folder.  Unknown sections and
-keys are rejected with the list of allowed ones, and a value of the wrong type with one
-line naming its key, before any file is loaded.  :func:`input_files` records every
+keys (and extractor kinds and options) are rejected with the list of allowed ones, a value of
+the wrong type with one line naming its key, and a missing model or file by its path, before
+any file or model is loaded.  :func:`input_files` records every
 file a run reads (path as given, size, SHA-256) for the result's metadata.
 """
 
