@@ -242,3 +242,91 @@ def test_each_kind_accepts_exactly_its_constructor_options(kind):
                 *spec.required}
     assert declared <= expected, declared - expected
     assert spec.model is None or spec.model in parameters
+
+
+FEATURES = '''
+import numpy as np
+
+
+def mean_rgb(images):
+    return np.stack([np.asarray(image, dtype=np.float32).mean(axis=(0, 1)) for image in images])
+
+
+def audio_stats(waveforms):
+    assert waveforms.sampling_rate == 8000  # the dataset's waveforms carry the config's rate
+    return np.stack([[float(np.mean(w)), float(np.std(w)), float(np.abs(w).max())] for w in waveforms])
+'''
+needs_raw_datasets = pytest.mark.skipif(not hasattr(BenchmarkDataset, "from_image_paths"),
+                                        reason="the image and audio datasets come with branch vision")
+
+
+@pytest.fixture
+def features(tmp_path, monkeypatch):
+    module = f"vertebrae_test_features_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(FEATURES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield __import__(module)
+    sys.modules.pop(module, None)
+
+
+def _run_equals_python(folder: pathlib.Path, body: str, dataset, extractor) -> dict:
+    (folder / "run.toml").write_text('[dataset]\nid = "d"\nrevision = "1"\n' + body +
+                                     '\n[separatix]\nenabled = false\n')
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 0
+    Benchmark(dataset, [extractor], separatix_config=SeparatixConfig(enabled=False),
+              progress=False).run().save_json(folder / "expected.json")
+    ran = _without_timing(folder / "out" / "report.json")
+    assert ran == _without_timing(folder / "expected.json")
+    return json.loads((folder / "out" / "report.json").read_text())
+
+
+@needs_raw_datasets
+@pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
+def test_image_folder_and_image_table_sources(tmp_path, features):
+    from PIL import Image
+
+    from vertebrae import CallableExtractor
+
+    rng = np.random.default_rng(0)
+    paths, labels = [], []
+    for label, channel in (("blue", 2), ("red", 0)):
+        (tmp_path / "photos" / label).mkdir(parents=True)
+        for i in range(8):
+            pixels = rng.integers(0, 120, size=(6 + i, 5, 3), dtype=np.uint8)
+            pixels[..., channel] += 120
+            path = tmp_path / "photos" / label / f"{i}.png"
+            Image.fromarray(pixels).save(path)
+            paths.append(str(path))
+            labels.append(label)
+    module = features.__name__
+    extractor = f'[[extractors]]\nname = "rgb"\nkind = "callable"\nmodel = "{module}:mean_rgb"\n'
+    dataset = BenchmarkDataset.from_image_paths(paths, labels, identity=DatasetIdentity.declared("d", "1"))
+    ran = _run_equals_python(tmp_path, 'images = "photos"\n' + extractor, dataset,
+                             CallableExtractor("rgb", features.mean_rgb))
+    assert [f["path"] for f in ran["metadata"]["input_files"]][1:3] == ["photos/blue/0.png", "photos/blue/1.png"]
+
+    pd.DataFrame({"file": [str(pathlib.Path(p).relative_to(tmp_path / "photos")) for p in paths],
+                  "label": labels}).to_csv(tmp_path / "photos" / "index.csv", index=False)
+    ran = _run_equals_python(tmp_path, 'images = "photos/index.csv"\ninput_column = "file"\nlabels_column = "label"\n'
+                             + extractor, dataset, CallableExtractor("rgb", features.mean_rgb))
+    assert [f["path"] for f in ran["metadata"]["input_files"]][1:3] == ["photos/index.csv", "photos/blue/0.png"]
+
+
+@needs_raw_datasets
+@pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
+def test_audio_source(tmp_path, features):
+    from vertebrae import CallableExtractor
+
+    rng = np.random.default_rng(0)
+    clips = [np.sin(np.arange(400 + 37 * i) * (0.05 if i % 2 else 0.4)).astype(np.float32)
+             + rng.normal(0, 0.01 * (1 + i % 2), 400 + 37 * i).astype(np.float32) for i in range(16)]
+    labels = ["low" if i % 2 else "high" for i in range(16)]
+    np.savez(tmp_path / "clips.npz", *clips)
+    (tmp_path / "labels.txt").write_text("\n".join(labels) + "\n")
+    dataset = BenchmarkDataset.from_audio_arrays(clips, labels, sampling_rate=8000,
+                                                 identity=DatasetIdentity.declared("d", "1"))
+    body = ('audio = "clips.npz"\nsampling_rate = 8000\nlabels = "labels.txt"\n'
+            f'[[extractors]]\nname = "stats"\nkind = "callable"\nmodel = "{features.__name__}:audio_stats"\n')
+    ran = _run_equals_python(tmp_path, body, dataset, CallableExtractor("stats", features.audio_stats))
+    assert [(f["role"], f["path"]) for f in ran["metadata"]["input_files"][1:]] == [("inputs", "clips.npz"),
+                                                                                   ("labels", "labels.txt")]
