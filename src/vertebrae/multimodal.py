@@ -160,10 +160,12 @@ def check_extractor_fields(dataset: Any, extractors: Sequence[Any]) -> None:
 
 
 def input_source(extractor: Any, dataset: Any) -> dict[str, Any]:
-    """``input_fields`` and ``source`` (modality or ``fused``) of a field reader's output; ``{}`` otherwise."""
+    """``input_fields`` and ``source`` (modality or ``fused``) of a field reader's output; the ``source`` of a
+    single-modality raw dataset (``from_image_paths``, ``from_audio_arrays``, ...); ``{}`` otherwise."""
     fields = getattr(extractor, "input_fields", None)
     if fields is None or not isinstance(getattr(dataset, "inputs", None), MultiModalInputs):
-        return {}
+        modality = (getattr(dataset, "structure", None) or {}).get("modality")  # one raw modality: images, audio
+        return {"source": modality} if fields is None and modality is not None else {}
     return {"input_fields": list(fields), "source": dataset.inputs.source(fields),
             "modalities": {field: dataset.inputs.modalities[field] for field in fields}}
 

@@ -1,10 +1,11 @@
 """Feature extractors: anything with ``name``, ``fit``, ``transform`` and ``recipe()``."""
 
 from .base import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
+from .hf_vision import HFVisionExtractor
 from .huggingface import HFTextExtractor
 from .onnx import ONNXExtractor
 from .sentence_transformers import SentenceTransformerExtractor
 from .torch import TorchExtractor
 
 __all__ = ["Extractor", "PrecomputedExtractor", "CallableExtractor", "SklearnExtractor",
-           "HFTextExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor"]
+           "HFTextExtractor", "HFVisionExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor"]

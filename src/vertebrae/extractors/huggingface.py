@@ -53,13 +53,22 @@ def local_model_dir(model_path_or_id: Any, *, where: str) -> Path:
             from None
 
 
-def _num_hidden_layers(model_dir: Path, *, where: str) -> int:
+def read_model_config(model_dir: Path, *, where: str) -> dict[str, Any]:
+    """The folder's ``config.json`` (read without importing transformers)."""
     config_file = model_dir / "config.json"
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputValidationError(f"{where}: cannot read {config_file} ({exc}); a transformers model folder has a "
                                    "config.json") from None
+    if not isinstance(config, dict):
+        raise InputValidationError(f"{where}: {config_file} is not a JSON object; pass a transformers model folder")
+    return config
+
+
+def _num_hidden_layers(model_dir: Path, *, where: str) -> int:
+    config_file = model_dir / "config.json"
+    config = read_model_config(model_dir, where=where)
     for key in ("num_hidden_layers", "n_layer", "num_layers"):
         if isinstance(config.get(key), int):
             return config[key]
@@ -71,28 +80,37 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return (value,) if isinstance(value, (str, int)) else tuple(value)
 
 
-def resolve_layers(hidden_layer: Any, n_layers: int, *, where: str) -> tuple[int, ...]:
+def resolve_layers(hidden_layer: Any, n_layers: int, *, where: str, argument: str = "hidden_layer") -> tuple[int, ...]:
     """Layer indices into the ``n_layers + 1`` hidden states (0 = embeddings); negatives count from the top."""
     layers = []
     for layer in _as_tuple(hidden_layer):
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -(n_layers + 1) <= layer <= n_layers:
-            raise ConfigError(f"{where}: hidden_layer {layer!r} is out of range; this model has {n_layers + 1} hidden "
+            raise ConfigError(f"{where}: {argument} {layer!r} is out of range; this model has {n_layers + 1} hidden "
                               f"states: 0 (embeddings) to {n_layers}, or -1 (last) to {-(n_layers + 1)}")
         resolved = int(layer) % (n_layers + 1)
         if resolved in layers:
-            raise ConfigError(f"{where}: hidden_layer lists layer {resolved} twice ({hidden_layer!r})")
+            raise ConfigError(f"{where}: {argument} lists layer {resolved} twice ({hidden_layer!r})")
         layers.append(resolved)
     if not layers:
-        raise ConfigError(f"{where}: hidden_layer is empty; pass an int or a list of ints")
+        raise ConfigError(f"{where}: {argument} is empty; pass an int or a list of ints")
     return tuple(layers)
 
 
-def check_poolings(pooling: Any, *, where: str) -> tuple[str, ...]:
+def check_poolings(pooling: Any, *, where: str, allowed: tuple[str, ...] = POOLINGS,
+                   argument: str = "pooling") -> tuple[str, ...]:
     poolings = _as_tuple(pooling)
-    bad = [p for p in poolings if p not in POOLINGS]
+    bad = [p for p in poolings if p not in allowed]
     if bad or not poolings or len(set(poolings)) != len(poolings):
-        raise ConfigError(f"{where}: pooling must be one of {list(POOLINGS)} or a list of distinct ones, got {pooling!r}")
+        raise ConfigError(f"{where}: {argument} must be one of {list(allowed)} or a list of distinct ones, got "
+                          f"{pooling!r}")
     return poolings
+
+
+def layer_pooling_outputs(layers: Sequence[int], poolings: Sequence[str]
+                          ) -> tuple[tuple[tuple[int, str], ...], tuple[str, ...]]:
+    """Every (hidden layer, pooling) pair and its output name ``layer<L>_<pooling>`` (text and vision alike)."""
+    pairs = tuple(itertools.product(layers, poolings))
+    return pairs, tuple(f"layer{layer}_{pooling}" for layer, pooling in pairs)
 
 
 def pool(hidden: Any, mask: Any, pooling: str) -> Any:
@@ -138,8 +156,7 @@ class HFTextExtractor(BatchedExtractor):
         self.max_length, self.padding_side = max_length, padding_side
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
-        self.pairs = tuple(itertools.product(self.hidden_layers, self.poolings))
-        self.outputs = tuple(f"layer{layer}_{pooling}" for layer, pooling in self.pairs)
+        self.pairs, self.outputs = layer_pooling_outputs(self.hidden_layers, self.poolings)
         self.model_: Any = None
         self.tokenizer_: Any = None
 

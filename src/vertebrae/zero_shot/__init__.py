@@ -10,9 +10,10 @@ from .benchmark import ZeroShotBenchmark
 from .config import ZeroShotConfig
 from .dataset import ZeroShotDataset
 from .encoders import ExtractorEncoder, PrecomputedZeroShotEncoder, TextEncoder, ZeroShotEncoder
+from .image_text import ImageTextEncoder
 from .result import ZeroShotBenchmarkResult, ZeroShotExtractorResult
 
 __all__ = [
-    "ExtractorEncoder", "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult",
+    "ExtractorEncoder", "ImageTextEncoder", "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult",
     "ZeroShotConfig", "ZeroShotDataset", "ZeroShotEncoder", "ZeroShotExtractorResult",
 ]

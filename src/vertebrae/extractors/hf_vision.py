@@ -1,0 +1,198 @@
+"""HFVisionExtractor: hidden layers x poolings of a Hugging Face ``transformers`` vision backbone.
+
+``AutoModel`` + ``AutoImageProcessor`` from a local folder (ViT, DINOv2, ConvNeXt, or the
+vision tower of a CLIP / SigLIP checkpoint).  One forward pass per batch
+(``output_hidden_states=True``) yields every requested (layer, pooling) pair as its own named
+output, ``layer<L>_<pooling>`` as :class:`~vertebrae.extractors.huggingface.HFTextExtractor` names
+them, plus ``pooler`` (the model's own pooled output) when asked for.
+
+Layer ``L`` is ``hidden_states[L]``: 0 is the patch embedding (or the ConvNeXt stem), ``n`` the
+last block's output *before* any final layer norm.  Poolings over token models: ``cls`` the first
+token; ``mean`` and ``max`` over the patch tokens only (the CLS token and DINOv2 register tokens
+excluded).  ConvNeXt-style models return feature maps ``(batch, channels, height, width)``: ``mean``
+and ``max`` are global average / max pooling over the map, and ``cls`` is rejected (there is no
+token); SigLIP has no CLS token either.  The processor resizes every image, so images of different
+sizes batch together.  The recipe holds the model folder's file hashes (weights, ``config.json``,
+``preprocessor_config.json``: the processor settings), the processor backend and the image-loading
+rule with the Pillow version; nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DependencyError, InputTypeError
+from ..extras import install_hint
+from ..fingerprint import package_version
+from ..image_inputs import LOADER, ImageInputs
+from .base import check_cache_identity
+from .batching import BatchedExtractor, n_inputs, take_rows
+from .huggingface import check_poolings, layer_pooling_outputs, local_model_dir, read_model_config, resolve_layers
+from .model_identity import files_sha256
+from .torch import check_device, frozen, resolve_device, to_device
+
+#: Poolings of a layer's states; ``pooler`` is the model's own pooled output (one output, named ``pooler``).
+VISION_POOLINGS = ("cls", "mean", "max", "pooler")
+POOLER = "pooler"
+#: Model types whose states have no CLS token: feature maps (ConvNeXt) or patch tokens only (SigLIP).
+NO_CLS_MODEL_TYPES = ("convnext", "convnextv2", "siglip", "siglip_vision_model", "siglip2", "siglip2_vision_model")
+#: How ``AutoImageProcessor`` resizes and normalizes: fixed, so installing torchvision never changes embeddings.
+PROCESSOR_BACKENDS = ("pil", "torchvision")
+
+
+def vision_config(model_dir: Path, *, where: str) -> dict[str, Any]:
+    """The vision part of a folder's config (``vision_config`` of a CLIP / SigLIP checkpoint, else the config)."""
+    config = read_model_config(model_dir, where=where)
+    return config["vision_config"] if isinstance(config.get("vision_config"), dict) else config
+
+
+def vision_layer_count(config: dict[str, Any], *, where: str) -> int:
+    """Transformer blocks (``num_hidden_layers``) or ConvNeXt stages (``num_stages`` / ``depths``)."""
+    if isinstance(config.get("num_hidden_layers"), int):
+        return config["num_hidden_layers"]
+    if isinstance(config.get("num_stages"), int):
+        return config["num_stages"]
+    if isinstance(config.get("depths"), list):
+        return len(config["depths"])
+    raise ConfigError(f"{where}: the model's config.json gives no layer count (num_hidden_layers, num_stages or "
+                      "depths); pass a transformers vision model folder")
+
+
+def check_images(X: Any, *, where: str) -> int:
+    """The number of images; in-memory items must be PIL images or arrays (dataset images were checked when built)."""
+    n = n_inputs(X, where=where)
+    if not isinstance(X, ImageInputs):
+        for i, item in enumerate(X):
+            if not (isinstance(item, np.ndarray) or type(item).__module__.startswith("PIL.")):
+                raise InputTypeError(f"{where}: X[{i}] is {type(item).__name__}; vision models embed images (build the "
+                                     "dataset with BenchmarkDataset.from_image_paths or from_images)")
+    return n
+
+
+def load_processor(model_dir: Path, backend: str, *, where: str) -> Any:
+    try:
+        from transformers import AutoImageProcessor
+    except ImportError:
+        raise DependencyError(f"{where} needs transformers; {install_hint('vision')}") from None
+    return AutoImageProcessor.from_pretrained(str(model_dir), local_files_only=True, backend=backend)
+
+
+def pixel_values(processor: Any, X: Any, rows: np.ndarray, device: Any) -> Any:
+    """The processor's ``pixel_values`` for the images at ``rows`` (loaded now: one batch in memory)."""
+    images = [image.convert("RGB") if hasattr(image, "convert") else image for image in take_rows(X, rows)]
+    return to_device(dict(processor(images=images, return_tensors="pt")), device)["pixel_values"]
+
+
+def check_processor_backend(backend: Any, *, where: str) -> str:
+    if backend not in PROCESSOR_BACKENDS:
+        raise ConfigError(f"{where}: processor_backend must be one of {list(PROCESSOR_BACKENDS)}, got {backend!r}")
+    return backend
+
+
+def image_loader() -> dict[str, Any]:
+    """The image-loading rule of a recipe, with the Pillow version that decodes (read without importing it)."""
+    return {**LOADER, "pillow": package_version("pillow")}
+
+
+def pool_states(hidden: Any, pooling: str, n_special: int) -> Any:
+    """Pool one layer's states: tokens ``(batch, tokens, width)`` or a feature map ``(batch, channels, h, w)``."""
+    if hidden.ndim == 4:  # a feature map: every position is a patch
+        patches = hidden.flatten(2).transpose(1, 2)
+    else:
+        if pooling == "cls":
+            return hidden[:, 0]
+        patches = hidden[:, n_special:]
+    return patches.mean(1) if pooling == "mean" else patches.amax(1)
+
+
+def special_tokens(tower: Any) -> int:
+    """Leading non-patch tokens of a vision transformer: CLS (ViT, DINOv2, CLIP) plus register tokens (DINOv2)."""
+    embeddings = getattr(tower, "embeddings", None)
+    cls = int(getattr(embeddings, "cls_token", None) is not None or getattr(embeddings, "class_embedding", None)
+              is not None)
+    registers = getattr(embeddings, "register_tokens", None)
+    return cls + (0 if registers is None else int(registers.shape[1]))
+
+
+class HFVisionExtractor(BatchedExtractor):
+    """Images through ``AutoModel``; one output per (layer, pooling) pair from one forward pass per batch.
+
+    ``layers`` index the hidden states (0 = embeddings, -1 = the last block); ``poolings`` are
+    any of ``cls``, ``mean``, ``max`` and ``pooler``.  A CLIP or SigLIP checkpoint contributes its
+    vision tower.  ``processor_backend`` fixes how the image processor resizes (``"pil"`` by default).
+    """
+
+    def __init__(self, name: str, model_path: Any, *, layers: int | Sequence[int] = -1,
+                 poolings: str | Sequence[str] = "mean", batch_size: int = 32, device: str = "auto",
+                 processor_backend: str = "pil", cache_identity: str | None = None,
+                 progress: bool | None = None) -> None:
+        super().__init__(name, batch_size, progress)
+        where = f"HFVisionExtractor {name!r}"
+        self.model_dir = local_model_dir(model_path, where=where)
+        config = vision_config(self.model_dir, where=where)
+        self.model_type = str(config.get("model_type", ""))
+        self.n_layers = vision_layer_count(config, where=where)
+        self.layers = resolve_layers(layers, self.n_layers, where=where, argument="layers")
+        self.poolings = check_poolings(poolings, where=where, allowed=VISION_POOLINGS, argument="poolings")
+        if "cls" in self.poolings and self.model_type in NO_CLS_MODEL_TYPES:
+            raise ConfigError(f"{where}: a {self.model_type} model has no CLS token, so pooling 'cls' is undefined; use "
+                              "'mean', 'max' or 'pooler'")
+        self.processor_backend = check_processor_backend(processor_backend, where=where)
+        self.device = check_device(device, where=where)
+        self.cache_identity = check_cache_identity(where, cache_identity)
+        self.pairs, names = layer_pooling_outputs(self.layers, [p for p in self.poolings if p != POOLER])
+        self.outputs = names + ((POOLER,) if POOLER in self.poolings else ())
+        self.model_: Any = None
+        self.processor_: Any = None
+
+    def _output_metadata(self) -> dict[str, dict[str, Any]]:
+        metadata = {name: {"hidden_layer": layer, "pooling": pooling}
+                    for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+        if POOLER in self.poolings:
+            metadata[POOLER] = {"hidden_layer": self.n_layers, "pooling": POOLER}
+        return metadata
+
+    def recipe(self) -> dict[str, Any]:
+        return {"type": "huggingface_vision", "model_files_sha256": files_sha256([self.model_dir]),
+                "layers": list(self.layers), "poolings": list(self.poolings),
+                "processor_backend": self.processor_backend, "image_loader": image_loader(),
+                "cache_identity": self.cache_identity}
+
+    def load(self) -> tuple[Any, Any]:
+        """Image processor and vision model (a CLIP / SigLIP checkpoint's vision tower), loaded on first use."""
+        if self.model_ is None:
+            where = f"HFVisionExtractor {self.name!r}"
+            processor = load_processor(self.model_dir, self.processor_backend, where=where)
+            from transformers import AutoModel
+
+            model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
+            tower = getattr(model, "vision_model", model)
+            if "cls" in self.poolings and special_tokens(tower) == 0:
+                raise ConfigError(f"{where}: {type(tower).__name__} has no CLS token, so pooling 'cls' is undefined; "
+                                  "use 'mean', 'max' or 'pooler'")
+            self.processor_, self.model_ = processor, tower.to(resolve_device(self.device, where=where))
+        return self.processor_, self.model_
+
+    def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
+        where = f"HFVisionExtractor {self.name!r}"
+        n = check_images(X, where=where)
+        processor, model = self.load()
+        device = resolve_device(self.device, where=where)
+        n_special = special_tokens(model)
+
+        def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
+            out = model(pixel_values=pixel_values(processor, X, rows, device), output_hidden_states=True)
+            pooled = {name: pool_states(out.hidden_states[layer], pooling, n_special)
+                      for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+            if POOLER in self.poolings:
+                if getattr(out, "pooler_output", None) is None:
+                    raise ConfigError(f"{where}: {type(model).__name__} returns no pooler output; drop 'pooler'")
+                pooled[POOLER] = out.pooler_output.flatten(1)
+            return {name: value.float().cpu().numpy() for name, value in pooled.items()}
+
+        with frozen(model, device):
+            return self._stream(n, embed)

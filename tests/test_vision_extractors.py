@@ -1,0 +1,251 @@
+"""HFVisionExtractor and ImageTextEncoder on real architectures (tiny configs, random weights, saved and loaded by path).
+
+Every number is checked against a direct ``transformers`` forward on the same images with the pooling written
+out here; nothing is downloaded (HF_HUB_OFFLINE=1 in conftest).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, HFVisionExtractor, ImageTextEncoder,
+                       OverlapScoringConfig, SeparatixConfig, ZeroShotBenchmark, ZeroShotDataset)
+from vertebrae.cache import CacheConfig
+from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
+from vertebrae.profiling import CACHE_HIT, ResourceProfilingConfig
+
+SMALL = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=32,
+             patch_size=8)
+WORDS = ["[PAD]", "[UNK]", "<s>", "</s>", "a", "photo", "of", "red", "green", "picture", "thing"]
+CONFIG = OverlapScoringConfig(k=2, min_samples_per_cluster=2)
+NO_SEPARATIX = SeparatixConfig(enabled=False)
+
+
+def _tokenizer():
+    """A word-level tokenizer that appends the end-of-text token CLIP's text tower pools."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 3)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>",
+                                   model_max_length=16)
+
+
+@pytest.fixture(scope="session")
+def vision_models(tmp_path_factory):
+    """Tiny ViT, DINOv2 with registers, ConvNeXt, CLIP and SigLIP folders (model + image processor), built once."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("vision_models")
+    square = {"height": 32, "width": 32}
+    text = dict(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=32, max_position_embeddings=16, pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    built = {
+        "vit": (tf.ViTModel(tf.ViTConfig(**SMALL)), tf.ViTImageProcessor(size=square)),
+        "dinov2": (tf.Dinov2WithRegistersModel(tf.Dinov2WithRegistersConfig(**SMALL, num_register_tokens=2)),
+                   tf.BitImageProcessor(size={"shortest_edge": 32}, crop_size=square)),
+        "convnext": (tf.ConvNextModel(tf.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)),
+                     tf.ConvNextImageProcessor(size={"shortest_edge": 32})),
+        "clip": (tf.CLIPModel(tf.CLIPConfig(text_config=text, vision_config=SMALL, projection_dim=8)),
+                 tf.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size=square)),
+        "siglip": (tf.SiglipModel(tf.SiglipConfig(text_config=text, vision_config=SMALL)),
+                   tf.SiglipImageProcessor(size=square)),
+    }
+    paths = {}
+    for name, (model, processor) in built.items():
+        paths[name] = root / name
+        model.save_pretrained(paths[name])
+        processor.save_pretrained(paths[name])
+    _tokenizer().save_pretrained(paths["clip"])
+    return paths
+
+
+def pictures(n: int = 8) -> list[np.ndarray]:
+    """Images of different sizes; class c (= row % 2) is bright in channel c."""
+    rng = np.random.default_rng(3)
+    images = []
+    for i in range(n):
+        image = rng.integers(0, 90, size=(24 + 5 * i, 40 - 2 * i, 3), dtype=np.uint8)
+        image[:, :, i % 2] += 160
+        images.append(image)
+    return images
+
+
+@pytest.fixture(scope="session")
+def image_dataset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pictures")
+    paths = []
+    for i, image in enumerate(pictures()):
+        paths.append(folder / f"p{i}.png")
+        Image.fromarray(image).save(paths[-1])
+    return BenchmarkDataset.from_image_paths(paths, ["red" if i % 2 == 0 else "green" for i in range(8)],
+                                             identity=DatasetIdentity.content_hash("pictures"))
+
+
+def direct_states(path, images):
+    """``transformers`` itself: the processor on every image at once, one forward pass with hidden states."""
+    from transformers import AutoImageProcessor, AutoModel
+
+    model = AutoModel.from_pretrained(str(path)).eval()
+    tower = getattr(model, "vision_model", model)
+    pixels = AutoImageProcessor.from_pretrained(str(path), backend="pil")(images=images, return_tensors="pt")
+    with torch.no_grad():
+        return tower(pixel_values=pixels["pixel_values"], output_hidden_states=True)
+
+
+#: model -> (poolings it supports, leading special tokens: CLS and registers)
+CASES = {"vit": (["cls", "mean", "max", "pooler"], 1), "dinov2": (["cls", "mean", "max", "pooler"], 3),
+         "clip": (["cls", "mean", "max", "pooler"], 1), "siglip": (["mean", "max", "pooler"], 0),
+         "convnext": (["mean", "max", "pooler"], None)}
+
+
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_outputs_equal_a_direct_forward_with_the_pooling_written_out(vision_models, image_dataset, model):
+    poolings, n_special = CASES[model]
+    extractor = HFVisionExtractor(model, vision_models[model], layers=[0, -1], poolings=poolings, batch_size=3,
+                                  device="cpu", progress=False)
+    got = extractor.transform_many(image_dataset.inputs)
+    images = [image_dataset.inputs[i] for i in range(8)]
+    out = direct_states(vision_models[model], images)
+    last = len(out.hidden_states) - 1
+    for layer in (0, last):
+        states = out.hidden_states[layer].numpy()
+        if n_special is None:  # ConvNeXt feature map (batch, channels, h, w): global pooling
+            expected = {"mean": states.mean(axis=(2, 3)), "max": states.max(axis=(2, 3))}
+        else:
+            patches = states[:, n_special:]
+            expected = {"cls": states[:, 0], "mean": patches.mean(axis=1), "max": patches.max(axis=1)}
+        for pooling in poolings:
+            if pooling != "pooler":
+                np.testing.assert_allclose(got[f"layer{layer}_{pooling}"], expected[pooling], atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(got["pooler"], out.pooler_output.reshape(8, -1).numpy(), atol=1e-5, rtol=1e-4)
+    assert set(got) == set(extractor.output_names())
+
+
+def test_batched_equals_unbatched_for_images_of_different_sizes(vision_models, image_dataset):
+    def run(batch_size):
+        return HFVisionExtractor("vit", vision_models["vit"], layers=[1, 2], poolings=["cls", "mean"],
+                                 batch_size=batch_size, device="cpu", progress=False).transform_many(image_dataset.inputs)
+
+    one, many = run(1), run(5)
+    for name in one:
+        np.testing.assert_allclose(one[name], many[name], atol=1e-5, rtol=1e-4)
+
+
+def test_names_and_metadata_follow_the_text_extractor_and_are_known_without_loading(vision_models):
+    extractor = HFVisionExtractor("dino", vision_models["dinov2"], layers=[1, -1], poolings=["mean", "pooler"])
+    assert extractor.output_names() == ("layer1_mean", "layer2_mean", "pooler")
+    assert extractor.output_metadata() == {"layer1_mean": {"hidden_layer": 1, "pooling": "mean"},
+                                           "layer2_mean": {"hidden_layer": 2, "pooling": "mean"},
+                                           "pooler": {"hidden_layer": 2, "pooling": "pooler"}}
+    recipe = extractor.recipe()
+    assert extractor.model_ is None
+    assert recipe["image_loader"]["library"] == "pillow" and recipe["processor_backend"] == "pil"
+
+
+def test_processor_settings_and_the_loading_path_enter_the_recipe(vision_models, tmp_path):
+    copy = tmp_path / "vit"
+    shutil.copytree(vision_models["vit"], copy)
+    before = HFVisionExtractor("vit", copy).recipe()
+    assert HFVisionExtractor("vit", copy, processor_backend="torchvision").recipe() != before
+    settings = json.loads((copy / "preprocessor_config.json").read_text())
+    settings["image_mean"] = [0.4, 0.4, 0.4]
+    (copy / "preprocessor_config.json").write_text(json.dumps(settings))
+    assert HFVisionExtractor("vit", copy).recipe()["model_files_sha256"] != before["model_files_sha256"]
+
+
+@pytest.mark.parametrize("model, kwargs, error, message", [
+    ("siglip", {"poolings": "cls"}, ConfigError, "siglip_vision_model model has no CLS token"),
+    ("convnext", {"poolings": ["mean", "cls"]}, ConfigError, "convnext model has no CLS token"),
+    ("vit", {"poolings": "last_token"}, ConfigError, r"poolings must be one of \['cls', 'mean', 'max', 'pooler'\]"),
+    ("vit", {"layers": 3}, ConfigError, "layers 3 is out of range; this model has 3 hidden states"),
+    ("convnext", {"layers": -4}, ConfigError, "layers -4 is out of range"),
+    ("vit", {"processor_backend": "cv2"}, ConfigError, "processor_backend must be one of"),
+    ("vit", {"batch_size": 0}, InputValidationError, "batch_size must be a positive integer"),
+])
+def test_vision_rejections(vision_models, model, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        HFVisionExtractor("x", vision_models[model], **kwargs)
+
+
+def test_non_images_and_missing_models_fail_before_anything_loads(vision_models, tmp_path):
+    extractor = HFVisionExtractor("vit", vision_models["vit"])
+    with pytest.raises(InputTypeError, match=r"X\[1\] is str; vision models embed images"):
+        extractor.transform([np.zeros((4, 4, 3), np.uint8), "cat.png"])
+    assert extractor.model_ is None
+    with pytest.raises(InputValidationError, match="hf download"):
+        HFVisionExtractor("nope", str(tmp_path / "no-such-model"))
+
+
+def test_benchmark_profiles_and_cache_statuses(vision_models, image_dataset, tmp_path):
+    """Cold run measures and stores every output from one extraction; the warm run is served from the store."""
+    cache = CacheConfig(store=str(tmp_path / "cache"))
+
+    def run():
+        extractor = HFVisionExtractor("vit", vision_models["vit"], layers=[-1], poolings=["cls", "mean"],
+                                      batch_size=4, device="cpu", progress=False)
+        return Benchmark(image_dataset, [extractor], scoring_config=CONFIG, separatix_config=NO_SEPARATIX,
+                         resource_profiling=ResourceProfilingConfig(), cache_config=cache, progress=False).run()
+
+    cold, warm = run(), run()
+    assert sorted(r.name for r in cold.extractor_results) == ["vit:layer2_cls", "vit:layer2_mean"]
+    entry = cold["vit:layer2_mean"]
+    assert entry.embedding["source"] == "image" and entry.embedding["pooling"] == "mean"
+    assert entry.embedding["cache_status"] == "miss" and entry.resource_profile["status"] == "measured"
+    from transformers import ViTModel
+
+    n_parameters = sum(p.numel() for p in ViTModel.from_pretrained(str(vision_models["vit"])).parameters())
+    assert entry.resource_profile["model"]["parameter_count"] == n_parameters
+    assert entry.resource_profile["model"]["checkpoint_files"] == 3  # config, weights, preprocessor config
+    for name in ("vit:layer2_cls", "vit:layer2_mean"):
+        assert warm[name].embedding["cache_status"] == "hit" and warm[name].resource_profile["status"] == CACHE_HIT
+        assert warm[name].overlap.to_dict() == cold[name].overlap.to_dict()
+    assert cold.dataset_summary["structure"]["modality"] == "image"
+
+
+# -- image-text zero-shot ----------------------------------------------------------------------------------------
+def test_image_text_zero_shot_top1_equals_the_projected_cosine_argmax(vision_models, image_dataset):
+    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+    templates = ("a photo of {label}", "a {label} thing")
+    dataset = ZeroShotDataset.from_templates(image_dataset, templates)
+    encoder = ImageTextEncoder("clip", vision_models["clip"], batch_size=3, device="cpu", progress=False)
+    result = ZeroShotBenchmark(dataset, [encoder], scoring_config=CONFIG, progress=False).run()["clip"]
+    assert result.error is None, result.error
+
+    path = str(vision_models["clip"])
+    model = AutoModel.from_pretrained(path).eval()
+    pixels = AutoImageProcessor.from_pretrained(path, backend="pil")(
+        images=[image_dataset.inputs[i] for i in range(8)], return_tensors="pt")
+    tokens = AutoTokenizer.from_pretrained(path)(dataset.flat_prompts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        image = model.get_image_features(pixel_values=pixels["pixel_values"])
+        text = model.get_text_features(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
+    image = getattr(image, "pooler_output", image).numpy()
+    text = getattr(text, "pooler_output", text).numpy()
+    assert image.shape == (8, 8) and text.shape == (4, 8)  # projected into the shared 8-d space
+    text /= np.linalg.norm(text, axis=1, keepdims=True)
+    prototypes = np.stack([text[[c * 2, c * 2 + 1]].mean(axis=0) for c in range(2)])  # prompts class after class
+    prototypes /= np.linalg.norm(prototypes, axis=1, keepdims=True)
+    predicted = (image / np.linalg.norm(image, axis=1, keepdims=True) @ prototypes.T).argmax(axis=1)
+    truth = dataset.targets.codes
+    confusion = np.zeros((2, 2), int)
+    np.add.at(confusion, (truth, predicted), 1)
+    assert result.confusion_matrix == confusion.tolist()
+    assert result.scores["top1_accuracy"] == pytest.approx(float((predicted == truth).mean()))
+    assert result.embedding["samples"]["modality"] == "image" and result.embedding["prompts"]["modality"] == "text"
+
+
+def test_image_text_encoder_rejects_a_single_tower_checkpoint(vision_models):
+    with pytest.raises(InputTypeError, match="not a two-tower image-text checkpoint"):
+        ImageTextEncoder("vit", vision_models["vit"])
