@@ -256,8 +256,6 @@ def audio_stats(waveforms):
     assert waveforms.sampling_rate == 8000  # the dataset's waveforms carry the config's rate
     return np.stack([[float(np.mean(w)), float(np.std(w)), float(np.abs(w).max())] for w in waveforms])
 '''
-needs_raw_datasets = pytest.mark.skipif(not hasattr(BenchmarkDataset, "from_image_paths"),
-                                        reason="the image and audio datasets come with branch vision")
 
 
 @pytest.fixture
@@ -280,24 +278,29 @@ def _run_equals_python(folder: pathlib.Path, body: str, dataset, extractor) -> d
     return json.loads((folder / "out" / "report.json").read_text())
 
 
-@needs_raw_datasets
-@pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
-def test_image_folder_and_image_table_sources(tmp_path, features):
+def _photos(folder: pathlib.Path) -> tuple[list[str], list[str]]:
+    """photos/blue and photos/red: 8 noisy PNGs each, of different sizes."""
     from PIL import Image
-
-    from vertebrae import CallableExtractor
 
     rng = np.random.default_rng(0)
     paths, labels = [], []
     for label, channel in (("blue", 2), ("red", 0)):
-        (tmp_path / "photos" / label).mkdir(parents=True)
+        (folder / "photos" / label).mkdir(parents=True)
         for i in range(8):
             pixels = rng.integers(0, 120, size=(6 + i, 5, 3), dtype=np.uint8)
             pixels[..., channel] += 120
-            path = tmp_path / "photos" / label / f"{i}.png"
+            path = folder / "photos" / label / f"{i}.png"
             Image.fromarray(pixels).save(path)
             paths.append(str(path))
             labels.append(label)
+    return paths, labels
+
+
+@pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
+def test_image_folder_and_image_table_sources(tmp_path, features):
+    from vertebrae import CallableExtractor
+
+    paths, labels = _photos(tmp_path)
     module = features.__name__
     extractor = f'[[extractors]]\nname = "rgb"\nkind = "callable"\nmodel = "{module}:mean_rgb"\n'
     dataset = BenchmarkDataset.from_image_paths(paths, labels, identity=DatasetIdentity.declared("d", "1"))
@@ -312,7 +315,6 @@ def test_image_folder_and_image_table_sources(tmp_path, features):
     assert [f["path"] for f in ran["metadata"]["input_files"]][1:3] == ["photos/index.csv", "photos/blue/0.png"]
 
 
-@needs_raw_datasets
 @pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
 def test_audio_source(tmp_path, features):
     from vertebrae import CallableExtractor
@@ -330,3 +332,27 @@ def test_audio_source(tmp_path, features):
     ran = _run_equals_python(tmp_path, body, dataset, CallableExtractor("stats", features.audio_stats))
     assert [(f["role"], f["path"]) for f in ran["metadata"]["input_files"][1:]] == [("inputs", "clips.npz"),
                                                                                    ("labels", "labels.txt")]
+
+
+@pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
+def test_hf_vision_on_an_image_folder(tmp_path):
+    """A tiny ViT from a small config, saved with its image processor, named in the config like a user's checkpoint."""
+    import torch
+    import transformers
+
+    from vertebrae.extractors.hf_vision import HFVisionExtractor
+
+    torch.manual_seed(0)
+    transformers.ViTModel(transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2,
+                                                 num_attention_heads=2, intermediate_size=32)
+                          ).save_pretrained(tmp_path / "vit")
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "vit")
+    paths, labels = _photos(tmp_path)
+    body = ('images = "photos"\n[[extractors]]\nname = "vit"\nkind = "hf_vision"\nmodel = "vit"\nlayers = [1, -1]\n'
+            'poolings = ["cls", "mean"]\nbatch_size = 4\ndevice = "cpu"\n')
+    dataset = BenchmarkDataset.from_image_paths(paths, labels, identity=DatasetIdentity.declared("d", "1"))
+    extractor = HFVisionExtractor("vit", tmp_path / "vit", layers=[1, -1], poolings=["cls", "mean"], batch_size=4,
+                                  device="cpu", progress=False)
+    ran = _run_equals_python(tmp_path, body, dataset, extractor)
+    assert sorted(r["name"] for r in ran["extractor_results"]) == ["vit:layer1_cls", "vit:layer1_mean",
+                                                                  "vit:layer2_cls", "vit:layer2_mean"]
