@@ -356,3 +356,34 @@ def test_hf_vision_on_an_image_folder(tmp_path):
     ran = _run_equals_python(tmp_path, body, dataset, extractor)
     assert sorted(r["name"] for r in ran["extractor_results"]) == ["vit:layer1_cls", "vit:layer1_mean",
                                                                   "vit:layer2_cls", "vit:layer2_mean"]
+
+
+@pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
+def test_hf_audio_takes_the_dataset_sampling_rate(tmp_path):
+    """A tiny wav2vec2 saved with its feature extractor; sampling_rate comes from [dataset] when the entry leaves
+    it out."""
+    pytest.importorskip("vertebrae.extractors.hf_audio", reason="HFAudioExtractor comes with branch audio")
+    import torch
+    import transformers
+
+    from vertebrae.extractors.hf_audio import HFAudioExtractor
+
+    torch.manual_seed(0)
+    transformers.Wav2Vec2Model(transformers.Wav2Vec2Config(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 8),
+        conv_stride=(4, 2), conv_kernel=(8, 4), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
+        feat_extract_norm="layer")).save_pretrained(tmp_path / "w2v")
+    transformers.Wav2Vec2FeatureExtractor(sampling_rate=16000, return_attention_mask=True).save_pretrained(
+        tmp_path / "w2v")
+    rng = np.random.default_rng(0)
+    clips = [rng.normal(scale=0.1 + 0.4 * (i % 2), size=800 + 97 * i).astype(np.float32) for i in range(12)]
+    labels = ["loud" if i % 2 else "quiet" for i in range(12)]
+    np.savez(tmp_path / "clips.npz", *clips)
+    (tmp_path / "labels.txt").write_text("\n".join(labels) + "\n")
+    body = ('audio = "clips.npz"\nsampling_rate = 16000\nlabels = "labels.txt"\n[[extractors]]\nname = "w2v"\n'
+            'kind = "hf_audio"\nmodel = "w2v"\nlayers = [-1]\npoolings = ["mean"]\nbatch_size = 4\ndevice = "cpu"\n')
+    dataset = BenchmarkDataset.from_audio_arrays(clips, labels, sampling_rate=16000,
+                                                 identity=DatasetIdentity.declared("d", "1"))
+    extractor = HFAudioExtractor("w2v", tmp_path / "w2v", sampling_rate=16000, layers=[-1], poolings=["mean"],
+                                 batch_size=4, device="cpu", progress=False)
+    _run_equals_python(tmp_path, body, dataset, extractor)
