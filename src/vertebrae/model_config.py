@@ -128,7 +128,7 @@ def _check_entry(i: int, entry: Any, dataset: Mapping[str, Any]) -> CheckedEntry
     if not isinstance(entry, Mapping):
         raise ConfigTypeError(f"config section {where} must be a table/mapping, got {type(entry).__name__}")
     kind = entry.get("kind", "precomputed")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         close = difflib.get_close_matches(str(kind), list(KINDS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"config {where} kind {kind!r} is unknown{hint}; allowed: {sorted(KINDS)}")
@@ -138,7 +138,7 @@ def _check_entry(i: int, entry: Any, dataset: Mapping[str, Any]) -> CheckedEntry
     if name is not None and not (isinstance(name, str) and name.strip()):
         raise ConfigTypeError(f"config {where} name must be a non-empty string such as \"minilm\", got {name!r}")
     parameters = _parameters(kind, f"config {where}")
-    allowed = allowed_options(kind, f"config {where}")
+    allowed = sorted({"name", "kind", *parameters})
     unknown = sorted(set(entry) - set(allowed))
     if unknown:
         spelled = "" if "kind" in entry else " (an entry without kind reads precomputed embeddings)"
