@@ -32,8 +32,15 @@ config format (TOML shown; YAML uses the same sections and keys):
                             (.npy/.txt/.csv/.parquet), labels_column (a list: indicator or
                             regression columns, named by their headers); optional target_type
                             ("single_label"/"multi_label"/"regression"), label_names, target_names,
-                            groups, groups_column, name
-  [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv)
+                            groups, groups_column, name; raw inputs for model extractors: texts =
+                            "data.csv" (.csv/.parquet) with input_column (labels from labels_column),
+                            images = "folder/" (class subfolders) or a table of paths with input_column,
+                            audio = "clips.npz" with sampling_rate and labels
+  [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv); or
+                            name, kind, model and the kind's options, e.g. kind = "hf_text", model =
+                            "models/minilm", hidden_layer = [4, -1], pooling = ["mean", "cls"]; kinds:
+                            sentence_transformers, hf_text, hf_vision, hf_audio, onnx, torch, keras,
+                            jax, sklearn, callable, precomputed
   [scoring]                 OverlapScoringConfig fields, e.g. k = "auto"
   [continuous]              ContinuousOverlapScoringConfig fields (regression)
   [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20

@@ -10,9 +10,13 @@ Example (TOML)::
     # target_type = "multi_label" | "regression"; label_names = [...]; target_names = [...]
     # groups = "groups.csv"; groups_column = "customer"
 
+    # texts = "tickets.csv"; input_column = "body"   # or raw inputs for model extractors (vertebrae.raw_inputs):
+    #                             # texts, images (folder or table of paths) or audio (.npz/.npy + sampling_rate)
+
     [[extractors]]
     name = "minilm"
     embeddings = "minilm.npy"     # .npy, .npz, .parquet or .csv
+    # or a model (vertebrae.model_config): kind = "hf_text", model = "models/minilm", hidden_layer = [4, -1], ...
 
     [scoring]                     # OverlapScoringConfig fields
     k = "auto"
@@ -49,8 +53,9 @@ Example (TOML)::
     higher_is_better = true       # optional; also aggregate_valid, params = {...}
 
 Relative paths are resolved against the config file's folder.  Unknown sections and
-keys are rejected with the list of allowed ones, and a value of the wrong type with one
-line naming its key, before any file is loaded.  :func:`input_files` records every
+keys (and extractor kinds and options) are rejected with the list of allowed ones, a value of
+the wrong type with one line naming its key, and a missing model or file by its path, before
+any file or model is loaded.  :func:`input_files` records every
 file a run reads (path as given, size, SHA-256) for the result's metadata.
 """
 
@@ -70,9 +75,10 @@ from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, ConfigTypeError, InputValidationError
-from .extractors import PrecomputedExtractor
 from .identity import DatasetIdentity
-from .io import file_record, load_column, load_config_file, load_matrix
+from .io import file_record, load_column, load_config_file
+from .model_config import KINDS, build_extractors, check_extractors
+from .raw_inputs import dataset_from_source, source_files, source_of
 from .scoring.metrics import metrics_from_config
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from .scoring.separatix import SeparatixConfig
@@ -113,9 +119,14 @@ DATASET_FIELDS = {
     "groups": (_is_path, 'a file path such as "groups.csv"'),
     "groups_column": (lambda v: isinstance(v, str), "a column name"),
     "name": (_is_text, "a string"),
+    # raw inputs that model extractors embed (vertebrae.raw_inputs)
+    "texts": (_is_path, 'a .csv or .parquet file such as "tickets.csv"'),
+    "images": (_is_path, 'a folder of class subfolders, or a .csv/.parquet table of image paths'),
+    "audio": (_is_path, 'a .npz (one array per clip) or .npy file'),
+    "input_column": (lambda v: isinstance(v, str), "a column name"),
+    "sampling_rate": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                      "a positive whole number of Hz such as 16000"),
 }
-EXTRACTOR_FIELDS = {"name": (_is_text, 'a string such as "minilm"'),
-                    "embeddings": (_is_path, 'a file path such as "minilm.npy"')}
 DATASET_KEYS = set(DATASET_FIELDS)
 
 
@@ -232,29 +243,23 @@ def load_run_config(path: str | pathlib.Path) -> dict[str, Any]:
 
 def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
                           progress: bool | None = None) -> Benchmark:
-    """Validate every section (and load the files) before anything is scored."""
+    """Validate every section and every extractor entry (kinds, options, paths) before any file or model loads,
+    then load the data and build the extractors (their models load when the run first needs them)."""
     section = _check_fields("[dataset]", config.get("dataset"), DATASET_FIELDS)
-    if "labels" not in section:
-        raise ConfigError("config [dataset] needs labels = \"path\" (labels, indicator or regression targets)")
-    extractors_cfg = config.get("extractors")
-    if not isinstance(extractors_cfg, list) or not extractors_cfg:
-        raise ConfigError("config needs at least one [[extractors]] entry with name and embeddings")
-    for i, entry in enumerate(extractors_cfg):
-        if "name" not in _check_fields(f"extractors[{i}]", entry, EXTRACTOR_FIELDS) or "embeddings" not in entry:
-            raise ConfigError(f"config extractors[{i}] needs name and embeddings")
+    source = source_of(section)
+    if source is None and "labels" not in section:
+        raise ConfigError("config [dataset] needs labels = \"path\" (labels, indicator or regression targets), or a "
+                          "raw-input source (texts, images or audio) for model extractors")
+    checked = check_extractors(config.get("extractors"), base_dir, section)
+    if source is None:
+        model = next((entry for entry in checked if KINDS[entry.kind].embeds_inputs), None)
+        if model is not None:
+            raise ConfigError(f"{model.where} embeds raw inputs: name them in [dataset] (texts = \"data.csv\" with "
+                              "input_column, images = \"folder/\", or audio = \"clips.npz\")")
     kwargs = benchmark_kwargs(config)  # config errors before loading large files
     if "cache" in config:
         kwargs["cache_config"] = cache_config_from_section(config["cache"], base_dir)
     resolve = _resolver(base_dir)
-    y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
-    extractors = [PrecomputedExtractor(str(entry["name"]), load_matrix(resolve(entry["embeddings"])))
-                  for entry in extractors_cfg]
-    first = extractors[0].embeddings
-    n_labels = len(y) if hasattr(y, "__len__") and np.ndim(y) != 0 else None
-    if n_labels is not None and n_labels != first.shape[0]:
-        raise InputValidationError(f"the labels file {str(section['labels'])!r} has {n_labels} rows but "
-                                   f"extractors[0] {str(extractors_cfg[0]['embeddings'])!r} has {first.shape[0]}; "
-                                   "give one label per embedding row, in the same order")
     target_type, label_names, target_names = (section.get(key) for key in ("target_type", "label_names",
                                                                             "target_names"))
     columns = section.get("labels_column")
@@ -263,12 +268,31 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
             target_names = [str(c) for c in columns]
         elif target_type in (None, "multi_label") and label_names is None:
             label_names = [str(c) for c in columns]
-    dataset = BenchmarkDataset.from_embeddings(
-        first, y, identity=_identity(section), target_type=target_type, label_names=label_names,
-        target_names=target_names, name=section.get("name"))
+    targets = {"identity": _identity(section), "target_type": target_type, "label_names": label_names,
+               "target_names": target_names, "name": section.get("name")}
+    if source is not None:
+        dataset = dataset_from_source(section, resolve, **targets)
+        extractors = build_extractors(checked, progress=progress)
+        _check_rows(config["extractors"], extractors, dataset.n_samples, f"the {source} source {str(section[source])!r}")
+    else:
+        y = load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
+        extractors = build_extractors(checked, progress=progress)
+        n_labels = len(y) if hasattr(y, "__len__") and np.ndim(y) != 0 else None
+        if n_labels is not None:
+            _check_rows(config["extractors"], extractors, n_labels, f"the labels file {str(section['labels'])!r}")
+        dataset = BenchmarkDataset.from_embeddings(extractors[0].embeddings, y, **targets)
     if "groups" in section:
         dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))
     return Benchmark(dataset, extractors, progress=progress, **kwargs)
+
+
+def _check_rows(entries: Sequence[Any], extractors: Sequence[Any], n_rows: int, what: str) -> None:
+    """Each precomputed matrix has one row per label (or raw input), in the same order."""
+    for i, (entry, extractor) in enumerate(zip(entries, extractors)):
+        matrix = getattr(extractor, "embeddings", None) if "embeddings" in entry else None
+        if matrix is not None and matrix.shape[0] != n_rows:
+            raise InputValidationError(f"{what} has {n_rows} rows but extractors[{i}] {str(entry['embeddings'])!r} "
+                                       f"has {matrix.shape[0]}; give one label per embedding row, in the same order")
 
 
 def _resolver(base_dir: pathlib.Path) -> Any:
@@ -277,20 +301,23 @@ def _resolver(base_dir: pathlib.Path) -> Any:
 
 
 def input_files(config: Mapping[str, Any], config_path: str | pathlib.Path) -> list[dict[str, Any]]:
-    """Provenance of every file a validated run config reads: the config itself, labels, groups, embeddings.
+    """Provenance of every data file a validated run config reads: the config itself, the raw inputs (each image of
+    an image source), labels, groups, embeddings.  Model files are not listed: each extractor's identity hashes them.
 
     Paths are recorded as given (on the command line, in the config); sizes and SHA-256
     hashes are of the bytes read, so a result names exactly the files it came from.
     """
     resolve = _resolver(pathlib.Path(config_path).resolve().parent)
     section = config["dataset"]
-    records = [file_record("config", config_path, pathlib.Path(config_path)),
-               file_record("labels", section["labels"], resolve(section["labels"]))]
-    if "groups" in section:
-        records.append(file_record("groups", section["groups"], resolve(section["groups"])))
+    records = [file_record("config", config_path, pathlib.Path(config_path))]
+    records += [file_record(role, given, path) for role, given, path in source_files(section, resolve)]
+    for role in ("labels", "groups"):
+        if role in section:
+            records.append(file_record(role, section[role], resolve(section[role])))
     for entry in config["extractors"]:
-        records.append({**file_record("embeddings", entry["embeddings"], resolve(entry["embeddings"])),
-                        "extractor": str(entry["name"])})
+        if "embeddings" in entry:
+            records.append({**file_record("embeddings", entry["embeddings"], resolve(entry["embeddings"])),
+                            "extractor": str(entry["name"])})
     return records
 
 
