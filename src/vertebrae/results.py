@@ -193,7 +193,7 @@ def _score_text(value: float | None) -> str:
 
 
 #: ExtractorResult fields written to JSON only when they are set (older files stay byte-identical).
-OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_view", "compression"})
+OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_view", "compression", "screening"})
 
 
 @dataclasses.dataclass
@@ -234,6 +234,14 @@ class ExtractorResult(ChainResult):
     resource_profile: ResourceProfile | None = None
     #: The compression variant this result evaluates (method, dims, applied, footprint); None without variants.
     compression: dict[str, Any] | None = None
+    #: What screening did with this candidate (``status`` finalist or screened_out, its rungs); None without
+    #: screening.  See :mod:`vertebrae.screening`.
+    screening: dict[str, Any] | None = None
+
+    @property
+    def screened_out(self) -> bool:
+        """Left at a screening rung: not failed, not ranked; ``screening`` holds its last rung and verdict."""
+        return (self.screening or {}).get("status") == "screened_out"
 
     @classmethod
     def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
@@ -329,16 +337,23 @@ def _named_classes(names: str) -> Any:
                 rule(lambda s: 0 < len(s[names]) == len(s["class_counts"]), f"{names} needs one name per class count"))
 
 
+#: What reports read of a candidate's screening record (vertebrae.screening).
+_RUNG_SCHEMA = {"rung": int, "rows": int, "partial_score": NUMBER, "repeat_scores": [NUMBER],
+                "verdict": {"verdict": Choice(("best", "tied", "worse")), "mean_difference": NUMBER}, "continued": bool}
+SCREENING_SCHEMA = both({"status": Choice(("finalist", "screened_out")), "rungs": [_RUNG_SCHEMA]},
+                        rule(lambda s: s["status"] == "finalist" or (s["rungs"] and not s["rungs"][-1]["continued"]),
+                             "a screened-out candidate's last rung must say it did not continue"))
+
 _EXTRACTOR_SCHEMA = both(
     {**CHAIN_SCHEMA, "extractor_type": str, "recipe": {"type?": str}, "overlap": nullable(overlap.SCHEMA),
      "metrics": MapOf(metric_result.SCHEMA), "primary_metric_name": str, "embedding": dict, "recommendation": str,
      "weakest_class": nullable({"display": ANY, "score": NUMBER}), "separatix?": nullable(separatix.SCHEMA),
      "stability?": nullable(stability.SCHEMA), "target_view?": nullable(str), "label_view?": nullable(str),
-     "compression?": compression_schema(FOOTPRINT_SCHEMA)},
-    rule(lambda r: r.get("error") is not None
+     "compression?": compression_schema(FOOTPRINT_SCHEMA), "screening?": nullable(SCREENING_SCHEMA)},
+    rule(lambda r: r.get("error") is not None or (r.get("screening") or {}).get("status") == "screened_out"
          or (r["overlap"] is not None and r["primary_metric_name"] in r["metrics"]),
          "a result without an error needs its overlap scores and its primary metric among its metrics"),
-    rule(lambda r: r.get("error") is not None
+    rule(lambda r: r.get("error") is not None or (r.get("screening") or {}).get("status") == "screened_out"
          or r["primary_score"] == _rankable_score(r["metrics"][r["primary_metric_name"]]),
          "primary_score must be the primary metric's score (None when its aggregate is invalid)"),
     rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
@@ -360,7 +375,10 @@ SCHEMA = both({
         "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
         "cache?": nullable({"store": ANY, "mode": ANY}),
         "plan": [{"stage": str, "extractor": str, "key": str}],
-        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]})},
+        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]}),
+        "screening?": {"config": dict, "candidates": int, "finalists": [str],
+                       "rungs": [{"rung": int, "rows": int, "new_rows": int, "candidates": int, "survivors": int,
+                                  "final": bool}]}},
     "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list)}},
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
         {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
