@@ -599,7 +599,34 @@ class BenchmarkResult(ResultFamily):
         extra = ({k: structure.get(k) for k in ("task_family", "alignment_mode", "alignment_recipe")}
                  if structure.get("task_family") is not None else {})
         return {**result_row(result, rank), **self._verdict_columns(result, rank), **extra,
-                **self._agreement_columns(result)}
+                **self._agreement_columns(result), **self._screening_columns(result)}
+
+    # -- screening ----------------------------------------------------------------
+    def _screening_columns(self, result: ExtractorResult) -> dict[str, Any]:
+        """``screening_status`` and the last rung's ``screening_rung``/``_rows``/``_partial_score``/``_verdict``
+        (only in a screened result)."""
+        if "screening" not in self.metadata:
+            return {}
+        rungs = (result.screening or {}).get("rungs") or [{}]
+        last = rungs[-1]
+        return {"screening_status": (result.screening or {}).get("status"), "screening_rung": last.get("rung"),
+                "screening_rows": last.get("rows"), "screening_partial_score": last.get("partial_score"),
+                "screening_verdict": (last.get("verdict") or {}).get("verdict")}
+
+    def screening_rows(self) -> list[dict[str, Any]]:
+        """One row per candidate per screening rung it was scored on (empty without screening)."""
+        return [{"extractor": r.name, "status": r.screening["status"], "rung": entry["rung"], "rows": entry["rows"],
+                 "partial_score": entry["partial_score"], "verdict": entry["verdict"]["verdict"],
+                 "mean_difference": entry["verdict"]["mean_difference"], "continued": entry["continued"],
+                 "reason": entry.get("reason")}
+                for r in self.extractor_results if r.screening for entry in r.screening["rungs"]]
+
+    def screening_table(self) -> Any:
+        """The rung-by-rung screening table (:meth:`screening_rows`) as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.screening_rows(), columns=["extractor", "status", "rung", "rows", "partial_score",
+                                                            "verdict", "mean_difference", "continued", "reason"])
 
     # -- persistence -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
