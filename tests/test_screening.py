@@ -190,7 +190,9 @@ def test_screened_out_fields_round_trip_and_reports_show_the_rungs(tmp_path):
                                   "final": False}
     markdown = result.to_markdown()
     assert "## Screening" in markdown and "Screened out at rung 0 (75 rows" in markdown
-    assert "<h2>Screening</h2>" in result.to_html()
+    html = result.to_html()
+    assert "<h2>Screening</h2>" in html
+    assert "Screening: scores across rungs" in html  # the figure (matplotlib is a test dependency)
     table = result.screening_table()
     assert set(table["extractor"]) == {"strong", "strong_too", "weak", "noise"}
     assert table[table.extractor == "noise"]["verdict"].tolist() == ["worse"]
