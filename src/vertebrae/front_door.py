@@ -119,10 +119,14 @@ class FrontDoor:
         context = self._context()
         plan = self.plan(context)
         runner = LocalRunner(self.progress) if runner is None else runner
-        kept = {"keep": {key for job in plan.jobs for key in job.needs.values()}} if self.has_later_rounds() else {}
         outcome = runner.run(plan.jobs, context, on_error=self.on_error, description=description or self.description,
-                             **kept)
+                             **self.kept_for_rounds(plan.jobs))
         return plan, outcome
+
+    def kept_for_rounds(self, jobs: Sequence[Any]) -> dict[str, Any]:
+        """The runner's ``keep`` argument for the first round: every artifact a job reads when later rounds will
+        read them too (:class:`Rounds`); nothing otherwise (each artifact is freed once read)."""
+        return {"keep": {key for job in jobs for key in job.needs.values()}} if self.has_later_rounds() else {}
 
     def run(self, runner: Any = None) -> Any:
         """Execute the plan with ``runner`` (default: an in-process :class:`LocalRunner`) and collect the results."""
