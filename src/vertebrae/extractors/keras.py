@@ -48,7 +48,7 @@ def _weight_arrays(model: Any) -> list[tuple[str, np.ndarray, bool]]:
     """(path, value, trainable) of every weight, in the model's order."""
     keras = import_keras()
     trainable = {id(v) for v in model.trainable_weights}
-    return [(v.path, np.asarray(keras.ops.convert_to_numpy(v)), id(v) in trainable) for v in model.weights]
+    return [(v.path, np.asarray(keras.ops.convert_to_numpy(v.value)), id(v) in trainable) for v in model.weights]
 
 
 def weights_sha256(model: Any) -> str:
