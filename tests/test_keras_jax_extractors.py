@@ -177,3 +177,20 @@ def test_jax_profile_on_cpu_says_what_is_measured(params):
     assert (device["status"], device["device"], device["peak_allocated_bytes"]) == ("not_applicable", "cpu:0", None)
     assert profile["context"]["device"] == "cpu:0" and profile["latency"]["calls"] == 4  # 30 rows in batches of 8
     assert profile["context"]["framework_versions"]["jax"] == jax.__version__
+
+
+class _AcceleratorLeaf:
+    """A params leaf that says it lives on a GPU. A stand-in: this machine's jax is the CPU build, so an
+    accelerator placement cannot be caused for real; only the profile's reading of the placement is tested."""
+
+    dtype, size, nbytes = np.dtype("float32"), 6, 24
+
+    def devices(self):
+        return {"cuda:0"}
+
+
+def test_jax_on_an_accelerator_keeps_null_peaks_with_the_reason():
+    facts = JAXExtractor("j", mlp_apply, {"w": _AcceleratorLeaf()}).profile_facts()
+    assert facts["device_memory"]["status"] == "unavailable" and facts["device_memory"]["device"] == "cuda:0"
+    assert "JAX accelerators keep null peaks" in facts["device_memory"]["reason"]
+    assert facts["model"]["parameter_count"] == 6 and facts["context"]["device"] == "cuda:0"
