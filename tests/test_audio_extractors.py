@@ -143,8 +143,8 @@ def test_names_metadata_and_recipe_need_no_model(audio_models):
     ({"sampling_rate": 8000}, ConfigError, "does not match the model's feature extractor \\(16000 Hz\\); resample"),
     ({"sampling_rate": True}, ConfigError, "sampling_rate must be a positive integer"),
     ({"sampling_rate": 0}, ConfigError, "sampling_rate must be a positive integer"),
-    ({"sampling_rate": RATE, "poolings": "cls"}, ConfigError, r"pooling must be one of \['mean', 'max'\]"),
-    ({"sampling_rate": RATE, "layers": 3}, ConfigError, "hidden_layer 3 is out of range"),
+    ({"sampling_rate": RATE, "poolings": "cls"}, ConfigError, r"poolings must be one of \['mean', 'max'\]"),
+    ({"sampling_rate": RATE, "layers": 3}, ConfigError, "layers 3 is out of range"),
 ])
 def test_configuration_is_checked_before_anything_loads(audio_models, kwargs, error, message):
     with pytest.raises(error, match=message):

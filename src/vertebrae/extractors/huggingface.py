@@ -75,27 +75,29 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
     return (value,) if isinstance(value, (str, int)) else tuple(value)
 
 
-def resolve_layers(hidden_layer: Any, n_layers: int, *, where: str) -> tuple[int, ...]:
+def resolve_layers(hidden_layer: Any, n_layers: int, *, where: str, argument: str = "hidden_layer") -> tuple[int, ...]:
     """Layer indices into the ``n_layers + 1`` hidden states (0 = embeddings); negatives count from the top."""
     layers = []
     for layer in _as_tuple(hidden_layer):
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -(n_layers + 1) <= layer <= n_layers:
-            raise ConfigError(f"{where}: hidden_layer {layer!r} is out of range; this model has {n_layers + 1} hidden "
+            raise ConfigError(f"{where}: {argument} {layer!r} is out of range; this model has {n_layers + 1} hidden "
                               f"states: 0 (embeddings) to {n_layers}, or -1 (last) to {-(n_layers + 1)}")
         resolved = int(layer) % (n_layers + 1)
         if resolved in layers:
-            raise ConfigError(f"{where}: hidden_layer lists layer {resolved} twice ({hidden_layer!r})")
+            raise ConfigError(f"{where}: {argument} lists layer {resolved} twice ({hidden_layer!r})")
         layers.append(resolved)
     if not layers:
-        raise ConfigError(f"{where}: hidden_layer is empty; pass an int or a list of ints")
+        raise ConfigError(f"{where}: {argument} is empty; pass an int or a list of ints")
     return tuple(layers)
 
 
-def check_poolings(pooling: Any, *, where: str, allowed: Sequence[str] = POOLINGS) -> tuple[str, ...]:
+def check_poolings(pooling: Any, *, where: str, allowed: Sequence[str] = POOLINGS,
+                   argument: str = "pooling") -> tuple[str, ...]:
     poolings = _as_tuple(pooling)
     bad = [p for p in poolings if p not in allowed]
     if bad or not poolings or len(set(poolings)) != len(poolings):
-        raise ConfigError(f"{where}: pooling must be one of {list(allowed)} or a list of distinct ones, got {pooling!r}")
+        raise ConfigError(f"{where}: {argument} must be one of {list(allowed)} or a list of distinct ones, "
+                          f"got {pooling!r}")
     return poolings
 
 
@@ -126,10 +128,11 @@ class LayerPoolingExtractor(BatchedExtractor):
 
     n_layers: int
 
-    def _set_layer_poolings(self, hidden_layer: Any, pooling: Any, *, where: str,
-                            allowed: Sequence[str] = POOLINGS) -> None:
-        self.hidden_layers = resolve_layers(hidden_layer, self.n_layers, where=where)
-        self.poolings = check_poolings(pooling, where=where, allowed=allowed)
+    def _set_layer_poolings(self, hidden_layer: Any, pooling: Any, *, where: str, allowed: Sequence[str] = POOLINGS,
+                            arguments: tuple[str, str] = ("hidden_layer", "pooling")) -> None:
+        """Resolve the layers and poolings; ``arguments`` are their keyword names in error messages."""
+        self.hidden_layers = resolve_layers(hidden_layer, self.n_layers, where=where, argument=arguments[0])
+        self.poolings = check_poolings(pooling, where=where, allowed=allowed, argument=arguments[1])
         self.pairs = tuple(itertools.product(self.hidden_layers, self.poolings))
         self.outputs = tuple(f"layer{layer}_{pooling}" for layer, pooling in self.pairs)
 
