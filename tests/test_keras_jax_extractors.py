@@ -7,6 +7,7 @@ named layer) and the plain ``apply(params, x)``; weights and params counted dire
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import warnings
@@ -142,6 +143,15 @@ def test_jax_output_equals_the_plain_apply_batched_or_not(params):
     for batch_size in (1, 7):
         np.testing.assert_allclose(JAXExtractor("j", mlp_apply, params, batch_size=batch_size,
                                                 progress=False).transform(X), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_used_extractors_pickle_for_staged_and_distributed_runs(keras_model, params):
+    for extractor in (KerasExtractor("k", keras_model, layer="hidden", progress=False),
+                      JAXExtractor("j", mlp_apply, params, progress=False)):
+        before = extractor.transform(X)  # loaded: a compiled function or a sub-model is held
+        copy = pickle.loads(pickle.dumps(extractor))
+        np.testing.assert_allclose(copy.transform(X), before, rtol=1e-6, atol=1e-6)
+        assert copy.recipe() == extractor.recipe()
 
 
 def test_jax_recipe_follows_params_and_function(params):

@@ -76,6 +76,10 @@ class JAXExtractor(BatchedExtractor):
         return {"type": "jax", "apply": callable_identity(self.apply, self.cache_identity),
                 "params_sha256": params_sha256(self.params), "jit": self.jit, "cache_identity": self.cache_identity}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A compiled function does not pickle (staged and dask runs ship extractors): it is rebuilt on first use."""
+        return {**self.__dict__, "fn_": None}
+
     def load(self) -> Callable[[Any, Any], Any]:
         if self.fn_ is None:
             jax = import_jax()
