@@ -19,7 +19,7 @@ from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
 from .errors import InputTypeError, VertebraeError
-from . import benchmark_stages  # noqa: F401  (the stages of this front door's pipeline)
+from . import adaptive_repeats, benchmark_stages  # noqa: F401  (benchmark_stages: this pipeline's stages)
 from .execution.caching import stage_cache
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome, check_on_error
@@ -58,6 +58,8 @@ class BenchmarkSettings:
     compression: tuple[EmbeddingCompressionConfig, ...] = ()
     #: Measure each extraction (latency, memory, footprints); None: no resource profiles.
     resource_profiling: ResourceProfilingConfig | None = None
+    #: The repeats one round of adaptive repeats runs (set by vertebrae.adaptive_repeats; None: the first round).
+    stability_window: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -111,6 +113,7 @@ class Benchmark(FrontDoor):
         check_config("memory_config", memory_config, MemoryConfig,
                      hint="e.g. MemoryConfig(max_scoring_bytes=8 * 2**30, policy='subsample')")
         check_primary_metric(primary_metric, custom_metrics)
+        adaptive_repeats.check_adaptive(stability_config, primary_metric)
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
@@ -191,9 +194,25 @@ class Benchmark(FrontDoor):
                                                     result.embedding.get("footprint"))
         return result
 
+    def refine(self, results: list[ExtractorResult], plan: Plan, outcome: RunOutcome,
+               runner: Any) -> list[ExtractorResult]:
+        """``repeats="auto"``: more stability rounds until the verdicts are decided (vertebrae.adaptive_repeats)."""
+        self._adaptive_record = None
+        stability = self.settings.stability_config
+        if stability is None or not stability.adaptive:
+            return results
+        results, self._adaptive_record = adaptive_repeats.run_rounds(self, results, plan, outcome, runner)
+        return results
+
+    def check_staged(self) -> None:
+        """Refuse what a staged plan (plan/embed/score/collect) cannot run, with what to do instead."""
+        adaptive_repeats.check_staged(self.settings.stability_config)
+
     def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
                      started: _dt.datetime) -> BenchmarkResult:
         result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
+        if getattr(self, "_adaptive_record", None) is not None:
+            result.metadata["adaptive_repeats"] = self._adaptive_record
         cache = self.cache_record()
         if cache is not None:
             result.metadata["cache"] = cache

@@ -85,6 +85,10 @@ class FrontDoor:
         """Family-specific facts a result gets after the run (e.g. its resource profile); returns the result."""
         return result
 
+    def refine(self, results: list[Any], plan: Plan, outcome: RunOutcome, runner: Any) -> list[Any]:
+        """Further work on the chains' results with the same runner (e.g. adaptive repeats); default: none."""
+        return results
+
     def build_result(self, plan: Plan, results: list[Any], notes: list[str], started: _dt.datetime) -> Any:
         """The family's benchmark result from the chains' results."""
         raise NotImplementedError
@@ -112,8 +116,10 @@ class FrontDoor:
         notes = self.protocol_warnings()
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
+        runner = LocalRunner(self.progress) if runner is None else runner
         plan, outcome = self.execute(runner)
         results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
+        results = self.refine(results, plan, outcome, runner)
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
             compression = set((result.compression or {}).get("warnings", []))
             data = set(column_scale_notes(result.embedding)) - compression  # a scale-dominated space: the data's doing

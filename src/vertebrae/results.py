@@ -32,7 +32,7 @@ from .scoring.overlap import OverlapScoreResult
 from .scoring.paired_verdicts import (NEEDS_STABILITY, PairedComparison, PairedVerdicts, adjacent, against_best,
                                       best_itself)
 from .scoring.separatix import SeparatixResult
-from .scoring.stability import StabilityResult, ranking_stability
+from .scoring.stability import ADAPTIVE_SCHEMA, StabilityResult, ranking_stability
 
 SCHEMA_VERSION = 1
 STRONG_OVERLAP, MODERATE_OVERLAP, _ = RECOMMENDATION_CUTOFFS["single_label"]
@@ -360,7 +360,8 @@ SCHEMA = both({
         "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
         "cache?": nullable({"store": ANY, "mode": ANY}),
         "plan": [{"stage": str, "extractor": str, "key": str}],
-        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]})},
+        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]}),
+        "adaptive_repeats?": ADAPTIVE_SCHEMA},
     "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list)}},
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
         {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
@@ -742,7 +743,7 @@ def _stability_columns(stability: StabilityResult | None, score: float | None) -
         return {f"stability_{name}": None for name in names}
     config, summary = stability.config, stability.summary
     position = stability.position_of(score)
-    values = [config.mode, config.repeats, config.interval_level,
+    values = [config.mode, len(stability.repeat_scores["score"]), config.interval_level,
               *(getattr(summary, field) for field in STABILITY_SUMMARY_FIELDS),
               position["percentile"], position["relative_to_interval"]]
     return {f"stability_{name}": value for name, value in zip(names, values)}

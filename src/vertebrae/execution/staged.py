@@ -182,6 +182,7 @@ def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
                           f"lists, tables) to go into a plan file: {exc}") from None
     base_dir = config_path.resolve().parent
     benchmark = benchmark_from_config(config, base_dir, progress=progress)
+    benchmark.check_staged()
     plan = benchmark.plan()
     jobs = [{"key": job.key, "stage": job.stage, "extractor": job.extractor, "phase": phase_of(job)}
             for job in plan.jobs]
