@@ -160,12 +160,3 @@ def _record(history: list[tuple[int, dict[str, tuple[str | None, bool]]]], windo
             "stopped": "max_repeats" if undecided else "decided", "equivalence_margin": config.equivalence_margin,
             "undecided": undecided, "decisions": record}
 
-
-def describe(record: dict[str, Any]) -> str:
-    """The report line: how many repeats, in how many rounds, and which verdicts stayed undecided."""
-    head = f"adaptive: stopped after {record['repeats']} repeats ({record['rounds']} round" \
-           f"{'' if record['rounds'] == 1 else 's'}); "
-    if not record["undecided"]:
-        return head + "all verdicts decided"
-    return head + f"max_repeats reached with undecided verdicts: {', '.join(record['undecided'])}"
-
