@@ -61,6 +61,7 @@ def test_a_clear_case_stops_after_the_first_round_with_every_verdict_decided(dat
     clean = result["clean"].stability.repeat_scores["score"]
     assert len(noisy) == 4 and max(np.subtract(noisy, clean)) < 0  # every paired difference says: worse
     assert [c.verdict for c in result.paired_verdicts().against_best] == ["best", "worse"]
+    assert result.to_dataframe()["stability_repeats"].tolist() == [4, 4]
     assert "Adaptive repeats: stopped after 4 repeats (1 round); all verdicts decided." in result.to_markdown()
 
 
@@ -195,3 +196,28 @@ def test_a_staged_plan_refuses_auto_in_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "set [stability] repeats to a count" in err[0] and "vertebrae run" in err[0]
     assert not (tmp_path / "plan.json").exists()
+
+
+class Broken:
+    """An extractor whose fit always fails (a real failure of user code, caught by on_error='record')."""
+
+    name = "broken"
+
+    def fit(self, X, y=None):
+        raise RuntimeError("no model here")
+
+    def transform(self, X):
+        return X
+
+    def recipe(self):
+        return {"type": "broken"}
+
+
+def test_a_failed_chain_gets_no_rounds_and_the_others_still_decide(data):
+    dataset, X, _, noisy, _, _ = data
+    with pytest.warns(Warning):
+        result = Benchmark(dataset, [PrecomputedExtractor("noisy", noisy), Broken(), PrecomputedExtractor("clean", X)],
+                           scoring_config=FAST, stability_config=StabilityConfig(repeats="auto", min_repeats=4),
+                           on_error="record", progress=False).run()
+    assert result["broken"].error["stage"] == "extract" and result["broken"].stability is None
+    assert result.metadata["adaptive_repeats"]["decisions"] == {"noisy": {"view": None, "repeats_to_decide": 4}}

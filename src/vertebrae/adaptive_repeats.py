@@ -61,6 +61,8 @@ def decisions(results: Sequence[Any], margin: float) -> dict[str, tuple[str | No
     judged = BenchmarkResult({}, list(results), [], {})
     decided: dict[str, tuple[str | None, bool]] = {}
     for view in judged.views():
+        if len(judged.ranked_results(view)) < 2:  # nothing to compare (failed chains are unranked)
+            continue
         verdicts = judged.paired_verdicts(view)
         if not verdicts.available:  # every valid chain has every round, so this is a bug, not a user's mistake
             raise VertebraeError(f"adaptive repeats: no paired verdicts for view {view!r}: {verdicts.reason}")
@@ -71,7 +73,7 @@ def decisions(results: Sequence[Any], margin: float) -> dict[str, tuple[str | No
 
 def run_rounds(door: Any, results: list[Any], plan: Plan, outcome: RunOutcome,
                runner: Any) -> tuple[list[Any], dict[str, Any]]:
-    """The results with their merged stability repeats, and the run's adaptive record (``scoring.stability.ADAPTIVE_SCHEMA``).
+    """The results with their merged stability repeats, and the run's adaptive record (``ADAPTIVE_SCHEMA``).
 
     ``door`` is the Benchmark whose plan and outcome gave ``results`` (the first round included).
     """
@@ -113,8 +115,10 @@ def _take_round(door: Any, results: list[Any], rounds: dict[int, list[Any]], i: 
 
 
 def _add(before: Any, value: Any) -> Any:
-    numbers = isinstance(before, (int, float)) and isinstance(value, (int, float))
-    return before + value if numbers else value
+    """Seconds add up; a round read from the cache (``not_measured_cache_hit``) adds none."""
+    if isinstance(before, (int, float)) and isinstance(value, (int, float)):
+        return before + value
+    return before if isinstance(before, (int, float)) else value
 
 
 def _run_round(door: Any, results: list[Any], rounds: dict[int, list[Any]], plan: Plan, window: tuple[int, int],
