@@ -128,6 +128,7 @@ class Benchmark(FrontDoor):
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
+        self._adaptive_record: dict[str, Any] | None = None  # the last run's rounds (refine -> build_result)
 
     def _check_labels_against_config(self) -> None:
         """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
@@ -211,7 +212,7 @@ class Benchmark(FrontDoor):
     def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
                      started: _dt.datetime) -> BenchmarkResult:
         result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
-        if getattr(self, "_adaptive_record", None) is not None:
+        if self._adaptive_record is not None:
             result.metadata["adaptive_repeats"] = self._adaptive_record
         cache = self.cache_record()
         if cache is not None:
