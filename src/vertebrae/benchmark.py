@@ -19,8 +19,8 @@ from .agreement import reference_metrics
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig, check_compression, variant_name
 from .datasets import BenchmarkDataset
-from .errors import InputTypeError, VertebraeError
-from . import benchmark_stages  # noqa: F401  (the stages of this front door's pipeline)
+from .errors import ConfigError, InputTypeError, VertebraeError
+from . import adaptive_repeats, benchmark_stages  # noqa: F401  (benchmark_stages: this pipeline's stages)
 from .execution.caching import stage_cache
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome, check_on_error
@@ -66,6 +66,8 @@ class BenchmarkSettings:
     referee: Metric | None = None
     #: The chains the referee round scores (set by that round only; never part of a key or the result).
     referee_finalists: frozenset[str] = frozenset()
+    #: The repeats one round of adaptive repeats runs (set by vertebrae.adaptive_repeats; None: the first round).
+    stability_window: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -122,6 +124,7 @@ class Benchmark(FrontDoor):
         check_config("memory_config", memory_config, MemoryConfig,
                      hint="e.g. MemoryConfig(max_scoring_bytes=8 * 2**30, policy='subsample')")
         check_primary_metric(primary_metric, custom_metrics)
+        adaptive_repeats.check_adaptive(stability_config, primary_metric)
         self.settings = BenchmarkSettings(
             scoring_config, continuous_config, primary_metric,
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
@@ -140,6 +143,7 @@ class Benchmark(FrontDoor):
         self.screening = check_config("screening", screening, ScreeningConfig)
         self._screened: Screened | None = None
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
+        self._adaptive_record: dict[str, Any] | None = None  # the last run's rounds (refine -> build_result)
         if self.screening is not None:
             check_screening(self)  # rungs, repeats and candidates: before any extraction
 
@@ -216,7 +220,8 @@ class Benchmark(FrontDoor):
         return result
 
     def has_later_rounds(self) -> bool:
-        return self.settings.referee is not None
+        stability = self.settings.stability_config
+        return self.settings.referee is not None or (stability is not None and stability.adaptive)
 
     def follow_up(self, result: BenchmarkResult, rounds: Rounds) -> BenchmarkResult:
         """The referee round (when a referee is set): score each view's finalists with it and record the pick."""
@@ -245,12 +250,36 @@ class Benchmark(FrontDoor):
         result.recommendations = benchmark_recommendations(result)
         return result
 
+    def refine(self, results: list[ExtractorResult], plan: Plan, outcome: RunOutcome,
+               rounds: Rounds) -> list[ExtractorResult]:
+        """``repeats="auto"``: more stability rounds until the verdicts are decided (vertebrae.adaptive_repeats)."""
+        self._adaptive_record = None
+        stability = self.settings.stability_config
+        if stability is None or not stability.adaptive:
+            return results
+        results, self._adaptive_record = adaptive_repeats.run_rounds(self, results, plan, outcome, rounds)
+        return results
+
+    def check_staged(self) -> None:
+        """A staged plan (plan/embed/score/collect) writes every job ahead: refuse what decides its jobs while it
+        runs (screening rungs, a referee round, adaptive repeats), with what to do instead."""
+        if self.screening is not None:
+            raise ConfigError("[screening] runs in one process (each rung decides what the next one embeds, so there "
+                              "is no plan to write ahead); use vertebrae run --screen (with --cache and "
+                              "--dask-address to share and spread the work), or remove [screening] to plan")
+        if self.settings.referee is not None:
+            raise ConfigError("[benchmark] referee needs a round after scoring (its finalists come from the scores), "
+                              "which a staged run does not plan; run it with vertebrae run")
+        adaptive_repeats.check_staged(self.settings.stability_config)
+
     def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
                      started: _dt.datetime) -> BenchmarkResult:
         screened = self._screened if self.screening is not None else None
         if screened is not None:  # every candidate keeps a result; screened-out ones are never ranked
             results = screened.results(results)
         result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
+        if self._adaptive_record is not None:
+            result.metadata["adaptive_repeats"] = self._adaptive_record
         if screened is not None:
             result.metadata["screening"] = screened.metadata()
             result.timing["screening_seconds"] = screened.seconds

@@ -236,7 +236,7 @@ def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, 
 
 
 def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
-    if settings.stability_config is None:
+    if settings.stability_config is None or settings.stability_config.adaptive:  # auto: stability_round instead
         return None
     return {"stability": settings.stability_config.fingerprint(), **scoring_fingerprint(settings)}
 
@@ -255,6 +255,43 @@ def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
     matrix, targets, _ = scoring_input(job, inputs, context)
     result = run_stability_analysis(matrix, targets, config=settings.stability_config, scorer=scorer)
     return StabilityArtifact(result)
+
+
+def repeat_window(settings: Any) -> tuple[int, int]:
+    """The repeats of the adaptive round a plan runs: ``settings.stability_window``, else the first round."""
+    window = getattr(settings, "stability_window", None)
+    return (0, settings.stability_config.min_repeats) if window is None else tuple(window)
+
+
+def _round_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    """Only with ``repeats="auto"``: the draws and the repeat range (not the stopping rule, so rounds are reused)."""
+    config = settings.stability_config
+    if config is None or not config.adaptive:
+        return None
+    return {"draws": config.draws(), "window": list(repeat_window(settings)), **scoring_fingerprint(settings)}
+
+
+#: Stored and reused by the cache (unlike a fixed run's stability document): a rerun of an adaptive run reads its
+#: rounds back instead of rescoring them.
+ROUND_CODEC = dataclasses.replace(document_codec("stability_round", lambda a: {"stability": a.stability.to_dict()},
+                                                 lambda d: StabilityArtifact(StabilityResult.from_dict(d["stability"]))),
+                                  cached=True)
+
+
+@stage(PIPELINE, "stability_round", version=1, reads=("embedding",), optional_reads=("compress", "budget"),
+       context=("targets",), packages=("overlapindex",), config=_round_config, codec=ROUND_CODEC, final=True,
+       runtime="seconds", scoring_units=lambda settings: len(range(*repeat_window(settings))))
+def stability_round(job: Any, inputs: Mapping[str, Any], context: Any,
+                    timings: dict[str, float]) -> StabilityArtifact:
+    """One round of adaptive repeats (``repeats="auto"``): repeats ``start..stop-1`` of the stability plan.
+
+    A final artifact, so every runner hands it back; vertebrae.adaptive_repeats merges the rounds.
+    """
+    settings = context.settings
+    scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
+    matrix, targets, _ = scoring_input(job, inputs, context)
+    return StabilityArtifact(run_stability_analysis(matrix, targets, config=settings.stability_config, scorer=scorer,
+                                                    window=repeat_window(settings)))
 
 
 def _metrics_config(settings: Any, chain: Any) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from .scoring.overlap import OverlapScoreResult
 from .scoring.paired_verdicts import (NEEDS_STABILITY, PairedComparison, PairedVerdicts, adjacent, against_best,
                                       best_itself)
 from .scoring.separatix import SeparatixResult
-from .scoring.stability import StabilityResult, ranking_stability
+from .scoring.stability import ADAPTIVE_SCHEMA, StabilityResult, ranking_stability
 
 SCHEMA_VERSION = 1
 STRONG_OVERLAP, MODERATE_OVERLAP, _ = RECOMMENDATION_CUTOFFS["single_label"]
@@ -376,6 +376,7 @@ SCHEMA = both({
         "cache?": nullable({"store": ANY, "mode": ANY}),
         "plan": [{"stage": str, "extractor": str, "key": str}],
         "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]}), "referee?": referee.SCHEMA,
+        "adaptive_repeats?": ADAPTIVE_SCHEMA,
         "screening?": {"config": dict, "candidates": int, "finalists": [str],
                        "rungs": [{"rung": int, "rows": int, "new_rows": int, "candidates": int, "survivors": int,
                                   "final": bool}]}},
@@ -791,7 +792,7 @@ def _stability_columns(stability: StabilityResult | None, score: float | None) -
         return {f"stability_{name}": None for name in names}
     config, summary = stability.config, stability.summary
     position = stability.position_of(score)
-    values = [config.mode, config.repeats, config.interval_level,
+    values = [config.mode, len(stability.repeat_scores["score"]), config.interval_level,
               *(getattr(summary, field) for field in STABILITY_SUMMARY_FIELDS),
               position["percentile"], position["relative_to_interval"]]
     return {f"stability_{name}": value for name, value in zip(names, values)}

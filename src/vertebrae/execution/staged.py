@@ -172,10 +172,6 @@ def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
     """Validate ``config`` (loading every file, as ``vertebrae run`` does) and plan it over ``store``."""
     from ..run_config import benchmark_from_config, input_files
 
-    if "screening" in config:  # each rung decides what the next one embeds: there is no plan to write ahead
-        raise ConfigError(f"{config_path}: [screening] runs in one process (each rung decides what the next one "
-                          "embeds, so there is no plan to write ahead); use vertebrae run --screen (with --cache "
-                          "and --dask-address to share and spread the work), or remove [screening] to plan")
     store = store if "://" in store else str(pathlib.Path(store).expanduser().resolve())
     config = {**config, "cache": {"store": store, "storage_options": dict(storage_options or {}),
                                   "mode": "read_write", "enabled": True}}
@@ -184,11 +180,12 @@ def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{config_path}: the config must hold only JSON values (strings, numbers, booleans, "
                           f"lists, tables) to go into a plan file: {exc}") from None
-    if "referee" in config.get("benchmark", {}):
-        raise ConfigError(f"{config_path}: [benchmark] referee needs a round after scoring (its finalists come from the "
-                          "scores), which a staged run does not plan; run it with vertebrae run")
     base_dir = config_path.resolve().parent
     benchmark = benchmark_from_config(config, base_dir, progress=progress)
+    try:
+        benchmark.check_staged()
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
     plan = benchmark.plan()
     jobs = [{"key": job.key, "stage": job.stage, "extractor": job.extractor, "phase": phase_of(job)}
             for job in plan.jobs]

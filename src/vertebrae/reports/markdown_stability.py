@@ -60,7 +60,8 @@ def stability_section(data: Mapping[str, Any]) -> Section | None:
     primary = ("The first repeat (repeat 0) is the primary draw (the scorer's own seed), so the ranked score is one "
                "of the repeats. " if first.get("includes_primary_draw") else "")
     blocks: list[Any] = [Para(
-        f"Overlap score over {config['repeats']} repeats, {how}, random_state {config['random_state']}. The "
+        f"Overlap score over {len(first['repeat_scores']['score'])} repeats"
+        + (" (adaptive: repeats = auto)" if config["repeats"] == "auto" else "") + f", {how}, random_state {config['random_state']}. The "
         f"stability interval is the central {config['interval_level']:.0%} percentile range of the repeat scores "
         "(a spread under this protocol, not a confidence interval); std uses ddof=1. " + primary +
         "Ranked percentile is the share of repeats below the ranked score (ties count half).")]

@@ -23,7 +23,8 @@ def verdict_section(data: Mapping[str, Any]) -> Section | None:
     if not views:
         return None
     tolerance = data["metadata"].get("quality_tolerance", 0.0)
-    blocks: list[Any] = []
+    adaptive = data["metadata"].get("adaptive_repeats")
+    blocks: list[Any] = [] if adaptive is None else [Para(adaptive_text(adaptive))]
     for view in views:
         view_blocks = _view_blocks(result, view, tolerance)
         blocks += view_blocks if len(result.views()) == 1 else [Section(view or "dataset targets", view_blocks,
@@ -46,11 +47,23 @@ def verdict_lines(data: Mapping[str, Any]) -> list[Para]:
             lines.append(Para(Strong(f"Which differences are real{where}:"), f" unavailable; {verdicts.reason}."))
             continue
         worse = [c.candidate for c in verdicts.against_best if c.verdict == "worse"]
+        adaptive = data["metadata"].get("adaptive_repeats")
         lines.append(Para(Strong(f"Tied with the best{where}"),
                           f" (paired verdicts over {verdicts.n_repeats} repeats, {verdicts.interval_level:.0%} "
                           f"interval): {', '.join(verdicts.tied_names)}"
-                          + (f"; worse: {', '.join(worse)}." if worse else "; no candidate is clearly worse.")))
+                          + (f"; worse: {', '.join(worse)}." if worse else "; no candidate is clearly worse.")
+                          + ("" if adaptive is None else f" {adaptive_text(adaptive)}")))
     return lines
+
+
+def adaptive_text(record: Mapping[str, Any]) -> str:
+    """The adaptive-repeats line: how many repeats in how many rounds, and which verdicts stayed undecided."""
+    rounds = record["rounds"]
+    head = (f"Adaptive repeats: stopped after {record['repeats']} repeats ({rounds} round{'' if rounds == 1 else 's'}); ")
+    if not record["undecided"]:
+        return head + "all verdicts decided."
+    return head + ("max_repeats reached with these verdicts undecided (their interval covers 0 but not only within "
+                   f"the equivalence margin {record['equivalence_margin']:g}): {', '.join(record['undecided'])}.")
 
 
 def _view_blocks(result: Any, view: str | None, tolerance: float) -> list[Any]:

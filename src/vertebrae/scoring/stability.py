@@ -28,7 +28,7 @@ from .._config import Config, check_choice, check_float, check_int, check_seed
 from ..embeddings import validate_embeddings
 from ..errors import ConfigError, ConfigTypeError, InputValidationError
 from ..fanout import fanout_map
-from ..result_schema import INT, NUMBER, MapOf, both, rule
+from ..result_schema import COUNT, INT, NUMBER, AnyOf, Choice, MapOf, both, nullable, rule
 from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
 
@@ -48,6 +48,12 @@ MAX_REPEATS = 10_000
 ORDER_AGREEMENT = 0.9
 
 
+#: ``repeats`` value that turns on adaptive repeats (vertebrae.adaptive_repeats; docs/stability.md).
+AUTO = "auto"
+#: The fields read only with ``repeats="auto"`` (left out of a fixed config's JSON, which stays as it was).
+ADAPTIVE_FIELDS = ("min_repeats", "max_repeats", "batch_repeats", "equivalence_margin")
+
+
 @dataclasses.dataclass(frozen=True)
 class StabilityConfig(Config):
     """How to repeat overlap scoring.
@@ -55,14 +61,24 @@ class StabilityConfig(Config):
     ``subsample_fraction`` is read in subsample mode only.  ``random_state`` seeds two
     independent streams (scoring seeds, sampling seeds).  ``n_jobs > 1`` runs repeats in
     that many worker processes, with results identical to ``n_jobs=1``.
+
+    ``repeats="auto"`` adds repeats in rounds until every candidate's paired verdict against
+    the best of its view is decided (its interval excludes 0, or lies within
+    ``[-equivalence_margin, equivalence_margin]``) or ``max_repeats`` is reached: first
+    ``min_repeats``, then ``batch_repeats`` more per round (vertebrae.adaptive_repeats).
+    Those four fields are read only then.
     """
 
     mode: str = "prototype"
-    repeats: int = 20
+    repeats: int | str = 20
     interval_level: float = 0.95
     subsample_fraction: float = 0.8
     random_state: int = 0
     n_jobs: int = 1
+    min_repeats: int = 5
+    max_repeats: int = 50
+    batch_repeats: int = 5
+    equivalence_margin: float = 0.0
 
     _removed_fields = {
         "stratified": "categorical subsampling cannot opt out of target preservation; subsample mode always samples "
@@ -73,21 +89,67 @@ class StabilityConfig(Config):
     def _validate(self) -> None:
         name = type(self).__name__
         check_choice(name, "mode", self.mode, MODES)
-        self._set("repeats", check_int(name, "repeats", self.repeats, minimum=2))
-        if self.repeats > MAX_REPEATS:
-            raise ConfigError(f"{name}.repeats must be <= {MAX_REPEATS} (each repeat is one full scoring call), got "
-                              f"{self.repeats}")
+        if isinstance(self.repeats, str) and self.repeats != AUTO:
+            raise ConfigTypeError(f"{name}.repeats must be an int >= 2 or the string 'auto' (adaptive repeats), got "
+                                  f"{self.repeats!r}")
+        if self.repeats != AUTO:
+            self._set("repeats", self._count("repeats", self.repeats, 2))
+            changed = [f for f in ADAPTIVE_FIELDS if getattr(self, f) != _DEFAULTS[f]]
+            if changed:
+                raise ConfigError(f"{name}.{changed[0]} is read only with repeats='auto' (adaptive repeats), but "
+                                  f"repeats={self.repeats}; pass repeats='auto' or leave {changed[0]} out")
         self._set("interval_level", check_float(name, "interval_level", self.interval_level, low=0.0, high=1.0,
                                                 low_open=True, high_open=True))
         self._set("subsample_fraction", check_float(name, "subsample_fraction", self.subsample_fraction, low=0.0,
                                                     high=1.0, low_open=True))
         self._set("random_state", check_seed(name, "random_state", self.random_state, allow_none=False))
         self._set("n_jobs", check_int(name, "n_jobs", self.n_jobs, minimum=1))
+        self._set("min_repeats", self._count("min_repeats", self.min_repeats, 2))
+        self._set("max_repeats", self._count("max_repeats", self.max_repeats, 2))
+        self._set("batch_repeats", self._count("batch_repeats", self.batch_repeats, 1))
+        if self.min_repeats > self.max_repeats:
+            raise ConfigError(f"{name}.min_repeats ({self.min_repeats}) must be <= max_repeats ({self.max_repeats})")
+        self._set("equivalence_margin", check_float(name, "equivalence_margin", self.equivalence_margin, low=0.0))
+
+    def _count(self, field: str, value: Any, minimum: int) -> int:
+        name = type(self).__name__
+        value = check_int(name, field, value, minimum=minimum)
+        if value > MAX_REPEATS:
+            raise ConfigError(f"{name}.{field} must be <= {MAX_REPEATS} (each repeat is one full scoring call), got "
+                              f"{value}")
+        return value
+
+    @property
+    def adaptive(self) -> bool:
+        """True for ``repeats="auto"``."""
+        return self.repeats == AUTO
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field; a fixed config leaves out the adaptive fields (its JSON is what it was before them)."""
+        data = super().to_dict()
+        return data if self.adaptive else {k: v for k, v in data.items() if k not in ADAPTIVE_FIELDS}
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields that shape the results (artifact keys): ``n_jobs`` changes only the speed."""
         fields = {name: value for name, value in self.to_dict().items() if name != "n_jobs"}
         return {**fields, "protocol_version": PROTOCOL_VERSION}
+
+    def draws(self) -> dict[str, Any]:
+        """What decides repeat i's scoring seed and rows (for every i): the key of a round of repeats.
+
+        The repeat count and the adaptive fields are not in it: repeat i is the same however
+        many repeats are run (:func:`plan_repeats`), so a round is reused whatever the stopping rule."""
+        return {"mode": self.mode, "subsample_fraction": self.subsample_fraction, "random_state": self.random_state,
+                "protocol_version": PROTOCOL_VERSION}
+
+    def fixed(self, repeats: int) -> StabilityConfig:
+        """The fixed-count config with this one's draws: what a run that stopped at ``repeats`` equals."""
+        return StabilityConfig(mode=self.mode, repeats=repeats, interval_level=self.interval_level,
+                               subsample_fraction=self.subsample_fraction, random_state=self.random_state,
+                               n_jobs=self.n_jobs)
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(StabilityConfig)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,12 +182,17 @@ class StabilitySummary:
 _SUMMARY_SCHEMA = {name: NUMBER for name in ("mean", "std", "min", "max", "interval_low", "interval_high")}
 #: What reports read of a serialized StabilityResult (checked on load; see vertebrae.result_schema); the
 #: config itself is checked by StabilityConfig.from_dict.
-SCHEMA = both({"config": {"repeats": INT, "mode": str, "interval_level": NUMBER},
+SCHEMA = both({"config": {"repeats": AnyOf((INT, Choice((AUTO,)))), "mode": str, "interval_level": NUMBER},
                "summaries": both({"score": _SUMMARY_SCHEMA}, MapOf(_SUMMARY_SCHEMA)),
                "repeat_scores": {"score": [NUMBER]}, "effective_subsample_fractions": [NUMBER], "warnings": [str]},
-              rule(lambda s: len(s["repeat_scores"]["score"]) == s["config"]["repeats"]
-                   and len(s["effective_subsample_fractions"]) == s["config"]["repeats"],
+              rule(lambda s: len(s["effective_subsample_fractions"]) == len(s["repeat_scores"]["score"])
+                   and s["config"]["repeats"] in (AUTO, len(s["repeat_scores"]["score"])),
                    "repeat_scores.score and effective_subsample_fractions need one value per repeat"))
+
+#: ``metadata["adaptive_repeats"]`` of a benchmark result with ``repeats="auto"`` (vertebrae.adaptive_repeats).
+ADAPTIVE_SCHEMA = {"repeats": COUNT, "rounds": COUNT, "windows": [[COUNT]],
+                   "stopped": Choice(("decided", "max_repeats")), "equivalence_margin": NUMBER, "undecided": [str],
+                   "decisions": MapOf({"view": nullable(str), "repeats_to_decide": nullable(COUNT)})}
 
 
 @dataclasses.dataclass
@@ -300,8 +367,14 @@ def plan_repeats(targets: Targets, config: StabilityConfig,
     yields the scoring seeds, the second the sampling seeds (one ``default_rng`` per
     repeat), so changing the mode never changes the scoring seeds.  ``primary_seed``
     (the scorer's own seed) is the first repeat's scoring seed, followed by the first
-    ``repeats - 1`` seeds of the scoring stream.
+    ``repeats - 1`` seeds of the scoring stream.  Repeat i never depends on the repeat count
+    (``generate_state(n)`` extends ``generate_state(m)``, and each repeat draws its rows from
+    its own seed), so the first m repeats of a plan of n are the plan of m: what lets adaptive
+    repeats stop at m with the result of a fixed run of m.
     """
+    if config.adaptive:
+        raise ConfigError("plan_repeats needs a repeat count: plan config.fixed(n) for the first n repeats of "
+                          "repeats='auto'")
     scoring_stream, sampling_stream = np.random.SeedSequence(config.random_state).spawn(2)
     drawn = scoring_stream.generate_state(config.repeats).tolist()
     scoring_seeds = drawn if primary_seed is None else [primary_seed, *drawn[: config.repeats - 1]]
@@ -360,14 +433,16 @@ def _score_all(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeats: li
 
 
 def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: StabilityConfig | None = None,
-                           scorer: OverlapIndexScorer | None = None,
-                           target_type: str | None = None) -> StabilityResult:
+                           scorer: OverlapIndexScorer | None = None, target_type: str | None = None,
+                           window: tuple[int, int] | None = None) -> StabilityResult:
     """Score ``embeddings`` ``config.repeats`` times and summarize the spread.
 
     ``targets`` is a validated targets object or raw labels (validated here with
     ``target_type``; regression must be requested).  ``scorer`` carries the overlap
     settings (default ``OverlapIndexScorer()``).  Dense and sparse (CSR) embeddings
-    reach the scorer in their own format in every repeat.
+    reach the scorer in their own format in every repeat.  ``window=(start, stop)`` scores
+    only repeats ``start..stop-1`` of the plan (one round of adaptive repeats; required for
+    ``repeats="auto"``); :func:`merge_rounds` joins rounds into the result of ``stop`` repeats.
     """
     config = StabilityConfig() if config is None else config
     if not isinstance(config, StabilityConfig):
@@ -384,7 +459,14 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
     categorical = not isinstance(targets, RegressionTargets)
     scoring_config = scorer.config if categorical else scorer.continuous_config
     # Repeat 0 uses the scorer's own seed: in prototype mode it is the primary score itself.
-    repeats, sampling_seeds = plan_repeats(targets, config, primary_seed=scoring_config.random_state)
+    if config.adaptive and window is None:
+        raise ConfigError("StabilityConfig(repeats='auto') is run in rounds: pass window=(start, stop), or use "
+                          "Benchmark, which runs the rounds (vertebrae.adaptive_repeats)")
+    start, stop = (0, config.repeats) if window is None else window
+    if not 0 <= start < stop <= MAX_REPEATS:
+        raise ConfigError(f"window must be (start, stop) with 0 <= start < stop <= {MAX_REPEATS}, got {window}")
+    repeats, sampling_seeds = plan_repeats(targets, config.fixed(stop), primary_seed=scoring_config.random_state)
+    repeats, sampling_seeds = repeats[start:], sampling_seeds[start:]
     outcomes = _score_all(X, targets, scorer, repeats, config.n_jobs)
 
     n = targets.n_samples
@@ -398,7 +480,26 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
         repeat_class_counts=class_counts, repeat_scores=values,
         summaries={name: StabilitySummary.of(v, config.interval_level) for name, v in values.items()},
         warnings=list(dict.fromkeys(w for o in outcomes for w in o.warnings)),
-        includes_primary_draw=config.mode == "prototype")
+        includes_primary_draw=config.mode == "prototype" and start == 0)
+
+
+def merge_rounds(rounds: Sequence[StabilityResult], config: StabilityConfig) -> StabilityResult:
+    """Consecutive rounds (windows ``0..a``, ``a..b``, ...) joined into one result over all their repeats.
+
+    Per-repeat lists are concatenated and the summaries recomputed at ``config.interval_level``;
+    the result carries ``config`` (a round read from a cache may have been stored by a run with
+    other stopping fields, which do not change its repeats).  So the merge of rounds ending at n
+    equals a fixed run of n repeats in everything but ``config.repeats``.
+    """
+    first = dataclasses.replace(rounds[0], config=config)
+    lists = ("scoring_seeds", "sampling_seeds", "effective_sample_counts", "effective_subsample_fractions",
+             "repeat_class_counts")
+    joined = {name: [item for part in rounds for item in getattr(part, name)] for name in lists}
+    values = {name: [v for part in rounds for v in part.repeat_scores[name]] for name in METRICS}
+    return dataclasses.replace(
+        first, **joined, repeat_scores=values,
+        summaries={name: StabilitySummary.of(v, first.config.interval_level) for name, v in values.items()},
+        warnings=list(dict.fromkeys(w for part in rounds for w in part.warnings)))
 
 
 # ----------------------------------------------------------------------- ranking stability
