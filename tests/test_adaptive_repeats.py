@@ -55,7 +55,7 @@ def _without_timing(result) -> str:
 def test_a_clear_case_stops_after_the_first_round_with_every_verdict_decided(data):
     result = _clear(data, StabilityConfig(repeats="auto", min_repeats=4, batch_repeats=3)).run()
     record = result.metadata["adaptive_repeats"]
-    assert record == {"repeats": 4, "rounds": 1, "windows": [[0, 4]], "stopped": "decided", "equivalence_margin": 0.0,
+    assert record == {"repeats": 4, "rounds": 1, "windows": [[0, 4]], "stopped": "decided", "equivalence_margin": 0.01,
                       "undecided": [], "decisions": {"noisy": {"view": None, "repeats_to_decide": 4}}}
     noisy = result["noisy"].stability.repeat_scores["score"]
     clean = result["clean"].stability.repeat_scores["score"]
@@ -154,7 +154,7 @@ def test_a_fixed_config_keeps_its_fields_and_json():
     assert StabilityConfig(repeats=20).to_dict() == {"mode": "prototype", "repeats": 20, "interval_level": 0.95,
                                                      "subsample_fraction": 0.8, "random_state": 0, "n_jobs": 1}
     auto = StabilityConfig(repeats="auto")
-    assert (auto.min_repeats, auto.max_repeats, auto.batch_repeats, auto.equivalence_margin) == (5, 50, 5, 0.0)
+    assert (auto.min_repeats, auto.max_repeats, auto.batch_repeats, auto.equivalence_margin) == (5, 50, 5, 0.01)
     assert StabilityConfig.from_dict(auto.to_dict()) == auto
 
 

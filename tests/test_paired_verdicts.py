@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+from scipy.stats import ttest_rel
 import pandas as pd
 import pytest
 
@@ -52,7 +53,9 @@ def test_identical_copies_are_tied_with_a_zero_interval_and_the_worse_ones_are_w
         c = by_name[name]
         assert c.verdict == "worse" and c.difference_high < 0
         assert c.mean_difference == pytest.approx(d.mean())
-        assert (c.difference_low, c.difference_high) == tuple(np.percentile(d, [2.5, 97.5]))
+        # the paired t-test's 95% interval of the mean difference, from scipy's own paired test
+        reference = ttest_rel(noisy, clean).confidence_interval(confidence_level=0.95)
+        assert (c.difference_low, c.difference_high) == pytest.approx((reference.low, reference.high))
         assert c.share_better == ((d > 0).sum() + 0.5 * (d == 0).sum()) / d.size
     assert [r.name for r in run.tied_with_best()] == ["clean", "clean_copy"]
     pairs = [(c.reference, c.candidate, c.verdict) for c in run.rank_verdicts()]
@@ -80,19 +83,20 @@ def _hand_made(run, scores: dict[str, list[float]], level: float = 0.5) -> Bench
 
 
 def test_hand_derived_interval_share_and_verdicts(run):
-    # d(noisy_a - clean) = [-0.04, -0.03, -0.02, -0.01, 0.00, ...]: 25th/75th percentiles by hand at level 0.5.
+    # d(noisy_a - clean) = [-0.04, -0.03, -0.02, -0.01, 0.00, 0.00]: the 50% t-interval of its mean, by hand.
     scores = {"clean": [0.90, 0.80, 0.70, 0.60, 0.50, 0.40],
               "noisy_a": [0.86, 0.77, 0.68, 0.59, 0.50, 0.40],   # d = -.04 -.03 -.02 -.01 0 0
               "noisy_b": [0.89, 0.82, 0.69, 0.61, 0.50, 0.39]}   # d = -.01 +.02 -.01 +.01 0 -.01
     result = _hand_made(run, {k: [*v] for k, v in scores.items()})
     by_name = {c.candidate: c for c in result.paired_verdicts().against_best}
     a, b = by_name["noisy_a"], by_name["noisy_b"]
-    # sorted d_a: -.04 -.03 -.02 -.01 0 0; linear percentiles: 25% at index 1.25 -> -0.0275, 75% at 3.75 -> -0.0025
-    assert (a.difference_low, a.difference_high) == pytest.approx((-0.0275, -0.0025))
+    # mean -1/60; squared deviations sum to 0.0013333 -> sd = sqrt(0.0013333 / 5) = 0.016330, se = sd / sqrt(6)
+    # = 0.0066667; t(0.75, 5 df) = 0.72669 -> half-width 0.0048446: [-0.0215113, -0.0118221]
+    assert (a.difference_low, a.difference_high) == pytest.approx((-0.0215113, -0.0118221), abs=1e-6)
     assert a.mean_difference == pytest.approx(-0.1 / 6) and a.share_better == pytest.approx(1 / 6)  # two ties
     assert a.verdict == "worse"  # although it never beats the best and ties it twice
-    # sorted d_b: -.01 -.01 -.01 0 .01 .02 -> 25%: -0.01, 75%: index 3.75 -> 0.0075
-    assert (b.difference_low, b.difference_high) == pytest.approx((-0.01, 0.0075))
+    # d_b = -.01 .02 -.01 .01 0 -.01: mean 0, sd = sqrt(0.0008 / 5) = 0.012649, se = 0.0051640 -> +-0.0037526
+    assert (b.difference_low, b.difference_high) == pytest.approx((-0.0037526, 0.0037526), abs=1e-6)
     assert b.share_better == pytest.approx((2 + 0.5) / 6) and b.verdict == "tied"
     assert [r.name for r in result.tied_with_best()] == ["clean", "noisy_b"]
     # noisy_b ranks above noisy_a (0.89 > 0.86): their adjacent difference is d = a - b

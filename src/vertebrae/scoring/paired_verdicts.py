@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValidationError
-from .stability import StabilitySummary
 
 #: ``best``: the top candidate of its view; ``tied``: the paired interval covers 0 (or lies entirely on the better
 #: side, flagged by ``contradicts_ranking``); ``worse``: the interval lies entirely on the worse side.
@@ -33,9 +32,10 @@ class PairedComparison:
     Differences are signed so that negative means the candidate is worse, whatever the
     metric's direction: ``d_r = s_candidate,r - s_reference,r`` for a higher-is-better
     score, the opposite for lower-is-better.  ``difference_low``/``difference_high`` are
-    the central ``interval_level`` percentile range of the ``d_r`` (the method of the
-    stability intervals); ``share_better`` is the share of repeats with ``d_r > 0``, ties
-    counting half.  ``contradicts_ranking`` is True when the whole interval lies above 0:
+    the ``interval_level`` confidence interval of the mean paired difference (Student's t
+    over the ``d_r``, the paired t-test's interval): it narrows as repeats are added, which
+    is what lets adaptive repeats decide; ``share_better`` is the share of repeats with
+    ``d_r > 0``, ties counting half.  ``contradicts_ranking`` is True when the whole interval lies above 0:
     the repeats say the lower-ranked candidate is better, against the full-data ranking
     (its verdict stays ``tied``: it cannot be ruled out, and it is never called ``worse``).
     """
@@ -67,13 +67,26 @@ def compare_paired(candidate: str, reference: str, candidate_scores: Sequence[fl
         raise InputValidationError(f"paired comparison of {candidate!r} with {reference!r}: repeat scores must be "
                                    "finite")
     d = a - b if higher_is_better else b - a
-    summary = StabilitySummary.of(d, interval_level)
+    mean, low, high = mean_interval(d, interval_level)
     share = float(((d > 0).sum() + 0.5 * (d == 0).sum()) / d.size)
-    verdict = "worse" if summary.interval_high < 0 else "tied"
+    verdict = "worse" if high < 0 else "tied"
     return PairedComparison(candidate=candidate, reference=reference, n_repeats=int(d.size),
-                            mean_difference=summary.mean, difference_low=summary.interval_low,
-                            difference_high=summary.interval_high, share_better=share, verdict=verdict,
-                            contradicts_ranking=bool(summary.interval_low > 0))
+                            mean_difference=mean, difference_low=low, difference_high=high, share_better=share,
+                            verdict=verdict, contradicts_ranking=bool(low > 0))
+
+
+def mean_interval(differences: np.ndarray, level: float) -> tuple[float, float, float]:
+    """(mean, low, high): the two-sided ``level`` Student-t confidence interval of the mean of ``differences``.
+
+    Identical differences (zero spread) give the point interval ``[mean, mean]``.
+    """
+    from scipy import stats
+
+    n = differences.size
+    mean = float(differences.mean())
+    spread = float(differences.std(ddof=1))
+    half = float(stats.t.ppf((1 + level) / 2, n - 1)) * spread / np.sqrt(n) if spread > 0 else 0.0
+    return mean, mean - half, mean + half
 
 
 def best_itself(name: str, n_repeats: int) -> PairedComparison:

@@ -78,7 +78,7 @@ class StabilityConfig(Config):
     min_repeats: int = 5
     max_repeats: int = 50
     batch_repeats: int = 5
-    equivalence_margin: float = 0.0
+    equivalence_margin: float = 0.01
 
     _removed_fields = {
         "stratified": "categorical subsampling cannot opt out of target preservation; subsample mode always samples "
