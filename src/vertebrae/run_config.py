@@ -257,15 +257,15 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
     if source is None and "labels" not in section:
         raise ConfigError("config [dataset] needs labels = \"path\" (labels, indicator or regression targets), or a "
                           "raw-input source (texts, images or audio) for model extractors")
+    kwargs = benchmark_kwargs(config)  # every section's fields before any file is looked at
+    if "cache" in config:
+        kwargs["cache_config"] = cache_config_from_section(config["cache"], base_dir)
     checked = check_extractors(config.get("extractors"), base_dir, section)
     if source is None:
         model = next((entry for entry in checked if KINDS[entry.kind].embeds_inputs), None)
         if model is not None:
             raise ConfigError(f"{model.where} embeds raw inputs: name them in [dataset] (texts = \"data.csv\" with "
                               "input_column, images = \"folder/\", or audio = \"clips.npz\")")
-    kwargs = benchmark_kwargs(config)  # config errors before loading large files
-    if "cache" in config:
-        kwargs["cache_config"] = cache_config_from_section(config["cache"], base_dir)
     resolve = _resolver(base_dir)
     target_type, label_names, target_names = (section.get(key) for key in ("target_type", "label_names",
                                                                             "target_names"))
