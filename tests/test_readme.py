@@ -76,7 +76,9 @@ def test_readme_output_blocks_are_the_two_demos():
 
 def test_readme_demo_output_is_what_the_demo_prints(tmp_path, capsys):
     assert printed_ranking(["demo"], tmp_path, capsys) == output_blocks(README.read_text(encoding="utf-8"))[0]
-    assert len((tmp_path / "report.md").read_text(encoding="utf-8").splitlines()) < 300  # compact (issue 26.15)
+    # compact (issue 26.15: ~400 lines for 4 extractors was too long); with stability and verdict sections since
+    # the demo runs adaptive repeats
+    assert len((tmp_path / "report.md").read_text(encoding="utf-8").splitlines()) < 350
 
 
 @pytest.mark.slow  # MiniLM on 600 tweets: about a minute on two cores

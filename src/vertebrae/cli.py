@@ -267,7 +267,10 @@ def _write_reports(result, output: pathlib.Path | None, quiet: bool) -> None:
 
 
 def console_summary(result) -> str:
-    """An aligned ranking table (any name length), then one line naming the top candidate and why."""
+    """An aligned ranking table (any name length), then a line naming the top candidate and why, and (with
+    stability) the verdict line: which candidates are tied with the best."""
+    from .reports.markdown_verdicts import verdict_text
+
     ranked = result.ranked_results()
     if not ranked:
         return "Ranking unavailable: no extractor has a valid primary aggregate."
@@ -290,6 +293,9 @@ def console_summary(result) -> str:
         cohort = result.quality_cohort()
         if len(cohort) > 1:
             why += f"; {len(cohort) - 1} other(s) within the quality tolerance, so compare them on cost"
+    verdicts = result.paired_verdicts() if len(result.views()) == 1 else None
+    if verdicts is not None and verdicts.available and len(ranked) > 1:  # which differences are real
+        why += ".\nTied with the best" + verdict_text(verdicts, result.metadata.get("adaptive_repeats")).rstrip(".")
     return "\n".join(lines) + "\n\n" + why + "."
 
 

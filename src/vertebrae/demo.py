@@ -13,6 +13,7 @@ from .benchmark import Benchmark
 from .datasets import BenchmarkDataset
 from .extractors import CallableExtractor, PrecomputedExtractor, SklearnExtractor
 from .identity import DatasetIdentity
+from .scoring.stability import StabilityConfig
 
 NOISE_STD = 6.0
 
@@ -40,4 +41,5 @@ def demo_benchmark(progress: bool | None = None) -> Benchmark:
                           cache_identity="vertebrae.demo.noisy_pixels-v1"),
         SklearnExtractor("pca_2", PCA(n_components=2, random_state=0)),
     ]
-    return Benchmark(dataset, extractors, progress=progress)
+    # adaptive stability repeats: enough paired repeats to say which differences are real, and no more
+    return Benchmark(dataset, extractors, stability_config=StabilityConfig(repeats="auto"), progress=progress)

@@ -46,14 +46,18 @@ def verdict_lines(data: Mapping[str, Any]) -> list[Para]:
         if not verdicts.available:
             lines.append(Para(Strong(f"Which differences are real{where}:"), f" unavailable; {verdicts.reason}."))
             continue
-        worse = [c.candidate for c in verdicts.against_best if c.verdict == "worse"]
-        adaptive = data["metadata"].get("adaptive_repeats")
         lines.append(Para(Strong(f"Tied with the best{where}"),
-                          f" (paired verdicts over {verdicts.n_repeats} repeats, {verdicts.interval_level:.0%} "
-                          f"interval): {', '.join(verdicts.tied_names)}"
-                          + (f"; worse: {', '.join(worse)}." if worse else "; no candidate is clearly worse.")
-                          + ("" if adaptive is None else f" {adaptive_text(adaptive)}")))
+                          verdict_text(verdicts, data["metadata"].get("adaptive_repeats"))))
     return lines
+
+
+def verdict_text(verdicts: Any, adaptive: Mapping[str, Any] | None) -> str:
+    """What follows "Tied with the best" in the verdict line (the reports' answer and the CLI's summary)."""
+    worse = [c.candidate for c in verdicts.against_best if c.verdict == "worse"]
+    return (f" (paired verdicts over {verdicts.n_repeats} repeats, {verdicts.interval_level:.0%} interval): "
+            f"{', '.join(verdicts.tied_names)}"
+            + (f"; worse: {', '.join(worse)}." if worse else "; no candidate is clearly worse.")
+            + ("" if adaptive is None else f" {adaptive_text(adaptive)}"))
 
 
 def adaptive_text(record: Mapping[str, Any]) -> str:
