@@ -41,6 +41,7 @@ from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer
                               OverlapScoringConfig)
 from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
 from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
+from .screening import ScreeningConfig
 from .views import LabelViewConfig, TargetView, TargetViewConfig
 from .zero_shot import (PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
                         ZeroShotConfig, ZeroShotDataset)
@@ -53,7 +54,7 @@ __all__ = [
     "InputTypeError", "InputValidationError", "LabelCatalog", "MetricError", "MetricResult", "OverlapIndexScorer",
     "OverlapScoreResult", "OverlapScoringConfig", "PrecomputedExtractor", "SeparatixConfig", "SeparatixResult",
     "SeparatixScorer", "SerializationError", "SklearnExtractor", "StabilityConfig", "StabilityResult",
-    "run_stability_analysis",
+    "run_stability_analysis", "ScreeningConfig",
     "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
     "KNNMetric", "LinearProbeMetric", "LogMEMetric",
     "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",

@@ -36,6 +36,7 @@ from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, 
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig, plan_repeats
+from .screening import Screened, ScreeningConfig, check_screening, run_screening, screening_note
 from .views import LabelViewConfig, TargetViewConfig, plan_views, view_label
 
 DEFAULT_QUALITY_TOLERANCE = 0.02
@@ -90,7 +91,8 @@ class Benchmark(FrontDoor):
                  on_error: str = "raise",
                  progress: bool | None = None,
                  memory_config: MemoryConfig | None = None,
-                 cache_config: CacheConfig | None = None) -> None:
+                 cache_config: CacheConfig | None = None,
+                 screening: ScreeningConfig | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
@@ -124,7 +126,12 @@ class Benchmark(FrontDoor):
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress
+        #: Successive halving before the full evaluation (docs/screening.md); None: every candidate in full.
+        self.screening = check_config("screening", screening, ScreeningConfig)
+        self._screened: Screened | None = None
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
+        if self.screening is not None:
+            check_screening(self)  # rungs, repeats and candidates: before any extraction
 
     def _check_labels_against_config(self) -> None:
         """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
@@ -170,6 +177,13 @@ class Benchmark(FrontDoor):
                         chains.append(Chain(name, extractor_id, extractor.name, output, view, variant))
         return chains
 
+    def execute(self, runner: Any = None, description: str | None = None) -> tuple[Plan, RunOutcome]:
+        """The shared run path's execute; with screening, the rungs first and the finalists' plan in full."""
+        if self.screening is None:
+            return super().execute(runner, description)
+        self._screened = run_screening(self, runner)
+        return self._screened.plan, self._screened.outcome
+
     # -- the declaration the shared run path reads ---------------------------------------------------
     def embedding_sources(self, chain: Chain) -> dict[None, EmbeddingSource]:
         return {None: EmbeddingSource("extract", chain.output)}
@@ -193,7 +207,14 @@ class Benchmark(FrontDoor):
 
     def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
                      started: _dt.datetime) -> BenchmarkResult:
+        screened = self._screened if self.screening is not None else None
+        if screened is not None:  # every candidate keeps a result; screened-out ones are never ranked
+            results = screened.results(results)
         result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
+        if screened is not None:
+            result.metadata["screening"] = screened.metadata()
+            result.timing["screening_seconds"] = screened.seconds
+            result.recommendations.append(screening_note(screened.metadata()))
         cache = self.cache_record()
         if cache is not None:
             result.metadata["cache"] = cache

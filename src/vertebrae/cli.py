@@ -38,6 +38,8 @@ config format (TOML shown; YAML uses the same sections and keys):
   [continuous]              ContinuousOverlapScoringConfig fields (regression)
   [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
   [separatix]               SeparatixConfig fields; enabled = false turns it off
+  [screening]               ScreeningConfig fields (start_fraction, start_rows, eta, repeats, ...);
+                            turns screening on, as --screen does (docs/screening.md); not for plan
   [benchmark]               quality_tolerance, primary_metric, on_error, probe = true (as --probe)
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
   [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
@@ -68,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "report.md and report.html.", epilog=RUN_CONFIG_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
+    run.add_argument("--screen", action="store_true",
+                     help="screen the candidates by successive halving on growing subsamples before the full "
+                          "evaluation (the [screening] settings, else the defaults); see docs/screening.md")
     _run_options(run)
     _add_staged_commands(sub)
     report = sub.add_parser("report", help="regenerate the Markdown or HTML report from an archived result JSON",
@@ -302,6 +307,8 @@ def _run(args: argparse.Namespace) -> int:
                            if "://" not in args.cache else args.cache, "enabled": True}
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
+    if getattr(args, "screen", False):
+        config["screening"] = config.get("screening", {})
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
     with _dask_runner(address, args.dask_timeout, progress=False if args.quiet else None) as runner:

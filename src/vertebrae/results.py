@@ -193,7 +193,7 @@ def _score_text(value: float | None) -> str:
 
 
 #: ExtractorResult fields written to JSON only when they are set (older files stay byte-identical).
-OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_view", "compression"})
+OPTIONAL_FIELDS = frozenset({"error", "resource_profile", "target_view", "label_view", "compression", "screening"})
 
 
 @dataclasses.dataclass
@@ -234,6 +234,14 @@ class ExtractorResult(ChainResult):
     resource_profile: ResourceProfile | None = None
     #: The compression variant this result evaluates (method, dims, applied, footprint); None without variants.
     compression: dict[str, Any] | None = None
+    #: What screening did with this candidate (``status`` finalist or screened_out, its rungs); None without
+    #: screening.  See :mod:`vertebrae.screening`.
+    screening: dict[str, Any] | None = None
+
+    @property
+    def screened_out(self) -> bool:
+        """Left at a screening rung: not failed, not ranked; ``screening`` holds its last rung and verdict."""
+        return (self.screening or {}).get("status") == "screened_out"
 
     @classmethod
     def failed(cls, name: str, primary_metric_name: str, error: dict[str, Any],
@@ -329,16 +337,23 @@ def _named_classes(names: str) -> Any:
                 rule(lambda s: 0 < len(s[names]) == len(s["class_counts"]), f"{names} needs one name per class count"))
 
 
+#: What reports read of a candidate's screening record (vertebrae.screening).
+_RUNG_SCHEMA = {"rung": int, "rows": int, "partial_score": NUMBER, "repeat_scores": [NUMBER],
+                "verdict": {"verdict": Choice(("best", "tied", "worse")), "mean_difference": NUMBER}, "continued": bool}
+SCREENING_SCHEMA = both({"status": Choice(("finalist", "screened_out")), "rungs": [_RUNG_SCHEMA]},
+                        rule(lambda s: s["status"] == "finalist" or (s["rungs"] and not s["rungs"][-1]["continued"]),
+                             "a screened-out candidate's last rung must say it did not continue"))
+
 _EXTRACTOR_SCHEMA = both(
     {**CHAIN_SCHEMA, "extractor_type": str, "recipe": {"type?": str}, "overlap": nullable(overlap.SCHEMA),
      "metrics": MapOf(metric_result.SCHEMA), "primary_metric_name": str, "embedding": dict, "recommendation": str,
      "weakest_class": nullable({"display": ANY, "score": NUMBER}), "separatix?": nullable(separatix.SCHEMA),
      "stability?": nullable(stability.SCHEMA), "target_view?": nullable(str), "label_view?": nullable(str),
-     "compression?": compression_schema(FOOTPRINT_SCHEMA)},
-    rule(lambda r: r.get("error") is not None
+     "compression?": compression_schema(FOOTPRINT_SCHEMA), "screening?": nullable(SCREENING_SCHEMA)},
+    rule(lambda r: r.get("error") is not None or (r.get("screening") or {}).get("status") == "screened_out"
          or (r["overlap"] is not None and r["primary_metric_name"] in r["metrics"]),
          "a result without an error needs its overlap scores and its primary metric among its metrics"),
-    rule(lambda r: r.get("error") is not None
+    rule(lambda r: r.get("error") is not None or (r.get("screening") or {}).get("status") == "screened_out"
          or r["primary_score"] == _rankable_score(r["metrics"][r["primary_metric_name"]]),
          "primary_score must be the primary metric's score (None when its aggregate is invalid)"),
     rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
@@ -360,7 +375,10 @@ SCHEMA = both({
         "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
         "cache?": nullable({"store": ANY, "mode": ANY}),
         "plan": [{"stage": str, "extractor": str, "key": str}],
-        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]})},
+        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]}),
+        "screening?": {"config": dict, "candidates": int, "finalists": [str],
+                       "rungs": [{"rung": int, "rows": int, "new_rows": int, "candidates": int, "survivors": int,
+                                  "final": bool}]}},
     "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list)}},
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
         {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
@@ -581,7 +599,34 @@ class BenchmarkResult(ResultFamily):
         extra = ({k: structure.get(k) for k in ("task_family", "alignment_mode", "alignment_recipe")}
                  if structure.get("task_family") is not None else {})
         return {**result_row(result, rank), **self._verdict_columns(result, rank), **extra,
-                **self._agreement_columns(result)}
+                **self._agreement_columns(result), **self._screening_columns(result)}
+
+    # -- screening ----------------------------------------------------------------
+    def _screening_columns(self, result: ExtractorResult) -> dict[str, Any]:
+        """``screening_status`` and the last rung's ``screening_rung``/``_rows``/``_partial_score``/``_verdict``
+        (only in a screened result)."""
+        if "screening" not in self.metadata:
+            return {}
+        rungs = (result.screening or {}).get("rungs") or [{}]
+        last = rungs[-1]
+        return {"screening_status": (result.screening or {}).get("status"), "screening_rung": last.get("rung"),
+                "screening_rows": last.get("rows"), "screening_partial_score": last.get("partial_score"),
+                "screening_verdict": (last.get("verdict") or {}).get("verdict")}
+
+    def screening_rows(self) -> list[dict[str, Any]]:
+        """One row per candidate per screening rung it was scored on (empty without screening)."""
+        return [{"extractor": r.name, "status": r.screening["status"], "rung": entry["rung"], "rows": entry["rows"],
+                 "partial_score": entry["partial_score"], "verdict": entry["verdict"]["verdict"],
+                 "mean_difference": entry["verdict"]["mean_difference"], "continued": entry["continued"],
+                 "reason": entry.get("reason")}
+                for r in self.extractor_results if r.screening for entry in r.screening["rungs"]]
+
+    def screening_table(self) -> Any:
+        """The rung-by-rung screening table (:meth:`screening_rows`) as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.screening_rows(), columns=["extractor", "status", "rung", "rows", "partial_score",
+                                                            "verdict", "mean_difference", "continued", "reason"])
 
     # -- persistence -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -24,6 +24,10 @@ Example (TOML)::
     [separatix]                   # SeparatixConfig fields (optional; enabled and gated by default)
     overlap_threshold = 0.8
 
+    [screening]                   # ScreeningConfig fields (optional; turns screening on, as vertebrae run --screen)
+    start_fraction = 0.1
+    eta = 3
+
     [benchmark]
     quality_tolerance = 0.02
     # primary_metric = "my_metric"
@@ -75,12 +79,13 @@ from .scoring.metrics import metrics_from_config
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig
+from .screening import ScreeningConfig
 from .user_modules import import_user_module
 
 BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules", "probe"}
 #: Top-level sections a run configuration may contain.
-SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
-            "cache", "compression"}
+SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "screening", "separatix", "benchmark",
+            "metrics", "cache", "compression"}
 
 
 def _is_text(value: Any) -> bool:
@@ -161,6 +166,8 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["continuous_config"] = ContinuousOverlapScoringConfig.from_dict(config["continuous"])
     if "stability" in config:
         kwargs["stability_config"] = StabilityConfig.from_dict(config["stability"])
+    if "screening" in config:
+        kwargs["screening"] = ScreeningConfig.from_dict(config["screening"])
     if "separatix" in config:
         kwargs["separatix_config"] = SeparatixConfig.from_dict(config["separatix"])
     if "metrics" in config:

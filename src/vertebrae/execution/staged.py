@@ -172,6 +172,10 @@ def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
     """Validate ``config`` (loading every file, as ``vertebrae run`` does) and plan it over ``store``."""
     from ..run_config import benchmark_from_config, input_files
 
+    if "screening" in config:  # each rung decides what the next one embeds: there is no plan to write ahead
+        raise ConfigError(f"{config_path}: [screening] runs in one process (each rung decides what the next one "
+                          "embeds, so there is no plan to write ahead); use vertebrae run --screen (with --cache "
+                          "and --dask-address to share and spread the work), or remove [screening] to plan")
     store = store if "://" in store else str(pathlib.Path(store).expanduser().resolve())
     config = {**config, "cache": {"store": store, "storage_options": dict(storage_options or {}),
                                   "mode": "read_write", "enabled": True}}

@@ -18,6 +18,7 @@ from .markdown_agreement import agreement_caveats, agreement_section
 from .markdown_compression import compression_section
 from .markdown_metrics import metrics_detail
 from .markdown_resources import resource_section
+from .markdown_screening import screened_out_text, screening_section
 from .markdown_separatix import separatix_detail
 from .markdown_stability import answer_caveats, stability_section
 from .markdown_structure import structure_section
@@ -198,6 +199,8 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
         error = r["error"]
         return Section(r["name"], [Para("Failed in the ", Code(error["stage"]),
                                         f" stage: {error['type']}: {error['message']}")], level=3)
+    if (r.get("screening") or {}).get("status") == "screened_out":
+        return Section(r["name"], [Para(screened_out_text(r))], level=3)
     o = r["overlap"]
     weakest = r.get("weakest_class")
     blocks: list[Any] = [Para(f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted "
@@ -264,7 +267,7 @@ def _reproducibility(data: Mapping[str, Any]) -> Section:
 #: Report sections in order (answer first, detail last); a builder returning None adds nothing.
 SECTIONS: list[SectionBuilder] = [_answer, _ranking, agreement_section, _how_to_read, _dataset_summary, _target_summary,
                                   structure_section, _extractor_summary, _overlap_configuration, _per_class,
-                                  stability_section, verdict_section, compression_section, resource_section,
+                                  stability_section, verdict_section, screening_section, compression_section, resource_section,
                                   _extractor_details, _reproducibility]
 
 

@@ -1,0 +1,368 @@
+"""Screening: successive halving over nested target-preserving subsamples, so a grid of candidates costs little.
+
+``Benchmark(..., screening=ScreeningConfig())`` scores every candidate (extractor, output,
+compression variant) on a small rung of rows first, with a few *paired* repeats (one
+subsample-mode :class:`~vertebrae.scoring.stability.StabilityConfig` for all, so repeat r of
+every candidate scores the same rows with the same seed).  A candidate leaves when its paired
+verdict against the rung's best is ``worse``, and at most ``ceil(n / eta)`` of the ``n`` continue
+to the next rung, ``eta`` times larger and holding the previous one (nested).  The last rung is
+the full dataset: the finalists get the ordinary evaluation, with the same artifact keys and
+scores as a benchmark of the finalists alone.  Each rung embeds only the rows it adds
+(:mod:`vertebrae.screening_stages`), through the run's runner and cache.  The rules, and what
+screening may miss, are in docs/screening.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ._config import Config, check_float, check_int, check_seed
+from .benchmark_stages import output_metadata, stack_rows, stacked_outputs
+from .compression import Compressor, declares_matryoshka
+from .embedding_set import EmbeddingSet
+from .errors import ConfigError, ExtractorError
+from .execution.context import Chain, RunContext
+from .execution.jobs import RunOutcome
+from .execution.local import LocalRunner
+from .execution.plan import Plan, build_plan
+from .execution.registry import get_stage
+from .results import ExtractorResult
+from .scoring.metric_result import OVERLAP_METRIC
+from .scoring.overlap import OverlapIndexScorer
+from .scoring.paired_verdicts import against_best
+from .scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats, run_stability_analysis
+from .screening_stages import PIPELINE
+from .targets import Targets
+
+#: A screened-out result's ``recommendation`` and ``screening.status``; finalists have status ``finalist``.
+SCREENED_OUT, FINALIST = "screened_out", "finalist"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScreeningConfig(Config):
+    """How to screen candidates before the full evaluation (docs/screening.md).
+
+    The first rung holds ``start_fraction`` of the rows, and at least ``start_rows`` when given;
+    each later rung is ``eta`` times larger, and the last one is the whole dataset.  At each rung
+    every candidate is scored ``repeats`` times on target-preserving subsamples of
+    ``subsample_fraction`` of the rung's rows (the same subsamples for every candidate); the
+    paired verdict uses the central ``interval_level`` range of the repeat differences.  ``seed``
+    draws the rungs' rows and the repeats.
+    """
+
+    start_fraction: float = 0.1
+    start_rows: int | None = None
+    eta: int = 3
+    repeats: int = 5
+    subsample_fraction: float = 0.8
+    interval_level: float = 0.95
+    seed: int = 0
+
+    def _validate(self) -> None:
+        name = type(self).__name__
+        self._set("start_fraction", check_float(name, "start_fraction", self.start_fraction, low=0.0, high=1.0,
+                                                low_open=True, high_open=True))
+        self._set("start_rows", check_int(name, "start_rows", self.start_rows, minimum=1, allow_none=True))
+        self._set("eta", check_int(name, "eta", self.eta, minimum=2))
+        self._set("repeats", check_int(name, "repeats", self.repeats, minimum=2))
+        if self.repeats > MAX_REPEATS:
+            raise ConfigError(f"{name}.repeats must be <= {MAX_REPEATS} (each repeat is one scoring call per "
+                              f"candidate), got {self.repeats}")
+        self._set("subsample_fraction", check_float(name, "subsample_fraction", self.subsample_fraction, low=0.0,
+                                                    high=1.0, low_open=True))
+        self._set("interval_level", check_float(name, "interval_level", self.interval_level, low=0.0, high=1.0,
+                                                low_open=True, high_open=True))
+        self._set("seed", check_seed(name, "seed", self.seed, allow_none=False))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+    """One screening rung: its rows in embedding order (its increments, concatenated) and the rows it adds."""
+
+    index: int
+    rows: np.ndarray
+    increment: np.ndarray
+    #: The paired repeats every candidate gets on this rung.
+    repeats: StabilityConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class RungSettings:
+    """What a rung's ``extract_rows`` jobs read: the benchmark's settings and the rows the rung adds."""
+
+    benchmark: Any
+    increment: np.ndarray
+
+
+class ScreenedContext(RunContext):
+    """The finalists' run context: the full-data embeddings assembled from the rungs' increments, by extract key."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.assembled: dict[str, EmbeddingSet] = {}
+
+
+# ----------------------------------------------------------------------------- rungs
+def rung_sizes(n_samples: int, config: ScreeningConfig) -> list[int]:
+    """Sizes of the screening rungs (the full dataset follows them): ``ceil(n / eta^k)`` down to the start size."""
+    start = max(math.ceil(n_samples * Fraction(str(config.start_fraction))), config.start_rows or 0)
+    if start >= n_samples:
+        raise ConfigError(f"ScreeningConfig: the first rung needs {start} rows (start_fraction="
+                          f"{config.start_fraction}, start_rows={config.start_rows}) but the dataset has only "
+                          f"{n_samples}; lower start_fraction or start_rows, or run without screening")
+    sizes, size = [], Fraction(n_samples)
+    while size / config.eta >= start:
+        size /= config.eta
+        sizes.append(math.ceil(size))
+    return sorted(sizes) or [start]
+
+
+def plan_rungs(targets: Targets, config: ScreeningConfig) -> list[Rung]:
+    """The nested screening rungs, drawn largest first with the stability subsample rules (every class, or every
+    multi-label label, keeps at least 2 rows; regression keeps at least 3 rows in which a target varies), and each
+    rung's paired repeats; ConfigError (before any extraction) when a rung or its repeats cannot keep the targets."""
+    sizes = rung_sizes(targets.n_samples, config)
+    row_seeds, repeat_seeds = np.random.SeedSequence(config.seed).spawn(2)
+    row_seeds, repeat_seeds = row_seeds.generate_state(len(sizes)), repeat_seeds.generate_state(len(sizes))
+    current, drawn = np.arange(targets.n_samples), []
+    for index in reversed(range(len(sizes))):
+        try:
+            picked = draw_subsample(targets.subset(current), sizes[index] / current.size, int(row_seeds[index]))
+        except ConfigError as exc:
+            raise ConfigError(f"ScreeningConfig: rung {index} ({sizes[index]} of {targets.n_samples} rows) cannot keep "
+                              f"the targets ({_reason(exc)}); raise start_fraction or start_rows, or run without "
+                              "screening") from None
+        current = current[picked]
+        drawn.append(current)
+    drawn.reverse()
+    rungs, order = [], np.empty(0, dtype=np.int64)
+    for index, rows in enumerate(drawn):
+        increment = np.setdiff1d(rows, order, assume_unique=True).astype(np.int64)
+        order = np.concatenate([order, increment])
+        repeats = StabilityConfig(mode="subsample", repeats=config.repeats, interval_level=config.interval_level,
+                                  subsample_fraction=config.subsample_fraction, random_state=int(repeat_seeds[index]))
+        try:
+            plan_repeats(targets.subset(order), repeats)
+        except ConfigError as exc:
+            raise ConfigError(f"ScreeningConfig: the repeats of rung {index} ({order.size} rows) cannot keep the "
+                              f"targets ({_reason(exc)}); raise subsample_fraction, start_fraction or start_rows") \
+                from None
+        rungs.append(Rung(index, order, increment, repeats))
+    return rungs
+
+
+def _reason(exc: ConfigError) -> str:
+    """The stability sampler's reason without its advice about StabilityConfig fields (screening has its own)."""
+    return str(exc).split(": ", 1)[-1].split(". The subset", 1)[0]
+
+
+def check_screening(front: Any) -> None:
+    """Everything screening needs, checked before any extraction (ConfigError naming the fix)."""
+    settings = front.settings
+    if settings.primary_metric != OVERLAP_METRIC:
+        raise ConfigError(f"screening ranks candidates by paired overlap repeats, but primary_metric is "
+                          f"{settings.primary_metric!r}; rank by the overlap score or run without screening")
+    if any(chosen for chosen in front._views.values()):
+        raise ConfigError("screening compares candidates on the dataset's own targets; drop target_view_config / "
+                          "label_view_config or run without screening")
+    if settings.resource_profiling is not None and settings.resource_profiling.enabled:
+        raise ConfigError("resource profiling measures whole extractions, but screening embeds rows rung by rung; "
+                          "profile in a run without screening")
+    candidates = len(front.chains())
+    if candidates < 2:
+        raise ConfigError(f"screening needs at least 2 candidates (extractors x outputs x compression variants), got "
+                          f"{candidates}; add candidates or run without screening")
+    plan_rungs(front.dataset.targets, front.screening)
+
+
+# ----------------------------------------------------------------------------- the rung loop
+@dataclasses.dataclass
+class Screened:
+    """What the rung loop did: the finalists' plan and outcome (the ordinary full evaluation), every candidate that
+    left early (screened out, or failed under ``on_error="record"``), each candidate's rung history and the
+    per-rung table."""
+
+    plan: Plan
+    outcome: RunOutcome
+    chains: list[Chain]
+    early: dict[str, ExtractorResult]
+    history: dict[str, list[dict[str, Any]]]
+    rungs: list[dict[str, Any]]
+    config: ScreeningConfig
+    seconds: list[float]
+
+    def results(self, finalists: Sequence[ExtractorResult]) -> list[ExtractorResult]:
+        """Every candidate's result in candidate order; finalists get their rung history."""
+        by_name = {**self.early, **{r.name: r for r in finalists}}
+        for result in finalists:
+            result.screening = {"status": FINALIST, "rungs": self.history[result.name]}
+        return [by_name[chain.name] for chain in self.chains]
+
+    def metadata(self) -> dict[str, Any]:
+        """``metadata["screening"]`` of the result: the config, the candidates, the finalists and every rung."""
+        finalists = [c.name for c in self.plan.chains]
+        return {"config": self.config.to_dict(), "candidates": len(self.chains), "finalists": finalists,
+                "rungs": self.rungs}
+
+
+def screening_note(record: dict[str, Any]) -> str:
+    """The recommendation line of a screened run: how many candidates reached the full evaluation."""
+    finalists, screened = len(record["finalists"]), len(record["rungs"]) - 1
+    return (f"Screening kept {finalists} of {record['candidates']} candidates for the full evaluation after "
+            f"{screened} rung(s); the ranking, cohort and verdicts cover the finalists only (see Screening).")
+
+
+def run_screening(front: Any, runner: Any = None) -> Screened:
+    """Run the rungs, then the finalists' full evaluation, with ``runner`` (default: in process)."""
+    config, dataset = front.screening, front.dataset
+    runner = LocalRunner(front.progress) if runner is None else runner
+    chains = front.chains()
+    rungs = plan_rungs(dataset.targets, config)
+    scorer = OverlapIndexScorer(front.settings.scoring_config, front.settings.continuous_config)
+    alive, held = list(chains), {}
+    early: dict[str, ExtractorResult] = {}
+    history: dict[str, list[dict[str, Any]]] = {chain.name: [] for chain in chains}
+    table, seconds, order = [], [], np.empty(0, dtype=np.int64)
+    for rung in rungs:
+        if len(alive) < 2:  # nothing left to compare: the finalist goes straight to the full evaluation
+            break
+        started = time.perf_counter()
+        alive = _extract(front, runner, alive, rung.increment, held, early, f"screening rung {rung.index}")
+        order = rung.rows
+        targets = dataset.targets.subset(order)
+        scored = []
+        for chain in alive:
+            scores = _rung_scores(front, chain, held[chain.extractor_id], targets, rung.repeats, scorer, early)
+            if scores is not None:
+                scored.append((chain, scores))
+        kept = _judge(scored, rung, config, history)
+        for chain, _ in scored:
+            if chain not in kept:
+                early[chain.name] = _screened_out(front, chain, history[chain.name])
+        table.append({"rung": rung.index, "rows": int(order.size), "new_rows": int(rung.increment.size),
+                      "candidates": len(scored), "survivors": len(kept),
+                      "best": scored[0][0].name if scored else None, "final": False})
+        alive = [chain for chain in alive if chain in kept]
+        for extractor_id in set(held) - {chain.extractor_id for chain in alive}:
+            del held[extractor_id]  # a dropped extractor's rows are never needed again
+        seconds.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    rest = np.setdiff1d(np.arange(dataset.n_samples), order).astype(np.int64)
+    if alive and rest.size:
+        alive = _extract(front, runner, alive, rest, held, early, "screening: the rest of the rows")
+    order = np.concatenate([order, rest])
+    table.append({"rung": len(table), "rows": int(dataset.n_samples), "new_rows": int(rest.size),
+                  "candidates": len(alive), "survivors": len(alive), "best": None, "final": True})
+    plan, outcome = _evaluate(front, runner, alive, held, np.argsort(order, kind="stable"))
+    seconds.append(time.perf_counter() - started)
+    return Screened(plan, outcome, chains, early, history, table, config, seconds)
+
+
+def _extract(front: Any, runner: Any, alive: list[Chain], increment: np.ndarray, held: dict[str, list[EmbeddingSet]],
+             early: dict[str, ExtractorResult], description: str) -> list[Chain]:
+    """Embed ``increment`` with every extractor a live candidate needs (once per extractor, all its outputs)."""
+    context = RunContext(RungSettings(front.settings, increment), front.extractors, front.dataset, cache=front.cache)
+    plan = build_plan(PIPELINE, alive, context)
+    outcome = runner.run(plan.jobs, context, on_error=front.on_error, description=description)
+    kept, added = [], {}
+    for chain, keys in zip(plan.chains, plan.chain_keys):
+        key = keys["extract_rows"]
+        if key in outcome.failures:
+            early[chain.name] = front.failed_result(chain, outcome.failures[key].to_dict(chain.parent),
+                                                    {"extract_rows": key})
+            continue
+        kept.append(chain)
+        if chain.extractor_id not in added:
+            added[chain.extractor_id] = outcome.artifacts[key]
+            held.setdefault(chain.extractor_id, []).append(outcome.artifacts[key])
+    return kept
+
+
+def _rung_scores(front: Any, chain: Chain, parts: list[EmbeddingSet], targets: Targets, repeats: StabilityConfig,
+                 scorer: OverlapIndexScorer, early: dict[str, ExtractorResult]) -> list[float] | None:
+    """The candidate's paired repeat scores on the rung (None: it failed and ``on_error="record"`` recorded it)."""
+    source = f"extractor {chain.parent!r}" + ("" if chain.output is None else f" output {chain.output!r}")
+    try:
+        if chain.output not in parts[0].parts:
+            raise ExtractorError(f"extractor {chain.parent!r} did not produce output {chain.output!r}; it produced "
+                                 f"{sorted(map(str, parts[0].parts))}")
+        matrix = stack_rows([part[chain.output].matrix for part in parts], source)
+        if chain.variant is not None:  # fitted on the rung's rows, as the full evaluation fits on every row
+            extractor = next(e for e in front.extractors if e.name == chain.parent)
+            compressor = Compressor(chain.variant, source=source,
+                                    matryoshka=declares_matryoshka(extractor, chain.output))
+            with warnings.catch_warnings():  # the full evaluation reports compression notes, named, once
+                warnings.simplefilter("ignore")
+                matrix = compressor.fit_transform(matrix)
+        return run_stability_analysis(matrix, targets, config=repeats, scorer=scorer).repeat_scores["score"]
+    except Exception as exc:
+        if front.on_error == "raise":
+            raise
+        error = {"stage": "screening", "type": type(exc).__name__, "message": str(exc), "extractor": chain.parent}
+        early[chain.name] = front.failed_result(chain, error, {})
+        return None
+
+
+def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: ScreeningConfig,
+           history: dict[str, list[dict[str, Any]]]) -> list[Chain]:
+    """Rank by mean repeat score (ties keep candidate order); keep the first ``ceil(n / eta)`` not judged worse."""
+    if not scored:
+        return []
+    scored.sort(key=lambda item: -float(np.mean(item[1])))
+    comparisons = against_best([(chain.name, scores) for chain, scores in scored], higher_is_better=True,
+                               interval_level=config.interval_level)
+    limit, kept = math.ceil(len(scored) / config.eta), []
+    for (chain, scores), comparison in zip(scored, comparisons):
+        continues = comparison.verdict != "worse" and len(kept) < limit
+        if continues:
+            kept.append(chain)
+        history[chain.name].append({
+            "rung": rung.index, "rows": int(rung.rows.size), "partial_score": float(np.mean(scores)),
+            "repeat_scores": [float(s) for s in scores], "verdict": comparison.to_dict(), "continued": continues,
+            "reason": None if continues else ("worse" if comparison.verdict == "worse" else "cut")})
+    return kept
+
+
+def _screened_out(front: Any, chain: Chain, history: list[dict[str, Any]]) -> ExtractorResult:
+    """The result of a candidate that left at a rung: its recipe, its last rung and its verdict there; never ranked."""
+    extractor = next(e for e in front.extractors if e.name == chain.parent)
+    recipe = extractor.recipe()
+    last = history[-1]
+    embedding: dict[str, Any] = {"parent_extractor_name": chain.parent}
+    if chain.output is not None:
+        embedding.update(output_metadata(extractor, chain.output))
+    return ExtractorResult(
+        name=chain.name, extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe, overlap=None,
+        metrics={}, primary_metric_name=front.settings.primary_metric, primary_score=None, embedding=embedding,
+        warnings=[], recommendation=SCREENED_OUT, weakest_class=None,
+        screening={"status": SCREENED_OUT, "last_rung": last["rung"], "rows": last["rows"],
+                   "partial_score": last["partial_score"], "verdict": last["verdict"]["verdict"],
+                   "reason": last["reason"], "rungs": history})
+
+
+def _evaluate(front: Any, runner: Any, finalists: list[Chain], held: dict[str, list[EmbeddingSet]],
+              inverse: np.ndarray) -> tuple[Plan, RunOutcome]:
+    """The finalists' ordinary plan, its extract jobs answered by the embeddings assembled from the increments."""
+    context = ScreenedContext(front.settings, front.extractors, front.dataset, cache=front.cache)
+    plan = build_plan(front.pipeline, finalists, context)
+    assembled = get_stage(PIPELINE, "extract")
+    jobs = []
+    for job in plan.jobs:
+        if job.stage == "extract":
+            parts = held[job.params["extractor"]]
+            rows = {output: stack_rows([part[output].matrix for part in parts], f"extractor {job.params['parent']!r}")
+                    [inverse] for output in parts[0].parts}
+            context.assembled[job.key] = stacked_outputs(job, context, [rows])
+            job = dataclasses.replace(job, pipeline=PIPELINE, function=assembled.path)
+        jobs.append(job)
+    held.clear()
+    outcome = runner.run(jobs, context, on_error=front.on_error, description=front.description)
+    return Plan(jobs, plan.chains, plan.chain_keys), outcome

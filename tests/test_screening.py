@@ -1,0 +1,338 @@
+"""Screening by successive halving (vertebrae.screening): rungs, row-increment extraction, results, rejections."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, ConfigError, DatasetIdentity,
+                       EmbeddingCompressionConfig, KNNMetric, ScreeningConfig, StabilityConfig)
+from vertebrae.cli import main
+from vertebrae.fingerprint import content_sha256
+from vertebrae.profiling import ResourceProfilingConfig
+from vertebrae.screening import plan_rungs, rung_sizes
+from vertebrae.scoring.separatix import SeparatixConfig
+from vertebrae.targets import build_targets
+from vertebrae.views import TargetView, TargetViewConfig
+
+N_PER_CLASS = 200
+
+
+class Recorder:
+    """A real extractor: a fixed linear map of the feature columns; column 0 of the inputs is the row id, and every
+    row id it is asked to transform is recorded (so a test can say which rows were embedded)."""
+
+    def __init__(self, name: str, weights: np.ndarray) -> None:
+        self.name, self.weights, self.seen = name, np.asarray(weights, dtype=np.float64), []
+
+    def fit(self, X, y=None):
+        return self
+
+    def transform(self, X):
+        X = np.asarray(X)
+        self.seen.extend(X[:, 0].astype(int).tolist())
+        return X[:, 1:] @ self.weights
+
+    def recipe(self):
+        return {"type": "recorder", "name": self.name, "weights": content_sha256(self.weights)}
+
+
+class MultiRecorder(Recorder):
+    """Two outputs from one pass (like hidden layers): counts its passes and the rows of each."""
+
+    def __init__(self, name: str, weights: np.ndarray) -> None:
+        super().__init__(name, weights)
+        self.passes = 0
+
+    def output_names(self):
+        return ["a", "b"]
+
+    def transform_many(self, X):
+        self.passes += 1
+        projected = self.transform(X)
+        return {"a": projected, "b": projected[:, :2]}
+
+
+def _features(n_per_class: int = N_PER_CLASS, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(3), n_per_class)
+    features = rng.normal(size=(y.size, 6))
+    features[:, 0] += 3.0 * y
+    features[:, 1] += 2.5 * y
+    X = np.column_stack([np.arange(y.size), features])
+    return X, y
+
+
+def _dataset(n_per_class: int = N_PER_CLASS) -> BenchmarkDataset:
+    X, y = _features(n_per_class)
+    return BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("screening-blobs", "1"))
+
+
+def _weights(columns, scale=1.0):
+    W = np.zeros((6, len(columns)))
+    for j, c in enumerate(columns):
+        W[c, j] = scale
+    return W
+
+
+def _candidates():
+    return [Recorder("strong", _weights([0, 1, 2])), Recorder("strong_too", _weights([0, 1, 3])),
+            Recorder("weak", _weights([3, 4]) + 0.3 * _weights([1, 5])[:, :2]), Recorder("noise", _weights([2, 3, 4]))]
+
+
+QUIET = {"separatix_config": SeparatixConfig(enabled=False), "progress": False}
+SCREEN = ScreeningConfig(eta=2, seed=1)
+
+
+def _screened(extractors=None, **kwargs) -> BenchmarkResult:
+    options = {**QUIET, "screening": SCREEN, **kwargs}
+    return Benchmark(_dataset(), _candidates() if extractors is None else extractors, **options).run()
+
+
+def test_rung_sizes_grow_by_eta_up_to_the_dataset():
+    assert rung_sizes(600, ScreeningConfig(start_fraction=0.1, eta=2)) == [75, 150, 300]
+    assert rung_sizes(600, ScreeningConfig(start_fraction=0.1, eta=3)) == [67, 200]
+    assert rung_sizes(600, ScreeningConfig(start_rows=250, eta=3)) == [250]  # one rung below the full data
+    assert rung_sizes(600, ScreeningConfig(start_fraction=0.01, start_rows=100, eta=3)) == [200]
+
+
+def test_rungs_are_nested_disjoint_increments_that_keep_every_class():
+    _, y = _features()
+    targets = build_targets(y)
+    rungs = plan_rungs(targets, ScreeningConfig(eta=2, seed=3))
+    assert [r.rows.size for r in rungs] == [75, 150, 300]
+    for previous, rung in zip(rungs, rungs[1:]):
+        assert np.array_equal(rung.rows[:previous.rows.size], previous.rows)  # nested, in embedding order
+        assert not set(rung.increment) & set(previous.rows)
+    for rung in rungs:
+        counts = np.bincount(y[rung.rows], minlength=3)
+        assert (counts >= 2).all() and counts.max() - counts.min() <= 1  # per class, in proportion
+    again = plan_rungs(targets, ScreeningConfig(eta=2, seed=3))
+    assert all(np.array_equal(a.rows, b.rows) for a, b in zip(rungs, again))
+    other = plan_rungs(targets, ScreeningConfig(eta=2, seed=4))
+    assert not np.array_equal(rungs[0].rows, other[0].rows)
+
+
+def test_regression_and_multi_label_rungs_keep_their_targets():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=90)
+    rungs = plan_rungs(build_targets(values, target_type="regression"), ScreeningConfig(start_rows=9, eta=3))
+    assert rungs[0].rows.size >= 3 and np.ptp(values[rungs[0].rows]) > 0
+    indicator = (rng.random((120, 4)) < 0.3).astype(int)
+    indicator[:3, 3], indicator[3:, 3] = 1, 0  # a rare label with 3 positives
+    indicator[indicator.sum(axis=1) == 0, 0] = 1  # every row has a label
+    multi = build_targets(indicator, target_type="multi_label")
+    for rung in plan_rungs(multi, ScreeningConfig(start_rows=20, eta=2, subsample_fraction=1.0)):
+        assert (indicator[rung.rows].sum(axis=0) >= 2).all()
+
+
+def test_a_clearly_bad_candidate_leaves_at_rung_0_having_embedded_only_rung_0_rows():
+    extractors = _candidates()
+    result = _screened(extractors)
+    rungs = plan_rungs(build_targets(_features()[1]), SCREEN)
+    noise = result["noise"]
+    assert noise.screened_out and not noise.aggregate_valid and noise.error is None
+    assert noise.screening["last_rung"] == 0 and noise.screening["rows"] == rungs[0].rows.size == 75
+    assert noise.screening["verdict"] == "worse" and noise.screening["reason"] == "worse"
+    assert sorted(extractors[3].seen) == sorted(rungs[0].rows.tolist())  # 75 rows embedded, no more
+    for finalist in result.ranked_results():
+        seen = next(e for e in extractors if e.name == finalist.name).seen
+        assert sorted(seen) == list(range(600))  # every row once: each rung embedded only the rows it added
+    assert {r.name for r in result.ranked_results()} == set(result.metadata["screening"]["finalists"])
+    assert "noise" not in [r.name for r in result.quality_cohort()]
+
+
+def test_finalists_results_equal_a_plain_run_of_the_finalists():
+    stability = StabilityConfig(repeats=4)
+    screened = _screened(stability_config=stability, separatix_config=SeparatixConfig(run_when="always"))
+    finalists = result_names = screened.metadata["screening"]["finalists"]
+    assert 1 <= len(finalists) < 4
+    plain = Benchmark(_dataset(), [e for e in _candidates() if e.name in result_names], stability_config=stability,
+                      separatix_config=SeparatixConfig(run_when="always"), progress=False).run()
+    for name in finalists:
+        a, b = _stored(screened, name), _stored(plain, name)  # as written to JSON: without wall-clock seconds
+        assert a.pop("screening")["status"] == "finalist" and "screening" not in b
+        assert a == b  # scores, stability, Separatix, metrics, embedding facts, artifact keys
+    assert [r.name for r in screened.ranked_results()] == [r.name for r in plain.ranked_results()]
+
+
+def _stored(result: BenchmarkResult, name: str) -> dict:
+    return next(r for r in json.loads(result.to_json())["extractor_results"] if r["name"] == name)
+
+
+def test_multi_output_extractor_embeds_once_per_increment_and_variants_are_candidates():
+    multi = MultiRecorder("multi", _weights([0, 1, 2]))
+    others = [Recorder("noise", _weights([2, 3, 4])), Recorder("weak", _weights([3, 4]))]
+    variants = [EmbeddingCompressionConfig(method="none"), EmbeddingCompressionConfig(method="pca", n_components=1)]
+    result = _screened([multi, *others], compression=variants)
+    names = [r.name for r in result.extractor_results]
+    assert len(names) == 8 and "multi:a+pca1" in names  # (2 outputs + 2 extractors) x 2 variants
+    rungs_run = len(result.metadata["screening"]["rungs"])
+    assert multi.passes <= rungs_run  # one pass per increment for all its outputs and variants
+    assert sorted(multi.seen) == list(range(600))  # a finalist: every row exactly once
+    assert any(r.screened_out for r in result.extractor_results)
+
+
+def test_screened_out_fields_round_trip_and_reports_show_the_rungs(tmp_path):
+    result = _screened()
+    again = BenchmarkResult.from_json(result.to_json())
+    assert again.to_json() == result.to_json()
+    assert again["noise"].screened_out and again["noise"].screening == result["noise"].screening
+    record = result.metadata["screening"]
+    assert record["config"] == SCREEN.to_dict() and record["candidates"] == 4
+    assert [r["rows"] for r in record["rungs"]][-1] == 600 and record["rungs"][-1]["final"]
+    assert record["rungs"][0] == {"rung": 0, "rows": 75, "new_rows": 75, "candidates": 4,
+                                  "survivors": record["rungs"][0]["survivors"], "best": record["rungs"][0]["best"],
+                                  "final": False}
+    markdown = result.to_markdown()
+    assert "## Screening" in markdown and "Screened out at rung 0 (75 rows" in markdown
+    assert "<h2>Screening</h2>" in result.to_html()
+    table = result.screening_table()
+    assert set(table["extractor"]) == {"strong", "strong_too", "weak", "noise"}
+    assert table[table.extractor == "noise"]["verdict"].tolist() == ["worse"]
+    frame = result.to_dataframe(include_invalid=True)
+    assert frame.set_index("extractor").loc["noise", "screening_status"] == "screened_out"
+    assert "noise" not in result.to_dataframe()["extractor"].tolist()
+    assert any("Screening kept" in line for line in result.recommendations)
+
+
+def test_results_without_screening_write_no_screening_fields():
+    plain = Benchmark(_dataset(), _candidates()[:2], **QUIET).run()
+    document = json.loads(plain.to_json())
+    assert "screening" not in document["metadata"]
+    assert all("screening" not in r for r in document["extractor_results"])
+    assert "screening_status" not in plain.to_dataframe().columns
+
+
+def _without_timing(result: BenchmarkResult) -> str:
+    document = json.loads(result.to_json())
+    document.pop("timing")
+    return json.dumps(document, sort_keys=True)
+
+
+def test_screening_is_deterministic():
+    assert _without_timing(_screened()) == _without_timing(_screened())
+
+
+def test_a_rerun_with_a_cache_embeds_nothing(tmp_path):
+    cache = CacheConfig(store=str(tmp_path / "cache"))
+    first_extractors, again_extractors = _candidates(), _candidates()
+    first = _screened(first_extractors, cache_config=cache)
+    again = _screened(again_extractors, cache_config=cache)
+    assert sum(len(e.seen) for e in first_extractors) > 0
+    assert all(e.seen == [] for e in again_extractors)  # every increment and the assembled extractions hit
+    assert all(r.embedding["cache_status"] == "hit" for r in again.ranked_results())
+    assert [r.primary_score for r in again.extractor_results] == [r.primary_score for r in first.extractor_results]
+
+
+def test_a_dask_run_equals_a_local_run(dask_client):
+    from vertebrae.execution.dask import DaskRunner
+
+    local = _screened()
+    remote = Benchmark(_dataset(), _candidates(), **QUIET, screening=SCREEN).run(runner=DaskRunner(dask_client))
+    assert _without_timing(remote) == _without_timing(local)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("start_fraction", 0.0, "start_fraction"), ("start_fraction", 1.0, "start_fraction"),
+    ("start_rows", 0, "start_rows"), ("eta", 1, "eta"), ("eta", 2.5, "eta"), ("repeats", 1, "repeats"),
+    ("subsample_fraction", 0.0, "subsample_fraction"), ("interval_level", 1.0, "interval_level"),
+    ("seed", -1, "seed"), ("seed", "x", "seed"), ("etas", 2, "did you mean 'eta'"),
+])
+def test_every_screening_config_field_is_checked(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        ScreeningConfig(**{field: value})
+
+
+def _rejected(match, extractors=None, dataset=None, **kwargs):
+    extractors = _candidates() if extractors is None else extractors
+    with pytest.raises(ConfigError, match=match):
+        Benchmark(_dataset() if dataset is None else dataset, extractors, **QUIET, **kwargs)
+    assert all(e.seen == [] for e in extractors)  # before any extraction
+
+
+def test_bad_screening_requests_fail_before_any_extraction():
+    _rejected("dataset has only 600", screening=ScreeningConfig(start_rows=600))
+    _rejected(r"rung 0 \(3 of 600 rows\) cannot keep the targets",
+              screening=ScreeningConfig(start_fraction=0.001, eta=200))  # 1 row per class
+    _rejected(r"repeats of rung 0 \(6 rows\) .* subsample_fraction",
+              screening=ScreeningConfig(start_fraction=0.01, eta=100))  # 2 rows per class, 1 in a repeat
+    _rejected("at least 2 candidates", extractors=_candidates()[:1], screening=SCREEN)
+    _rejected("primary_metric", screening=SCREEN, metrics=[KNNMetric()], primary_metric="knn")
+    _rejected("resource profiling", screening=SCREEN, resource_profiling=ResourceProfilingConfig())
+    with pytest.raises(TypeError, match="screening must be a ScreeningConfig"):
+        Benchmark(_dataset(), _candidates(), screening={"eta": 2})
+
+
+def test_screening_with_target_views_is_rejected():
+    X, y = _features()
+    dataset = _dataset().with_target_views([TargetView("coarse", np.where(y == 2, "b", "a"))])
+    with pytest.raises(ConfigError, match="target_view_config"):
+        Benchmark(dataset, _candidates(), **QUIET, screening=SCREEN, target_view_config=TargetViewConfig())
+
+
+CLI_CONFIG = """
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "labels.npy"
+
+[[extractors]]
+name = "strong"
+embeddings = "strong.npy"
+[[extractors]]
+name = "noise"
+embeddings = "noise.npy"
+[[extractors]]
+name = "weak"
+embeddings = "weak.npy"
+
+[separatix]
+enabled = false
+"""
+
+
+@pytest.fixture
+def cli_project(tmp_path):
+    X, y = _features()
+    np.save(tmp_path / "labels.npy", y)
+    for extractor in _candidates():
+        if extractor.name != "strong_too":
+            np.save(tmp_path / f"{extractor.name}.npy", X[:, 1:] @ extractor.weights)
+    (tmp_path / "run.toml").write_text(CLI_CONFIG)
+    (tmp_path / "screen.toml").write_text(CLI_CONFIG + "\n[screening]\neta = 2\nseed = 1\n")
+    return tmp_path
+
+
+def test_cli_run_screen_screens_and_the_table_turns_it_on(cli_project, capsys):
+    assert main(["run", str(cli_project / "run.toml"), "--screen", "-o", str(cli_project / "a"), "--quiet"]) == 0
+    screened = BenchmarkResult.load(cli_project / "a" / "report.json")
+    assert screened.metadata["screening"]["config"] == ScreeningConfig().to_dict()
+    assert screened["noise"].screened_out
+    assert main(["run", str(cli_project / "screen.toml"), "-o", str(cli_project / "b"), "--quiet"]) == 0
+    assert BenchmarkResult.load(cli_project / "b" / "report.json").metadata["screening"]["config"]["eta"] == 2
+    assert main(["run", str(cli_project / "run.toml"), "-o", str(cli_project / "c"), "--quiet"]) == 0
+    assert "screening" not in BenchmarkResult.load(cli_project / "c" / "report.json").metadata
+
+
+def test_cli_rejects_a_bad_screening_table_and_a_staged_plan_in_one_line(cli_project):
+    (cli_project / "bad.toml").write_text(CLI_CONFIG + "\n[screening]\neta = 1\n")
+    env = {"PYTHONPATH": _source_path()}
+    for argv, expected in [(["run", "bad.toml", "-o", "out"], "eta"),
+                           (["plan", "screen.toml", "--store", "store", "-o", "plan.json"],
+                            "vertebrae run --screen")]:
+        done = subprocess.run([sys.executable, "-m", "vertebrae.cli", *argv], cwd=cli_project, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0] and "Traceback" not in done.stderr
+
+
+def _source_path() -> str:
+    import vertebrae
+
+    return str(__import__("pathlib").Path(vertebrae.__file__).parents[1])
