@@ -171,8 +171,8 @@ def test_multi_output_extractor_embeds_once_per_increment_and_variants_are_candi
     result = _screened([multi, *others], compression=variants)
     names = [r.name for r in result.extractor_results]
     assert len(names) == 8 and "multi:a+pca1" in names  # (2 outputs + 2 extractors) x 2 variants
-    rungs_run = len(result.metadata["screening"]["rungs"])
-    assert multi.passes <= rungs_run  # one pass per increment for all its outputs and variants
+    increments = [r for r in result.metadata["screening"]["rungs"] if r["new_rows"]]
+    assert multi.passes == len(increments) >= 2  # one pass per increment for both outputs and both variants
     assert sorted(multi.seen) == list(range(600))  # a finalist: every row exactly once
     assert any(r.screened_out for r in result.extractor_results)
 
@@ -190,7 +190,9 @@ def test_screened_out_fields_round_trip_and_reports_show_the_rungs(tmp_path):
                                   "final": False}
     markdown = result.to_markdown()
     assert "## Screening" in markdown and "Screened out at rung 0 (75 rows" in markdown
-    assert "<h2>Screening</h2>" in result.to_html()
+    html = result.to_html()
+    assert "<h2>Screening</h2>" in html
+    assert "Screening: scores across rungs" in html  # the figure (matplotlib is a test dependency)
     table = result.screening_table()
     assert set(table["extractor"]) == {"strong", "strong_too", "weak", "noise"}
     assert table[table.extractor == "noise"]["verdict"].tolist() == ["worse"]
@@ -336,3 +338,21 @@ def _source_path() -> str:
     import vertebrae
 
     return str(__import__("pathlib").Path(vertebrae.__file__).parents[1])
+
+
+class Broken(Recorder):
+    """A real extractor that fails on every transform (what a crashing model does)."""
+
+    def transform(self, X):
+        raise RuntimeError("the model crashed")
+
+
+def test_a_failing_candidate_is_recorded_and_the_others_are_screened():
+    extractors = [*_candidates(), Broken("broken", _weights([0]))]
+    result = _screened(extractors, on_error="record")
+    broken = result["broken"]
+    assert broken.error["stage"] == "extract_rows" and "the model crashed" in broken.error["message"]
+    assert not broken.screened_out and not broken.aggregate_valid
+    assert result.ranked_results() and result["noise"].screened_out
+    with pytest.raises(Exception, match="the model crashed"):
+        _screened([*_candidates(), Broken("broken", _weights([0]))])

@@ -251,6 +251,28 @@ def monitor_trend(data: Mapping[str, Any]) -> str | None:
     return _svg(fig)
 
 
+def screening_rungs(data: Mapping[str, Any]) -> str | None:
+    """Each candidate's partial score at every screening rung it was scored on (finalists solid, the others faint)."""
+    screened = [r for r in data["extractor_results"] if (r.get("screening") or {}).get("rungs")]
+    if not screened:
+        return None
+    fig = _figure(7, 3.8)
+    ax = fig.subplots()
+    for r in screened:
+        rungs = r["screening"]["rungs"]
+        finalist = r["screening"]["status"] == "finalist"
+        ax.plot([e["rows"] for e in rungs], [e["partial_score"] for e in rungs], marker="o" if finalist else ".",
+                alpha=1.0 if finalist else 0.35, linestyle="-" if finalist else "--",
+                label=_literal(r["name"]) if finalist else None)
+    ax.set_xscale("log")
+    ax.set_xlabel("rows in the rung (log scale)")
+    ax.set_ylabel("partial score (mean of the rung's repeats)")
+    ax.set_title("Screening: scores across rungs (dashed: screened out)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return _svg(fig)
+
+
 def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
     """Each cutoff metric at every k, one panel per metric, forward direction (and reverse when run)."""
     from ..retrieval.config import CUTOFF_METRICS
@@ -277,7 +299,8 @@ def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
 #: (title, figure function) in page order; each is drawn only when its data exists.
 BENCHMARK_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
     ("Ranking", ranking), ("Per-class scores", per_class), ("Pairwise overlap", pairwise_heatmap),
-    ("Compression frontier", compression_frontier), ("Quality cohort resources", cohort_resources))
+    ("Compression frontier", compression_frontier), ("Quality cohort resources", cohort_resources),
+    ("Screening", screening_rungs))
 ZERO_SHOT_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Ranking", ranking),)
 RETRIEVAL_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
     ("Ranking", ranking), ("Metrics at each cutoff", retrieval_cutoffs))
