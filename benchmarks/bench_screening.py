@@ -27,7 +27,7 @@ is the score stage's; seed 0 is checked against part 1's screened run, which has
 Printed: each seed's screened top-1, whether it is in the reference's tied-with-best set, and the
 share of seeds where it is.
 
-    python benchmarks/bench_screening.py              # 1,500 tweets, 72 candidates, 20 seeds (~15 min, 2 cores)
+    python benchmarks/bench_screening.py              # 1,500 tweets, 72 candidates, 20 seeds (~35 min on 2 busy cores)
     python benchmarks/bench_screening.py --small      # 400 tweets, 2 seeds: a quick check of the script
 """
 

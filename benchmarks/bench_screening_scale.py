@@ -16,7 +16,7 @@ the rung's seconds.  Printed: peak RSS of the 500-candidate run against a 10-can
 <= 1.3x), and the time of each next to the candidate-rows it scored (rows x candidates, summed
 over the rungs).  A 10-candidate run without screening gives the cost of one full evaluation.
 
-    python benchmarks/bench_screening_scale.py            # 10 and 500 candidates
+    python benchmarks/bench_screening_scale.py            # 10 and 500 screened, 10 in full (~10 min on 2 busy cores)
     python benchmarks/bench_screening_scale.py --small    # 5,000 rows: a quick check of the script
 """
 
