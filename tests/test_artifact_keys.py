@@ -241,6 +241,7 @@ KEY_TABLE = {
     ("benchmark", "diagnose"): (("embedding", "score", "compress", "budget"), {"targets", "groups"}, {"separatix"}),
     ("benchmark", "assemble"): (("embedding", "score", "compress", "budget", "stability", "metrics", "diagnose"),
                                 {"name", "output", "view", "extractor"}, set()),
+    ("benchmark", "referee"): (("embedding", "compress", "budget"), {"targets", "groups"}, set()),
     ("retrieval", "encode"): ((), {"query_inputs", "gallery_inputs", "extractor"}, {"numpy"}),
     ("retrieval", "compress"): (("encode",), {"extractor"}, {"numpy", "scikit-learn"}),
     ("retrieval", "endpoints"): (("encode", "compress"), set(), set()),

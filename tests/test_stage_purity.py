@@ -32,6 +32,7 @@ from sklearn.pipeline import make_pipeline
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdentity, EmbeddingCompressionConfig,
+                       LinearProbeMetric,
                        MemoryConfig, OverlapScoringConfig, PrecomputedExtractor, RetrievalBenchmark, RetrievalConfig,
                        RetrievalDataset, SeparatixConfig, SklearnExtractor, StabilityConfig, ZeroShotBenchmark,
                        ZeroShotDataset)
@@ -152,10 +153,14 @@ def labeled_benchmark(dataset: BenchmarkDataset, prefix: str = "", reverse: bool
                   TwoOutputs(f"{prefix}net")]
     metrics = [CallableMetric("spread", spread, aggregate_valid=False), CallableMetric("fails", fails),
                CallableMetric("breaks", breaks_contract)]
-    return Benchmark(dataset, extractors[::-1] if reverse else extractors, metrics=metrics,
-                     scoring_config=OverlapScoringConfig(k=3), stability_config=StabilityConfig(repeats=2),
-                     separatix_config=SeparatixConfig(), memory_config=MemoryConfig(max_scoring_bytes=1 << 30),
-                     compression=VARIANTS, target_view_config=TargetViewConfig(views=views) if views else None)
+    bench = Benchmark(dataset, extractors[::-1] if reverse else extractors, metrics=metrics,
+                      scoring_config=OverlapScoringConfig(k=3), stability_config=StabilityConfig(repeats=2),
+                      separatix_config=SeparatixConfig(), memory_config=MemoryConfig(max_scoring_bytes=1 << 30),
+                      compression=VARIANTS, target_view_config=TargetViewConfig(views=views) if views else None,
+                      referee=LinearProbeMetric(n_splits=2))
+    # the referee round's settings: every chain a finalist, so the referee stage is in the plan
+    bench.settings = dataclasses.replace(bench.settings, referee_finalists=frozenset(c.name for c in bench.chains()))
+    return bench
 
 
 def retrieval_benchmark(prefix: str = "", reverse: bool = False, relevance_shift: int = 0, query_shift: float = 0.0,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,12 +27,13 @@ from .execution.jobs import RunOutcome, check_on_error
 from .execution.plan import Plan, artifact_key
 from .extractors.base import Extractor
 from .fingerprint import package_version
-from .front_door import EmbeddingSource, FrontDoor, check_unique_names, validate_extractor_list
+from .front_door import EmbeddingSource, FrontDoor, chain_runtime, check_unique_names, validate_extractor_list
 from .multimodal import check_extractor_fields
+from .referee import check_referee, decide, finalists, referee_notes, referee_record
 from .profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .results import BenchmarkResult, ExtractorResult
 from .scoring.memory import MemoryConfig, check_budget_feasible
-from .scoring.metric_result import OVERLAP_METRIC
+from .scoring.metric_result import OVERLAP_METRIC, MetricResult
 from .scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from .scoring.separatix import SeparatixConfig
@@ -58,6 +60,10 @@ class BenchmarkSettings:
     compression: tuple[EmbeddingCompressionConfig, ...] = ()
     #: Measure each extraction (latency, memory, footprints); None: no resource profiles.
     resource_profiling: ResourceProfilingConfig | None = None
+    #: The reference metric that judges each view's finalists (vertebrae.referee); None: no referee.
+    referee: Metric | None = None
+    #: The chains the referee round scores (set by that round only; never part of a key or the result).
+    referee_finalists: frozenset[str] = frozenset()
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -67,7 +73,8 @@ class BenchmarkSettings:
                 "stability_config": None if self.stability_config is None else self.stability_config.to_dict(),
                 "memory_config": None if self.memory_config is None else self.memory_config.to_dict(),
                 "compression": [config.to_dict() for config in self.compression],
-                "resource_profiling": None if self.resource_profiling is None else self.resource_profiling.to_dict()}
+                "resource_profiling": None if self.resource_profiling is None else self.resource_profiling.to_dict(),
+                **({} if self.referee is None else {"referee": self.referee.identity()})}
 
 
 class Benchmark(FrontDoor):
@@ -90,7 +97,8 @@ class Benchmark(FrontDoor):
                  on_error: str = "raise",
                  progress: bool | None = None,
                  memory_config: MemoryConfig | None = None,
-                 cache_config: CacheConfig | None = None) -> None:
+                 cache_config: CacheConfig | None = None,
+                 referee: Metric | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
                                  "BenchmarkDataset.from_embeddings(...) or BenchmarkDataset.from_arrays(...)")
@@ -116,7 +124,8 @@ class Benchmark(FrontDoor):
             check_float("Benchmark", "quality_tolerance", quality_tolerance, low=0.0),
             separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config,
             compression=check_compression("Benchmark", compression), memory_config=memory_config,
-            resource_profiling=check_profiling("Benchmark", resource_profiling))
+            resource_profiling=check_profiling("Benchmark", resource_profiling),
+            referee=check_referee(referee, dataset.target_type))
         check_config("target_view_config", target_view_config, TargetViewConfig)
         check_config("label_view_config", label_view_config, LabelViewConfig)
         self.target_view_config, self.label_view_config = target_view_config, label_view_config
@@ -191,6 +200,33 @@ class Benchmark(FrontDoor):
                                                     result.embedding.get("footprint"))
         return result
 
+    def follow_up(self, result: BenchmarkResult, runner: Any) -> BenchmarkResult:
+        """The referee round (when a referee is set): score each view's finalists with it and record the pick."""
+        referee = self.settings.referee
+        if referee is None:
+            return result
+        started = time.perf_counter()
+        chosen = {view: finalists(result, view) for view in result.views()}
+        refereed = {name for names, _, _ in chosen.values() if len(names) > 1 for name in names}
+        scores: dict[str, MetricResult] = {}
+        if refereed:  # a second round of the one run path: the referee stage, for the finalists only
+            settings = dataclasses.replace(self.settings, referee_finalists=frozenset(refereed))
+            plan, outcome = self.run_round(settings, ("referee",), runner, f"{self.description} referee")
+            for chain, keys in zip(plan.chains, plan.chain_keys):
+                if chain.name in refereed:
+                    scores[chain.name] = _referee_score(referee, keys["referee"], outcome)
+                    finalist = result[chain.name]
+                    finalist.runtime.update(chain_runtime({"referee": keys["referee"]}, plan, outcome))
+                    finalist.artifact_keys["referee"] = keys["referee"]
+                    result.metadata["plan"].append({"stage": "referee", "extractor": chain.name,
+                                                    "key": keys["referee"]})
+        decisions = [decide(view, names, basis, note, referee, {n: scores[n] for n in names if n in scores},
+                            self.settings.primary_metric) for view, (names, basis, note) in chosen.items()]
+        result.metadata["referee"] = referee_record(referee, decisions)
+        result.timing["referee"] = {"seconds": time.perf_counter() - started}
+        result.recommendations = benchmark_recommendations(result)
+        return result
+
     def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
                      started: _dt.datetime) -> BenchmarkResult:
         result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
@@ -198,6 +234,15 @@ class Benchmark(FrontDoor):
         if cache is not None:
             result.metadata["cache"] = cache
         return result
+
+
+def _referee_score(referee: Metric, key: str, outcome: RunOutcome) -> MetricResult:
+    """The referee's MetricResult of one finalist; a failed job (``on_error="record"``) is an invalid score."""
+    if key in outcome.artifacts:
+        return outcome.artifacts[key]
+    failure = outcome.failures[key]
+    return MetricResult(name=referee.name, score=None, higher_is_better=referee.higher_is_better,
+                        aggregate_valid=False, error=f"{failure.stage} stage: {failure.error_type}: {failure.message}")
 
 
 def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
@@ -244,6 +289,7 @@ def benchmark_recommendations(result: BenchmarkResult) -> list[str]:
             continue
         best = ranked[0]
         notes.append(f"{where}Top candidate: {best.name} ({best.primary_metric_name} = {best.primary_score:.4f}).")
+        notes += referee_notes(result.metadata.get("referee"), view, where)
         cohort = result.quality_cohort(view=view)
         if len(cohort) > 1:
             notes.append(f"{where}Within {result.metadata['quality_tolerance']} of the best: "

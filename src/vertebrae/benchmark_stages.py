@@ -353,6 +353,39 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
         label_view=view[1] if view is not None and view[0] == "level" else None)
 
 
+def _referee_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    """Only in a referee round, only for its finalists; the key hashes the metric and the seeds, never the name."""
+    referee = getattr(settings, "referee", None)
+    if referee is None or chain is None or chain.name not in settings.referee_finalists:
+        return None
+    return {"referee": metrics_key_fingerprint([referee])["metrics"][0],
+            "seeds": [settings.scoring_config.random_state, settings.continuous_config.random_state]}
+
+
+def _referee_safe(settings: Any) -> bool:
+    return settings.referee is None or metrics_cache_eligible([settings.referee])
+
+
+#: A referee score (a cross-validated probe) costs more than its read: the cache reuses it, like an extraction.
+REFEREE_CODEC = dataclasses.replace(document_codec("referee", lambda r: r.to_dict(), MetricResult.from_dict),
+                                    cached=True)
+
+
+@stage(PIPELINE, "referee", version=1, reads=("embedding",), optional_reads=("compress", "budget"),
+       context=("targets", "groups"), config=_referee_config, safe=_referee_safe, codec=REFEREE_CODEC, phase=SCORE,
+       runtime="seconds", final=True)
+def referee(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricResult:
+    """The referee metric on one finalist's scored matrix, with the seed the score stage used (see vertebrae.referee).
+
+    Planned only in the referee round (``Benchmark.follow_up``); a failing metric is an invalid score, as in
+    ``metrics``.  The artifact names no extractor.
+    """
+    matrix, targets, groups = scoring_input(job, inputs, context)
+    settings = context.settings
+    config = settings.continuous_config if isinstance(targets, RegressionTargets) else settings.scoring_config
+    return run_metrics([settings.referee], matrix, targets, groups, seed=config.random_state).results[0]
+
+
 def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The variant's compression facts (plus ``source``: the result name of its raw embedding); None without
     compression variants."""

@@ -38,7 +38,8 @@ config format (TOML shown; YAML uses the same sections and keys):
   [continuous]              ContinuousOverlapScoringConfig fields (regression)
   [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
   [separatix]               SeparatixConfig fields; enabled = false turns it off
-  [benchmark]               quality_tolerance, primary_metric, on_error, probe = true (as --probe)
+  [benchmark]               quality_tolerance, primary_metric, on_error, probe = true (as --probe),
+                            referee = "probe" (as --referee probe)
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
   [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
                             n_components, whiten, dtype, random_state, name (docs/compression.md)
@@ -103,6 +104,10 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``run`` (and of ``score`` given a run config)."""
     _metric_option(parser)
     _probe_option(parser)
+    parser.add_argument("--referee", metavar="NAME", default=None,
+                        help="after the primary metric ranks every candidate, score only each view's finalists (tied "
+                             "with the best, plus the quality cohort) with this reference metric and name its pick; "
+                             "the ranking is unchanged. NAME: probe (a linear probe; as [benchmark] referee)")
     parser.add_argument("--primary-metric", metavar="NAME", default=None,
                         help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
     parser.add_argument("--cache", metavar="URL", default=None,
@@ -302,6 +307,8 @@ def _run(args: argparse.Namespace) -> int:
                            if "://" not in args.cache else args.cache, "enabled": True}
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
+    if args.referee is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "referee": args.referee}
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
     with _dask_runner(address, args.dask_timeout, progress=False if args.quiet else None) as runner:
@@ -534,7 +541,7 @@ def _score(args: argparse.Namespace) -> int:
         return _run(args)
     given = [flag for flag, value in (("--primary-metric", args.primary_metric), ("--cache", args.cache),
                                       ("--dask-address", args.dask_address), ("--output", args.output),
-                                      ("--probe", args.probe or None))
+                                      ("--probe", args.probe or None), ("--referee", args.referee))
              if value is not None]
     if given:
         raise VertebraeError(f"{', '.join(given)} apply to a run config, not to a plan file: the plan fixes its "

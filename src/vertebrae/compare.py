@@ -2,8 +2,9 @@
 
 The comparison is itself plain data (rendered as Markdown, HTML or JSON by
 :mod:`vertebrae.reports.compare_report`): ranking changes, primary-score deltas read
-against stability intervals where both runs have them, per-class regressions, and
-whether the protocols match.  A candidate *regresses* when its primary score moves the
+against stability intervals where both runs have them, per-class regressions, each candidate's
+paired verdict in both runs (benchmark results: ``tied`` -> ``worse`` and so on, or why a run has
+none), and whether the protocols match.  A candidate *regresses* when its primary score moves the
 wrong way (respecting the metric's direction) by more than ``tolerance``, and a candidate of the
 baseline that is missing from the new run regresses too (a dropped extractor must not pass a CI guard)
 unless ``allow_missing``; the CLI exits with 1 then, so a comparison can guard CI.  Runs of different datasets or target types are refused
@@ -73,6 +74,39 @@ def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return view
 
 
+def _verdicts(data: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """name -> paired verdict against the best of its view (``best``, ``tied``, ``worse``), and why a view has none."""
+    from .result_protocol import result_from_dict
+
+    result = result_from_dict(data)
+    verdicts: dict[str, str] = {}
+    reasons = []
+    for view in result.views():
+        judged = result.paired_verdicts(view)
+        if judged.available:
+            verdicts.update({c.candidate: c.verdict for c in judged.against_best})
+        else:
+            reasons.append(("" if view is None else f"[{view}] ") + str(judged.reason))
+    return verdicts, reasons
+
+
+def verdict_changes(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str]) -> dict[str, Any]:
+    """Each shared candidate's paired verdict in both runs (e.g. tied -> worse), and why a run has none.
+
+    ``unavailable`` names the run and the reason (without stability: how to turn it on), so a comparison
+    never drops the verdicts silently; ``changed`` lists the candidates whose verdict differs.
+    """
+    (verdicts_a, reasons_a), (verdicts_b, reasons_b) = _verdicts(a), _verdicts(b)
+    rows = [{"extractor": r["name"], "verdict_a": verdicts_a.get(r["name"]), "verdict_b": verdicts_b.get(r["name"])}
+            for r in b["extractor_results"] if r["name"] in {x["name"] for x in a["extractor_results"]}]
+    for row in rows:
+        row["changed"] = row["verdict_a"] is not None and row["verdict_b"] is not None and \
+            row["verdict_a"] != row["verdict_b"]
+    unavailable = [f"{name}: {reason}" for name, reasons in zip(names, (reasons_a, reasons_b)) for reason in reasons]
+    return {"candidates": rows, "changed": [r["extractor"] for r in rows if r["changed"]],
+            "unavailable": unavailable}
+
+
 def _worse_by(a: float, b: float, higher_is_better: bool) -> float:
     """How much worse b is than a in the metric's direction (negative: b is better)."""
     return a - b if higher_is_better else b - a
@@ -129,5 +163,6 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
         "only_in_a": only_in_a, "only_in_b": [n for n in view_b if n not in view_a],
         "allow_missing": bool(allow_missing), "missing": missing,
         "class_regressions": class_regressions,
+        **({"verdicts": verdict_changes(a, b, names)} if kinds[0] == "benchmark" else {}),
         "regressed": [r["extractor"] for r in rows if r["regressed"]] + missing,
     }

@@ -89,6 +89,10 @@ class FrontDoor:
         """The family's benchmark result from the chains' results."""
         raise NotImplementedError
 
+    def follow_up(self, result: Any, runner: Any) -> Any:
+        """Later rounds that depend on the first round's result (e.g. the benchmark's referee); returns the result."""
+        return result
+
     # ------------------------------------------------------------------ the run path
     def _context(self) -> RunContext:
         return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
@@ -112,6 +116,7 @@ class FrontDoor:
         notes = self.protocol_warnings()
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
+        runner = LocalRunner(self.progress) if runner is None else runner
         plan, outcome = self.execute(runner)
         results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
@@ -120,7 +125,22 @@ class FrontDoor:
             warn_result_notes(result.name, [n for n in result.warnings if n in compression], CompressionWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n in data], DataWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n not in compression | data])
-        return self.build_result(plan, results, notes, started)
+        return self.follow_up(self.build_result(plan, results, notes, started), runner)
+
+    def run_round(self, settings: Any, stages: Sequence[str], runner: Any, description: str) -> tuple[Plan, RunOutcome]:
+        """A later round of the same run path: plan under ``settings`` and run only the jobs of ``stages`` and what
+        they read (the first round's jobs keep their keys, so a cache serves them; without one they run again)."""
+        context = RunContext(settings, self.extractors, self.dataset, cache=self.cache)
+        plan = self.plan(context)
+        wanted = [key for keys in plan.chain_keys for stage, key in keys.items() if stage in stages]
+        needed: set[str] = set()
+        while wanted:
+            key = wanted.pop()
+            if key not in needed:
+                needed.add(key)
+                wanted.extend(plan.job(key).needs.values())
+        jobs = [job for job in plan.jobs if job.key in needed]
+        return plan, runner.run(jobs, context, on_error=self.on_error, description=description)
 
     def _chain_result(self, chain: Chain, keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> Any:
         final = keys[self.final_stage]

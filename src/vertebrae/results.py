@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from . import json_codec
+from . import json_codec, referee
 from .agreement import Agreement, competition_ranks, reference_scores, view_agreement
 from .errors import ConfigError
 from .profiling import ResourceProfile
@@ -360,8 +360,8 @@ SCHEMA = both({
         "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
         "cache?": nullable({"store": ANY, "mode": ANY}),
         "plan": [{"stage": str, "extractor": str, "key": str}],
-        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]})},
-    "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list)}},
+        "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]}), "referee?": referee.SCHEMA},
+    "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list), "referee?": referee.TIMING_SCHEMA}},
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
         {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
     rule(lambda d: len({len(r["stability"]["repeat_scores"]["score"]) for r in d["extractor_results"]
@@ -449,6 +449,10 @@ class BenchmarkResult(ResultFamily):
             columns[f"agreement.{name}.rank"] = competition_ranks(scores)[result.name] if known else None
             columns[f"agreement.{name}.regret"] = float(max(scores.values()) - scores[result.name]) if known else None
         return columns
+
+    def referee_decisions(self) -> list[referee.RefereeDecision]:
+        """The referee's decision per view (finalists, their referee scores, the pick and why); empty without one."""
+        return [referee.RefereeDecision.from_dict(d) for d in (self.metadata.get("referee") or {}).get("views", [])]
 
     @property
     def ranking_available(self) -> bool:

@@ -30,6 +30,7 @@ Example (TOML)::
     # on_error = "record"         # keep the other extractors when one fails (default "raise")
     # stage_modules = ["my_project.stages"]   # modules whose @stage functions join the plan
     # probe = true                # add LinearProbeMetric and KNNMetric as reference metrics (vertebrae run --probe)
+    # referee = "probe"           # a linear probe judges the finalists (vertebrae run --referee probe)
 
     [[compression]]               # EmbeddingCompressionConfig fields, one table per variant (optional)
     method = "none"               # keep the raw embedding beside the compressed variants
@@ -63,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from .agreement import probe_metrics
+from .referee import referee_metric
 from .benchmark import Benchmark
 from .cache import CacheConfig
 from .compression import EmbeddingCompressionConfig
@@ -77,7 +79,7 @@ from .scoring.separatix import SeparatixConfig
 from .scoring.stability import StabilityConfig
 from .user_modules import import_user_module
 
-BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules", "probe"}
+BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules", "probe", "referee"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "separatix", "benchmark", "metrics",
             "cache", "compression"}
@@ -172,6 +174,8 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
     if _probe(kwargs.pop("probe", False)):
         named = {m.name for m in kwargs.get("metrics", [])}  # a probe already configured (e.g. with params) stays
         kwargs["metrics"] = [*kwargs.get("metrics", []), *(m for m in probe_metrics() if m.name not in named)]
+    if "referee" in kwargs:
+        kwargs["referee"] = referee_metric(kwargs["referee"], "config [benchmark] referee")
     return kwargs
 
 

@@ -180,6 +180,9 @@ def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{config_path}: the config must hold only JSON values (strings, numbers, booleans, "
                           f"lists, tables) to go into a plan file: {exc}") from None
+    if "referee" in config.get("benchmark", {}):
+        raise ConfigError(f"{config_path}: [benchmark] referee needs a round after scoring (its finalists come from the "
+                          "scores), which a staged run does not plan; run it with vertebrae run")
     base_dir = config_path.resolve().parent
     benchmark = benchmark_from_config(config, base_dir, progress=progress)
     plan = benchmark.plan()

@@ -49,6 +49,25 @@ def _summary(comparison: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+VERDICT_COLUMNS = ["extractor", "verdict A", "verdict B", "changed"]
+
+
+def _verdict_rows(comparison: Mapping[str, Any]) -> list[list[Any]]:
+    return [[r["extractor"], r["verdict_a"], r["verdict_b"], r["changed"]]
+            for r in comparison["verdicts"]["candidates"]]
+
+
+def _verdict_lines(comparison: Mapping[str, Any]) -> list[str]:
+    """The verdict changes in words, and why a run has no verdicts (never an empty section)."""
+    verdicts = comparison["verdicts"]
+    changes = [f"{r['extractor']} ({r['verdict_a']} → {r['verdict_b']})" for r in verdicts["candidates"]
+               if r["changed"]]
+    lines = [f"Paired verdicts against the best changed for: {', '.join(changes)}." if changes else
+             "No candidate's paired verdict against the best changed between the runs."]
+    lines += [f"Paired verdicts unavailable in {reason}." for reason in verdicts["unavailable"]]
+    return lines
+
+
 def _class_rows(comparison: Mapping[str, Any]) -> list[list[Any]]:
     return [[r["extractor"], r["class"], r["score_a"], r["score_b"], f"{r['delta']:+.4f}"]
             for r in comparison["class_regressions"]]
@@ -59,6 +78,10 @@ def render_comparison_markdown(comparison: Mapping[str, Any]) -> str:
     parts = [f"# vertebrae comparison: {text(a)} vs {text(b)}\n",
              "".join(f"{text(line)}\n\n" for line in _summary(comparison)),
              f"## Primary score ({text(comparison['primary_metric'])})\n", table(COLUMNS, _rows(comparison))]
+    if "verdicts" in comparison:
+        parts += ["\n## Paired verdicts (which differences are real)\n",
+                  "".join(f"{text(line)}\n\n" for line in _verdict_lines(comparison)),
+                  table(VERDICT_COLUMNS, _verdict_rows(comparison))]
     if comparison["class_regressions"]:
         parts += ["\n## Per-class regressions\n", table(["extractor", "class", "score A", "score B", "delta"],
                                                         _class_rows(comparison))]
@@ -71,6 +94,9 @@ def render_comparison_html(comparison: Mapping[str, Any]) -> str:
     a, b = comparison["names"]
     body = [paragraphs(_summary(comparison)), f"<h2>Primary score ({esc(comparison['primary_metric'])})</h2>\n",
             html_table(COLUMNS, _rows(comparison))]
+    if "verdicts" in comparison:
+        body += ["<h2>Paired verdicts (which differences are real)</h2>\n", paragraphs(_verdict_lines(comparison)),
+                 html_table(VERDICT_COLUMNS, _verdict_rows(comparison))]
     if comparison["class_regressions"]:
         body += ["<h2>Per-class regressions</h2>\n",
                  html_table(["extractor", "class", "score A", "score B", "delta"], _class_rows(comparison))]

@@ -15,6 +15,7 @@ from typing import Any
 
 from .document import Code, Para, Section, Strong, Table, items, to_markdown
 from .markdown_agreement import agreement_caveats, agreement_section
+from .markdown_referee import referee_section
 from .markdown_compression import compression_section
 from .markdown_metrics import metrics_detail
 from .markdown_resources import resource_section
@@ -262,7 +263,7 @@ def _reproducibility(data: Mapping[str, Any]) -> Section:
 
 
 #: Report sections in order (answer first, detail last); a builder returning None adds nothing.
-SECTIONS: list[SectionBuilder] = [_answer, _ranking, agreement_section, _how_to_read, _dataset_summary, _target_summary,
+SECTIONS: list[SectionBuilder] = [_answer, _ranking, agreement_section, referee_section, _how_to_read, _dataset_summary, _target_summary,
                                   structure_section, _extractor_summary, _overlap_configuration, _per_class,
                                   stability_section, verdict_section, compression_section, resource_section,
                                   _extractor_details, _reproducibility]

@@ -306,24 +306,30 @@ def resolve_metrics(metrics: Sequence[Any] | None, scoring_config: OverlapScorin
             continuous_config = _merge_config("continuous_config", continuous_config, "continuous_config",
                                               metric.continuous_config)
             continue
-        if not _is_metric(metric):
-            missing = [a for a in _METRIC_ATTRIBUTES if not hasattr(metric, a)]
-            hint = "wrap a function as CallableMetric('name', fn)" if callable(metric) else "see vertebrae.Metric"
-            raise InputTypeError(f"metrics[{i}] ({type(metric).__name__}) is not a metric "
-                                 f"(missing {missing or 'a call'}); {hint}")
-        name = check_metric_name(metric.name, f"metrics[{i}]")
-        if name in custom:
-            raise ConfigError(f"metrics has two metrics named {name!r}; give every metric a unique name")
-        for flag in ("higher_is_better", "aggregate_valid"):
-            check_bool(f"metric {name!r}", flag, getattr(metric, flag))
-        if target_type not in metric.supported_target_types:
-            raise MetricError(f"metric {name!r} supports {list(metric.supported_target_types)} targets, but this "
-                              f"dataset is {target_type}; it is not defined there, so remove it from metrics")
-        _json_safe(metric.identity(), f"metric {name!r} identity()", ConfigError)
-        if not isinstance(metric, CallableMetric):  # a CallableMetric checked its function when it was built
-            check_call_signature(metric, name)
-        custom[name] = metric
+        check_metric(metric, f"metrics[{i}]", target_type)
+        if metric.name in custom:
+            raise ConfigError(f"metrics has two metrics named {metric.name!r}; give every metric a unique name")
+        custom[metric.name] = metric
     return scoring_config, continuous_config, tuple(custom.values())
+
+
+def check_metric(metric: Any, where: str, target_type: str, remove: str = "remove it from metrics") -> Metric:
+    """One metric object, checked before any run: the protocol, its name, flags, target type, identity and call."""
+    if not _is_metric(metric):
+        missing = [a for a in _METRIC_ATTRIBUTES if not hasattr(metric, a)]
+        hint = "wrap a function as CallableMetric('name', fn)" if callable(metric) else "see vertebrae.Metric"
+        raise InputTypeError(f"{where} ({type(metric).__name__}) is not a metric "
+                             f"(missing {missing or 'a call'}); {hint}")
+    name = check_metric_name(metric.name, where)
+    for flag in ("higher_is_better", "aggregate_valid"):
+        check_bool(f"metric {name!r}", flag, getattr(metric, flag))
+    if target_type not in metric.supported_target_types:
+        raise MetricError(f"metric {name!r} supports {list(metric.supported_target_types)} targets, but this "
+                          f"dataset is {target_type}; it is not defined there, so {remove}")
+    _json_safe(metric.identity(), f"metric {name!r} identity()", ConfigError)
+    if not isinstance(metric, CallableMetric):  # a CallableMetric checked its function when it was built
+        check_call_signature(metric, name)
+    return metric
 
 
 def _merge_config(argument: str, given: Any, field: str, listed: Any) -> Any:

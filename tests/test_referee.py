@@ -1,0 +1,223 @@
+"""The referee: the primary metric ranks every candidate, a reference metric judges only the finalists."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, CallableMetric, ConfigError,
+                       DatasetIdentity, InputTypeError, LinearProbeMetric, OverlapScoringConfig, PrecomputedExtractor,
+                       StabilityConfig)
+from vertebrae.cli import main
+from vertebrae.compare import compare_results
+from vertebrae.execution.caching import NOT_MEASURED_CACHE_HIT
+from vertebrae.referee import decide
+from vertebrae.reports.compare_report import render_comparison_html, render_comparison_markdown
+from vertebrae.scoring.metric_result import MetricResult
+from vertebrae.scoring.paired_verdicts import NEEDS_STABILITY
+
+from .conftest import gaussian_classes
+from .test_cli_metrics import CONFIG, write_project
+
+IDENTITY = DatasetIdentity.declared("referee", "1")
+FAST = OverlapScoringConfig(k=3)
+X, Y = gaussian_classes(n_per_class=30, n_classes=3, dim=6, spread=1.5, seed=1)
+RNG = np.random.default_rng(0)
+#: The best, a slightly perturbed copy (a finalist), and two clearly worse spaces (never finalists).
+SPACES = {"clean": X, "jitter": X + RNG.normal(0, 0.05, X.shape).astype(np.float32),
+          "noisy": X + RNG.normal(0, 3.0, X.shape).astype(np.float32),
+          "random": RNG.normal(size=X.shape).astype(np.float32)}
+
+
+def benchmark(spaces=SPACES, **kwargs) -> Benchmark:
+    dataset = BenchmarkDataset.from_arrays(X, Y, identity=IDENTITY)
+    kwargs.setdefault("stability_config", StabilityConfig(repeats=5))
+    kwargs.setdefault("referee", LinearProbeMetric())
+    return Benchmark(dataset, [PrecomputedExtractor(name, matrix) for name, matrix in spaces.items()],
+                     scoring_config=FAST, progress=False, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def refereed():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return benchmark().run()
+
+
+def test_the_probe_runs_on_exactly_the_finalists_and_equals_a_direct_call(refereed):
+    expected = [r.name for r in refereed.ranked_results()
+                if r.name in {t.name for t in refereed.tied_with_best()} | {c.name for c in refereed.quality_cohort()}]
+    assert set(expected) == {"clean", "jitter"}  # the scenario: two close candidates, two clearly worse ones
+    [decision] = refereed.referee_decisions()
+    assert decision.finalists == expected and decision.basis == "tied_with_best_and_quality_cohort" and decision.needed
+    planned = [entry["extractor"] for entry in refereed.metadata["plan"] if entry["stage"] == "referee"]
+    assert sorted(planned) == sorted(expected)  # the referee jobs of the plan: the finalists' only
+    assert {r.name for r in refereed.extractor_results if "referee" in r.artifact_keys} == set(expected)
+    assert {r.name for r in refereed.extractor_results if "referee" in r.runtime} == set(expected)
+    assert refereed.timing["referee"]["seconds"] > 0
+    for name in expected:  # the seed is the score stage's (OverlapScoringConfig.random_state, 0)
+        direct = LinearProbeMetric()(SPACES[name], Y, seed=0)
+        assert decision.results[name].score == direct["score"]
+    scores = {name: decision.results[name].score for name in expected}
+    best = max(scores.values())
+    assert decision.pick == next(name for name in expected if scores[name] == best)
+    assert [r.name for r in refereed.ranked_results()][:2] == expected  # the ranking stays the primary metric's
+    assert f"Referee: overlap finalists: 2; the linear probe picks {decision.pick}" in "\n".join(
+        refereed.recommendations)
+
+
+def test_json_round_trip_and_reports(refereed, tmp_path):
+    path = refereed.save_json(tmp_path / "r.json")
+    loaded = BenchmarkResult.load(path)
+    assert loaded.to_json() == refereed.to_json()
+    assert loaded.referee_decisions() == refereed.referee_decisions()
+    markdown, html = loaded.to_markdown(), loaded.to_html()
+    pick = refereed.referee_decisions()[0].pick
+    assert "## Referee: which finalist would a linear probe pick?" in markdown
+    assert f"| {pick} | {refereed.referee_decisions()[0].results[pick].score:.4f} | yes |" in markdown
+    assert "Referee: which finalist would a linear probe pick?" in html
+    data = copy.deepcopy(refereed.serialized())
+    data["metadata"]["referee"]["views"][0]["basis"] = "gut feeling"
+    with pytest.raises(Exception, match="basis"):
+        BenchmarkResult.from_dict(data)
+
+
+def test_a_rerun_reads_the_referee_from_the_cache(tmp_path):
+    config = CacheConfig(store=str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = benchmark(cache_config=config).run()
+        second = benchmark(cache_config=config).run()
+    assert first["clean"].runtime["referee"] != NOT_MEASURED_CACHE_HIT
+    assert second["clean"].runtime["referee"] == NOT_MEASURED_CACHE_HIT
+    assert "referee_cache_read" in second["clean"].runtime
+    assert second.referee_decisions() == first.referee_decisions()
+
+
+def test_a_single_finalist_needs_no_referee():
+    spaces = {"clean": SPACES["clean"], "random": SPACES["random"]}
+    result = benchmark(spaces).run()
+    [decision] = result.referee_decisions()
+    assert decision.finalists == ["clean"] and not decision.needed and decision.results == {}
+    assert decision.pick == "clean" and "the linear probe referee was not needed" in decision.summary
+    assert not any(entry["stage"] == "referee" for entry in result.metadata["plan"])
+    assert "referee" not in result["clean"].runtime
+
+
+def test_without_stability_the_finalists_are_the_quality_cohort(refereed):
+    result = benchmark(stability_config=None, quality_tolerance=1.0).run()
+    [decision] = result.referee_decisions()
+    assert decision.basis == "quality_cohort" and decision.basis_note == NEEDS_STABILITY
+    assert decision.finalists == [r.name for r in result.quality_cohort()] and len(decision.finalists) == 4
+    assert "(the quality cohort; paired verdicts need stability)" in "\n".join(result.recommendations)
+    assert "paired verdicts need stability repeats" in result.to_markdown()
+
+
+def probe(score: float) -> MetricResult:
+    return MetricResult(name="p", score=score, higher_is_better=True, aggregate_valid=True)
+
+
+def test_the_pick_follows_the_referee_direction_and_keeps_ranking_order_on_ties():
+    metric = LinearProbeMetric()
+    decision = decide(None, ["a", "b", "c"], "quality_cohort", None, metric,
+                      {"a": probe(0.7), "b": probe(0.9), "c": probe(0.9)}, "overlap")
+    assert decision.pick == "b" and decision.summary == ("overlap finalists: 3; the linear probe picks b "
+                                                         "(linear_probe = 0.9000), not overlap's top candidate a")
+    lower = CallableMetric("loss", lambda e, l, **k: {"score": 0.0}, higher_is_better=False)
+    assert decide(None, ["a", "b"], "quality_cohort", None, lower, {"a": probe(0.7), "b": probe(0.2)},
+                  "overlap").pick == "b"
+    invalid = MetricResult(name="p", score=None, higher_is_better=True, aggregate_valid=False, error="boom")
+    none = decide(None, ["a", "b"], "quality_cohort", None, metric, {"a": invalid, "b": invalid}, "overlap")
+    assert none.pick is None and "no finalist has a valid linear_probe score" in none.summary
+
+
+def test_bad_referees_are_refused_before_any_work():
+    with pytest.raises(InputTypeError, match=r"referee \(str\) is not a metric"):
+        benchmark(referee="probe")
+    descriptive = CallableMetric("spread", lambda e, l, **k: {"score": 0.0}, aggregate_valid=False)
+    with pytest.raises(ConfigError, match="referee 'spread' declares aggregate_valid=False"):
+        benchmark(referee=descriptive)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    module = write_project(tmp_path, monkeypatch, "", "vertebrae_referee")
+    (tmp_path / "run.toml").write_text(CONFIG + "\n[stability]\nrepeats = 3\n")
+    yield tmp_path
+    sys.modules.pop(module, None)
+
+
+def test_cli_referee_probe(project, capsys):
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "out"), "-q", "--referee", "probe"]) == 0
+    result = BenchmarkResult.load(project / "out" / "report.json")
+    assert result.metadata["referee"]["metric"] == "linear_probe"
+    assert result.metadata["settings"]["referee"] == LinearProbeMetric().identity()
+    assert result.referee_decisions()[0].finalists
+
+
+@pytest.mark.parametrize("how", ["option", "config"])
+def test_an_unknown_referee_is_one_line_and_exit_2(project, capsys, how):
+    config = project / "run.toml"
+    argv = ["run", str(config), "-o", str(project / "out"), "-q"]
+    if how == "option":
+        argv += ["--referee", "tree"]
+    else:
+        config.write_text(config.read_text().replace("[scoring]", '[benchmark]\nreferee = "tree"\n\n[scoring]'))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "referee must be one of ['probe'], got 'tree'" in err
+
+
+def test_a_staged_plan_refuses_the_referee(project, capsys):
+    config = project / "run.toml"
+    config.write_text(config.read_text().replace("[scoring]", '[benchmark]\nreferee = "probe"\n\n[scoring]'))
+    assert main(["plan", str(config), "--store", str(project / "store"), "-o", str(project / "plan.json"),
+                 "-q"]) == 2
+    assert "a staged run does not plan" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- compare: verdict changes
+def hand_made(refereed, scores: dict[str, list[float]] | None) -> dict:
+    """``refereed`` as a document with the given repeat scores (None: without stability)."""
+    data = copy.deepcopy(refereed.serialized())
+    del data["metadata"]["referee"]
+    for r in data["extractor_results"]:
+        if scores is None:
+            r["stability"] = None
+            continue
+        n = len(scores[r["name"]])
+        r["stability"]["repeat_scores"] = {name: (values * n)[:n] for name, values in
+                                           r["stability"]["repeat_scores"].items()}
+        r["stability"]["repeat_scores"]["score"] = scores[r["name"]]
+        r["stability"]["effective_subsample_fractions"] = (r["stability"]["effective_subsample_fractions"] * n)[:n]
+        r["stability"]["config"]["repeats"] = n
+        r["overlap"]["score"] = r["primary_score"] = r["metrics"]["overlap"]["score"] = scores[r["name"]][0]
+    return BenchmarkResult.from_dict(data).serialized()
+
+
+def test_compare_shows_verdict_changes(refereed):
+    worst = {"noisy": [0.1, 0.1, 0.1, 0.1], "random": [0.0, 0.0, 0.0, 0.0]}
+    tied = hand_made(refereed, {"clean": [0.9, 0.8, 0.9, 0.8], "jitter": [0.8, 0.9, 0.8, 0.9], **worst})
+    worse = hand_made(refereed, {"clean": [0.9, 0.9, 0.9, 0.9], "jitter": [0.8, 0.8, 0.8, 0.8], **worst})
+    comparison = compare_results(tied, worse)
+    rows = {r["extractor"]: r for r in comparison["verdicts"]["candidates"]}
+    assert (rows["jitter"]["verdict_a"], rows["jitter"]["verdict_b"], rows["jitter"]["changed"]) == (
+        "tied", "worse", True)
+    assert rows["clean"]["verdict_a"] == rows["clean"]["verdict_b"] == "best"
+    assert comparison["verdicts"]["changed"] == ["jitter"] and comparison["verdicts"]["unavailable"] == []
+    markdown = render_comparison_markdown(comparison)
+    assert "Paired verdicts against the best changed for: jitter (tied → worse)." in markdown
+    assert "| jitter | tied | worse | yes |" in markdown
+    assert "jitter (tied → worse)" in render_comparison_html(comparison)
+
+
+def test_compare_says_when_a_run_has_no_verdicts(refereed):
+    without = hand_made(refereed, None)
+    comparison = compare_results(without, refereed.serialized(), names=("old.json", "new.json"))
+    assert comparison["verdicts"]["unavailable"] == [f"old.json: {NEEDS_STABILITY}"]
+    assert all(r["verdict_a"] is None and not r["changed"] for r in comparison["verdicts"]["candidates"])
+    assert f"Paired verdicts unavailable in old.json: {NEEDS_STABILITY}." in render_comparison_markdown(comparison)
