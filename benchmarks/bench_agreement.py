@@ -8,7 +8,7 @@ ranking), ``KNNMetric`` and ``LogMEMetric``.  Each of these rankings is compared
 * 5-NN             ``KNNMetric`` (leave-one-out, k=5);
 * LogME            ``LogMEMetric``;
 * dimension        a static baseline: the widest embedding first (ties: candidate order);
-* refereed pick    overlap screens, the probe referees: the probe's best among the overlap finalists
+* refereed pick    ``Benchmark(referee=LinearProbeMetric())``: the probe's best among the overlap finalists
                    (``tied_with_best`` ∪ ``quality_cohort``); a pick, not a ranking;
 * probe, seed 1    the same probe with other folds (CV seed 1): the ceiling any proxy can reach.
 
@@ -143,10 +143,10 @@ def sklearn_draws(task: str, seeds: Sequence[int], fraction: float) -> Iterator[
 
     noise = (0.5, 1.0, 2.0)
     loaders = {
-        "digits": (datasets.load_digits, (8, 16, 32), noise, {"sqrt": np.sqrt}),
+        "digits": (datasets.load_digits, (8, 32), noise, {"sqrt": np.sqrt}),
         "breast_cancer": (datasets.load_breast_cancer, (2, 5, 10), noise, {"log1p": np.log1p}),
         "wine": (datasets.load_wine, (2, 4, 8), noise, {"log1p": np.log1p}),
-        # Fewer variants: each regression overlap score refits its null model 20 times (about 2-4 s here).
+        # Fewer variants and repeats: each regression overlap score refits its null model 20 times (2-4 s here).
         "diabetes": (lambda return_X_y: datasets.load_diabetes(return_X_y=return_X_y, scaled=False), (2, 6), (1.0,),
                      {"poly2": lambda X: PolynomialFeatures(2, include_bias=False).fit_transform(_standardized(X))}),
     }
@@ -348,7 +348,7 @@ def main() -> None:
     parser.add_argument("--tweets", type=int, default=1500, help="tweets per draw (stratified)")
     parser.add_argument("--fraction", type=float, default=0.8, help="share of a bundled dataset's rows per draw")
     parser.add_argument("--repeats", type=int, default=StabilityConfig().repeats, help="stability repeats")
-    parser.add_argument("--regression-repeats", type=int, default=5,
+    parser.add_argument("--regression-repeats", type=int, default=3,
                         help="stability repeats of the regression task (each of its scores refits a null model 20 times)")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
     parser.add_argument("--batch-size", type=int, default=32, help="MiniLM batch size")
