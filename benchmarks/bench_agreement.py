@@ -26,7 +26,7 @@ for the union of the drawn texts.  Tasks:
               Gaussian noise, noise columns and one monotone transform;
 * diabetes    sklearn's bundled regression data (unscaled): the same kinds plus degree-2 polynomial features.
 
-    python benchmarks/bench_agreement.py                      # full panel, 3 draws (about 10 min on 2 loaded cores)
+    python benchmarks/bench_agreement.py                      # full panel, 3 draws (see docs/validity.md for its time)
     python benchmarks/bench_agreement.py --quick              # smoke run: 2 draws, 300 tweets, 3 layers, 5 repeats
     python benchmarks/bench_agreement.py --draws 5 --tasks digits,diabetes
 """
