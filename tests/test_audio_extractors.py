@@ -159,7 +159,7 @@ def test_a_folder_without_its_feature_extractor_is_named(audio_models, tmp_path)
 
 @pytest.mark.parametrize("bad, error, message", [
     ([np.zeros(100), np.array([0.0, np.nan])], InputValidationError, r"X\[1\] has NaN"),
-    ([np.zeros(100), np.zeros(0)], InputValidationError, r"X\[1\] is an empty waveform"),
+    ([np.zeros(100), np.zeros(0)], InputValidationError, r"X\[1\] has no samples \(an empty waveform\)"),
     ([np.zeros((2, 2, 2))], InputValidationError, r"X\[0\] has shape \(2, 2, 2\)"),
     ([np.array(["a", "b"])], InputTypeError, r"X\[0\] has dtype <U1"),
     ("a string", InputTypeError, "single str"),

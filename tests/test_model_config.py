@@ -212,7 +212,7 @@ def test_raw_input_sources_name_the_file_and_row(tmp_path, capsys):
     pd.DataFrame({"path": ["a.png"], "label": ["cat"]}).to_csv(tmp_path / "images.csv", index=False)
     for body, message in [
         ('audio = "clips.npz"\nsampling_rate = 16000\nlabels = "labels.txt"\n',
-         "clips.npz: row 2 (array 'arr_2') holds NaN or infinite samples"),
+         "clips.npz: row 2 (array 'arr_2') has NaN or infinite samples; clean or drop that row"),
         ('audio = "clips.npz"\nlabels = "labels.txt"\n', "config [dataset] audio needs sampling_rate = 16000"),
         ('audio = "clips.npz"\nsampling_rate = true\nlabels = "labels.txt"\n', "config [dataset] sampling_rate must"),
         ('images = "photos"\n', "photos: image 'stray.png' is not in a class subfolder"),

@@ -212,6 +212,36 @@ def test_audio_rejections(waveforms, rate, error, message):
         BenchmarkDataset.from_audio_arrays(waveforms, [0] * max(len(waveforms), 1), sampling_rate=rate, identity=ID)
 
 
+
+@pytest.mark.parametrize("bad, error, problem", [
+    (np.zeros(10, np.int16), InputValidationError, "has dtype int16; pass float samples (int16 PCM: divide by 32768.0)"),
+    (np.array(["a", "b"]), InputTypeError, "has dtype <U1; a waveform holds real-valued float samples"),
+    (np.zeros((2, 2, 5)), InputValidationError, "has shape (2, 2, 5); pass 1-D samples or 2-D channels x samples"),
+    (np.zeros((100, 2)), InputValidationError, "has shape (100, 2), more channels than samples; 2-D waveforms are "
+                                               "channels x samples: pass w.T"),
+    (np.zeros(0), InputValidationError, "has no samples (an empty waveform)"),
+    (np.array([0.0, np.inf]), InputValidationError, "has NaN or infinite samples; clean or drop that row"),
+])
+def test_datasets_audio_files_and_audio_extractors_share_one_set_of_waveform_rules(tmp_path, bad, error, problem):
+    """The same bad clip fails the same way wherever it enters; only the location in front differs."""
+    from vertebrae.extractors.hf_audio import check_waveforms
+    from vertebrae.raw_inputs import load_waveforms
+
+    good = np.zeros(10)
+    with pytest.raises(error) as dataset:
+        BenchmarkDataset.from_audio_arrays([good, bad], [0, 1], sampling_rate=16000, identity=ID)
+    assert str(dataset.value) == f"BenchmarkDataset.from_audio_arrays: waveforms[1] {problem}"
+    with pytest.raises(error) as extractor:
+        check_waveforms([good, bad], where="HFAudioExtractor 'w'")
+    assert str(extractor.value) == f"HFAudioExtractor 'w': X[1] {problem}"
+    np.savez(tmp_path / "clips.npz", good, bad)
+    if bad.dtype.kind == "i":  # an audio file's integer samples are read as float32, unscaled
+        assert load_waveforms(tmp_path / "clips.npz")[1].dtype == np.float32
+        return
+    with pytest.raises(error) as audio_file:
+        load_waveforms(tmp_path / "clips.npz")
+    assert str(audio_file.value) == f"{tmp_path / 'clips.npz'}: row 1 (array 'arr_1') {problem}"
+
 # -- DataFrames -----------------------------------------------------------------------------------------------------
 def frame() -> pd.DataFrame:
     return pd.DataFrame({"text": [f"text {i}" for i in range(6)], "topic": list("aabbcc"),

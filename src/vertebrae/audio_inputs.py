@@ -56,7 +56,7 @@ def audio_arrays(waveforms: Any, sampling_rate: Any) -> AudioInputs:
     if not items:
         raise InputValidationError(f"{where}: waveforms is empty; a benchmark needs at least two classes with two "
                                    "rows each")
-    checked = [_waveform(item, row, where) for row, item in enumerate(items)]
+    checked = [check_waveform(item, f"waveforms[{row}]", where=where) for row, item in enumerate(items)]
     layout = checked[0].shape[:-1]
     for row, wave in enumerate(checked):
         if wave.shape[:-1] != layout:
@@ -66,19 +66,30 @@ def audio_arrays(waveforms: Any, sampling_rate: Any) -> AudioInputs:
     return AudioInputs(checked, rate)
 
 
-def _waveform(item: Any, row: int, where: str) -> np.ndarray:
-    wave = np.asarray(item)
+def check_waveform(item: Any, label: str, *, where: str) -> np.ndarray:
+    """One waveform by the rules every audio input follows (datasets, audio files, audio extractors).
+
+    Real float samples (integer PCM must be scaled first: vertebrae cannot know its full scale), 1-D samples
+    or 2-D channels x samples, at least one sample, all finite. ``label`` names the item in messages
+    (``waveforms[3]``, ``X[3]``, ``row 3 (array 'arr_3')``); the array is returned as given.
+    """
+    try:
+        wave = np.asarray(item)
+    except (TypeError, ValueError):
+        raise InputTypeError(f"{where}: {label} is {type(item).__name__}, not a waveform array") from None
+    if np.issubdtype(wave.dtype, np.integer):
+        raise InputValidationError(f"{where}: {label} has dtype {wave.dtype}; pass float samples "
+                                   "(int16 PCM: divide by 32768.0)")
     if not np.issubdtype(wave.dtype, np.floating):
-        hint = (" (int16 PCM: divide by 32768.0)" if np.issubdtype(wave.dtype, np.integer) else "")
-        raise InputValidationError(f"{where}: waveforms[{row}] has dtype {wave.dtype}; pass float samples{hint}")
+        raise InputTypeError(f"{where}: {label} has dtype {wave.dtype}; a waveform holds real-valued float samples")
     if wave.ndim not in (1, 2):
-        raise InputValidationError(f"{where}: waveforms[{row}] has shape {wave.shape}; pass 1-D samples or 2-D "
+        raise InputValidationError(f"{where}: {label} has shape {wave.shape}; pass 1-D samples or 2-D "
                                    "channels x samples")
     if wave.ndim == 2 and wave.shape[0] > wave.shape[1]:
-        raise InputValidationError(f"{where}: waveforms[{row}] has shape {wave.shape}, more channels than samples; "
+        raise InputValidationError(f"{where}: {label} has shape {wave.shape}, more channels than samples; "
                                    "2-D waveforms are channels x samples: pass w.T")
     if wave.shape[-1] == 0:
-        raise InputValidationError(f"{where}: waveforms[{row}] has no samples")
+        raise InputValidationError(f"{where}: {label} has no samples (an empty waveform)")
     if not np.isfinite(wave).all():
-        raise InputValidationError(f"{where}: waveforms[{row}] has NaN or infinite samples; clean or drop row {row}")
+        raise InputValidationError(f"{where}: {label} has NaN or infinite samples; clean or drop that row")
     return wave

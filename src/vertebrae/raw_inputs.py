@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .audio_inputs import check_waveform
 from .errors import ConfigError, ConfigTypeError, InputValidationError
 from .io import _load_numpy, _read_parquet, load_column
 
@@ -180,16 +181,10 @@ def load_waveforms(path: pathlib.Path) -> list[np.ndarray]:
         raise InputValidationError(f"{path}: audio must be a .npz (one array per clip) or a .npy, got {suffix!r}")
     if not named:
         raise InputValidationError(f"{path}: the audio file holds no clips")
-    waveforms = []
-    for where, clip in named:
-        if clip.dtype.kind not in "iuf" or clip.ndim not in (1, 2) or clip.size == 0:
-            raise InputValidationError(f"{path}: {where} must be a non-empty numeric 1-D (samples) or 2-D (channels x "
-                                       f"samples) array, got {clip.dtype} of shape {clip.shape}")
-        clip = clip.astype(np.float32) if clip.dtype.kind != "f" else clip
-        if not np.isfinite(clip).all():
-            raise InputValidationError(f"{path}: {where} holds NaN or infinite samples")
-        waveforms.append(clip)
-    return waveforms
+    # integer samples are read as float32 values, unscaled (a config has no full-scale setting); every other
+    # rule is the dataset's own (audio_inputs.check_waveform), named with the file and row
+    return [check_waveform(clip.astype(np.float32) if clip.dtype.kind in "iu" else clip, label, where=str(path))
+            for label, clip in named]
 
 
 def source_files(section: Mapping[str, Any], resolve: Any) -> list[tuple[str, str, pathlib.Path]]:

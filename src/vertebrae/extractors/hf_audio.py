@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
+from ..audio_inputs import check_waveform
+from ..errors import ConfigError, DependencyError, ExtractorError, InputValidationError
 from ..extras import install_hint
 from .base import check_cache_identity
 from .batching import n_inputs
@@ -42,27 +43,11 @@ AUDIO_POOLINGS = ("mean", "max")
 
 
 def check_waveforms(X: Any, *, where: str) -> list[np.ndarray]:
-    """Each input as a finite mono float32 waveform; a 2-D ``(channels, samples)`` input is averaged to mono."""
+    """Each input as a mono float32 waveform (the dataset's rules); a 2-D ``(channels, samples)`` input is
+    averaged to mono, since the speech feature extractors take one channel."""
     n_inputs(X, where=where)
-    waves = []
-    for i, item in enumerate(X):
-        try:
-            wave = np.asarray(item)
-        except (TypeError, ValueError):
-            raise InputTypeError(f"{where}: X[{i}] is {type(item).__name__}, not a waveform array") from None
-        if wave.dtype == bool or not (np.issubdtype(wave.dtype, np.floating) or np.issubdtype(wave.dtype, np.integer)):
-            raise InputTypeError(f"{where}: X[{i}] has dtype {wave.dtype}; a waveform holds real-valued samples")
-        if wave.ndim == 2:
-            wave = wave.mean(axis=0)  # the speech feature extractors take one channel
-        elif wave.ndim != 1:
-            raise InputValidationError(f"{where}: X[{i}] has shape {wave.shape}; pass a 1-D waveform or a 2-D "
-                                       "(channels, samples) array")
-        if wave.size == 0:
-            raise InputValidationError(f"{where}: X[{i}] is an empty waveform")
-        if not np.isfinite(wave).all():
-            raise InputValidationError(f"{where}: X[{i}] has NaN or infinite samples")
-        waves.append(wave.astype(np.float32, copy=False))
-    return waves
+    waves = [check_waveform(item, f"X[{i}]", where=where) for i, item in enumerate(X)]
+    return [(wave.mean(axis=0) if wave.ndim == 2 else wave).astype(np.float32, copy=False) for wave in waves]
 
 
 def _read_json(path: Path, *, where: str, fix: str) -> dict[str, Any]:

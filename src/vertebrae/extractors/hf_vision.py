@@ -30,8 +30,8 @@ from ..extras import install_hint
 from ..fingerprint import package_version
 from ..image_inputs import LOADER, ImageInputs
 from .base import check_cache_identity
-from .batching import BatchedExtractor, n_inputs, take_rows
-from .huggingface import check_poolings, layer_pooling_outputs, local_model_dir, read_model_config, resolve_layers
+from .batching import n_inputs, take_rows
+from .huggingface import LayerPoolingExtractor, local_model_dir, read_model_config
 from .model_identity import files_sha256
 from .torch import check_device, frozen, resolve_device, to_device
 
@@ -118,7 +118,7 @@ def special_tokens(tower: Any) -> int:
     return cls + (0 if registers is None else int(registers.shape[1]))
 
 
-class HFVisionExtractor(BatchedExtractor):
+class HFVisionExtractor(LayerPoolingExtractor):
     """Images through ``AutoModel``; one output per (layer, pooling) pair from one forward pass per batch.
 
     ``layers`` index the hidden states (0 = embeddings, -1 = the last block); ``poolings`` are
@@ -136,29 +136,20 @@ class HFVisionExtractor(BatchedExtractor):
         config = vision_config(self.model_dir, where=where)
         self.model_type = str(config.get("model_type", ""))
         self.n_layers = vision_layer_count(config, where=where)
-        self.layers = resolve_layers(layers, self.n_layers, where=where, argument="layers")
-        self.poolings = check_poolings(poolings, where=where, allowed=VISION_POOLINGS, argument="poolings")
+        self._set_layer_poolings(layers, poolings, where=where, allowed=VISION_POOLINGS,
+                                 arguments=("layers", "poolings"), whole_model=(POOLER,))
         if "cls" in self.poolings and self.model_type in NO_CLS_MODEL_TYPES:
             raise ConfigError(f"{where}: a {self.model_type} model has no CLS token, so pooling 'cls' is undefined; use "
                               "'mean', 'max' or 'pooler'")
         self.processor_backend = check_processor_backend(processor_backend, where=where)
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
-        self.pairs, names = layer_pooling_outputs(self.layers, [p for p in self.poolings if p != POOLER])
-        self.outputs = names + ((POOLER,) if POOLER in self.poolings else ())
         self.model_: Any = None
         self.processor_: Any = None
 
-    def _output_metadata(self) -> dict[str, dict[str, Any]]:
-        metadata = {name: {"hidden_layer": layer, "pooling": pooling}
-                    for name, (layer, pooling) in zip(self.outputs, self.pairs)}
-        if POOLER in self.poolings:
-            metadata[POOLER] = {"hidden_layer": self.n_layers, "pooling": POOLER}
-        return metadata
-
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_vision", "model_files_sha256": files_sha256([self.model_dir]),
-                "layers": list(self.layers), "poolings": list(self.poolings),
+                "layers": list(self.hidden_layers), "poolings": list(self.poolings),
                 "processor_backend": self.processor_backend, "image_loader": image_loader(),
                 "cache_identity": self.cache_identity}
 

@@ -136,23 +136,31 @@ def pool(hidden: Any, mask: Any, pooling: str) -> Any:
 class LayerPoolingExtractor(BatchedExtractor):
     """Base of the Hugging Face extractors: one named output ``layer{L}_{pooling}`` per (hidden layer, pooling).
 
-    Subclasses (text, audio) say how a batch becomes hidden states and a mask of the
+    Subclasses (text, audio, vision) say how a batch becomes hidden states and a mask of the
     valid positions; the naming, the metadata and the pooling of every pair from one
-    forward pass are written here once.
+    forward pass are written here once.  A pooling that is one output of the whole model
+    (vision's ``pooler``) is named by itself and follows the pairs in ``outputs``.
     """
 
     n_layers: int
 
     def _set_layer_poolings(self, hidden_layer: Any, pooling: Any, *, where: str, allowed: Sequence[str] = POOLINGS,
-                            arguments: tuple[str, str] = ("hidden_layer", "pooling")) -> None:
-        """Resolve the layers and poolings; ``arguments`` are their keyword names in error messages."""
+                            arguments: tuple[str, str] = ("hidden_layer", "pooling"),
+                            whole_model: Sequence[str] = ()) -> None:
+        """Resolve the layers and poolings; ``arguments`` are their keyword names in error messages;
+        ``whole_model`` poolings are one output each, not one per layer."""
         self.hidden_layers = resolve_layers(hidden_layer, self.n_layers, where=where, argument=arguments[0])
         self.poolings = check_poolings(pooling, where=where, allowed=allowed, argument=arguments[1])
-        self.pairs, self.outputs = layer_pooling_outputs(self.hidden_layers, self.poolings)
+        self.pairs, names = layer_pooling_outputs(self.hidden_layers,
+                                                  [p for p in self.poolings if p not in whole_model])
+        self.outputs = names + tuple(p for p in self.poolings if p in whole_model)
 
     def _output_metadata(self) -> dict[str, dict[str, Any]]:
-        return {name: {"hidden_layer": layer, "pooling": pooling}
-                for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+        """Each output's layer and pooling; a whole-model output reports the last layer."""
+        metadata = {name: {"hidden_layer": layer, "pooling": pooling}
+                    for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+        return {**metadata, **{name: {"hidden_layer": self.n_layers, "pooling": name}
+                               for name in self.outputs[len(self.pairs):]}}
 
     def _every_layer(self) -> bool:
         """Only the last layer: skip output_hidden_states, which keeps every layer's states alive per batch."""
