@@ -207,12 +207,15 @@ def test_raw_input_sources_name_the_file_and_row(tmp_path, capsys):
     tail = '\n[[extractors]]\nname = "s"\nkind = "sklearn"\nmodel = "sklearn.decomposition:PCA"\n'
     clips = [np.zeros(100), np.ones(80), np.array([0.0, np.nan, 1.0])]
     np.savez(tmp_path / "clips.npz", *clips)
+    np.savez(tmp_path / "pcm.npz", np.zeros(100, dtype=np.int16), np.ones(80, dtype=np.int16))
     (tmp_path / "photos" / "cat").mkdir(parents=True)
     (tmp_path / "photos" / "stray.png").write_bytes(b"")
     pd.DataFrame({"path": ["a.png"], "label": ["cat"]}).to_csv(tmp_path / "images.csv", index=False)
     for body, message in [
         ('audio = "clips.npz"\nsampling_rate = 16000\nlabels = "labels.txt"\n',
          "clips.npz: row 2 (array 'arr_2') has NaN or infinite samples; clean or drop that row"),
+        ('audio = "pcm.npz"\nsampling_rate = 16000\nlabels = "labels.txt"\n',  # as from_audio_arrays refuses it
+         "pcm.npz: row 0 (array 'arr_0') has dtype int16; pass float samples (int16 PCM: divide by 32768.0)"),
         ('audio = "clips.npz"\nlabels = "labels.txt"\n', "config [dataset] audio needs sampling_rate = 16000"),
         ('audio = "clips.npz"\nsampling_rate = true\nlabels = "labels.txt"\n', "config [dataset] sampling_rate must"),
         ('images = "photos"\n', "photos: image 'stray.png' is not in a class subfolder"),

@@ -181,10 +181,9 @@ def load_waveforms(path: pathlib.Path) -> list[np.ndarray]:
         raise InputValidationError(f"{path}: audio must be a .npz (one array per clip) or a .npy, got {suffix!r}")
     if not named:
         raise InputValidationError(f"{path}: the audio file holds no clips")
-    # integer samples are read as float32 values, unscaled (a config has no full-scale setting); every other
-    # rule is the dataset's own (audio_inputs.check_waveform), named with the file and row
-    return [check_waveform(clip.astype(np.float32) if clip.dtype.kind in "iu" else clip, label, where=str(path))
-            for label, clip in named]
+    # the dataset's own rules (audio_inputs.check_waveform), named with the file and row: integer PCM is refused
+    # with the scaling to apply, as BenchmarkDataset.from_audio_arrays refuses it
+    return [check_waveform(clip, label, where=str(path)) for label, clip in named]
 
 
 def source_files(section: Mapping[str, Any], resolve: Any) -> list[tuple[str, str, pathlib.Path]]:
