@@ -237,6 +237,7 @@ KEY_TABLE = {
     ("benchmark", "budget"): (("embedding", "compress"), {"targets", "groups"}, set()),
     ("benchmark", "score"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
     ("benchmark", "stability"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
+    ("benchmark", "stability_round"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
     ("benchmark", "metrics"): (("embedding", "score", "compress", "budget"), {"targets", "groups"}, set()),
     ("benchmark", "diagnose"): (("embedding", "score", "compress", "budget"), {"targets", "groups"}, {"separatix"}),
     ("benchmark", "assemble"): (("embedding", "score", "compress", "budget", "stability", "metrics", "diagnose"),

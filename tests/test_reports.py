@@ -306,7 +306,8 @@ def test_console_table_is_aligned_for_any_name_length(result):
         score = re.search(r"\d\.\d{4}", row)
         assert score.end() in ends
     assert rule.split("  ")[1] == "-" * len("a much longer extractor name than the others")
-    assert lines[-1].startswith("Top candidate: clean — highest overlap")
+    assert lines[-2].startswith("Top candidate: clean — highest overlap")
+    assert lines[-1].startswith("Tied with the best (paired verdicts over 3 repeats, 95% interval): clean; worse:")
 
 
 # ----------------------------------------------------------------------------- recommendations
