@@ -59,7 +59,7 @@ class ScreeningConfig(Config):
     each later rung is ``eta`` times larger, and the last one is the whole dataset.  At each rung
     every candidate is scored ``repeats`` times on target-preserving subsamples of
     ``subsample_fraction`` of the rung's rows (the same subsamples for every candidate); the
-    paired verdict uses the central ``interval_level`` range of the repeat differences.  ``seed``
+    paired verdict uses the ``interval_level`` Student-t interval of the mean repeat difference.  ``seed``
     draws the rungs' rows and the repeats.
     """
 
