@@ -90,7 +90,8 @@ def project(tmp_path, monkeypatch, tiny_bert, tweets):
     sys.modules.pop(module, None)
 
 
-def _without_timing(path: pathlib.Path) -> dict:
+def report_without_timing(path: pathlib.Path) -> dict:
+    """A written report.json without what changes run to run (timing) or with the config's folder (input files)."""
     data = json.loads(path.read_text())
     data.pop("timing")
     data["metadata"].pop("input_files", None)
@@ -114,8 +115,8 @@ def test_run_on_a_csv_equals_the_python_benchmark(project, tweets, tiny_bert):
                   SklearnExtractor("tfidf", pipelines.tfidf_svd())]
     expected = Benchmark(dataset, extractors, separatix_config=SeparatixConfig(enabled=False), progress=False).run()
     expected.save_json(folder / "expected.json")
-    ran = _without_timing(folder / "out" / "report.json")
-    assert ran == _without_timing(folder / "expected.json")
+    ran = report_without_timing(folder / "out" / "report.json")
+    assert ran == report_without_timing(folder / "expected.json")
     names = sorted(r["name"] for r in ran["extractor_results"])
     assert names == ["bert:layer1_cls", "bert:layer1_mean", "bert:layer2_cls", "bert:layer2_mean", "tfidf"]
     files = json.loads((folder / "out" / "report.json").read_text())["metadata"]["input_files"]
@@ -132,7 +133,7 @@ def test_staged_commands_accept_the_same_config(project, monkeypatch):
     for phase in ("embed", "score"):
         assert main([phase, "plan.json", "-q"]) == 0
     assert main(["collect", "plan.json", "--output", "collected.json", "-q"]) == 0
-    collected, ran = _without_timing(folder / "collected.json"), _without_timing(folder / "ref" / "report.json")
+    collected, ran = report_without_timing(folder / "collected.json"), report_without_timing(folder / "ref" / "report.json")
     for data in (collected, ran):
         data["metadata"].pop("cache", None)  # the two stores differ
     assert collected == ran
@@ -276,8 +277,8 @@ def _run_equals_python(folder: pathlib.Path, body: str, dataset, extractor) -> d
     assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 0
     Benchmark(dataset, [extractor], separatix_config=SeparatixConfig(enabled=False),
               progress=False).run().save_json(folder / "expected.json")
-    ran = _without_timing(folder / "out" / "report.json")
-    assert ran == _without_timing(folder / "expected.json")
+    ran = report_without_timing(folder / "out" / "report.json")
+    assert ran == report_without_timing(folder / "expected.json")
     return json.loads((folder / "out" / "report.json").read_text())
 
 

@@ -23,6 +23,8 @@ import pytest
 from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, SeparatixConfig
 from vertebrae.cli import main
 
+from .test_model_config import report_without_timing
+
 from .conftest import gaussian_classes
 
 pytestmark = [pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning"),  # k reduced for 10 rows per class
@@ -74,13 +76,6 @@ def project(tmp_path, monkeypatch):
     sys.modules.pop(module, None)
 
 
-def _without_timing(path: pathlib.Path) -> dict:
-    data = json.loads(path.read_text())
-    data.pop("timing")
-    data["metadata"].pop("input_files", None)
-    return data
-
-
 def _run_equals_python(folder: pathlib.Path, entry: str, extractor) -> dict:
     """Run ``entry`` (one [[extractors]] table) over the clips and compare with the Python Benchmark."""
     (folder / "run.toml").write_text(f'[dataset]\nid = "clips"\nrevision = "1"\naudio = "clips.npy"\n'
@@ -91,7 +86,7 @@ def _run_equals_python(folder: pathlib.Path, entry: str, extractor) -> dict:
                                                  identity=DatasetIdentity.declared("clips", "1"))
     Benchmark(dataset, [extractor], separatix_config=SeparatixConfig(enabled=False),
               progress=False).run().save_json(folder / "expected.json")
-    assert _without_timing(folder / "out" / "report.json") == _without_timing(folder / "expected.json")
+    assert report_without_timing(folder / "out" / "report.json") == report_without_timing(folder / "expected.json")
     (result,) = json.loads((folder / "out" / "report.json").read_text())["extractor_results"]
     assert 0 < result["primary_score"] < 1  # a score that another embedding would change
     return result
