@@ -272,9 +272,17 @@ def test_monitor_trend_from_snapshot_rows():
     assert figures.monitor_trend({"result_type": "monitor", "rows": []}) is None
 
 
-def test_figures_are_drawn_without_touching_pyplot(result):
-    figures.ranking(result.serialized())
-    assert "matplotlib.pyplot" not in sys.modules
+def test_figures_are_drawn_without_touching_pyplot(result, tmp_path):
+    """In a fresh interpreter: other test modules import keras, which imports pyplot into this one."""
+    path = tmp_path / "result.json"
+    result.save_json(path)
+    code = ("import sys\n"
+            "from vertebrae.reports import figures\n"
+            "from vertebrae.results import load_result\n"
+            f"assert figures.ranking(load_result({str(path)!r}).serialized())\n"
+            "print('matplotlib' in sys.modules, 'matplotlib.pyplot' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "False"]  # matplotlib drew the figure; pyplot was never imported
 
 
 # ----------------------------------------------------------------------------- Markdown
