@@ -455,6 +455,11 @@ def _cluster_errors() -> tuple[type[BaseException], ...]:
 
 
 # ------------------------------------------------------------------------ the driver
+# The reasons distributed's client gives a cancelled future when it lost its scheduler (client.py); any other
+# reason comes from a live scheduler that forgot the task.
+SCHEDULER_GONE = frozenset({"scheduler-connection-lost", "scheduler-restart"})
+
+
 class _ContextLost(Exception):
     """The scheduler forgot the run context (every worker holding it died) and the tasks waiting on it."""
 
@@ -608,10 +613,11 @@ class _DaskRun:
             try:
                 report = future.result()
             except FutureCancelledError as exc:
-                if exc.reason != "already forgotten":  # "scheduler-connection-lost" or cancelled elsewhere
+                if exc.reason in SCHEDULER_GONE:
                     raise self._failed(self._waiting(done), f"the dask scheduler went away ({exc.reason}); "
                                        f"{SCHEDULER_HINT}", exc) from exc
-                # Its run context was lost with the workers holding it. The other jobs of this attempt settle too
+                # The scheduler lives but forgot the task ("already forgotten", "lost dependencies", or no reason):
+                # its run context was lost with the workers holding it. The other jobs of this attempt settle too
                 # (forgotten as well, or erred: a task out of retries is reported as such, not resubmitted).
                 lost = lost or _ContextLost(self._waiting(done), exc)
                 continue
