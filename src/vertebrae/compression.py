@@ -28,6 +28,7 @@ import numpy as np
 from ._config import Config, check_bool, check_choice, check_seed
 from ._sparse import is_sparse
 from .errors import ConfigError
+from .threads import DEFAULT_THREAD_LIMIT, limited_threads
 
 METHODS = ("none", "pca", "truncated_svd", "gaussian_random_projection", "sparse_random_projection",
            "prefix_truncate", "quantize")
@@ -173,7 +174,8 @@ class Compressor:
 
     ``fit_transform`` is what a benchmark runs (for PCA it is sklearn's own
     ``fit_transform``, so scores equal a direct sklearn call exactly); ``fit`` +
-    ``transform`` is the paired form retrieval uses.
+    ``transform`` is the paired form retrieval uses.  The estimators run on one BLAS thread
+    (vertebrae.threads): on 2 vCPUs PCA on 498 x 384 rows took 0.35 s with two threads, 0.03 s with one.
     """
 
     def __init__(self, config: EmbeddingCompressionConfig, *, source: str = "", matryoshka: bool = False) -> None:
@@ -216,11 +218,12 @@ class Compressor:
             return X if transform else None
         if config.method in ("pca", "truncated_svd", "gaussian_random_projection", "sparse_random_projection"):
             self._estimator = self._make_estimator(X)
-            if transform:
-                out = self._estimator.fit_transform(X)
-            else:
-                self._estimator.fit(X)
-                out = None
+            with limited_threads(DEFAULT_THREAD_LIMIT):  # LAPACK on 2 threads: PCA on 498 x 384 took 10x longer
+                if transform:
+                    out = self._estimator.fit_transform(X)
+                else:
+                    self._estimator.fit(X)
+                    out = None
             self.output_dim = int(self._estimator.components_.shape[0])
             return out
         if config.method == "prefix_truncate":
@@ -263,7 +266,8 @@ class Compressor:
         if not self.applied:
             return X
         if self._estimator is not None:
-            return self._estimator.transform(X)
+            with limited_threads(DEFAULT_THREAD_LIMIT):
+                return self._estimator.transform(X)
         if config.method == "prefix_truncate":
             return X[:, :self.output_dim] if is_sparse(X) else np.ascontiguousarray(X[:, :self.output_dim])
         return _map_values(X, self._quantizer())

@@ -39,7 +39,7 @@ from .execution.registry import get_stage
 from .results import ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.overlap import OverlapIndexScorer
-from .scoring.paired_verdicts import against_best
+from .scoring.paired_verdicts import Interval, against_best
 from .scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats, run_stability_analysis
 from .screening_spill import IncrementStore
 from .screening_stages import PIPELINE
@@ -58,9 +58,9 @@ class ScreeningConfig(Config):
     The first rung holds ``start_fraction`` of the rows, and at least ``start_rows`` when given;
     each later rung is ``eta`` times larger, and the last one is the whole dataset.  At each rung
     every candidate is scored ``repeats`` times on target-preserving subsamples of
-    ``subsample_fraction`` of the rung's rows (the same subsamples for every candidate); the
-    paired verdict uses the ``interval_level`` Student-t interval of the mean repeat difference.  ``seed``
-    draws the rungs' rows and the repeats.
+    ``subsample_fraction`` (< 1) of the rung's rows (the same subsamples for every candidate); the
+    paired verdict uses an ``interval_level`` interval of how far the rung's difference may lie from
+    the full data's (:func:`full_data_interval`).  ``seed`` draws the rungs' rows and the repeats.
     """
 
     start_fraction: float = 0.1
@@ -82,7 +82,7 @@ class ScreeningConfig(Config):
             raise ConfigError(f"{name}.repeats must be <= {MAX_REPEATS} (each repeat is one scoring call per "
                               f"candidate), got {self.repeats}")
         self._set("subsample_fraction", check_float(name, "subsample_fraction", self.subsample_fraction, low=0.0,
-                                                    high=1.0, low_open=True))
+                                                    high=1.0, low_open=True, high_open=True))
         self._set("interval_level", check_float(name, "interval_level", self.interval_level, low=0.0, high=1.0,
                                                 low_open=True, high_open=True))
         self._set("seed", check_seed(name, "seed", self.seed, allow_none=False))
@@ -257,7 +257,7 @@ def _rung_loop(front: Any, runner: Any, chains: list[Chain], rungs: list[Rung], 
             scores = _rung_scores(front, chain, held, targets, rung.repeats, scorer, early)
             if scores is not None:
                 scored.append((chain, scores))
-        kept = _judge(scored, rung, config, history)
+        kept = _judge(scored, rung, config, history, dataset.n_samples)
         for chain, _ in scored:
             if chain not in kept:
                 early[chain.name] = _screened_out(front, chain, history[chain.name])
@@ -331,14 +331,39 @@ def _rung_scores(front: Any, chain: Chain, held: IncrementStore, targets: Target
         return None
 
 
+def full_data_interval(subsample_fraction: float, rung_share: float) -> Interval:
+    """The paired interval of a rung: where the *full data's* difference may lie, given the rung's repeats.
+
+    A rung's repeats are subsamples of its rows, so their spread says how a difference moves between
+    subsamples of those rows, not how far the rung's difference lies from the full data's: the t-interval of
+    their mean narrows with every repeat and called the full run's winner ``worse`` on 165 tweets (docs/screening.md).
+    Subsamples of a fraction f estimate the variance of the rung's statistic as f / (1 - f) times their own
+    variance (the delete-d jackknife, Shao & Wu 1989), and the rung is a sample of the full data, which
+    removes the share ``rung_share`` of it (the finite-population correction):
+    ``half width = t(level, repeats - 1) * sd(differences) * sqrt(f / (1 - f) * (1 - rung_share))``.
+    It does not narrow with repeats; more repeats only estimate the spread better.
+    """
+    from scipy import stats
+
+    factor = math.sqrt(subsample_fraction / (1 - subsample_fraction) * (1 - rung_share))
+
+    def interval(differences: np.ndarray, level: float) -> tuple[float, float, float]:
+        mean, spread = float(differences.mean()), float(differences.std(ddof=1))
+        half = float(stats.t.ppf((1 + level) / 2, differences.size - 1)) * spread * factor
+        return mean, mean - half, mean + half
+
+    return interval
+
+
 def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: ScreeningConfig,
-           history: dict[str, list[dict[str, Any]]]) -> list[Chain]:
+           history: dict[str, list[dict[str, Any]]], n_samples: int) -> list[Chain]:
     """Rank by mean repeat score (ties keep candidate order); keep the first ``ceil(n / eta)`` not judged worse."""
     if not scored:
         return []
     scored.sort(key=lambda item: -float(np.mean(item[1])))
     comparisons = against_best([(chain.name, scores) for chain, scores in scored], higher_is_better=True,
-                               interval_level=config.interval_level)
+                               interval_level=config.interval_level,
+                               interval=full_data_interval(config.subsample_fraction, rung.rows.size / n_samples))
     limit, kept = math.ceil(len(scored) / config.eta), []
     for (chain, scores), comparison in zip(scored, comparisons):
         continues = comparison.verdict != "worse" and len(kept) < limit

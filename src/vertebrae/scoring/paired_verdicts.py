@@ -10,7 +10,7 @@ intervals would hide.  The rules are spelled out in docs/stability.md ("Paired v
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,10 +54,17 @@ class PairedComparison:
         return dataclasses.asdict(self)
 
 
+#: ``interval(differences, level) -> (mean, low, high)``: how a comparison turns the paired differences into an interval.
+Interval = Callable[[np.ndarray, float], tuple[float, float, float]]
+
+
 def compare_paired(candidate: str, reference: str, candidate_scores: Sequence[float],
                    reference_scores: Sequence[float], *, higher_is_better: bool,
-                   interval_level: float) -> PairedComparison:
-    """The paired comparison of two aligned repeat-score lists (``tied`` or ``worse``; see :class:`PairedComparison`)."""
+                   interval_level: float, interval: Interval | None = None) -> PairedComparison:
+    """The paired comparison of two aligned repeat-score lists (``tied`` or ``worse``; see :class:`PairedComparison`).
+
+    ``interval`` defaults to :func:`mean_interval`; screening rungs pass their own (vertebrae.screening).
+    """
     a = np.asarray(candidate_scores, dtype=np.float64)
     b = np.asarray(reference_scores, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.size < 2:
@@ -67,7 +74,7 @@ def compare_paired(candidate: str, reference: str, candidate_scores: Sequence[fl
         raise InputValidationError(f"paired comparison of {candidate!r} with {reference!r}: repeat scores must be "
                                    "finite")
     d = a - b if higher_is_better else b - a
-    mean, low, high = mean_interval(d, interval_level)
+    mean, low, high = (mean_interval if interval is None else interval)(d, interval_level)
     share = float(((d > 0).sum() + 0.5 * (d == 0).sum()) / d.size)
     verdict = "worse" if high < 0 else "tied"
     return PairedComparison(candidate=candidate, reference=reference, n_repeats=int(d.size),
@@ -97,12 +104,12 @@ def best_itself(name: str, n_repeats: int) -> PairedComparison:
 
 
 def against_best(ranked: Sequence[tuple[str, Sequence[float]]], *, higher_is_better: bool,
-                 interval_level: float) -> list[PairedComparison]:
+                 interval_level: float, interval: Interval | None = None) -> list[PairedComparison]:
     """Every candidate of ``ranked`` ((name, repeat scores), best first) against the first one."""
     (best, best_scores), rest = ranked[0], ranked[1:]
     return [best_itself(best, len(best_scores)),
             *(compare_paired(name, best, scores, best_scores, higher_is_better=higher_is_better,
-                             interval_level=interval_level) for name, scores in rest)]
+                             interval_level=interval_level, interval=interval) for name, scores in rest)]
 
 
 def adjacent(ranked: Sequence[tuple[str, Sequence[float]]], *, higher_is_better: bool,
