@@ -320,3 +320,31 @@ def test_boolean_embeddings_are_accepted_dense_and_sparse():
         sparse_result = OverlapIndexScorer(OverlapScoringConfig(k=3)).score(sparse.csr_matrix(X), y)
     assert dense.score == direct_oi(X.astype(np.float64), y, 3).index
     assert sparse_result.score == pytest.approx(dense.score, abs=1e-12)
+
+
+def test_distinct_rows_counts_points_dense_sparse_and_after_normalization():
+    from vertebrae.embeddings import distinct_rows
+
+    points = np.array([[1.0, 2.0, 0.0], [2.0, 4.0, 0.0], [0.0, 0.0, 3.0]])  # rows 0 and 1 share a direction
+    X = points[np.arange(150) % 3]
+    assert distinct_rows(X) == 3 and distinct_rows(sparse.csr_matrix(X)) == 3
+    assert distinct_rows(X, normalize=True) == 2 and distinct_rows(sparse.csr_matrix(X), normalize=True) == 2
+    assert distinct_rows(np.random.default_rng(0).normal(size=(5000, 8)).astype(np.float32)) == 5000  # > one block
+
+
+def test_a_space_collapsed_onto_few_points_warns_that_its_score_is_unreliable():
+    # Random labels carry nothing, yet with 50 prototypes a class (the default at this size) the dependency
+    # scores 2 coincident points far above 1500 distinct ones.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 1500)
+    collapsed = rng.normal(size=(2, 16))[rng.integers(0, 2, 1500)]
+    spread = rng.normal(size=(1500, 16))
+    assert direct_oi(collapsed, y, 50).index > direct_oi(spread, y, 50).index + 0.3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScoringWarning)
+        result = OverlapIndexScorer(OverlapScoringConfig(k=50)).score(collapsed, y)
+        ordinary = OverlapIndexScorer(OverlapScoringConfig(k=50)).score(spread, y)
+    assert result.score == direct_oi(collapsed, y, 50).index
+    assert any("only 2 distinct embedding rows among 1500 after L2 normalization" in w and "unreliable" in w
+               for w in result.warnings), result.warnings
+    assert not any("distinct embedding rows" in w for w in ordinary.warnings)

@@ -203,6 +203,36 @@ def _same_rows(low: np.ndarray, high: np.ndarray) -> bool:
     return bool(np.allclose(low, high, rtol=_SAME_ROW_RTOL, atol=_SAME_ROW_ATOL * scale))
 
 
+#: A space whose distinct rows are fewer than this share of its rows gets a warning (see distinct_rows).
+DISTINCT_ROW_SHARE = 0.5
+
+
+def distinct_rows(matrix: np.ndarray | sparse.csr_matrix, *, normalize: bool = False) -> int:
+    """How many different points the rows are (after L2 normalization when ``normalize``).
+
+    OverlapIndex's score is unreliable on coincident rows (a constant space scores 1.0; two points
+    under random labels outscore distinct ones), so a space that collapses many inputs onto few
+    points -- binary codes of max-pooled outputs, a saturated layer -- can outrank every real one.
+    Rows are compared through one seeded random projection, rounded at the tolerance
+    :func:`is_constant` uses, block by block (no copy of the matrix); distinct rows that project to the
+    same value are measure-zero.
+    """
+    n, width = matrix.shape
+    direction = np.random.default_rng(0).standard_normal(width)
+    projected = np.empty(n, dtype=np.float64)
+    for start in range(0, n, _SCALE_BLOCK_ROWS):
+        block = matrix[start:start + _SCALE_BLOCK_ROWS]
+        block = block.astype(np.float64) if is_sparse(block) else np.asarray(block, dtype=np.float64)
+        values = np.asarray(block @ direction).ravel()
+        if normalize:
+            squares = block.multiply(block).sum(axis=1) if is_sparse(block) else np.einsum("ij,ij->i", block, block)
+            norms = np.sqrt(np.asarray(squares, dtype=np.float64).ravel())
+            values = np.divide(values, norms, out=np.zeros_like(values), where=norms > 0)
+        projected[start:start + len(values)] = values
+    scale = float(np.abs(projected).max()) or 1.0
+    return int(np.unique(np.round(projected / (scale * _SAME_ROW_RTOL))).size)
+
+
 #: A space is scale-dominated when its largest column standard deviation exceeds this multiple of the median one ...
 SCALE_RATIO_THRESHOLD = 100.0
 #: ... and the columns above that multiple hold more than this share of the mean squared row norm.
