@@ -315,3 +315,41 @@ def test_dataframe_missing_values_are_named_with_their_rows():
         BenchmarkDataset.from_dataframe(df, input_col="text", label_col="topic", identity=ID)
     with pytest.raises(InputTypeError, match="df must be a pandas DataFrame"):
         BenchmarkDataset.from_dataframe({"text": []}, input_col="text", label_col="topic", identity=ID)
+
+
+def test_a_subset_of_images_stays_lazy_and_names_the_dataset_rows(image_folder):
+    paths, images, labels = image_folder
+    X = BenchmarkDataset.from_image_paths(paths, labels, identity=ID).extractor_input
+    picked = X.subset([6, 2])
+    assert type(picked).__name__ == "ImageInputs" and len(picked) == 2 and picked.files == (paths[6], paths[2])
+    np.testing.assert_array_equal(np.asarray(picked[1]), images[2])
+    assert type(X[2:5]).__name__ == "ImageInputs" and X[2:5].files == tuple(paths[2:5])
+    in_memory = BenchmarkDataset.from_images(images, labels, identity=ID).extractor_input.subset([7, 0])
+    np.testing.assert_array_equal(np.asarray(in_memory[0]), images[7])
+    paths[6].write_bytes(b"corrupted after the dataset was built")
+    with pytest.raises(InputValidationError, match="image row 6 .*changed"):
+        picked[0]  # the dataset's row, not the subset's position 0
+    with pytest.raises(InputValidationError, match="image row 6 .*changed"):
+        X[5:8].subset([1])[0]
+
+
+def test_a_screened_image_benchmark_hands_its_extractor_lazy_images():
+    from vertebrae import ScreeningConfig
+
+    images = pixels(60)
+    labels = [i % 2 for i in range(60)]
+    received = []
+
+    def mean_colour(batch):
+        received.append(type(batch).__name__)
+        return np.array([np.asarray(image, dtype=np.float64).mean(axis=(0, 1)) for image in batch])
+
+    def noise(batch):
+        return np.random.default_rng(len(batch)).normal(size=(len(batch), 3))
+
+    dataset = BenchmarkDataset.from_images(images, labels, identity=ID)
+    result = Benchmark(dataset, [CallableExtractor("colour", mean_colour), CallableExtractor("noise", noise)],
+                       scoring_config=OverlapScoringConfig(k=2, min_samples_per_cluster=2),
+                       screening=ScreeningConfig(start_rows=20, eta=2), progress=False).run()
+    assert received and set(received) == {"ImageInputs"}
+    assert result["colour"].screening["status"] == "finalist"

@@ -56,10 +56,11 @@ class ImageInputs(Sequence):
     """
 
     def __init__(self, *, files: tuple[Path, ...] | None = None, arrays: tuple[np.ndarray, ...] | None = None,
-                 file_sha256: tuple[str, ...] | None = None) -> None:
+                 file_sha256: tuple[str, ...] | None = None, row_numbers: tuple[int, ...] | None = None) -> None:
         self.files, self.arrays, self.file_sha256 = files, arrays, file_sha256
-        content = (["files", list(file_sha256 or ())] if files is not None else ["pixels", content_sha256(list(arrays or ()))])
-        self._content = content_sha256([LOADER, *content])
+        #: The dataset row of each item, for messages (a subset's item 0 is some other dataset row).
+        self.row_numbers = row_numbers
+        self._content: str | None = None
 
     @property
     def source(self) -> str:
@@ -70,24 +71,37 @@ class ImageInputs(Sequence):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        row = int(index)
-        if not -len(self) <= row < len(self):
-            raise IndexError(f"image row {row} is out of range for {len(self)} images")
-        row %= len(self)
+            return self.subset(range(*index.indices(len(self))))
+        row = self._position(index)
         Image = _pillow()
         if self.files is None:
             return Image.fromarray(self.arrays[row])
         return self._load_file(row, Image)
 
-    def _load_file(self, row: int, Image: Any) -> Any:
-        path = self.files[row]
+    def subset(self, rows: Any) -> ImageInputs:
+        """The images at ``rows``, still loaded on access: a screening rung or a row shard never holds more than
+        an extractor's batch of decoded pixels.  Its errors name the dataset's rows."""
+        positions = [self._position(row) for row in rows]
+        pick = (lambda items: None if items is None else tuple(items[i] for i in positions))
+        numbers = tuple(positions) if self.row_numbers is None else tuple(self.row_numbers[i] for i in positions)
+        return ImageInputs(files=pick(self.files), arrays=pick(self.arrays), file_sha256=pick(self.file_sha256),
+                           row_numbers=numbers)
+
+    def _position(self, index: Any) -> int:
+        row = int(index)
+        if not -len(self) <= row < len(self):
+            raise IndexError(f"image row {row} is out of range for {len(self)} images")
+        return row % len(self)
+
+    def _load_file(self, position: int, Image: Any) -> Any:
+        path = self.files[position]
+        row = position if self.row_numbers is None else self.row_numbers[position]
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise InputValidationError(f"image row {row} ({str(path)!r}) cannot be read now ({exc.strerror or exc}); "
                                        "it was readable when the dataset was built") from None
-        if hashlib.sha256(data).hexdigest() != self.file_sha256[row]:
+        if hashlib.sha256(data).hexdigest() != self.file_sha256[position]:
             raise InputValidationError(f"image row {row} ({str(path)!r}) changed since the dataset was built; rebuild "
                                        "the dataset so its identity matches the files")
         try:
@@ -99,7 +113,12 @@ class ImageInputs(Sequence):
                                        "the file") from None
 
     def __vertebrae_content__(self) -> str:
-        """The content digest dataset identity and artifact keys hash (see vertebrae.fingerprint)."""
+        """The content digest dataset identity and artifact keys hash (see vertebrae.fingerprint); computed once,
+        when first asked (hashing in-memory pixels reads every one)."""
+        if self._content is None:
+            content = (["files", list(self.file_sha256 or ())] if self.files is not None
+                       else ["pixels", content_sha256(list(self.arrays or ()))])
+            self._content = content_sha256([LOADER, *content])
         return self._content
 
     def structure(self) -> dict[str, Any]:

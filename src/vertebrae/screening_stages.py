@@ -23,6 +23,7 @@ from .embedding_set import EMBEDDINGS_CODEC, Embedding, EmbeddingSet
 from .embeddings import embedding_metadata, validate_embeddings
 from .execution.registry import EMBED, stage
 from .fingerprint import content_sha256
+from .image_inputs import ImageInputs
 from .multimodal import MultiModalInputs
 
 PIPELINE = "screening"
@@ -60,9 +61,12 @@ def _validated(raw: Any, n_rows: int, source: str) -> Embedding:
 
 
 def rows_of(inputs: Any, rows: Any) -> Any:
-    """The given rows of an extractor input (an array, a sparse matrix, a DataFrame, a sequence, multi-modal fields)."""
+    """The given rows of an extractor input (an array, a sparse matrix, a DataFrame, a sequence, multi-modal fields;
+    lazy images stay lazy)."""
     if isinstance(inputs, MultiModalInputs):
         return MultiModalInputs({field: rows_of(values, rows) for field, _, values in inputs}, inputs.modalities)
+    if isinstance(inputs, ImageInputs):
+        return inputs.subset(rows)
     if hasattr(inputs, "iloc"):
         return inputs.iloc[rows]
     if hasattr(inputs, "shape"):
