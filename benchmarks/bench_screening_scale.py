@@ -18,7 +18,7 @@ the rung's seconds.  Printed: peak RSS of the 500-candidate run against a 10-can
 over the rungs).  A 10-candidate run without screening, with the same full evaluation (stability
 on), gives the cost of one candidate evaluated in full.
 
-    python benchmarks/bench_screening_scale.py            # 10 and 500 screened, 10 in full (~15 min on 2 busy cores)
+    python benchmarks/bench_screening_scale.py            # 10 and 500 screened, 10 in full (~4 min on 2 quiet cores)
     python benchmarks/bench_screening_scale.py --small    # 5,000 rows: a quick check of the script
 """
 
