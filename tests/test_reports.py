@@ -318,6 +318,24 @@ def test_console_table_is_aligned_for_any_name_length(result):
     assert lines[-1].startswith("Tied with the best (paired verdicts over 3 repeats, 95% interval): clean; worse:")
 
 
+def test_console_summary_cautions_when_the_top_candidate_collapsed_onto_few_points():
+    # 4 points under random labels outscore the 8 raw columns they were made from.
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(300, 8)), rng.integers(0, 3, 300)
+    points = rng.normal(size=(4, 8))
+    collapsed = points[(X[:, 0] > 0).astype(int) + 2 * (X[:, 1] > 0).astype(int)]
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("random-labels", "1"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = Benchmark(dataset, [PrecomputedExtractor("collapsed", collapsed), PrecomputedExtractor("raw", X)],
+                        progress=False).run()
+    assert run.ranked_results()[0].name == "collapsed" and run["collapsed"].overlap.metadata["distinct_rows"] == 4
+    assert run["raw"].overlap.metadata["distinct_rows"] == 300
+    lines = console_summary(run).splitlines()
+    assert ("Caution: collapsed has only 4 distinct embedding rows among 300, and OverlapIndex scores coincident "
+            "rows unreliably; check the pick with --referee probe.") in lines
+
+
 # ----------------------------------------------------------------------------- recommendations
 def test_recommendation_cutoffs_per_target_type():
     assert recommendation_label(0.8) == "strong_separation" and recommendation_label(0.79) == "moderate_separation"

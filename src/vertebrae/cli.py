@@ -293,10 +293,25 @@ def console_summary(result) -> str:
         cohort = result.quality_cohort()
         if len(cohort) > 1:
             why += f"; {len(cohort) - 1} other(s) within the quality tolerance, so compare them on cost"
+    collapsed = _collapsed_caution(best)
+    if collapsed:
+        why += f".\n{collapsed}"
     verdicts = result.paired_verdicts() if len(result.views()) == 1 else None
     if verdicts is not None and verdicts.available and len(ranked) > 1:  # which differences are real
         why += ".\nTied with the best" + verdict_text(verdicts, result.metadata.get("adaptive_repeats")).rstrip(".")
     return "\n".join(lines) + "\n\n" + why + "."
+
+
+def _collapsed_caution(best: Any) -> str:
+    """A caution when the top candidate's space holds few distinct points (its overlap score is unreliable)."""
+    from .embeddings import DISTINCT_ROW_SHARE
+
+    metadata = getattr(best.overlap, "metadata", None) or {}
+    distinct, n = metadata.get("distinct_rows"), metadata.get("n_samples")
+    if distinct is None or not n or distinct >= DISTINCT_ROW_SHARE * n:
+        return ""
+    return (f"Caution: {best.name} has only {distinct} distinct embedding rows among {n}, and OverlapIndex scores "
+            "coincident rows unreliably; check the pick with --referee probe")
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -415,7 +415,7 @@ class OverlapIndexScorer:
                 "to be scored: subsample per class (as subsample stability does) or drop the class")
         included = check_class_settings(cfg, counts, catalog)
         k_per_class, k_source, notes = resolve_k(counts, cfg, catalog)
-        zeros = _check_geometry(X, cfg.normalize_embeddings, notes)
+        zeros, distinct = _check_geometry(X, cfg.normalize_embeddings, notes)
         # OverlapIndex sees integer codes into the label catalog: column j of the multi-label
         # indicator, or code j of a single-label row, is catalog.keys[j].  Integer labels also
         # keep OverlapIndex's per-row label bookkeeping ~10% cheaper than string keys.
@@ -450,7 +450,7 @@ class OverlapIndexScorer:
         unevaluable = sorted(from_oi[_py(lab)] for lab in getattr(oi, "unevaluable_labels_", None) or [])
         aggregation = [k for k in included if k not in unevaluable]
         metadata = {
-            **_backend_metadata(cfg, X, kmeans_kwargs, zeros),
+            **_backend_metadata(cfg, X, kmeans_kwargs, zeros, distinct),
             "aggregation_classes": aggregation, "excluded_classes": list(cfg.exclude_classes),
             "unevaluable_classes": unevaluable, "k_source": k_source,
         }
@@ -478,7 +478,7 @@ class OverlapIndexScorer:
         Y = targets.values[:, keep]
         Y = Y[:, 0] if Y.shape[1] == 1 else Y
         # ContinuousOverlapIndex has no normalization option: normalize on one float64 copy here.
-        zeros = _check_geometry(X, cfg.normalize_embeddings, notes)
+        zeros, distinct = _check_geometry(X, cfg.normalize_embeddings, notes)
         Xf, _ = evaluated_matrix(X, cfg.normalize_embeddings)
         kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
         _LOG.info("ContinuousOverlapIndex on %d x %d with %d %s null permutation(s); this is slow (about 70 s at "
@@ -517,7 +517,7 @@ class OverlapIndexScorer:
             "scored_targets": [targets.target_names[j] for j in keep],
         }
         metadata = {
-            **_backend_metadata(cfg, X, kmeans_kwargs, zeros), "aggregation": cfg.aggregation,
+            **_backend_metadata(cfg, X, kmeans_kwargs, zeros, distinct), "aggregation": cfg.aggregation,
             "aggregation_classes": list(cells), "excluded_classes": [],
         }
         return OverlapScoreResult(
@@ -529,10 +529,11 @@ class OverlapIndexScorer:
             labels={cell: cell for cell in cells}, loss_ratio=float(coi.loss_ratio_), regression=regression)
 
 
-def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> np.ndarray:
-    """Reject a space with one point (OverlapIndex calls it perfectly separated); note zero rows.
+def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> tuple[np.ndarray, int]:
+    """Reject a space with one point (OverlapIndex calls it perfectly separated); note a space collapsed onto
+    few points and zero rows.
 
-    Returns the indices of all-zero rows; their warning is appended to ``notes``.
+    Returns the indices of all-zero rows and the number of distinct rows; their warnings are appended to ``notes``.
     """
     if is_constant(X, normalize=normalize):
         raise InputValidationError(
@@ -551,16 +552,17 @@ def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> np.ndarray:
         shown = ", ".join(map(str, zeros[:5])) + (", ..." if zeros.size > 5 else "")
         notes.append(f"{zeros.size} all-zero embedding row(s) (rows {shown})"
                      + (" cannot be L2-normalized and stay at the origin" if normalize else ""))
-    return zeros
+    return zeros, distinct
 
 
-def _backend_metadata(cfg: Any, X: Any, kmeans_kwargs: Mapping[str, Any], zeros: np.ndarray) -> dict[str, Any]:
+def _backend_metadata(cfg: Any, X: Any, kmeans_kwargs: Mapping[str, Any], zeros: np.ndarray,
+                      distinct: int) -> dict[str, Any]:
     """Backend facts every overlap result records, classification or regression."""
     return {"backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
             "offline_chunk_size": cfg.offline_chunk_size, "seed": kmeans_kwargs["random_state"],
             "kmeans_kwargs": dict(kmeans_kwargs), "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "thread_limit": cfg.thread_limit,
-            "zero_rows": int(zeros.size), "overlapindex_version": package_version("overlapindex")}
+            "zero_rows": int(zeros.size), "distinct_rows": distinct, "overlapindex_version": package_version("overlapindex")}
 
 
 def _py(label: Any) -> Any:
