@@ -34,7 +34,8 @@ class PairedComparison:
     score, the opposite for lower-is-better.  ``difference_low``/``difference_high`` are
     the ``interval_level`` confidence interval of the mean paired difference (Student's t
     over the ``d_r``, the paired t-test's interval): it narrows as repeats are added, which
-    is what lets adaptive repeats decide; ``share_better`` is the share of repeats with
+    is what lets adaptive repeats decide (a screening rung passes its own, wider interval:
+    vertebrae.screening.full_data_interval); ``share_better`` is the share of repeats with
     ``d_r > 0``, ties counting half.  ``contradicts_ranking`` is True when the whole interval lies above 0:
     the repeats say the lower-ranked candidate is better, against the full-data ranking
     (its verdict stays ``tied``: it cannot be ruled out, and it is never called ``worse``).
