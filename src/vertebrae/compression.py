@@ -175,7 +175,8 @@ class Compressor:
     ``fit_transform`` is what a benchmark runs (for PCA it is sklearn's own
     ``fit_transform``, so scores equal a direct sklearn call exactly); ``fit`` +
     ``transform`` is the paired form retrieval uses.  The estimators run on one BLAS thread
-    (vertebrae.threads): on 2 vCPUs PCA on 498 x 384 rows took 0.35 s with two threads, 0.03 s with one.
+    (vertebrae.threads): faster on small machines, and the numbers do not depend on the core count
+    (docs/performance.md, "Thread limit").
     """
 
     def __init__(self, config: EmbeddingCompressionConfig, *, source: str = "", matryoshka: bool = False) -> None:
@@ -218,7 +219,7 @@ class Compressor:
             return X if transform else None
         if config.method in ("pca", "truncated_svd", "gaussian_random_projection", "sparse_random_projection"):
             self._estimator = self._make_estimator(X)
-            with limited_threads(DEFAULT_THREAD_LIMIT):  # LAPACK on 2 threads: PCA on 498 x 384 took 10x longer
+            with limited_threads(DEFAULT_THREAD_LIMIT):
                 if transform:
                     out = self._estimator.fit_transform(X)
                 else:
