@@ -545,8 +545,8 @@ def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> tuple[np.ndarr
         notes.append(f"only {distinct} distinct embedding rows among {X.shape[0]}"
                      + (" after L2 normalization" if normalize else "")
                      + ": OverlapIndex's score is unreliable on coincident rows (2 points under random labels "
-                     "can outscore 1,500 distinct ones); binary quantization or max pooling can collapse inputs onto few points: "
-                     "check the ranking with a linear probe (referee='probe')")
+                     "can outscore 1,500 distinct ones); binary quantization or max pooling can collapse inputs "
+                     "onto few points: check the ranking with a linear probe (referee='probe')")
     zeros = zero_rows(X)
     if zeros.size:
         shown = ", ".join(map(str, zeros[:5])) + (", ..." if zeros.size > 5 else "")
@@ -562,7 +562,8 @@ def _backend_metadata(cfg: Any, X: Any, kmeans_kwargs: Mapping[str, Any], zeros:
             "offline_chunk_size": cfg.offline_chunk_size, "seed": kmeans_kwargs["random_state"],
             "kmeans_kwargs": dict(kmeans_kwargs), "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "thread_limit": cfg.thread_limit,
-            "zero_rows": int(zeros.size), "distinct_rows": distinct, "overlapindex_version": package_version("overlapindex")}
+            "zero_rows": int(zeros.size), "distinct_rows": distinct,
+            "overlapindex_version": package_version("overlapindex")}
 
 
 def _py(label: Any) -> Any:
