@@ -39,7 +39,7 @@ from .execution.registry import get_stage
 from .results import ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.overlap import OverlapIndexScorer
-from .scoring.paired_verdicts import Interval, against_best
+from .scoring.paired_verdicts import Interval, against_best, t_interval
 from .scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats, run_stability_analysis
 from .screening_spill import IncrementStore
 from .screening_stages import PIPELINE
@@ -343,16 +343,8 @@ def full_data_interval(subsample_fraction: float, rung_share: float) -> Interval
     ``half width = t(level, repeats - 1) * sd(differences) * sqrt(f / (1 - f) * (1 - rung_share))``.
     It does not narrow with repeats; more repeats only estimate the spread better.
     """
-    from scipy import stats
-
-    factor = math.sqrt(subsample_fraction / (1 - subsample_fraction) * (1 - rung_share))
-
-    def interval(differences: np.ndarray, level: float) -> tuple[float, float, float]:
-        mean, spread = float(differences.mean()), float(differences.std(ddof=1))
-        half = float(stats.t.ppf((1 + level) / 2, differences.size - 1)) * spread * factor
-        return mean, mean - half, mean + half
-
-    return interval
+    divisor = math.sqrt((1 - subsample_fraction) / subsample_fraction / (1 - rung_share))
+    return lambda differences, level: t_interval(differences, level, divisor)
 
 
 def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: ScreeningConfig,

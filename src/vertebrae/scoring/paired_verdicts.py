@@ -88,12 +88,17 @@ def mean_interval(differences: np.ndarray, level: float) -> tuple[float, float, 
 
     Identical differences (zero spread) give the point interval ``[mean, mean]``.
     """
+    return t_interval(differences, level, np.sqrt(differences.size))
+
+
+def t_interval(differences: np.ndarray, level: float, divisor: float) -> tuple[float, float, float]:
+    """(mean, low, high): ``mean ± t(level, n - 1) · sd / divisor``, the shape of every paired interval (``divisor``
+    sqrt(n) gives the mean's; a screening rung's is :func:`vertebrae.screening.full_data_interval`)."""
     from scipy import stats
 
-    n = differences.size
     mean = float(differences.mean())
     spread = float(differences.std(ddof=1))
-    half = float(stats.t.ppf((1 + level) / 2, n - 1)) * spread / np.sqrt(n) if spread > 0 else 0.0
+    half = float(stats.t.ppf((1 + level) / 2, differences.size - 1)) * spread / divisor if spread > 0 else 0.0
     return mean, mean - half, mean + half
 
 
