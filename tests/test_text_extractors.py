@@ -13,6 +13,7 @@ import torch
 
 from vertebrae import HFTextExtractor, SentenceTransformerExtractor
 from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
+from vertebrae.extractors.batching import observe_batches
 
 LAYERS = [0, 3, -1]
 POOLINGS = ["mean", "cls", "max", "last_token"]
@@ -61,6 +62,24 @@ def test_hf_layers_and_poolings_match_unpadded_automodel_runs(auto_model, tweets
     assert sorted(hf_outputs) == sorted(reference)
     for name, rows in reference.items():
         np.testing.assert_allclose(hf_outputs[name], np.stack(rows), rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_hf_batches_hold_texts_of_similar_length(minilm_path, tweets):
+    """Batches go longest first by token count (little padding); the outputs' row order is the dataset's (test
+    above, against each text alone)."""
+    batches = []
+
+    def observer(embed, rows):
+        batches.append(rows.tolist())
+        return embed(rows)
+
+    extractor = HFTextExtractor("minilm", minilm_path, batch_size=8, device="cpu", progress=False)
+    with observe_batches(observer):
+        extractor.transform(tweets.texts)
+    assert [len(b) for b in batches] == [8, 8, 8, 8, 4]
+    assert sorted(row for batch in batches for row in batch) == list(range(36))
+    counts = [len(extractor.tokenizer_(tweets.texts[row])["input_ids"]) for batch in batches for row in batch]
+    assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
 
 
 def test_left_and_right_padding_give_equal_outputs(minilm_path, tweets, hf_outputs):
