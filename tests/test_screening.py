@@ -230,7 +230,16 @@ def test_a_rerun_with_a_cache_embeds_nothing(tmp_path):
     assert sum(len(e.seen) for e in first_extractors) > 0
     assert all(e.seen == [] for e in again_extractors)  # every increment and the assembled extractions hit
     assert all(r.embedding["cache_status"] == "hit" for r in again.ranked_results())
+    assert all(r.embedding["cache_status"] == "miss" for r in first.ranked_results())
     assert [r.primary_score for r in again.extractor_results] == [r.primary_score for r in first.extractor_results]
+    # the finalists' assembled extractions were stored under the ordinary extract keys: a run without screening
+    # reads them
+    finalists = first.metadata["screening"]["finalists"]
+    plain_extractors = [e for e in _candidates() if e.name in finalists]
+    plain = Benchmark(_dataset(), plain_extractors, **QUIET, cache_config=cache).run()
+    assert all(e.seen == [] for e in plain_extractors)
+    assert all(r.embedding["cache_status"] == "hit" for r in plain.ranked_results())
+    assert [plain[name].primary_score for name in finalists] == [first[name].primary_score for name in finalists]
 
 
 def test_a_dask_run_equals_a_local_run(dask_client):

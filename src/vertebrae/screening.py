@@ -31,11 +31,11 @@ from .benchmark_stages import output_metadata, stacked_outputs
 from .compression import Compressor, declares_matryoshka
 from .embedding_set import EmbeddingSet
 from .errors import ConfigError, ExtractorError
+from .execution.caching import Compute, execute_job
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome
 from .execution.local import LocalRunner
-from .execution.plan import Plan, build_plan
-from .execution.registry import get_stage
+from .execution.plan import Plan, StageJob, build_plan
 from .results import ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.overlap import OverlapIndexScorer
@@ -109,14 +109,6 @@ class RungSettings:
 
     benchmark: Any
     increment: np.ndarray
-
-
-class ScreenedContext(RunContext):
-    """The finalists' run context: the full-data embeddings assembled from the rungs' increments, by extract key."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.assembled: dict[str, EmbeddingSet] = {}
 
 
 # ----------------------------------------------------------------------------- rungs
@@ -391,20 +383,31 @@ def _screened_out(front: Any, chain: Chain, history: list[dict[str, Any]]) -> Ex
 
 def _evaluate(front: Any, runner: Any, finalists: list[Chain], held: IncrementStore,
               inverse: np.ndarray) -> tuple[Plan, RunOutcome]:
-    """The finalists' ordinary plan, its extract jobs answered by the embeddings assembled from the increments
-    (in memory: the finalists are few, and a runner's workers may not see the local spill folder)."""
-    context = ScreenedContext(front.settings, front.extractors, front.dataset, cache=front.cache)
+    """The finalists' ordinary plan.  Its extract jobs do not run: each is settled here through the cache (a hit
+    is read; otherwise the embedding is assembled from the increments and stored under the job's key) and handed
+    to the runner as a ``given`` artifact, which ``DaskRunner`` sends only to the workers that read it (a runner's
+    workers may not see the local spill folder)."""
+    context = RunContext(front.settings, front.extractors, front.dataset, cache=front.cache)
     plan = build_plan(front.pipeline, finalists, context)
-    assembled = get_stage(PIPELINE, "extract")
-    jobs = []
+    given, settled = {}, {}
     for job in plan.jobs:
         if job.stage == "extract":
-            extractor_id, source = job.params["extractor"], f"extractor {job.params['parent']!r}"
-            rows = {output: held.rows(extractor_id, output, source)[inverse] for output in held.outputs(extractor_id)}
-            context.assembled[job.key] = stacked_outputs(job, context, [rows])
-            job = dataclasses.replace(job, pipeline=PIPELINE, function=assembled.path)
-        jobs.append(job)
+            ran = execute_job(job, {}, context, compute=_assembly(job, context, held, inverse))
+            given[job.key], settled[job.key] = ran.artifact, (ran.timings, ran.status, ran.footprint())
     held.close()
-    outcome = runner.run(jobs, context, on_error=front.on_error, description=front.description,
-                         **front.kept_for_rounds(jobs))
-    return Plan(jobs, plan.chains, plan.chain_keys), outcome
+    outcome = runner.run([job for job in plan.jobs if job.key not in given], context, on_error=front.on_error,
+                         description=front.description, given=given, **front.kept_for_rounds(plan.jobs))
+    for key, (timings, status, footprint) in settled.items():
+        outcome.timings[key], outcome.statuses[key], outcome.persisted[key] = timings, status, footprint
+    return plan, outcome
+
+
+def _assembly(job: StageJob, context: RunContext, held: IncrementStore, inverse: np.ndarray) -> Compute:
+    """How an extract job's full-data embedding is made from its extractor's increments, in dataset row order."""
+    def assemble() -> tuple[EmbeddingSet, dict[str, float]]:
+        start = time.perf_counter()
+        extractor_id, source = job.params["extractor"], f"extractor {job.params['parent']!r}"
+        rows = {output: held.rows(extractor_id, output, source)[inverse] for output in held.outputs(extractor_id)}
+        return stacked_outputs(job, context, [rows]), {"seconds": time.perf_counter() - start}
+
+    return assemble

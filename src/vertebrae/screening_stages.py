@@ -6,11 +6,10 @@ inputs are embedded by the same extractor again.  The extractor is fitted on eve
 in ``benchmark/extract``, so row i has the same embedding in every rung and in the full extraction;
 a multi-output extractor embeds each increment once for all its outputs.
 
-``extract`` is never planned from chains (its config is always None): the screening loop
-(:mod:`vertebrae.screening`) puts it in place of the survivors' ``benchmark/extract`` jobs, under the
-same keys, returning the full-data embedding assembled from the increments in the dataset's row
-order — the same artifact a whole extraction makes, as a row-sharded extraction is (the increments
-are shards of the rows).
+The finalists' ``benchmark/extract`` jobs are not run again: the screening loop
+(:mod:`vertebrae.screening`) assembles each one's full-data embedding from the increments in the
+dataset's row order (the same artifact a whole extraction makes, as a row-sharded extraction is:
+the increments are shards of the rows) and settles it through the cache under the job's own key.
 """
 
 from __future__ import annotations
@@ -72,14 +71,3 @@ def rows_of(inputs: Any, rows: Any) -> Any:
     if hasattr(inputs, "shape"):
         return inputs[rows]
     return [inputs[int(i)] for i in rows]
-
-
-def _never_planned(settings: Any, chain: Any) -> None:
-    return None
-
-
-@stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",),
-       config=_never_planned, codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="seconds")
-def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
-    """The full-data embedding the screening loop assembled from the increments (see the module docstring)."""
-    return context.assembled[job.key]

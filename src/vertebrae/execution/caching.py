@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact, array_nbytes, output_array
@@ -31,6 +32,8 @@ CACHE_STATUSES = (HIT, MISS, DISABLED, BYPASSED_UNSAFE_IDENTITY)
 NOT_MEASURED_CACHE_HIT = "not_measured_cache_hit"
 #: Persisted-footprint statuses: the object was stat'ed, nothing was stored, or the stat failed.
 MEASURED, NOT_PERSISTED, UNAVAILABLE = "measured", "not_persisted", "unavailable"
+#: How a job's artifact is made on a miss: ``compute() -> (artifact, timings)``.
+Compute = Callable[[], tuple[Any, dict[str, float]]]
 
 
 @dataclasses.dataclass
@@ -70,13 +73,13 @@ class StageCache:
             self._store = self.config.open_store()
         return self._store
 
-    def run(self, job: StageJob, inputs: dict[str, Any], context: Any, codec: ArtifactCodec) -> JobRun:
-        mode = self.config.mode
-        if mode != "refresh":
+    def run(self, job: StageJob, compute: Compute, context: Any, codec: ArtifactCodec) -> JobRun:
+        """The stored artifact (a hit, except in refresh mode), else ``compute()`` stored as a miss."""
+        if self.config.mode != "refresh":
             found = self.lookup(job, codec)
             if found is not None:
                 return found
-        artifact, timings = run_job(job, inputs, context)
+        artifact, timings = compute()
         return self.computed(job, artifact, timings, context, codec)
 
     def computed(self, job: StageJob, artifact: Any, timings: dict[str, float], context: Any,
@@ -135,13 +138,18 @@ class StageCache:
         return {name: sizes[entry["file"]] for name, entry in manifest.arrays.items()}, MEASURED, None
 
 
-def execute_job(job: StageJob, inputs: dict[str, Any], context: Any) -> JobRun:
-    """Run one job through the run's cache (``context.cache``, None without a cache): what every runner calls."""
+def execute_job(job: StageJob, inputs: dict[str, Any], context: Any, compute: Compute | None = None) -> JobRun:
+    """Run one job through the run's cache (``context.cache``, None without a cache): what every runner calls.
+
+    ``compute`` stands in for the stage's function when the caller already holds what the job would make (the
+    screening loop's finalists' extractions, assembled from their rungs' increments): the cache then treats
+    it exactly as the stage's result, a hit read instead and a miss stored.
+    """
+    make = compute if compute is not None else (lambda: run_job(job, inputs, context))
     cache, codec = job_cache(job, context)
     if cache is None:
-        artifact, timings = run_job(job, inputs, context)
-        return computed_run(job, artifact, timings)
-    return cache.run(job, inputs, context, codec)
+        return computed_run(job, *make())
+    return cache.run(job, make, context, codec)
 
 
 def job_cache(job: StageJob, context: Any) -> tuple[StageCache | None, ArtifactCodec | None]:

@@ -343,7 +343,8 @@ class _StagedRun:
             if self.phase == COLLECT:
                 ran = computed_run(job, *run_job(job, inputs, self.context))
             else:
-                ran = self.cache.run(job, inputs, self.context, definition_of(job).codec)
+                ran = self.cache.run(job, lambda: run_job(job, inputs, self.context), self.context,
+                                     definition_of(job).codec)
         except Exception as exc:
             if self.on_error == "raise":
                 raise annotate(exc, job)
