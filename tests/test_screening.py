@@ -11,7 +11,9 @@ import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, ConfigError, DatasetIdentity,
                        EmbeddingCompressionConfig, KNNMetric, ScreeningConfig, StabilityConfig)
+from vertebrae.artifacts import FsspecStore
 from vertebrae.cli import main
+from vertebrae.errors import ArtifactIntegrityError
 from vertebrae.execution.local import LocalRunner
 from vertebrae.fingerprint import content_sha256
 from vertebrae.profiling import ResourceProfilingConfig
@@ -240,6 +242,26 @@ def test_a_rerun_with_a_cache_embeds_nothing(tmp_path):
     assert all(e.seen == [] for e in plain_extractors)
     assert all(r.embedding["cache_status"] == "hit" for r in plain.ranked_results())
     assert [plain[name].primary_score for name in finalists] == [first[name].primary_score for name in finalists]
+
+
+def test_a_corrupt_stored_finalist_extraction_in_a_read_only_cache_is_the_runners_to_report(tmp_path):
+    """The loop settles a finalist's extraction through the cache; a read_only cache's corrupt entry is left to the
+    runner, which runs the ordinary extract job and raises or records its error per on_error."""
+    store = tmp_path / "cache"
+    first = _screened(cache_config=CacheConfig(store=str(store)))
+    finalist = first.ranked_results()[0]
+    key = finalist.artifact_keys["extract"]
+    entry = next(iter(FsspecStore(str(store)).manifest(key).arrays.values()))
+    path = store / key / entry["file"]
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x10
+    path.write_bytes(bytes(data))
+    read_only = CacheConfig(store=str(store), mode="read_only")
+    with pytest.raises(ArtifactIntegrityError, match="read_only mode never repairs"):
+        _screened(cache_config=read_only)
+    recorded = _screened(cache_config=read_only, on_error="record")[finalist.name]
+    assert not recorded.aggregate_valid and recorded.error["type"] == "ArtifactIntegrityError"
+    assert recorded.error["stage"] == "extract"
 
 
 def test_a_dask_run_equals_a_local_run(dask_client):

@@ -30,7 +30,7 @@ from ._config import Config, check_float, check_int, check_seed
 from .benchmark_stages import output_metadata, stacked_outputs
 from .compression import Compressor, declares_matryoshka
 from .embedding_set import EmbeddingSet
-from .errors import ConfigError, ExtractorError
+from .errors import ArtifactError, ConfigError, ExtractorError
 from .execution.caching import Compute, execute_job
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome
@@ -392,7 +392,10 @@ def _evaluate(front: Any, runner: Any, finalists: list[Chain], held: IncrementSt
     given, settled = {}, {}
     for job in plan.jobs:
         if job.stage == "extract":
-            ran = execute_job(job, {}, context, compute=_assembly(job, context, held, inverse))
+            try:
+                ran = execute_job(job, {}, context, compute=_assembly(job, context, held, inverse))
+            except ArtifactError:  # a read_only cache's corrupt entry: the runner runs the job and reports it
+                continue
             given[job.key], settled[job.key] = ran.artifact, (ran.timings, ran.status, ran.footprint())
     held.close()
     outcome = runner.run([job for job in plan.jobs if job.key not in given], context, on_error=front.on_error,
