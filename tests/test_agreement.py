@@ -7,8 +7,6 @@ proline column is hundreds of times wider than the median column.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import re
 import warnings
 
