@@ -304,11 +304,11 @@ def console_summary(result) -> str:
 
 def _collapsed_caution(best: Any) -> str:
     """A caution when the top candidate's space holds few distinct points (its overlap score is unreliable)."""
-    from .embeddings import DISTINCT_ROW_SHARE
+    from .embeddings import is_collapsed
 
     metadata = getattr(best.overlap, "metadata", None) or {}
     distinct, n = metadata.get("distinct_rows"), metadata.get("n_samples")
-    if distinct is None or not n or distinct >= DISTINCT_ROW_SHARE * n:
+    if distinct is None or not n or not is_collapsed(distinct, n):
         return ""
     return (f"Caution: {best.name} has only {distinct} distinct embedding rows among {n}, and OverlapIndex scores "
             "coincident rows unreliably; check the pick with --referee probe")

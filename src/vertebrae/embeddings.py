@@ -207,6 +207,11 @@ def _same_rows(low: np.ndarray, high: np.ndarray) -> bool:
 DISTINCT_ROW_SHARE = 0.5
 
 
+def is_collapsed(distinct: int, n_rows: int) -> bool:
+    """Whether ``distinct`` points among ``n_rows`` rows are too few for OverlapIndex's score to be trusted."""
+    return distinct < DISTINCT_ROW_SHARE * n_rows
+
+
 def distinct_rows(matrix: np.ndarray | sparse.csr_matrix, *, normalize: bool = False) -> int:
     """How many different points the rows are (after L2 normalization when ``normalize``).
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
 from .._sparse import is_sparse
-from ..embeddings import (DISTINCT_ROW_SHARE, distinct_rows, evaluated_matrix, is_constant, unit_scaled,
+from ..embeddings import (distinct_rows, evaluated_matrix, is_collapsed, is_constant, unit_scaled,
                           validate_embeddings, zero_rows)
 from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
 from ..fingerprint import package_version
@@ -541,7 +541,7 @@ def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> tuple[np.ndarr
             + ", so they separate nothing; OverlapIndex would report 1.0 (perfect separation) for such a space. "
             "Check the extractor (a collapsed or untrained model?).")
     distinct = distinct_rows(X, normalize=normalize)
-    if distinct < DISTINCT_ROW_SHARE * X.shape[0]:
+    if is_collapsed(distinct, X.shape[0]):
         notes.append(f"only {distinct} distinct embedding rows among {X.shape[0]}"
                      + (" after L2 normalization" if normalize else "")
                      + ": OverlapIndex's score is unreliable on coincident rows (2 points under random labels "
