@@ -66,6 +66,7 @@ class HFAudioExtractor(LayerPoolingExtractor):
     are ``mean`` and/or ``max`` over the clip's valid frames.
     """
 
+    version = 1
     computes_with = ("torch", "transformers")
 
     def __init__(self, name: str, model_path: Any, *, sampling_rate: int, layers: int | Sequence[int] = -1,

@@ -120,6 +120,7 @@ class HFVisionExtractor(LayerPoolingExtractor):
     vision tower.  ``processor_backend`` fixes how the image processor resizes (``"pil"`` by default).
     """
 
+    version = 1
     computes_with = ("torch", "transformers", "pillow")
 
     def __init__(self, name: str, model_path: Any, *, layers: int | Sequence[int] = -1,

@@ -61,6 +61,7 @@ def params_sha256(params: Any) -> str:
 class JAXExtractor(BatchedExtractor):
     """Embed inputs with ``apply(params, batch)``, one call per batch; ``params`` is any pytree of arrays."""
 
+    version = 1
     computes_with = ("jax", "jaxlib")
 
     def __init__(self, name: str, apply: Callable[[Any, Any], Any], params: Any, *, batch_size: int = 64,

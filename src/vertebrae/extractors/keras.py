@@ -106,6 +106,8 @@ class KerasExtractor(BatchedExtractor):
     cache-eligible unless you declare ``cache_identity``.
     """
 
+    version = 1
+
     @property
     def computes_with(self) -> tuple[str, ...]:
         backend = keras_backend()

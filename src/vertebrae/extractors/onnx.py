@@ -29,6 +29,7 @@ class ONNXExtractor(BatchedExtractor):
     array (single output) or a mapping with the ``outputs`` names.
     """
 
+    version = 1
     computes_with = ("onnxruntime",)
 
     def __init__(self, name: str, model_path: Any, *, input_fn: Callable[[Any], Mapping[str, Any]] | None = None,

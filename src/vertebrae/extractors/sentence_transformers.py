@@ -40,6 +40,7 @@ class SentenceTransformerExtractor(BatchedExtractor):
     ``device="auto"`` leaves an in-memory model where it is.
     """
 
+    version = 1
     computes_with = ("torch", "transformers", "tokenizers", "sentence-transformers")
 
     def __init__(self, name: str, model_or_path: Any, *, batch_size: int = 32, normalize_embeddings: bool = False,

@@ -157,6 +157,7 @@ class TorchExtractor(BatchedExtractor):
     mapping holding those named outputs (default: the model output itself).
     """
 
+    version = 1
     computes_with = ("torch",)
 
     def __init__(self, name: str, model: Any, *, collate_fn: Callable[[Any], Any] | None = None,
