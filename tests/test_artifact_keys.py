@@ -272,5 +272,6 @@ def test_each_stage_config_fingerprint_holds_every_setting_it_reads():
     assert configs["score"] == scoring  # a chain that does not say its target type: both configs
     assert configs["stability"] == {"stability": settings.stability_config.fingerprint(), "protocol_version": 2,
                                     **scoring}
-    assert configs["diagnose"] == {"separatix": settings.separatix_config.fingerprint(), **scoring}
+    assert configs["diagnose"] == {"separatix": settings.separatix_config.fingerprint(), **scoring,
+                                   "overlap_max_dense_bytes": None}
     assert configs["metrics"]["metrics"][0]["cache_identity"] == "spread-v1"

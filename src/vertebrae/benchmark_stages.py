@@ -350,9 +350,9 @@ def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     config = settings.separatix_config
     if config is None or not config.enabled:
         return None
-    # Separatix reads both overlap configs (the fixed one's dense budget also for regression targets).
-    return {"separatix": config.fingerprint(), "overlap": settings.scoring_config.fingerprint(),
-            "continuous": settings.continuous_config.fingerprint()}
+    # Separatix reads the applicable scorer config and the fixed one's dense budget (also for regression targets).
+    return {"separatix": config.fingerprint(), **scoring_fingerprint(settings, chain),
+            "overlap_max_dense_bytes": settings.scoring_config.max_dense_bytes}
 
 
 @stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), optional_reads=("compress", "budget"),
