@@ -26,8 +26,8 @@ from sklearn.decomposition import PCA
 from tests.conftest import gaussian_classes
 from tests.test_code_versions import shipped_extractors
 from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, ContinuousOverlapScoringConfig, DatasetIdentity,
-                       HFTextExtractor, OverlapIndexScorer, OverlapScoringConfig,
-                       SeparatixConfig, SklearnExtractor, StabilityConfig)
+                       HFTextExtractor, OverlapIndexScorer, OverlapScoringConfig, SeparatixConfig, SklearnExtractor,
+                       StabilityConfig)
 from vertebrae._config import Config
 from vertebrae.benchmark_stages import STABILITY_CODEC, StabilityArtifact
 from vertebrae.execution.context import extractor_identity
