@@ -400,7 +400,7 @@ def test_the_declared_speed_only_config_fields():
     declared = {cls.__name__: tuple(cls.speed_only) for cls in shipped_configs() if cls.speed_only}
     assert declared == {"OverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
                         "ContinuousOverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
-                        "StabilityConfig": ("n_jobs",)}
+                        "StabilityConfig": ("n_jobs",), "RetrievalConfig": ("thread_limit",)}
 
 
 # ----------------------------------------------------------------------------- configs: speed-only proofs
@@ -434,3 +434,20 @@ def test_stability_n_jobs_leaves_the_repeats_bitwise_identical():
                for n_jobs in (1, 2)]
     assert json.dumps(results[0].to_dict(), sort_keys=True) == json.dumps(results[1].to_dict(), sort_keys=True)
     assert results[1].config.n_jobs == 2  # the run used two workers; what it stores does not say so
+
+
+def test_retrieval_thread_limit_leaves_rankings_bitwise_identical_under_one_key():
+    from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+    from vertebrae.retrieval.extractors import PrecomputedPairExtractor
+
+    rng = np.random.default_rng(0)
+    queries, gallery = rng.normal(size=(60, 32)).astype(np.float32), rng.normal(size=(400, 32)).astype(np.float32)
+    relevance = [(i, (7 * i + j) % 400, 1) for i in range(60) for j in range(3)]
+    dataset = RetrievalDataset.from_embeddings(queries, gallery, relevance=relevance, identity=IDENTITY)
+    entries, keys = set(), set()
+    for limit in (1, 2, None):
+        benchmark = RetrievalBenchmark(dataset, [PrecomputedPairExtractor("p", queries, gallery)],
+                                       retrieval_config=RetrievalConfig(thread_limit=limit, bidirectional=True))
+        keys.add(tuple(sorted(benchmark.plan().chain_keys[0].items())))
+        entries.add(json.dumps(benchmark.run().to_dict()["extractor_results"], sort_keys=True))
+    assert len(keys) == 1 and len(entries) == 1

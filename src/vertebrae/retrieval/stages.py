@@ -116,11 +116,11 @@ def endpoints(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
 
 
 def _ranking_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
-    return settings.config.to_dict()
+    return settings.config.fingerprint()
 
 
 def _reverse_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any] | None:
-    return None if settings.reverse is None else settings.config.to_dict()
+    return None if settings.reverse is None else settings.config.fingerprint()
 
 
 def rank_direction(endpoints_: Endpoints, relevance: Any, exclusions: Any, n_rows: int, n_cols: int,

@@ -62,7 +62,7 @@ class LabelRetrievalMetric(Config):
         return ("map", "mrr", *(f"{m}@{k}" for m in ("precision", "recall") for k in self.cutoffs))
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "label_retrieval", **self.to_dict()}
+        return {"type": "label_retrieval", **self.fingerprint()}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
