@@ -400,7 +400,8 @@ def test_the_declared_speed_only_config_fields():
     declared = {cls.__name__: tuple(cls.speed_only) for cls in shipped_configs() if cls.speed_only}
     assert declared == {"OverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
                         "ContinuousOverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
-                        "StabilityConfig": ("n_jobs",), "RetrievalConfig": ("thread_limit",)}
+                        "StabilityConfig": ("n_jobs",), "RetrievalConfig": ("thread_limit",),
+                        "SeparatixConfig": ("thread_limit",)}
 
 
 # ----------------------------------------------------------------------------- configs: speed-only proofs
@@ -451,3 +452,17 @@ def test_retrieval_thread_limit_leaves_rankings_bitwise_identical_under_one_key(
         keys.add(tuple(sorted(benchmark.plan().chain_keys[0].items())))
         entries.add(json.dumps(benchmark.run().to_dict()["extractor_results"], sort_keys=True))
     assert len(keys) == 1 and len(entries) == 1
+
+
+def test_separatix_thread_limit_leaves_the_stored_diagnosis_bitwise_identical():
+    from vertebrae.benchmark_stages import SEPARATIX_CODEC
+    from vertebrae.scoring.separatix import SeparatixScorer
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(240, 12)).astype(np.float32)
+    y = rng.integers(0, 3, 240)
+    X[:, 0] += 2 * y
+    stored = {json.dumps(SEPARATIX_CODEC.encode(SeparatixScorer(SeparatixConfig(thread_limit=limit, run_when="always"))
+                                                .diagnose(X, y, overlap_score=0.5)).document, sort_keys=True)
+              for limit in (1, 2, None)}
+    assert len(stored) == 1
