@@ -163,12 +163,12 @@ def declared_identity(owner: Any, document: Mapping[str, Any]) -> dict[str, Any]
     declares ``speed_only`` (proven by a test to leave the outputs bitwise identical), models by
     content.  Added here: the class's code ``version`` (pinned to its source by
     tests/test_code_versions.py, so a change of outputs cannot go unversioned) and the installed
-    version of each distribution it declares in ``computes_with``.
+    version of each distribution it declares in ``computes_with`` (none when it declares none).
     """
     cls = type(owner)
     return {**{k: v for k, v in document.items() if k != "name"},
             "code": {"class": callable_name(cls), "version": cls.version},
-            "packages": {name: package_version(name) for name in owner.computes_with}}
+            "packages": {name: package_version(name) for name in getattr(owner, "computes_with", ())}}
 
 
 def check_cache_identity(owner: str, cache_identity: Any) -> str | None:

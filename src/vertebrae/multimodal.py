@@ -99,8 +99,6 @@ class FieldExtractor:
     """
 
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, extractor: Any, fields: str | Sequence[str]) -> None:
         names = (fields,) if isinstance(fields, str) else tuple(fields)

@@ -13,8 +13,9 @@ runs (see :func:`vertebrae.execution.context.extractor_identity`).
 Every shipped extractor builds its identity with one rule,
 :func:`~vertebrae.fingerprint.declared_identity`, from three class declarations: ``version``
 (its code version), ``computes_with`` (the distributions whose installed versions enter the
-key) and ``speed_only`` (constructor arguments left out, each proven by a test to leave the
-outputs bitwise identical); every other constructor argument is in the identity.
+key; none when absent) and ``speed_only`` (constructor arguments left out, each proven by a test to
+leave the outputs bitwise identical; none when absent); every other constructor argument is in the
+identity.
 """
 
 from __future__ import annotations
@@ -65,8 +66,6 @@ class PrecomputedExtractor:
     #: Nothing to compute, and ``transform`` ignores its rows when given a matrix: never sharded by rows.
     shardable = False
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def fit(self, X: Any, y: Any = None) -> "PrecomputedExtractor":
         return self
@@ -103,8 +102,6 @@ class CallableExtractor:
     """
 
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, name: str, fn: Callable[[Any], Any], *, params: dict[str, Any] | None = None,
                  cache_identity: str | None = None) -> None:
@@ -143,7 +140,6 @@ class SklearnExtractor:
 
     version = 1
     computes_with = ("scikit-learn",)
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, name: str, estimator: Any, *, supervised: bool = False) -> None:
         self.name = check_extractor_name(name)

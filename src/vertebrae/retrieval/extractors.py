@@ -46,8 +46,6 @@ class SharedSpaceExtractor:
     """
 
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, extractor: Any) -> None:
         self.extractor = extractor
@@ -84,8 +82,6 @@ class TwoBranchExtractor:
     """
 
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, name: str, query_fn: Callable[[Any], Any], gallery_fn: Callable[[Any], Any], *,
                  params: dict[str, Any] | None = None, cache_identity: str | None = None) -> None:
@@ -126,8 +122,6 @@ class PrecomputedPairExtractor:
     """Precomputed embeddings of both endpoints, rows in the dataset's query / gallery order."""
 
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, name: str, query_embeddings: Any, gallery_embeddings: Any) -> None:
         self.name = check_extractor_name(name)

@@ -59,8 +59,6 @@ class TextEncoder:
 
     modalities = {"samples": "text", "prompts": "text"}
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, name: str, model: Any, *, encode_kwargs: Mapping[str, Any] | None = None,
                  cache_identity: str | None = None) -> None:
@@ -101,8 +99,6 @@ class ExtractorEncoder:
 
     modalities = {"samples": "text", "prompts": "text"}
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, extractor: Any) -> None:
         missing = [attr for attr in ("name", "fit", "transform", "recipe") if not hasattr(extractor, attr)]
@@ -143,8 +139,6 @@ class PrecomputedZeroShotEncoder:
     """Sample and prompt embeddings computed elsewhere (rows in dataset order and declaration order)."""
 
     version = 1
-    computes_with: tuple[str, ...] = ()
-    speed_only: tuple[str, ...] = ()
 
     def __init__(self, name: str, sample_embeddings: Any, prompt_embeddings: Any, *,
                  modalities: Mapping[str, str] | None = None) -> None:
