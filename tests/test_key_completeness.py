@@ -402,7 +402,7 @@ def test_the_declared_speed_only_config_fields():
     assert declared == {"OverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
                         "ContinuousOverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
                         "StabilityConfig": ("n_jobs",), "RetrievalConfig": ("thread_limit",),
-                        "SeparatixConfig": ("thread_limit",)}
+                        "SeparatixConfig": ("thread_limit",), "LabelRetrievalMetric": ("block_size",)}
 
 
 # ----------------------------------------------------------------------------- configs: speed-only proofs
@@ -467,3 +467,17 @@ def test_separatix_thread_limit_leaves_the_stored_diagnosis_bitwise_identical():
                                                 .diagnose(X, y, overlap_score=0.5)).document, sort_keys=True)
               for limit in (1, 2, None)}
     assert len(stored) == 1
+
+
+def test_label_retrieval_block_size_leaves_the_metric_bitwise_identical():
+    from vertebrae.scoring.label_retrieval import LabelRetrievalMetric
+    from vertebrae.scoring.metrics import run_metrics
+    from vertebrae.targets import build_targets
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8)).astype(np.float32)
+    y = rng.integers(0, 4, 300)
+    X[:, 0] += y
+    results = {json.dumps(run_metrics([LabelRetrievalMetric(block_size=size)], X, build_targets(y), None,
+                                      seed=0).results[0].to_dict(), sort_keys=True) for size in (256, 7, 1000)}
+    assert len(results) == 1

@@ -42,6 +42,8 @@ class LabelRetrievalMetric(Config):
     block_size: int = 256
     name: str = "label_retrieval"
 
+    #: Query blocks change the memory, never a score (tests/test_key_completeness.py).
+    speed_only = ("block_size",)
     higher_is_better: ClassVar[bool] = True
     aggregate_valid: ClassVar[bool] = True
     supported_target_types: ClassVar[tuple[str, ...]] = ("single_label",)
