@@ -481,3 +481,22 @@ def test_label_retrieval_block_size_leaves_the_metric_bitwise_identical():
     results = {json.dumps(run_metrics([LabelRetrievalMetric(block_size=size)], X, build_targets(y), None,
                                       seed=0).results[0].to_dict(), sort_keys=True) for size in (256, 7, 1000)}
     assert len(results) == 1
+
+
+def test_a_retrieval_ranking_hashes_what_it_reads():
+    from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+    from vertebrae.retrieval.extractors import PrecomputedPairExtractor
+
+    rng = np.random.default_rng(0)
+    queries, gallery = rng.normal(size=(6, 4)), rng.normal(size=(12, 4))
+    dataset = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(6)],
+                                               identity=IDENTITY)
+
+    def keys(**config):
+        extractor = PrecomputedPairExtractor("p", queries, gallery)
+        return RetrievalBenchmark(dataset, [extractor], retrieval_config=RetrievalConfig(**config)).plan().chain_keys[0]
+
+    base = keys(cutoffs=(1, 5, 10))
+    assert {s for s, k in keys(cutoffs=(1, 5, 10), primary_metric="ndcg@5").items() if base[s] != k} == {"assemble"}
+    assert keys(cutoffs=(1, 5, 10), bidirectional=True)["rank_forward"] == base["rank_forward"]
+    assert keys(cutoffs=(1, 10))["rank_forward"] != base["rank_forward"]
