@@ -42,12 +42,8 @@ def spread(embeddings, labels, *, target_metadata=None, groups=None, seed=None):
     return {"score": float(np.asarray(embeddings.std()))}
 
 
-def other_spread(embeddings, labels, *, target_metadata=None, groups=None, seed=None):
-    return {"score": float(np.asarray(embeddings.var()))}
-
-
-def blobs_dataset(n_per_class: int = 20) -> BenchmarkDataset:
-    X, y = gaussian_classes(n_per_class=n_per_class, n_classes=3, dim=6)
+def blobs_dataset() -> BenchmarkDataset:
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6)
     return BenchmarkDataset.from_arrays(X, y, identity=IDENTITY)
 
 
@@ -276,8 +272,9 @@ def test_every_constructor_argument_of_every_shipped_extractor_moves_its_identit
 def test_every_identity_holds_the_code_version_and_the_package_versions(models):
     from importlib.metadata import version
 
+    cases = extractor_cases(models)
     for cls in shipped_extractors().values():
-        base, _ = extractor_cases(models)[cls.__name__]
+        base, _ = cases[cls.__name__]
         identity = extractor_identity(cls(**base), "t")[0]
         assert identity["code"]["version"] == cls.version
         assert set(identity["packages"]) == set(getattr(cls(**base), "computes_with", ()))
