@@ -231,7 +231,8 @@ class RetrievalBenchmarkResult(ResultFamily):
                     difference = _difference(ours, theirs)
                     raise InputValidationError(
                         f"results[{i}] has a different {what} than results[0] ({difference}); only results of the "
-                        "identical protocol can be combined — rerun with the same dataset, RetrievalConfig and packages")
+                        "identical protocol can be combined — rerun with the same dataset, RetrievalConfig and "
+                        "packages")
         entries = [entry for result in results for entry in result.extractor_results]
         seen: dict[str, int] = {}
         for i, result in enumerate(results):
