@@ -260,9 +260,10 @@ class Benchmark(FrontDoor):
         """A staged plan (plan/embed/score/collect) writes every job ahead: refuse what decides its jobs while it
         runs (screening rungs, a referee round, adaptive repeats), with what to do instead."""
         if self.screening is not None:
-            raise ConfigError("[screening] runs in one process (each rung decides what the next one embeds, so there "
-                              "is no plan to write ahead); use vertebrae run --screen (with --cache and "
-                              "--dask-address to share and spread the work), or remove [screening] to plan")
+            raise ConfigError("[screening] decides each rung's jobs from the scores of the rung before, so there is "
+                              "no plan to write ahead; use vertebrae run --screen (--cache reuses its increments and "
+                              "rung scores; with --dask-address its extraction and scoring jobs run on the cluster, "
+                              "the rung loop in the calling process), or remove [screening] to plan")
         if self.settings.referee is not None:
             raise ConfigError("[benchmark] referee needs a round after scoring (its finalists come from the scores), "
                               "which a staged run does not plan; run it with vertebrae run")

@@ -235,12 +235,14 @@ def _rung_loop(scope: RunScope, config: ScreeningConfig, rungs: list[Rung], held
         alive, extracted = _extract(scope, alive, rung.increment, held, early, f"screening rung {rung.index}")
         order = rung.rows
         scored, scoring = _score(scope, alive, rung, held, early)
-        statuses = {chain.name: {"extract_rows": extracted[chain.name], "rung_score": scoring[chain.name]}
-                    for chain, _ in scored}
-        kept = _judge(scored, rung, config, history, dataset.n_samples, statuses)
+        jobs = {chain.name: {"extract_rows": extracted[chain.name], "rung_score": scoring[chain.name]}
+                for chain, _ in scored}  # stage -> (key, cache status) of the candidate's rung jobs
+        kept = _judge(scored, rung, config, history, dataset.n_samples,
+                      {name: {stage: status for stage, (_, status) in ran.items()} for name, ran in jobs.items()})
         for chain, _ in scored:
             if chain not in kept:
-                early[chain.name] = _screened_out(scope, chain, history[chain.name])
+                keys = {stage: key for stage, (key, _) in jobs[chain.name].items()}
+                early[chain.name] = _screened_out(scope, chain, history[chain.name], keys)
         table.append({"rung": rung.index, "rows": int(order.size), "new_rows": int(rung.increment.size),
                       "candidates": len(scored), "survivors": len(kept),
                       "best": scored[0][0].name if scored else None, "final": False})
@@ -279,13 +281,13 @@ def _failed(scope: RunScope, chain: Chain, failure: Any, keys: dict[str, str]) -
 
 
 def _extract(scope: RunScope, alive: list[Chain], increment: np.ndarray, held: IncrementStore,
-             early: dict[str, ExtractorResult], description: str) -> tuple[list[Chain], dict[str, str]]:
+             early: dict[str, ExtractorResult], description: str) -> tuple[list[Chain], dict[str, tuple[str, str]]]:
     """Embed ``increment`` with every extractor a live candidate needs (once per extractor, all its outputs),
     ``EXTRACT_BATCH`` extractors per runner call, each batch written to ``held`` before the next is embedded.
-    Returns the candidates still alive and each one's ``extract_rows`` cache status."""
+    Returns the candidates still alive and each one's ``extract_rows`` job (key, cache status)."""
     context = _rung_context(scope, increment)
     failed: set[str] = set()
-    statuses: dict[str, str] = {}
+    statuses: dict[str, tuple[str, str]] = {}
     for batch in _batches(alive):
         plan = build_plan(PIPELINE, batch, context)
         jobs = [job for job in plan.jobs if job.stage == "extract_rows"]
@@ -297,7 +299,7 @@ def _extract(scope: RunScope, alive: list[Chain], increment: np.ndarray, held: I
                 early[chain.name] = _failed(scope, chain, outcome.failures[key], {"extract_rows": key})
                 failed.add(chain.name)
                 continue
-            statuses[chain.name] = outcome.statuses[key]
+            statuses[chain.name] = key, outcome.statuses[key]
             if chain.extractor_id not in added:
                 added.add(chain.extractor_id)
                 held.add(chain.extractor_id, outcome.artifacts[key])
@@ -306,16 +308,17 @@ def _extract(scope: RunScope, alive: list[Chain], increment: np.ndarray, held: I
 
 
 def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore,
-           early: dict[str, ExtractorResult]) -> tuple[list[tuple[Chain, list[float]]], dict[str, str]]:
+           early: dict[str, ExtractorResult]) -> tuple[list[tuple[Chain, list[float]]], dict[str, tuple[str, str]]]:
     """Every live candidate's paired repeat scores on the rung, in candidate order (a candidate whose job failed
-    under ``on_error="record"`` is recorded in ``early`` instead), and each one's ``rung_score`` cache status.
+    under ``on_error="record"`` is recorded in ``early`` instead), and each one's ``rung_score`` job (key, cache
+    status).
 
     The ``screening/rung_score`` jobs run with the run's runner, ``EXTRACT_BATCH`` extractors per call; each reads
     the rung's ``extract_rows`` job over all the rung's rows, which is not run: its artifact is assembled from the
     increments in ``held`` and given to the runner (sent to the workers that read it)."""
     context = _rung_context(scope, rung.rows, rung.repeats)
     scores: dict[str, list[float]] = {}
-    statuses: dict[str, str] = {}
+    statuses: dict[str, tuple[str, str]] = {}
     for batch in _batches(alive):
         plan = build_plan(PIPELINE, batch, context)
         given = {keys["extract_rows"]: _rung_rows(held, chain) for chain, keys in zip(plan.chains, plan.chain_keys)}
@@ -328,7 +331,7 @@ def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore
                 early[chain.name] = _failed(scope, chain, outcome.failures[key], keys)
                 continue
             scores[chain.name] = outcome.artifacts[key].stability.repeat_scores["score"]
-            statuses[chain.name] = outcome.statuses[key]
+            statuses[chain.name] = key, outcome.statuses[key]
         del given, outcome  # the batch's rung embeddings are released before the next batch is assembled
     return [(chain, scores[chain.name]) for chain in alive if chain.name in scores], statuses
 
@@ -384,8 +387,10 @@ def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: Screenin
     return kept
 
 
-def _screened_out(scope: RunScope, chain: Chain, history: list[dict[str, Any]]) -> ExtractorResult:
-    """The result of a candidate that left at a rung: its recipe, its last rung and its verdict there; never ranked."""
+def _screened_out(scope: RunScope, chain: Chain, history: list[dict[str, Any]],
+                  keys: dict[str, str]) -> ExtractorResult:
+    """The result of a candidate that left at a rung: its recipe, its last rung and its verdict there, the keys of
+    that rung's jobs (its increment's ``extract_rows``, its ``rung_score``); never ranked."""
     extractor = next(e for e in scope.extractors if e.name == chain.parent)
     recipe = extractor.recipe()
     last = history[-1]
@@ -395,7 +400,7 @@ def _screened_out(scope: RunScope, chain: Chain, history: list[dict[str, Any]]) 
     return ExtractorResult(
         name=chain.name, extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe, overlap=None,
         metrics={}, primary_metric_name=scope.settings.primary_metric, primary_score=None, embedding=embedding,
-        warnings=[], recommendation=SCREENED_OUT, weakest_class=None,
+        warnings=[], recommendation=SCREENED_OUT, weakest_class=None, artifact_keys=keys,
         screening={"status": SCREENED_OUT, "last_rung": last["rung"], "rows": last["rows"],
                    "partial_score": last["partial_score"], "verdict": last["verdict"]["verdict"],
                    "reason": last["reason"], "rungs": history})
