@@ -175,6 +175,14 @@ def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Cha
 
 
 # ----------------------------------------------------------------------------- the rung loop
+@dataclasses.dataclass(frozen=True)
+class RungJob:
+    """A candidate's job at a rung, as it ran: its key and cache status (what its result records)."""
+
+    key: str
+    status: str
+
+
 @dataclasses.dataclass
 class Screened:
     """What the rung loop did: the finalists' plan and outcome (the ordinary full evaluation), every candidate that
@@ -236,12 +244,11 @@ def _rung_loop(scope: RunScope, config: ScreeningConfig, rungs: list[Rung], held
         order = rung.rows
         scored, scoring = _score(scope, alive, rung, held, early)
         jobs = {chain.name: {"extract_rows": extracted[chain.name], "rung_score": scoring[chain.name]}
-                for chain, _ in scored}  # stage -> (key, cache status) of the candidate's rung jobs
-        kept = _judge(scored, rung, config, history, dataset.n_samples,
-                      {name: {stage: status for stage, (_, status) in ran.items()} for name, ran in jobs.items()})
+                for chain, _ in scored}
+        kept = _judge(scored, rung, config, history, dataset.n_samples, jobs)
         for chain, _ in scored:
             if chain not in kept:
-                keys = {stage: key for stage, (key, _) in jobs[chain.name].items()}
+                keys = {stage: job.key for stage, job in jobs[chain.name].items()}
                 early[chain.name] = _screened_out(scope, chain, history[chain.name], keys)
         table.append({"rung": rung.index, "rows": int(order.size), "new_rows": int(rung.increment.size),
                       "candidates": len(scored), "survivors": len(kept),
@@ -281,13 +288,13 @@ def _failed(scope: RunScope, chain: Chain, failure: Any, keys: dict[str, str]) -
 
 
 def _extract(scope: RunScope, alive: list[Chain], increment: np.ndarray, held: IncrementStore,
-             early: dict[str, ExtractorResult], description: str) -> tuple[list[Chain], dict[str, tuple[str, str]]]:
+             early: dict[str, ExtractorResult], description: str) -> tuple[list[Chain], dict[str, RungJob]]:
     """Embed ``increment`` with every extractor a live candidate needs (once per extractor, all its outputs),
     ``EXTRACT_BATCH`` extractors per runner call, each batch written to ``held`` before the next is embedded.
-    Returns the candidates still alive and each one's ``extract_rows`` job (key, cache status)."""
+    Returns the candidates still alive and each one's ``extract_rows`` job."""
     context = _rung_context(scope, increment)
     failed: set[str] = set()
-    statuses: dict[str, tuple[str, str]] = {}
+    ran: dict[str, RungJob] = {}
     for batch in _batches(alive):
         plan = build_plan(PIPELINE, batch, context)
         jobs = [job for job in plan.jobs if job.stage == "extract_rows"]
@@ -299,26 +306,25 @@ def _extract(scope: RunScope, alive: list[Chain], increment: np.ndarray, held: I
                 early[chain.name] = _failed(scope, chain, outcome.failures[key], {"extract_rows": key})
                 failed.add(chain.name)
                 continue
-            statuses[chain.name] = key, outcome.statuses[key]
+            ran[chain.name] = RungJob(key, outcome.statuses[key])
             if chain.extractor_id not in added:
                 added.add(chain.extractor_id)
                 held.add(chain.extractor_id, outcome.artifacts[key])
         del outcome  # the batch's embeddings are on disk now
-    return [chain for chain in alive if chain.name not in failed], statuses
+    return [chain for chain in alive if chain.name not in failed], ran
 
 
 def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore,
-           early: dict[str, ExtractorResult]) -> tuple[list[tuple[Chain, list[float]]], dict[str, tuple[str, str]]]:
+           early: dict[str, ExtractorResult]) -> tuple[list[tuple[Chain, list[float]]], dict[str, RungJob]]:
     """Every live candidate's paired repeat scores on the rung, in candidate order (a candidate whose job failed
-    under ``on_error="record"`` is recorded in ``early`` instead), and each one's ``rung_score`` job (key, cache
-    status).
+    under ``on_error="record"`` is recorded in ``early`` instead), and each one's ``rung_score`` job.
 
     The ``screening/rung_score`` jobs run with the run's runner, ``EXTRACT_BATCH`` extractors per call; each reads
     the rung's ``extract_rows`` job over all the rung's rows, which is not run: its artifact is assembled from the
     increments in ``held`` and given to the runner (sent to the workers that read it)."""
     context = _rung_context(scope, rung.rows, rung.repeats)
     scores: dict[str, list[float]] = {}
-    statuses: dict[str, tuple[str, str]] = {}
+    ran: dict[str, RungJob] = {}
     for batch in _batches(alive):
         plan = build_plan(PIPELINE, batch, context)
         given = {keys["extract_rows"]: _rung_rows(held, chain) for chain, keys in zip(plan.chains, plan.chain_keys)}
@@ -331,9 +337,9 @@ def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore
                 early[chain.name] = _failed(scope, chain, outcome.failures[key], keys)
                 continue
             scores[chain.name] = outcome.artifacts[key].stability.repeat_scores["score"]
-            statuses[chain.name] = key, outcome.statuses[key]
+            ran[chain.name] = RungJob(key, outcome.statuses[key])
         del given, outcome  # the batch's rung embeddings are released before the next batch is assembled
-    return [(chain, scores[chain.name]) for chain in alive if chain.name in scores], statuses
+    return [(chain, scores[chain.name]) for chain in alive if chain.name in scores], ran
 
 
 def _rung_rows(held: IncrementStore, chain: Chain) -> EmbeddingSet:
@@ -365,9 +371,9 @@ def full_data_interval(subsample_fraction: float, rung_share: float) -> Interval
 
 def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: ScreeningConfig,
            history: dict[str, list[dict[str, Any]]], n_samples: int,
-           statuses: dict[str, dict[str, str]]) -> list[Chain]:
+           jobs: dict[str, dict[str, RungJob]]) -> list[Chain]:
     """Rank by mean repeat score (ties keep candidate order); keep the first ``ceil(n / eta)`` not judged worse.
-    Each candidate's rung entry records its rung jobs' cache statuses (``statuses``)."""
+    Each candidate's rung entry records the cache statuses of its rung ``jobs`` (by stage)."""
     if not scored:
         return []
     scored.sort(key=lambda item: -float(np.mean(item[1])))
@@ -383,7 +389,7 @@ def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: Screenin
             "rung": rung.index, "rows": int(rung.rows.size), "partial_score": float(np.mean(scores)),
             "repeat_scores": [float(s) for s in scores], "verdict": comparison.to_dict(), "continued": continues,
             "reason": None if continues else ("worse" if comparison.verdict == "worse" else "cut"),
-            "cache_status": statuses[chain.name]})
+            "cache_status": {stage: job.status for stage, job in jobs[chain.name].items()}})
     return kept
 
 
