@@ -67,8 +67,9 @@ class RungContext(RunContext):
 
 def _rows_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     """The rows (a content hash) when planning a rung; None (not planned) otherwise."""
-    rows = getattr(settings, "rows", None) if isinstance(settings, RungSettings) else None
-    return None if rows is None else {"rows": content_sha256(rows), "n_rows": int(rows.size)}
+    if not isinstance(settings, RungSettings):
+        return None
+    return {"rows": content_sha256(settings.rows), "n_rows": int(settings.rows.size)}
 
 
 @stage(PIPELINE, "extract_rows", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",),
