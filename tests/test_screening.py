@@ -461,6 +461,24 @@ def test_a_failing_candidate_is_recorded_and_the_others_are_screened():
         _screened([*_candidates(), Broken("broken", _weights([0]))])
 
 
+class MissingOutput(MultiRecorder):
+    """Declares an output ``c`` that its pass never produces: the rung's embedding stage fails for ``multi:c``."""
+
+    def output_names(self):
+        return ["a", "b", "c"]
+
+
+def test_a_candidate_whose_rung_job_fails_is_recorded_with_the_failing_stage():
+    extractors = [*_candidates(), MissingOutput("multi", _weights([0, 1, 4]))]
+    result = _screened(extractors, on_error="record")
+    failed = result["multi:c"]
+    assert failed.error["stage"] == "embedding" and "did not produce output 'c'" in failed.error["message"]
+    assert not failed.screened_out and set(failed.artifact_keys) >= {"embedding", "rung_score"}
+    assert result["multi:a"].screening is not None and result.ranked_results()
+    with pytest.raises(Exception, match="did not produce output 'c'"):
+        _screened([*_candidates(), MissingOutput("multi", _weights([0, 1, 4]))])
+
+
 class CountingRunner(LocalRunner):
     """The ordinary in-process runner, recording how many embeddings each call hands back and which spill files
     exist while it runs (what the rung loop holds in memory, and on disk, at that moment)."""
