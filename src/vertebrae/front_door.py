@@ -119,9 +119,8 @@ class FrontDoor:
         context = self._context()
         plan = self.plan(context)
         runner = LocalRunner(self.progress) if runner is None else runner
-        keep = kept_for_rounds(plan.jobs, self.has_later_rounds())
         outcome = runner.run(plan.jobs, context, on_error=self.on_error, description=description or self.description,
-                             **keep)
+                             **kept_for_rounds(plan.jobs, self.has_later_rounds()))
         return plan, outcome
 
     def scope(self, runner: Any = None) -> RunScope:
