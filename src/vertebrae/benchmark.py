@@ -267,7 +267,7 @@ class Benchmark(FrontDoor):
                               "which a staged run does not plan; run it with vertebrae run")
         adaptive_repeats.check_staged(self.settings.stability_config)
 
-    def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str]) -> BenchmarkResult:
+    def build_result(self, results: list[ExtractorResult], notes: list[str]) -> BenchmarkResult:
         screened = self._screened if self.screening is not None else None
         if screened is not None:  # every candidate keeps a result; screened-out ones are never ranked
             results = screened.results(results)

@@ -93,7 +93,7 @@ class FrontDoor:
         """Family-specific facts a result gets after the run (e.g. its resource profile); returns the result."""
         return result
 
-    def build_result(self, plan: Plan, results: list[Any], notes: list[str]) -> Any:
+    def build_result(self, results: list[Any], notes: list[str]) -> Any:
         """The family's benchmark result from the chains' results (the run envelope is added by :meth:`run`)."""
         raise NotImplementedError
 
@@ -162,7 +162,7 @@ class FrontDoor:
             warn_result_notes(result.name, [n for n in result.warnings if n in compression], CompressionWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n in data], DataWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n not in compression | data])
-        result = self.build_result(plan, results, notes)
+        result = self.build_result(results, notes)
         metadata, timing = run_envelope(plan, self.cache, started)  # the run envelope, the same for every family
         result.metadata.update(metadata)
         result.timing.update(timing)
@@ -195,7 +195,6 @@ class FrontDoor:
                                                       output_array(source.part))
             result.warnings.extend(footprint_notes(updated["footprint"]))  # a failed object stat, explained
         result.embedding = updated if branch is None else {**result.embedding, branch: updated}
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +283,8 @@ class Rounds:
         return plan, scope.runner.run(jobs, context, on_error=scope.on_error, description=description, given=given)
 
 
-def run_envelope(plan: Plan, cache: StageCache | None, started: _dt.datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+def run_envelope(plan: Plan, cache: StageCache | None,
+                 started: _dt.datetime) -> tuple[dict[str, Any], dict[str, Any]]:
     """(metadata, timing) of the run envelope every family's result carries in the same places
     (``result_protocol.ENVELOPE_SCHEMA``): the run key (a hash of every job key), the package versions, the plan
     (each job's stage, result name and key), where the cache lives and its mode (only with a cache); then when the

@@ -120,7 +120,7 @@ class RetrievalBenchmark(FrontDoor):
                                                        endpoint_modalities(extractor))
         return entry
 
-    def build_result(self, plan: Plan, entries: list[RetrievalEntry], notes: list[str]) -> RetrievalBenchmarkResult:
+    def build_result(self, entries: list[RetrievalEntry], notes: list[str]) -> RetrievalBenchmarkResult:
         return RetrievalBenchmarkResult(self.protocol(), entries, notes)
 
     def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:

@@ -127,8 +127,7 @@ class ZeroShotBenchmark(FrontDoor):
                                                         modalities(encoder))
         return result
 
-    def build_result(self, plan: Plan, results: list[ZeroShotExtractorResult],
-                     notes: list[str]) -> ZeroShotBenchmarkResult:
+    def build_result(self, results: list[ZeroShotExtractorResult], notes: list[str]) -> ZeroShotBenchmarkResult:
         return ZeroShotBenchmarkResult(self.protocol(), results, notes)
 
     def _validate_precomputed(self, encoder: PrecomputedZeroShotEncoder) -> None:
