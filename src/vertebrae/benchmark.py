@@ -9,7 +9,6 @@ and docs/architecture.md) and runs it with a runner (in-process by default).
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,9 +23,8 @@ from . import adaptive_repeats, benchmark_stages  # noqa: F401  (benchmark_stage
 from .execution.caching import stage_cache
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome, check_on_error
-from .execution.plan import Plan, artifact_key
+from .execution.plan import Plan
 from .extractors.base import Extractor
-from .fingerprint import package_version
 from .front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names,
                          validate_extractor_list)
 from .multimodal import check_extractor_fields
@@ -269,21 +267,17 @@ class Benchmark(FrontDoor):
                               "which a staged run does not plan; run it with vertebrae run")
         adaptive_repeats.check_staged(self.settings.stability_config)
 
-    def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
-                     started: _dt.datetime) -> BenchmarkResult:
+    def build_result(self, results: list[ExtractorResult], notes: list[str]) -> BenchmarkResult:
         screened = self._screened if self.screening is not None else None
         if screened is not None:  # every candidate keeps a result; screened-out ones are never ranked
             results = screened.results(results)
-        result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
+        result = _build_result(self.dataset, results, self.settings)
         if self._adaptive_record is not None:
             result.metadata["adaptive_repeats"] = self._adaptive_record
         if screened is not None:
             result.metadata["screening"] = screened.metadata()
             result.timing["screening_seconds"] = screened.seconds
             result.recommendations.append(screening_note(screened.metadata()))
-        cache = self.cache_record()
-        if cache is not None:
-            result.metadata["cache"] = cache
         return result
 
 
@@ -307,22 +301,18 @@ def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
     return extractors
 
 
-def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], settings: BenchmarkSettings,
-                  plan: Plan, timing: dict[str, Any]) -> BenchmarkResult:
+def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult],
+                  settings: BenchmarkSettings) -> BenchmarkResult:
     metadata = {
         "settings": settings.to_dict(),
         "quality_tolerance": settings.quality_tolerance,
         "primary_metric": settings.primary_metric,
         "label_catalog": None if dataset.target_type == "regression" else dataset.targets.catalog.to_dict(),
-        "plan": [{"stage": j.stage, "extractor": j.extractor, "key": j.key} for j in plan.jobs],
-        "run_key": artifact_key("run", [j.key for j in plan.jobs]),
-        "versions": {name: package_version(name)
-                     for name in ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")},
     }
     references = reference_metrics(settings.metrics, settings.primary_metric)
     if references:  # the result reports how the primary ranking agrees with each (BenchmarkResult.agreement)
         metadata["reference_metrics"] = references
-    result = BenchmarkResult(dataset.summary(), results, [], metadata, timing=timing)
+    result = BenchmarkResult(dataset.summary(), results, [], metadata)
     result.recommendations = benchmark_recommendations(result)
     return result
 

@@ -5,8 +5,9 @@
 (which stage produced them, and which part of its EmbeddingSet), their result class and
 their protocol.  Everything else — building the run context and plan, executing it with a runner
 under the ``on_error`` policy, turning a failed chain into an invalid result, recording
-artifact keys, runtimes (derived from the stages' declarations) and cache facts, host facts
-and extractor-list validation — is written once, here.
+artifact keys, runtimes (derived from the stages' declarations) and cache facts, the run envelope
+(:func:`run_envelope`: run key, versions, plan, cache record, start time and host, in the same places for
+every family) and extractor-list validation — is written once, here.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_s
 from .execution.context import Chain, RunContext
 from .execution.jobs import JobFailure, RunOutcome
 from .execution.local import LocalRunner
-from .execution.plan import Plan, build_plan
+from .execution.plan import Plan, artifact_key, build_plan
 from .execution.registry import definition_of
+from .fingerprint import package_version
+
+#: The packages whose versions every result records (``metadata.versions``): vertebrae and the required
+#: dependencies that compute its scores and diagnostics.
+RUN_PACKAGES = ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +69,8 @@ class FrontDoor:
     on_error: str
     progress: bool | None
     cache: StageCache | None
+    #: The run context of the run in progress (None between runs, so a changed dataset is fingerprinted again).
+    _running: RunContext | None = None
 
     # ------------------------------------------------------------------ hooks
     def chains(self, context: RunContext | None = None) -> list[Chain]:
@@ -85,8 +93,8 @@ class FrontDoor:
         """Family-specific facts a result gets after the run (e.g. its resource profile); returns the result."""
         return result
 
-    def build_result(self, plan: Plan, results: list[Any], notes: list[str], started: _dt.datetime) -> Any:
-        """The family's benchmark result from the chains' results."""
+    def build_result(self, results: list[Any], notes: list[str]) -> Any:
+        """The family's benchmark result from the chains' results (the run envelope is added by :meth:`run`)."""
         raise NotImplementedError
 
     def has_later_rounds(self) -> bool:
@@ -103,6 +111,9 @@ class FrontDoor:
 
     # ------------------------------------------------------------------ the run path
     def _context(self) -> RunContext:
+        """The run context: during :meth:`run` the run's own (hooks find extractors through it), else a new one."""
+        if self._running is not None:
+            return self._running
         return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
@@ -136,17 +147,26 @@ class FrontDoor:
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
         runner = LocalRunner(self.progress) if runner is None else runner
-        plan, outcome = self.execute(runner)
-        rounds = Rounds(self.scope(runner), outcome.artifacts)
-        results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
-        results = self.refine(results, plan, outcome, rounds)
+        self._running = self._context()
+        try:
+            plan, outcome = self.execute(runner)
+            rounds = Rounds(self.scope(runner), outcome.artifacts)
+            results = [self._chain_result(chain, keys, plan, outcome)
+                       for chain, keys in zip(plan.chains, plan.chain_keys)]
+            results = self.refine(results, plan, outcome, rounds)
+        finally:
+            self._running = None
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
             compression = set((result.compression or {}).get("warnings", []))
             data = set(column_scale_notes(result.embedding)) - compression  # a scale-dominated space: the data's doing
             warn_result_notes(result.name, [n for n in result.warnings if n in compression], CompressionWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n in data], DataWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n not in compression | data])
-        return self.follow_up(self.build_result(plan, results, notes, started), rounds)
+        result = self.build_result(results, notes)
+        metadata, timing = run_envelope(plan, self.cache, started)  # the run envelope, the same for every family
+        result.metadata.update(metadata)
+        result.timing.update(timing)
+        return self.follow_up(result, rounds)
 
     def _chain_result(self, chain: Chain, keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> Any:
         final = keys[self.final_stage]
@@ -175,14 +195,6 @@ class FrontDoor:
                                                       output_array(source.part))
             result.warnings.extend(footprint_notes(updated["footprint"]))  # a failed object stat, explained
         result.embedding = updated if branch is None else {**result.embedding, branch: updated}
-
-    def run_facts(self, started: _dt.datetime) -> dict[str, Any]:
-        """When the run started and on what host (the result's ``timing`` section, never compared)."""
-        return {"started_at": started.isoformat(), "host": host_facts()}
-
-    def cache_record(self) -> dict[str, Any] | None:
-        """Where the run's cache lives and its mode (None without a cache)."""
-        return None if self.cache is None else cache_summary(self.cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +283,19 @@ class Rounds:
         return plan, scope.runner.run(jobs, context, on_error=scope.on_error, description=description, given=given)
 
 
+def run_envelope(plan: Plan, cache: StageCache | None,
+                 started: _dt.datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, timing) of the run envelope every family's result carries in the same places
+    (``result_protocol.ENVELOPE_SCHEMA``): the run key (a hash of every job key), the package versions, the plan
+    (each job's stage, result name and key), where the cache lives and its mode (only with a cache); then when the
+    run started and on what host (the ``timing`` section, never compared)."""
+    metadata = {"run_key": artifact_key("run", [job.key for job in plan.jobs]),
+                "versions": {name: package_version(name) for name in RUN_PACKAGES},
+                "plan": [{"stage": job.stage, "extractor": job.extractor, "key": job.key} for job in plan.jobs],
+                **({} if cache is None else {"cache": cache_summary(cache)})}
+    return metadata, {"started_at": started.isoformat(), "host": host_facts()}
+
+
 def cache_facts(key: str, plan: Plan, outcome: RunOutcome) -> dict[str, Any]:
     """``cache_eligible`` and ``cache_status`` of one job's artifact."""
     return {"cache_eligible": plan.job(key).cache_eligible, "cache_status": outcome.statuses[key]}
@@ -334,9 +359,10 @@ def check_unique_names(items: Sequence[Any], where: Sequence[str], what: str = "
         seen[item.name] = position
 
 
-def plain(value: Any, where: str) -> Any:
-    """JSON-plain copy (tuples become lists), so a reloaded result compares equal; fails early if not serializable."""
+def plain_recipe(extractor: Any) -> dict[str, Any]:
+    """An extractor's recipe as a result stores it: a JSON-plain copy (tuples become lists), so a reloaded result
+    compares equal; a recipe that is not serializable fails early, naming the extractor and the path inside it."""
     try:
-        return json.loads(json_codec.dumps(value))
+        return json.loads(json_codec.dumps(extractor.recipe()))
     except SerializationError as exc:  # the message names the path inside the value
-        raise SerializationError(f"{where} is not JSON-serializable: {exc}") from None
+        raise SerializationError(f"recipe of {extractor.name!r} is not JSON-serializable: {exc}") from None

@@ -232,6 +232,7 @@ def run_screening(scope: RunScope, config: ScreeningConfig) -> Screened:
 def _rung_loop(scope: RunScope, config: ScreeningConfig, rungs: list[Rung], held: IncrementStore) -> Screened:
     """Score the live candidates rung by rung, then evaluate the finalists (``held``: the embedded increments)."""
     chains, dataset = list(scope.chains), scope.dataset
+    context = scope.context()  # where a screened-out candidate's extractor is found
     alive = list(chains)
     early: dict[str, ExtractorResult] = {}
     history: dict[str, list[dict[str, Any]]] = {chain.name: [] for chain in chains}
@@ -249,7 +250,8 @@ def _rung_loop(scope: RunScope, config: ScreeningConfig, rungs: list[Rung], held
         for chain, _ in scored:
             if chain not in kept:
                 keys = {stage: job.key for stage, job in jobs[chain.name].items()}
-                early[chain.name] = _screened_out(scope, chain, history[chain.name], keys)
+                early[chain.name] = _screened_out(scope, chain, context.extractor_of(chain), history[chain.name],
+                                                  keys)
         table.append({"rung": rung.index, "rows": int(order.size), "new_rows": int(rung.increment.size),
                       "candidates": len(scored), "survivors": len(kept),
                       "best": scored[0][0].name if scored else None, "final": False})
@@ -393,11 +395,10 @@ def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: Screenin
     return kept
 
 
-def _screened_out(scope: RunScope, chain: Chain, history: list[dict[str, Any]],
+def _screened_out(scope: RunScope, chain: Chain, extractor: Any, history: list[dict[str, Any]],
                   keys: dict[str, str]) -> ExtractorResult:
     """The result of a candidate that left at a rung: its recipe, its last rung and its verdict there, the keys of
     that rung's jobs (its increment's ``extract_rows``, its ``rung_score``); never ranked."""
-    extractor = next(e for e in scope.extractors if e.name == chain.parent)
     recipe = extractor.recipe()
     last = history[-1]
     embedding: dict[str, Any] = {"parent_extractor_name": chain.parent}

@@ -107,6 +107,10 @@ class RunContext:
         """
         return self._by_name.get(job.params.get("parent"), self.extractors[job.params["extractor"]])
 
+    def extractor_of(self, chain: Chain) -> Any:
+        """The extractor a chain follows, found as :meth:`extractor` finds its jobs' (for the front doors' hooks)."""
+        return self._by_name.get(chain.parent, self.extractors[chain.extractor_id])
+
     def fact(self, name: str, chain: Chain) -> Fact:
         """The fingerprint of one context fact for ``chain`` (see registry.CONTEXT_FACTS)."""
         if name == "extractor":
