@@ -19,10 +19,11 @@ import pytest
 
 from vertebrae import BenchmarkResult, ExtractorResult
 from vertebrae.cli import main
-from vertebrae.execution.staged import PlanFile, Shard
+from vertebrae.execution.staged import Shard
 from vertebrae.results import load_result
 from vertebrae.scoring.overlap import OverlapScoreResult
 from vertebrae.scoring.stability import StabilityResult
+from vertebrae.staged_workflow import PlanFile
 
 from .store_servers import moto_endpoint, s3_bucket, s3_options  # noqa: F401  (fixtures)
 
