@@ -90,8 +90,9 @@ class StageDefinition:
     phase: str | None = None
     #: What a result's runtime reports for this stage (one of RUNTIME_REPORTS), None: nothing.
     runtime: str | None = None
-    #: The named sub-steps it reports (a cache hit reports each as not measured).
-    steps: tuple[str, ...] = ()
+    #: The named sub-steps it reports (a cache hit reports each as not measured), or ``steps(settings) -> names``
+    #: when they depend on the settings (the metrics stage: one per metric).
+    steps: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()
     #: Row sharding for a cluster (extractions only).
     shards: RowShards | None = None
     #: ``scoring_units(settings) -> int``: independent scoring calls of one job (a cluster spreads them).
@@ -115,6 +116,14 @@ class StageDefinition:
     def units(self, settings: Any) -> int:
         return 0 if self.scoring_units is None else int(self.scoring_units(settings))
 
+    def runtime_names(self, settings: Any) -> tuple[str, ...]:
+        """The entries a result's ``runtime`` reports for this stage when it runs under ``settings``: its name
+        (unless it reports steps only) and its declared sub-steps (``front_door.chain_runtime``)."""
+        if self.runtime is None:
+            return ()
+        steps = tuple(self.steps(settings) if callable(self.steps) else self.steps)
+        return steps if self.runtime == "steps" else (self.name, *steps)
+
 
 #: pipeline name -> stage name -> definition, in registration order (a valid topological order).
 _REGISTRY: dict[str, dict[str, StageDefinition]] = {}
@@ -124,7 +133,8 @@ def stage(pipeline: str, name: str, *, version: int, reads: tuple[str, ...] = ()
           optional_reads: tuple[str, ...] = (), context: tuple[str, ...] = (), packages: tuple[str, ...] = (),
           config: Callable[[Any, Any], Any] | None = None, safe: Callable[[Any], bool] | None = None,
           final: bool = False, codec: ArtifactCodec | None = None, phase: str | None = None,
-          runtime: str | None = None, steps: tuple[str, ...] = (), shards: RowShards | None = None,
+          runtime: str | None = None, steps: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = (),
+          shards: RowShards | None = None,
           scoring_units: Callable[[Any], int] | None = None) -> Callable[[Callable], Callable]:
     """Register the decorated module-level function as stage ``name`` of ``pipeline``."""
 
@@ -148,9 +158,11 @@ def stage(pipeline: str, name: str, *, version: int, reads: tuple[str, ...] = ()
             raise ConfigError(f"{where}: phase {phase!r} needs a codec (a phase stores the artifact it computes)")
         if runtime is not None and runtime not in RUNTIME_REPORTS:
             raise ConfigError(f"{where}: runtime must be one of {list(RUNTIME_REPORTS)} or None, got {runtime!r}")
+        if callable(steps) and runtime == "steps":
+            raise ConfigError(f"{where}: a stage reporting steps only names them in a tuple (a cache hit reports each)")
         stages[name] = StageDefinition(pipeline, name, version, function, tuple(reads), tuple(optional_reads),
                                        tuple(context), tuple(packages), config, safe, final, codec, phase,
-                                       runtime, tuple(steps), shards, scoring_units)
+                                       runtime, steps if callable(steps) else tuple(steps), shards, scoring_units)
         return function
 
     return register
