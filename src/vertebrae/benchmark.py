@@ -64,10 +64,6 @@ class BenchmarkSettings:
     resource_profiling: ResourceProfilingConfig | None = None
     #: The reference metric that judges each view's finalists (vertebrae.referee); None: no referee.
     referee: Metric | None = None
-    #: The chains the referee round scores (set by that round only; never part of a key or the result).
-    referee_finalists: frozenset[str] = frozenset()
-    #: The repeats one round of adaptive repeats runs (set by vertebrae.adaptive_repeats; None: the first round).
-    stability_window: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -144,8 +140,8 @@ class Benchmark(FrontDoor):
         self._screened: Screened | None = None
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self._adaptive_record: dict[str, Any] | None = None  # the last run's rounds (refine -> build_result)
-        if self.screening is not None:
-            check_screening(self)  # rungs, repeats and candidates: before any extraction
+        if self.screening is not None:  # rungs, repeats and candidates: before any extraction
+            check_screening(self.screening, self.settings, self.chains(), dataset.targets)
 
     def _check_labels_against_config(self) -> None:
         """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
@@ -195,7 +191,7 @@ class Benchmark(FrontDoor):
         """The shared run path's execute; with screening, the rungs first and the finalists' plan in full."""
         if self.screening is None:
             return super().execute(runner, description)
-        self._screened = run_screening(self, runner)
+        self._screened = run_screening(self.scope(runner), self.screening)
         return self._screened.plan, self._screened.outcome
 
     # -- the declaration the shared run path reads ---------------------------------------------------
@@ -233,8 +229,8 @@ class Benchmark(FrontDoor):
         refereed = {name for names, _, _ in chosen.values() if len(names) > 1 for name in names}
         scores: dict[str, MetricResult] = {}
         if refereed:  # a second round of the one run path: the referee stage, for the finalists only
-            settings = dataclasses.replace(self.settings, referee_finalists=frozenset(refereed))
-            plan, outcome = rounds.run(settings, ("referee",), f"{self.description} referee")
+            plan, outcome = rounds.run(("referee",), f"{self.description} referee",
+                                       state={"referee_finalists": frozenset(refereed)})
             for chain, keys in zip(plan.chains, plan.chain_keys):
                 if chain.name in refereed:
                     scores[chain.name] = _referee_score(referee, keys["referee"], outcome)
@@ -257,16 +253,17 @@ class Benchmark(FrontDoor):
         stability = self.settings.stability_config
         if stability is None or not stability.adaptive:
             return results
-        results, self._adaptive_record = adaptive_repeats.run_rounds(self, results, plan, outcome, rounds)
+        results, self._adaptive_record = adaptive_repeats.run_rounds(results, plan, outcome, rounds)
         return results
 
     def check_staged(self) -> None:
         """A staged plan (plan/embed/score/collect) writes every job ahead: refuse what decides its jobs while it
         runs (screening rungs, a referee round, adaptive repeats), with what to do instead."""
         if self.screening is not None:
-            raise ConfigError("[screening] runs in one process (each rung decides what the next one embeds, so there "
-                              "is no plan to write ahead); use vertebrae run --screen (with --cache and "
-                              "--dask-address to share and spread the work), or remove [screening] to plan")
+            raise ConfigError("[screening] decides each rung's jobs from the scores of the rung before, so there is "
+                              "no plan to write ahead; use vertebrae run --screen (--cache reuses its increments and "
+                              "rung scores; with --dask-address its extraction and scoring jobs run on the cluster, "
+                              "the rung loop in the calling process), or remove [screening] to plan")
         if self.settings.referee is not None:
             raise ConfigError("[benchmark] referee needs a round after scoring (its finalists come from the scores), "
                               "which a staged run does not plan; run it with vertebrae run")

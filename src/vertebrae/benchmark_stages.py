@@ -258,7 +258,8 @@ def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
 
 
 def repeat_window(settings: Any) -> tuple[int, int]:
-    """The repeats of the adaptive round a plan runs: ``settings.stability_window``, else the first round."""
+    """The repeats of the adaptive round a plan runs: its ``stability_window`` (round state:
+    front_door.RoundSettings), else the first round."""
     window = getattr(settings, "stability_window", None)
     return (0, settings.stability_config.min_repeats) if window is None else tuple(window)
 
@@ -395,9 +396,10 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 
 
 def _referee_config(settings: Any, chain: Any) -> dict[str, Any] | None:
-    """Only in a referee round, only for its finalists; the key hashes the metric and the seeds, never the name."""
+    """Only in a referee round (its ``referee_finalists``, round state: front_door.RoundSettings), only for its
+    finalists; the key hashes the metric and the seeds, never the name."""
     referee = getattr(settings, "referee", None)
-    if referee is None or chain is None or chain.name not in settings.referee_finalists:
+    if referee is None or chain is None or chain.name not in getattr(settings, "referee_finalists", ()):
         return None
     return {"referee": metrics_key_fingerprint([referee])["metrics"][0],
             "seeds": [settings.scoring_config.random_state, settings.continuous_config.random_state]}

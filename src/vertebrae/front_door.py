@@ -120,13 +120,14 @@ class FrontDoor:
         plan = self.plan(context)
         runner = LocalRunner(self.progress) if runner is None else runner
         outcome = runner.run(plan.jobs, context, on_error=self.on_error, description=description or self.description,
-                             **self.kept_for_rounds(plan.jobs))
+                             **kept_for_rounds(plan.jobs, self.has_later_rounds()))
         return plan, outcome
 
-    def kept_for_rounds(self, jobs: Sequence[Any]) -> dict[str, Any]:
-        """The runner's ``keep`` argument for the first round: every artifact a job reads when later rounds will
-        read them too (:class:`Rounds`); nothing otherwise (each artifact is freed once read)."""
-        return {"keep": {key for job in jobs for key in job.needs.values()}} if self.has_later_rounds() else {}
+    def scope(self, runner: Any = None) -> RunScope:
+        """What the rounds over this run read (:class:`RunScope`); ``runner`` None: an in-process one."""
+        return RunScope(self.dataset, tuple(self.extractors), tuple(self.chains()), self.settings, self.cache,
+                        self.on_error, LocalRunner(self.progress) if runner is None else runner, self.pipeline,
+                        self.description, self.has_later_rounds())
 
     def run(self, runner: Any = None) -> Any:
         """Execute the plan with ``runner`` (default: an in-process :class:`LocalRunner`) and collect the results."""
@@ -136,7 +137,7 @@ class FrontDoor:
             warnings.warn(note, DataWarning, stacklevel=2)
         runner = LocalRunner(self.progress) if runner is None else runner
         plan, outcome = self.execute(runner)
-        rounds = Rounds(self, runner, outcome.artifacts)
+        rounds = Rounds(self.scope(runner), outcome.artifacts)
         results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
         results = self.refine(results, plan, outcome, rounds)
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
@@ -184,6 +185,60 @@ class FrontDoor:
         return None if self.cache is None else cache_summary(self.cache)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunScope:
+    """What a round over one run reads — screening, adaptive repeats, the referee — instead of the front door.
+
+    The run's dataset, extractors and chains, its settings (the user's, never changed by a round), cache, error
+    policy and runner, the pipeline it plans over and its progress label, and whether later rounds read the first
+    round's artifacts (then the first round keeps every artifact a job reads: :meth:`kept`).
+    """
+
+    dataset: Any
+    extractors: tuple[Any, ...]
+    chains: tuple[Chain, ...]
+    settings: Any
+    cache: StageCache | None
+    on_error: str
+    runner: Any
+    pipeline: str
+    description: str
+    later_rounds: bool = False
+
+    def context(self, settings: Any = None) -> RunContext:
+        """A run context of this run, under ``settings`` (default: the run's own)."""
+        return RunContext(self.settings if settings is None else settings, self.extractors, self.dataset,
+                          cache=self.cache)
+
+    def kept(self, jobs: Sequence[Any]) -> dict[str, Any]:
+        """The runner's ``keep`` argument for the first round's ``jobs`` (:func:`kept_for_rounds`)."""
+        return kept_for_rounds(jobs, self.later_rounds)
+
+
+def kept_for_rounds(jobs: Sequence[Any], later_rounds: bool) -> dict[str, Any]:
+    """The runner's ``keep`` argument for a first round: every artifact a job reads when later rounds will read them
+    too (:class:`Rounds`); nothing otherwise (each artifact is freed once read)."""
+    return {"keep": {key for job in jobs for key in job.needs.values()}} if later_rounds else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundSettings:
+    """The settings one later round plans under: the run's settings, unchanged, plus the round's own state.
+
+    Round state (the referee's finalists, the repeats of an adaptive round) is never the user's setting: it lives
+    here, and a stage's config reads it as an attribute (``getattr(settings, "stability_window", None)``); every
+    other attribute is the run's setting, so a key hashes the same content whichever round plans it.
+    """
+
+    run: Any
+    state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("run", "state"):  # copy/pickle probes; fields not yet set on unpickling
+            raise AttributeError(name)
+        return self.state[name] if name in self.state else getattr(self.run, name)
+
+
 class Rounds:
     """The later rounds of one run: the same runner, reading the artifacts the first round kept.
 
@@ -192,16 +247,17 @@ class Rounds:
     chain's embeddings stay resident until the run ends (docs/architecture.md).
     """
 
-    def __init__(self, door: FrontDoor, runner: Any, kept: Mapping[str, Any]) -> None:
-        self.door, self.runner, self.kept = door, runner, kept
+    def __init__(self, scope: RunScope, kept: Mapping[str, Any]) -> None:
+        self.scope, self.kept = scope, kept
 
-    def run(self, settings: Any, stages: Sequence[str], description: str,
-            chains: Sequence[Chain] | None = None) -> tuple[Plan, RunOutcome]:
-        """Plan ``chains`` (default: all) under ``settings`` and run the jobs of ``stages`` and what they read that
-        the first round did not keep."""
-        door = self.door
-        context = RunContext(settings, door.extractors, door.dataset, cache=door.cache)
-        plan = build_plan(door.pipeline, door.chains(context) if chains is None else chains, context)
+    def run(self, stages: Sequence[str], description: str, chains: Sequence[Chain] | None = None,
+            state: Mapping[str, Any] | None = None) -> tuple[Plan, RunOutcome]:
+        """Plan ``chains`` (default: all) under the run's settings plus the round's ``state``
+        (:class:`RoundSettings`) and run the jobs of ``stages`` and what they read that the first round did not
+        keep."""
+        scope = self.scope
+        context = scope.context(RoundSettings(scope.settings, dict(state or {})))
+        plan = build_plan(scope.pipeline, scope.chains if chains is None else chains, context)
         wanted = [key for keys in plan.chain_keys for stage, key in keys.items() if stage in stages]
         needed: set[str] = set()
         while wanted:
@@ -212,7 +268,7 @@ class Rounds:
                     wanted.extend(plan.job(key).needs.values())
         jobs = [job for job in plan.jobs if job.key in needed and job.key not in self.kept]
         given = {key: self.kept[key] for key in needed if key in self.kept}
-        return plan, self.runner.run(jobs, context, on_error=door.on_error, description=description, given=given)
+        return plan, scope.runner.run(jobs, context, on_error=scope.on_error, description=description, given=given)
 
 
 def cache_facts(key: str, plan: Plan, outcome: RunOutcome) -> dict[str, Any]:

@@ -339,7 +339,8 @@ def _named_classes(names: str) -> Any:
 
 #: What reports read of a candidate's screening record (vertebrae.screening).
 _RUNG_SCHEMA = {"rung": int, "rows": int, "partial_score": NUMBER, "repeat_scores": [NUMBER],
-                "verdict": {"verdict": Choice(("best", "tied", "worse")), "mean_difference": NUMBER}, "continued": bool}
+                "verdict": {"verdict": Choice(("best", "tied", "worse")), "mean_difference": NUMBER}, "continued": bool,
+                "cache_status?": {"extract_rows": str, "rung_score": str}}
 SCREENING_SCHEMA = both({"status": Choice(("finalist", "screened_out")), "rungs": [_RUNG_SCHEMA]},
                         rule(lambda s: s["status"] == "finalist" or (s["rungs"] and not s["rungs"][-1]["continued"]),
                              "a screened-out candidate's last rung must say it did not continue"))
