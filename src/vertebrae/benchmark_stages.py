@@ -303,9 +303,13 @@ def _metrics_safe(settings: Any) -> bool:
     return metrics_cache_eligible(settings.metrics)
 
 
+def _metric_steps(settings: Any) -> tuple[str, ...]:
+    return tuple(f"metric.{metric.name}" for metric in settings.metrics)  # run_metrics times each one
+
+
 @stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), optional_reads=("compress", "budget"),
        context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe, codec=METRICS_CODEC, phase=SCORE,
-       runtime="seconds_and_steps")
+       runtime="seconds_and_steps", steps=_metric_steps)
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
     """Custom metrics on the matrix the score stage scored, with the seed it used.
 
