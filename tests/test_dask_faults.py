@@ -14,13 +14,15 @@ import contextlib
 import logging
 import os
 import pathlib
+import signal
 import time
 
 import numpy as np
 import pytest
 
 from tests.test_dask_runner import NO_SEPARATIX, _run_in_thread, classes, run_locally, slow_embed, without_timing
-from vertebrae import Benchmark, CallableExtractor, CallableMetric, PrecomputedExtractor
+from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableMetric, DatasetIdentity,
+                       PrecomputedExtractor, StabilityConfig)
 from vertebrae.errors import ExecutionError
 from vertebrae.execution import DaskRunner
 
@@ -146,3 +148,45 @@ def test_a_scheduler_closed_mid_run_fails_the_run_naming_stage_and_extractor(cap
         assert [record.getMessage() for record in caplog.records
                 if record.name == "distributed.client" and record.exc_info] == []
     assert_named(box.get("error"), "extract", "slow", "the dask scheduler went away")
+
+
+# ----------------------------------------------------------------------------- a lost stability fan-out
+def fanned_out(on_error: str) -> Benchmark:
+    """Stability repeats that take seconds in all (40 repeats of 4,000 x 32), each a fan-out sub-task."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 1000)
+    X = (rng.normal(size=(y.size, 32)) + y[:, None] * 0.3).astype(np.float32)
+    data = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.declared("fan-out", "1"))
+    return Benchmark(data, [PrecomputedExtractor("raw")], stability_config=StabilityConfig(repeats=40),
+                     separatix_config=NO_SEPARATIX, on_error=on_error, progress=False)
+
+
+def _kill_a_fanout_only_worker(client, thread, box) -> None:
+    """SIGKILL a worker busy only with fan-out sub-tasks: not the stability job that fanned them out (it waits
+    on the other worker, seceded) nor any other job, so the loss is the fan-out's alone."""
+    while thread.is_alive():
+        for address, keys in client.processing().items():
+            if keys and all(str(key).startswith("vertebrae-fanout-") for key in keys):
+                pid = client.run(os.getpid, workers=[address])[address]
+                os.kill(pid, signal.SIGKILL)
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"the run ended before a worker was busy with fan-out sub-tasks alone: {box}")
+
+
+@pytest.mark.parametrize("on_error", ["raise", "record"])
+def test_a_fan_out_lost_beyond_allowed_failures_ends_in_a_named_execution_error(on_error):
+    # allowed-failures 0: the killed sub-task is out of the scheduler's retries, and the runner resubmits nothing.
+    with private_cluster(**{"distributed.scheduler.allowed-failures": 0}) as (_, client):
+        thread, box = _run_in_thread(lambda: fanned_out(on_error).run(runner=DaskRunner(client)))
+        _kill_a_fanout_only_worker(client, thread, box)
+        thread.join(180)
+        assert not thread.is_alive()
+    what = "fanned-out sub-tasks (stability repeats) were lost on the cluster, 1 times"
+    if on_error == "raise":
+        assert_named(box.get("error"), "stability", "raw", what)
+        return
+    assert "error" not in box, box.get("error")  # recorded: the run ends with the chain's failure
+    error = box["result"]["raw"].error
+    assert (error["stage"], error["type"]) == ("stability", "ExecutionError"), error
+    assert what in error["message"] and "KilledWorker" in error["message"]

@@ -282,14 +282,15 @@ class _FanoutLost(ExecutionError):
         return self.message
 
 
-def _upstream(job: StageJob, done: Sequence[_Done]) -> _Done | None:
-    if any(item.stale for item in done):
-        return _Done(stale=True)
+def _upstream(job: StageJob, done: Sequence[_Done | None]) -> _Done | None:
+    """The upstream failure or staleness a job inherits (an input is None only beside a failed one)."""
     for item in done:
-        if item.failed is not None:
+        if item is not None and item.failed is not None:
             cause = item.failed
             return _Done(failed=dataclasses.replace(
                 cause, failure=dataclasses.replace(cause.failure, upstream=cause.failure.upstream or cause.key)))
+    if any(item.stale for item in done):
+        return _Done(stale=True)
     return None
 
 
@@ -613,12 +614,13 @@ class _DaskRun:
     def _required(self, done: dict[str, _Done]) -> set[str]:
         """Keys of the jobs the next attempt submits: every needed job without a report, plus the inputs of those
         it computes whose artifacts the driver does not hold (an intermediate artifact went with the attempt that
-        made it; a failure or a whole artifact travels from the driver)."""
+        made it; a failure or a whole artifact travels from the driver; a job with a failed input needs no other)."""
         required = {key for key in self.needed if key not in done}
         for job in reversed(self.jobs):  # plan order is a topological order
-            if job.key in required and job.key not in self.hits:
-                required.update(key for key in job.needs.values() if key not in self.given and self._input(key, done)
-                                is None)
+            held = {key: self._input(key, done) for key in job.needs.values()}
+            if job.key in required and job.key not in self.hits and not any(
+                    report is not None and report.failed is not None for report in held.values()):
+                required.update(key for key, report in held.items() if key not in self.given and report is None)
         return required
 
     def _input(self, key: str, done: dict[str, _Done]) -> _Done | None:
