@@ -26,7 +26,6 @@ from vertebrae.cache import CacheConfig
 from vertebrae.cli import main
 from vertebrae.errors import ArtifactIntegrityError, ArtifactWarning, DataWarning, ScoringWarning
 from vertebrae.execution import DaskRunner
-from vertebrae.execution.caching import NOT_NEEDED
 
 
 class LoggedFit(SklearnExtractor):
@@ -84,7 +83,7 @@ def test_the_skipped_job_is_reported_as_not_needed(tmp_path):
     benchmark = zero_shot(store, log)
     plan, outcome = benchmark.execute(None, "warm")
     [fit] = [job for job in plan.jobs if job.stage == "fit"]
-    assert outcome.statuses[fit.key] == NOT_NEEDED and fit.key not in outcome.timings
+    assert outcome.statuses[fit.key] == "not_needed" and fit.key not in outcome.timings
 
 
 def _corrupt_samples(store: pathlib.Path) -> None:
