@@ -19,6 +19,7 @@ from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.pipeline import make_pipeline
 from sklearn.random_projection import GaussianRandomProjection
 
+from tests.test_staged_cli import project  # noqa: F401  (fixture: three extractors, two variants each)
 from tests.test_zero_shot_benchmark import text_dataset
 from tests.test_zero_shot_fit_once import VOCABULARY
 from vertebrae import SklearnExtractor, ZeroShotBenchmark, json_codec
@@ -118,41 +119,13 @@ def test_a_corrupt_expected_hit_raises_in_read_only_mode(tmp_path):
     assert fits(log) == 1
 
 
-STAGED = """
-[dataset]
-id = "blobs"
-revision = "1"
-labels = "labels.npy"
-
-[[extractors]]
-name = "wide"
-embeddings = "wide.npy"
-
-[stability]
-repeats = 3
-
-[[compression]]
-method = "none"
-[[compression]]
-method = "pca"
-n_components = 2
-"""
-
-
-def test_a_warm_staged_score_reads_no_embedding(tmp_path, monkeypatch, capsys):
-    import numpy as np
-
-    rng = np.random.default_rng(3)
-    labels = np.repeat(np.arange(3), 40)
-    np.save(tmp_path / "labels.npy", labels)
-    np.save(tmp_path / "wide.npy", (rng.normal(size=(labels.size, 6)) + labels[:, None]).astype(np.float32))
-    (tmp_path / "run.toml").write_text(STAGED)
-    monkeypatch.chdir(tmp_path)
+def test_a_warm_staged_score_reads_no_embedding(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
     for argv in (["plan", "run.toml", "--store", "store", "-q"], ["embed", "plan.json", "-q"],
                  ["score", "plan.json", "-q"]):
         assert main(argv) == 0
     capsys.readouterr()
     for stage in ("extract", "compress"):  # a warm score needs none of the embed phase's artifacts
-        shutil.rmtree(tmp_path / "store" / stage)
+        shutil.rmtree(project / "store" / stage)
     assert main(["score", "plan.json"]) == 0
-    assert "(0 computed, 6 already there), 0 failed" in capsys.readouterr().out
+    assert "(0 computed, 18 already there), 0 failed" in capsys.readouterr().out
