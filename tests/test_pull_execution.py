@@ -95,12 +95,16 @@ def _corrupt_samples(store: pathlib.Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_corrupt_expected_hit_is_recomputed_with_its_fit_in_read_write_mode(tmp_path):
+@pytest.mark.parametrize("runner", ["local", "dask"])
+def test_a_corrupt_expected_hit_is_recomputed_with_its_fit_in_read_write_mode(tmp_path, runner, request):
     store, log = tmp_path / "cache", tmp_path / "fits.txt"
     cold = run(zero_shot(store, log))
     _corrupt_samples(store)
-    with pytest.warns(ArtifactWarning, match="is corrupt"):
-        repaired = run(zero_shot(store, log))
+    if runner == "local":
+        with pytest.warns(ArtifactWarning, match="is corrupt"):
+            repaired = run(zero_shot(store, log))
+    else:  # the worker finds the entry corrupt (its warning stays there); the driver resubmits it with its fit
+        repaired = run(zero_shot(store, log), DaskRunner(request.getfixturevalue("dask_client")))
     assert fits(log) == 2  # the fit the corrupt entry needed, once
     entry = repaired["proj"]
     assert [entry.embedding[b]["cache_status"] for b in ("samples", "prompts")] == ["miss", "hit"]
