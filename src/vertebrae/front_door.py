@@ -24,8 +24,8 @@ from .artifacts.codecs import output_array
 from .embeddings import column_scale_notes
 from .errors import (CompressionWarning, DataWarning, InputTypeError, InputValidationError, SerializationError,
                      warn_result_notes)
-from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, NOT_NEEDED, StageCache, cache_summary, endpoint_footprint,
-                                footprint_notes)
+from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, NOT_NEEDED, StageCache, cache_summary,
+                                endpoint_footprint, footprint_notes)
 from .execution.context import Chain, RunContext
 from .execution.jobs import JobFailure, RunOutcome
 from .execution.local import LocalRunner
