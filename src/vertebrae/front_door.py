@@ -25,8 +25,8 @@ from .artifacts.codecs import output_array
 from .embeddings import column_scale_notes
 from .errors import (CompressionWarning, DataWarning, InputTypeError, InputValidationError, SerializationError,
                      warn_result_notes)
-from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, endpoint_footprint,
-                                footprint_notes)
+from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, NOT_NEEDED, StageCache, cache_summary,
+                                endpoint_footprint, footprint_notes)
 from .execution.context import Chain, RunContext
 from .execution.jobs import JobFailure, RunOutcome
 from .execution.local import LocalRunner
@@ -307,7 +307,8 @@ def chain_runtime(keys: Mapping[str, str], plan: Plan, outcome: RunOutcome) -> d
     A stage reporting ``seconds`` gives its wall seconds under its name; ``steps`` gives the sub-step seconds it
     recorded (``cache_write`` as ``<stage>_cache_write``); ``seconds_and_steps`` gives both.  A job read from the
     cache ran nothing: what it would report reads ``not_measured_cache_hit`` and the read is timed as
-    ``<stage>_cache_read``.  Runtimes travel beside artifacts, never inside them.
+    ``<stage>_cache_read``; so does a job that was not run because the cache served every reader of it
+    (``not_needed``), without a read.  Runtimes travel beside artifacts, never inside them.
     """
     from .profiling import PROFILE_KEY
 
@@ -315,12 +316,14 @@ def chain_runtime(keys: Mapping[str, str], plan: Plan, outcome: RunOutcome) -> d
     for stage, key in keys.items():
         definition = definition_of(plan.job(key))
         timings = outcome.timings.get(key)
-        if definition.runtime is None or not timings:
+        status = outcome.statuses.get(key)
+        if definition.runtime is None or not (timings or status == NOT_NEEDED):
             continue
-        if outcome.statuses.get(key) == HIT:
+        if status in (HIT, NOT_NEEDED):
             names = definition.steps if definition.runtime == "steps" else (stage,)
             runtime.update({name: NOT_MEASURED_CACHE_HIT for name in names})
-            runtime[f"{stage}_cache_read"] = timings["seconds"]
+            if status == HIT:
+                runtime[f"{stage}_cache_read"] = timings["seconds"]
             continue
         if definition.runtime != "steps":
             runtime[stage] = timings["seconds"]

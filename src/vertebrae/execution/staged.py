@@ -174,19 +174,29 @@ class _StagedRun:
 
     # ------------------------------------------------------------ this phase's jobs
     def _run_own(self, job: StageJob) -> None:
-        try:
+        """Compute or read one job of this phase.  Its inputs are obtained only when the store does not hold its
+        artifact (pull-based: a warm ``score`` reads no embedding)."""
+        obtaining = False
+
+        def compute() -> tuple[Any, dict[str, float]]:
+            nonlocal obtaining
+            obtaining = True
             inputs = {stage: self._obtain(key) for stage, key in job.needs.items()}
+            obtaining = False
+            return run_job(job, inputs, self.context)
+
+        try:
+            if self.phase == COLLECT:
+                ran = computed_run(job, *compute())
+            else:
+                ran = self.cache.run(job, compute, self.context, definition_of(job).codec)
         except _Upstream as upstream:
             cause = self.outcome.failures[upstream.key]
             self._fail(job, dataclasses.replace(cause, upstream=cause.upstream or upstream.key))
             return
-        try:
-            if self.phase == COLLECT:
-                ran = computed_run(job, *run_job(job, inputs, self.context))
-            else:
-                ran = self.cache.run(job, lambda: run_job(job, inputs, self.context), self.context,
-                                     definition_of(job).codec)
         except Exception as exc:
+            if obtaining:  # an input's own error (already annotated in raise mode) or a missing phase: not this job's
+                raise
             if self.on_error == "raise":
                 raise annotate(exc, job)
             self._fail(job, JobFailure.of(job, exc))
