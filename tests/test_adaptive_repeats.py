@@ -221,3 +221,23 @@ def test_a_failed_chain_gets_no_rounds_and_the_others_still_decide(data):
                            on_error="record", progress=False).run()
     assert result["broken"].error["stage"] == "extract" and result["broken"].stability is None
     assert result.metadata["adaptive_repeats"]["decisions"] == {"noisy": {"view": None, "repeats_to_decide": 4}}
+
+
+def test_round_state_lives_in_the_rounds_settings_not_the_users(data):
+    """The user's BenchmarkSettings hold no round state; a round plans under RoundSettings (the run's settings plus
+    the round's window), which pickles for remote runners and reads every other setting from the run's."""
+    import dataclasses
+    import pickle
+
+    from vertebrae.benchmark import BenchmarkSettings
+    from vertebrae.benchmark_stages import repeat_window
+    from vertebrae.front_door import RoundSettings
+
+    assert not {f.name for f in dataclasses.fields(BenchmarkSettings)} & {"referee_finalists", "stability_window"}
+    bench = _clear(data, StabilityConfig(repeats="auto", min_repeats=4, batch_repeats=2))
+    settings = bench.settings
+    later = pickle.loads(pickle.dumps(RoundSettings(settings, {"stability_window": (4, 6)})))
+    assert repeat_window(settings) == (0, 4) and repeat_window(later) == (4, 6)
+    assert later.stability_config == settings.stability_config and later.to_dict() == settings.to_dict()
+    scope = bench.scope()  # what the rounds read instead of the front door
+    assert scope.settings is settings and [c.name for c in scope.chains] == [c.name for c in bench.chains()]

@@ -8,19 +8,25 @@ import path), and through `vertebrae plan/embed/score/collect` in separate proce
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import re
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
 
 from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, PrecomputedExtractor, SeparatixConfig
 from vertebrae.artifacts import FsspecStore
+from vertebrae.errors import ConfigError
 from vertebrae.execution import DaskRunner
-from vertebrae.execution.registry import _REGISTRY, pipeline_stages
+from vertebrae.execution.context import Chain, RunContext
+from vertebrae.execution.plan import build_plan
+from vertebrae.execution.registry import _REGISTRY, pipeline_stages, stage
+from vertebrae.fingerprint import content_sha256
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 MODULE = "norms_stage"
@@ -125,3 +131,45 @@ def test_the_example_runs_through_the_staged_cli(norms_module, tmp_path):
     assert stored.kind == "norm" and stored.document["norm"] == pytest.approx(np.linalg.norm(X))
     cli("collect", "plan.json", "--output", "result.json", "-q")
     assert json.loads((tmp_path / "result.json").read_text())["extractor_results"][0]["name"] == "raw"
+
+
+# ----------------------------------------------------------------------------- a fact of a new family's dataset
+@dataclasses.dataclass(frozen=True)
+class WeightedDataset(BenchmarkDataset):
+    """A new family's dataset: it holds per-row weights and answers the ``weights`` fact its stage declares."""
+
+    weights: Any = None
+
+    def fact(self, name: str, view: Any, extractor: Any) -> Any:
+        if name == "weights":
+            return "weights", lambda: content_sha256(np.asarray(self.weights))
+        return super().fact(name, view, extractor)
+
+
+def weighted_norm(job, inputs, context, timings):
+    return float(np.linalg.norm(context.dataset.embeddings * context.dataset.weights[:, None]))
+
+
+def test_a_stage_declares_a_fact_its_dataset_holds():
+    """Context facts are not a closed list in the core: a stage of a new pipeline declares `weights`, its dataset
+    answers it, and the weights enter the stage's key; a fact no one holds fails when the plan is built."""
+    X, labels = data()
+    base = BenchmarkDataset.from_arrays(X, labels, identity=DatasetIdentity.declared("weights", "1"))
+    stage("weighted", "weighted_norm", version=1, context=("weights", "extractor"))(weighted_norm)
+    try:
+        def key(weights: np.ndarray) -> str:
+            dataset = WeightedDataset(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
+                                      weights=weights)
+            context = RunContext(None, [PrecomputedExtractor("raw", X)], dataset)
+            chain = Chain("raw", context.extractor_ids()[0], "raw")
+            [job] = build_plan("weighted", [chain], context).jobs
+            assert job.cache_eligible
+            return job.key
+
+        ones = np.ones(len(labels))
+        assert key(ones) == key(ones.copy()) != key(np.arange(len(labels), dtype=float))
+        context = RunContext(None, [PrecomputedExtractor("raw", X)], base)  # a dataset without weights
+        with pytest.raises(ConfigError, match=r"BenchmarkDataset\) has no 'weights' fact"):
+            build_plan("weighted", [Chain("raw", context.extractor_ids()[0], "raw")], context)
+    finally:
+        _REGISTRY.pop("weighted", None)

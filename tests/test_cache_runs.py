@@ -430,7 +430,7 @@ def test_retrieval_reuses_encodings(tmp_path):
     assert warm.entries[0].runtime["encode_queries"] == "not_measured_cache_hit"
     assert warm.entries[0].primary_score == cold.entries[0].primary_score
     assert warm.entries[0].forward == cold.entries[0].forward
-    assert warm.protocol["cache"]["mode"] == "read_write"
+    assert warm.metadata["cache"]["mode"] == "read_write"
     unsafe = RetrievalBenchmark(data, [TwoBranchExtractor("dual", encode, encode)], cache_config=config,
                                 progress=False).run()
     assert unsafe.entries[0].embedding["query"]["cache_status"] == "bypassed_unsafe_identity"

@@ -29,7 +29,8 @@ EXTRACTOR_MODULES = ("vertebrae.extractors.base", "vertebrae.extractors.huggingf
                      "vertebrae.extractors.onnx", "vertebrae.extractors.torch", "vertebrae.extractors.keras",
                      "vertebrae.extractors.jax", "vertebrae.retrieval.extractors", "vertebrae.zero_shot.encoders",
                      "vertebrae.zero_shot.image_text", "vertebrae.multimodal")
-STAGE_MODULES = (*registry.BUILTIN_STAGE_MODULES, "vertebrae.screening_stages")
+STAGE_MODULES = ("vertebrae.benchmark_stages", "vertebrae.retrieval.stages", "vertebrae.zero_shot.stages",
+                 "vertebrae.screening_stages")
 
 
 def shipped_extractors() -> dict[str, type]:

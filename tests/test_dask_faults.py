@@ -14,13 +14,15 @@ import contextlib
 import logging
 import os
 import pathlib
+import signal
 import time
 
 import numpy as np
 import pytest
 
 from tests.test_dask_runner import NO_SEPARATIX, _run_in_thread, classes, run_locally, slow_embed, without_timing
-from vertebrae import Benchmark, CallableExtractor, CallableMetric, PrecomputedExtractor
+from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableMetric, DatasetIdentity,
+                       PrecomputedExtractor, StabilityConfig)
 from vertebrae.errors import ExecutionError
 from vertebrae.execution import DaskRunner
 
@@ -98,15 +100,15 @@ def test_a_worker_killed_twice_by_one_job_is_retried_and_the_result_is_identical
 
 # ----------------------------------------------------------------------------- everything else: ExecutionError
 @contextlib.contextmanager
-def private_cluster(**config):
+def private_cluster(n_workers: int = 2, **config):
     """(cluster, client): a LocalCluster of this test's own, its scheduler started under ``config``."""
     import dask
     from distributed import Client
 
     from vertebrae.execution.dask import local_cluster
 
-    with dask.config.set(config), local_cluster(2) as cluster, Client(cluster) as client:
-        client.wait_for_workers(2)
+    with dask.config.set(config), local_cluster(n_workers) as cluster, Client(cluster) as client:
+        client.wait_for_workers(n_workers)
         yield cluster, client
 
 
@@ -146,3 +148,70 @@ def test_a_scheduler_closed_mid_run_fails_the_run_naming_stage_and_extractor(cap
         assert [record.getMessage() for record in caplog.records
                 if record.name == "distributed.client" and record.exc_info] == []
     assert_named(box.get("error"), "extract", "slow", "the dask scheduler went away")
+
+
+# ----------------------------------------------------------------------------- a lost stability fan-out
+def fanned_out(on_error: str) -> Benchmark:
+    """Stability repeats that take seconds in all (40 repeats of 4,000 x 32), each a fan-out sub-task."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 1000)
+    X = (rng.normal(size=(y.size, 32)) + y[:, None] * 0.3).astype(np.float32)
+    data = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.declared("fan-out", "1"))
+    return Benchmark(data, [PrecomputedExtractor("raw")], stability_config=StabilityConfig(repeats=40),
+                     separatix_config=NO_SEPARATIX, on_error=on_error, progress=False)
+
+
+def _kill_a_fanout_only_worker(client, thread, box, among: tuple[str, set[str]] | None = None) -> tuple[str, set[str]]:
+    """SIGKILL a worker busy only with fan-out sub-tasks: not the stability job that fanned them out (it waits on
+    another worker, seceded) nor any other job, so the loss is the fan-out's alone.  ``among``: what an earlier
+    call returned (the worker it killed, the sub-tasks it ran): another worker, running one of those sub-tasks.
+    Returns (the worker killed, the sub-tasks it was running)."""
+    while thread.is_alive():
+        for address, keys in client.processing().items():
+            keys = {str(key) for key in keys}
+            if not keys or not all(key.startswith("vertebrae-fanout-") for key in keys):
+                continue
+            if among is not None and (address == among[0] or not keys & among[1]):
+                continue
+            pid = client.run(os.getpid, workers=[address])[address]
+            os.kill(pid, signal.SIGKILL)
+            return address, keys
+        time.sleep(0.02)
+    raise AssertionError(f"the run ended before a worker was busy with fan-out sub-tasks alone: {box}")
+
+
+@pytest.mark.parametrize("on_error", ["raise", "record"])
+def test_a_fan_out_lost_beyond_allowed_failures_ends_in_a_named_execution_error(on_error):
+    # allowed-failures 0: the killed sub-task is out of the scheduler's retries, and the runner resubmits nothing.
+    with private_cluster(**{"distributed.scheduler.allowed-failures": 0}) as (_, client):
+        thread, box = _run_in_thread(lambda: fanned_out(on_error).run(runner=DaskRunner(client)))
+        _kill_a_fanout_only_worker(client, thread, box)
+        thread.join(180)
+        assert not thread.is_alive()
+    what = "fanned-out sub-tasks (stability repeats) were lost on the cluster, 1 times"
+    if on_error == "raise":
+        assert_named(box.get("error"), "stability", "raw", what)
+        return
+    assert "error" not in box, box.get("error")  # recorded: the run ends with the chain's failure
+    error = box["result"]["raw"].error
+    assert (error["stage"], error["type"]) == ("stability", "ExecutionError"), error
+    assert what in error["message"] and "KilledWorker" in error["message"]
+
+
+def test_a_fan_out_lost_within_allowed_failures_is_resubmitted_and_the_result_is_identical():
+    # allowed-failures 1: a sub-task killed twice is out of the scheduler's retries; the runner resubmits the job
+    # once. Four workers: the stability job waits on one, the two kills hit two of the others.
+    from distributed import get_task_stream
+
+    with private_cluster(4, **{"distributed.scheduler.allowed-failures": 1}) as (_, client), \
+            get_task_stream(client) as stream:
+        thread, box = _run_in_thread(lambda: fanned_out("raise").run(runner=DaskRunner(client)))
+        first = _kill_a_fanout_only_worker(client, thread, box)
+        _kill_a_fanout_only_worker(client, thread, box, among=first)
+        thread.join(240)
+        assert not thread.is_alive()
+    assert "error" not in box, box.get("error")
+    stability = [task for task in stream.data
+                 if task["key"].startswith("vertebrae-stability-") and task["key"].endswith("-job")]
+    assert [task["status"] for task in stability] == ["error", "OK"]  # lost its fan-out, then resubmitted
+    assert without_timing(box["result"]) == without_timing(run_locally(fanned_out("raise")))

@@ -26,13 +26,13 @@ from vertebrae.cache import CacheConfig
 from vertebrae.cli import main
 from vertebrae.compression import EmbeddingCompressionConfig
 from vertebrae.errors import ConfigError, InputValidationError, VertebraeError
-from vertebrae.execution.staged import PlanFile
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.fingerprint import content_sha256
 from vertebrae.io import MAX_CONFIG_BYTES, load_column, load_config_file, load_matrix
 from vertebrae.reports import figures
 from vertebrae.run_config import DATASET_FIELDS, benchmark_from_config
 from vertebrae.scoring.overlap import ContinuousOverlapScoringConfig
+from vertebrae.staged_workflow import PlanFile
 
 #: Names matplotlib reads as mathtext (the first two do not even parse) or Markdown as a link or an image.
 HOSTILE_NAMES = ["$\\frac{$", "tier_$x^2^3$", "cost $5 and $6", "[link](http://evil.example)",

@@ -86,6 +86,18 @@ def test_continue_records_a_failed_snapshot_with_the_same_columns_and_goes_on(da
     assert [r["status"] for r in m.history] == ["ok", "failed", "ok"]
 
 
+@pytest.mark.parametrize("repeats", [2, "auto"])
+def test_a_failed_row_has_the_runtime_columns_a_snapshot_reports(data, repeats):
+    """A failed row's runtime columns come from the declarations of the stages a snapshot's plan holds: with
+    adaptive repeats that is `stability_round`, never a `stability` column no snapshot reports."""
+    X, _, ds = data
+    options = {"metrics": [CallableMetric("mean_norm", mean_norm)], "stability_config": StabilityConfig(repeats=repeats),
+               "separatix_config": SeparatixConfig()}
+    failed = monitor(ds, error_policy="continue", **options).evaluate(boom, snapshot_id="bad")
+    [reported] = Benchmark(ds, [PrecomputedExtractor("snap", X)], **{**FAST, **options}).run().rows(include_invalid=True)
+    assert [k for k in failed if k.startswith("runtime.")] == [k for k in reported if k.startswith("runtime.")]
+
+
 def test_raise_writes_the_failure_row_then_reraises(data, tmp_path):
     _, _, ds = data
     path = tmp_path / "h.jsonl"

@@ -4,17 +4,24 @@ runtime, artifact keys, error), the one tie rule, deprecated aliases, path-aware
 from __future__ import annotations
 
 import copy
+import datetime
 import json
+import pathlib
 import warnings
 
 import numpy as np
 import pytest
 
-from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, DatasetIdentity, EmbeddingCompressionConfig,
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, DatasetIdentity,
+                       EmbeddingCompressionConfig,
                        ExtractorResult, OverlapScoringConfig, PrecomputedZeroShotEncoder, RetrievalBenchmark,
                        RetrievalBenchmarkResult, RetrievalConfig, RetrievalDataset, SerializationError,
                        StabilityConfig, ZeroShotBenchmark, ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
+from vertebrae.cli import main
 from vertebrae.compare import compare_results
+from vertebrae.execution.plan import artifact_key
+from vertebrae.fingerprint import package_version
+from vertebrae.front_door import RUN_PACKAGES
 from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.reports.reading import benchmark_answer, benchmark_ranking
@@ -190,6 +197,77 @@ def test_compression_metadata_has_one_key_and_the_same_columns_in_every_family(f
         assert frame.loc[r.name, "evaluated_bytes_per_row"] == footprint["evaluated_bytes_per_row"]
     assert frame.loc["e+pca2", "compression_output_dim"] == 2
     assert type(result).from_json(result.to_json()).to_json() == result.to_json()
+
+
+def cached(family: str, store: pathlib.Path | None):
+    """A run of ``family`` with two candidates, with a cache in ``store`` (None: without a cache)."""
+    cache = None if store is None else CacheConfig(store=str(store))
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if family == "benchmark":
+            dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+            return Benchmark(dataset, [PrecomputedExtractor("e", X), noisy("n", X, 3.0, 1)], cache_config=cache,
+                             progress=False).run()
+        if family == "retrieval":
+            ds = RetrievalDataset.from_embeddings(X[:10], X, relevance=[(i, i, 1) for i in range(10)],
+                                                  identity=IDENTITY)
+            shifted = PrecomputedPairExtractor("n", X[:10] + 3.0, X)
+            return RetrievalBenchmark(ds, [PrecomputedExtractor("e"), shifted],
+                                      retrieval_config=RetrievalConfig(cutoffs=[1], bidirectional=True),
+                                      cache_config=cache, progress=False).run()
+    _, X, prototypes = zero_shot_dataset()
+    return run_zero_shot([PrecomputedZeroShotEncoder("e", X, prototypes),
+                          PrecomputedZeroShotEncoder("n", X + 3.0, prototypes)], cache_config=cache)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_carries_one_run_envelope_in_the_same_places(family, tmp_path):
+    """Issue 35, item 6: run key, versions, plan and cache record in ``metadata``, start and host in ``timing``,
+    with the same shapes in every family, and nowhere else."""
+    result = cached(family, tmp_path / "cache")
+    data = json.loads(result.to_json())
+    metadata, timing = data["metadata"], data["timing"]
+    jobs = metadata["plan"]
+    assert jobs and all(set(job) == {"stage", "extractor", "key"} for job in jobs)
+    assert {job["key"] for job in jobs} == {key for r in result.extractor_results for key in r.artifact_keys.values()}
+    assert {job["extractor"] for job in jobs} == {r.name for r in result.extractor_results}
+    assert metadata["run_key"] == artifact_key("run", [job["key"] for job in jobs])
+    assert metadata["versions"] == {name: package_version(name) for name in RUN_PACKAGES}
+    assert metadata["cache"] == {"store": str(tmp_path / "cache"), "mode": "read_write"}
+    assert {"started_at", "host", "runtime"} <= set(timing) and "runs" not in timing
+    assert datetime.datetime.fromisoformat(timing["started_at"]).tzinfo is not None
+    assert set(timing["host"]) == {"python", "platform", "machine", "numpy", "blas_threads"}
+    assert not {"run_key", "versions", "plan", "cache"} & set(data.get("protocol", {}))  # in one place only
+    assert type(result).from_json(result.to_json()).metadata == result.metadata
+    without = json.loads(cached(family, None).to_json())["metadata"]
+    assert "cache" not in without and without["run_key"] == metadata["run_key"]  # a cache changes no key
+
+
+#: Result files written by main's code before the envelope (commit 20d0b0f): a cached labeled run, a cached
+#: bidirectional retrieval run and a cached zero-shot run.
+BEFORE_ENVELOPE = pathlib.Path(__file__).parent / "data" / "results_before_envelope"
+RESULT_CLASSES = {"benchmark": BenchmarkResult, "retrieval": RetrievalBenchmarkResult,
+                  "zero_shot": ZeroShotBenchmarkResult}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_result_files_written_before_the_envelope_load_into_it(family, tmp_path, capsys):
+    path = BEFORE_ENVELOPE / f"{family}.json"
+    old = json.loads(path.read_text(encoding="utf-8"))
+    result = RESULT_CLASSES[family].load(path)
+    assert load_result(path).to_json() == result.to_json()
+    facts = old.get("metadata") or old["protocol"]  # the labeled family's places, or retrieval's and zero-shot's
+    assert result.metadata["cache"] == facts["cache"] and result.metadata.get("run_key") == facts.get("run_key")
+    run = old["timing"]["runs"][0] if family == "retrieval" else old["timing"]
+    assert (result.timing["started_at"], result.timing["host"]) == (run["started_at"], run["host"])
+    saved = json.loads(result.to_json())
+    assert not {"run_key", "cache"} & set(saved.get("protocol", {})) and "runs" not in saved["timing"]
+    assert type(result).from_json(result.to_json()).to_json() == result.to_json()
+    if family == "benchmark":  # the labeled family's JSON did not change
+        assert result.to_json() == path.read_text(encoding="utf-8")
+    assert main(["report", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("# vertebrae")
 
 
 def test_retrieval_schema_2_files_with_embeddings_still_load():

@@ -17,6 +17,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import subprocess
 import sys
 import warnings
@@ -282,6 +283,25 @@ def test_many_more_mutations_either_refuse_to_load_or_render(documents, family, 
     (a few minutes)."""
     failures = _fuzz(documents[family], 4000 if family != "benchmark" else 2500, seed=7)
     assert not failures, (len(failures), failures[:20])
+
+
+@pytest.mark.parametrize("family", ["benchmark", "retrieval", "zero_shot"])
+@pytest.mark.parametrize("path, value, where", [
+    (("metadata", "run_key"), 5, "$.metadata.run_key"),
+    (("metadata", "versions"), ["numpy"], "$.metadata.versions"),
+    (("metadata", "versions", "numpy"), 2, "$.metadata.versions.numpy"),
+    (("metadata", "plan"), {}, "$.metadata.plan"),
+    (("metadata", "plan", 0, "key"), None, "$.metadata.plan[0].key"),
+    (("metadata", "cache"), "here", "$.metadata.cache"),
+    (("metadata", "cache"), {"store": 5, "mode": "read_write"}, "$.metadata.cache.store"),
+    (("timing", "started_at"), 5, "$.timing.started_at"),
+    (("timing", "host"), "x", "$.timing.host"),
+    (("timing", "runs"), [{"started_at": "now"}], "$.timing.runs[0]"),
+])
+def test_a_malformed_run_envelope_is_refused_on_load_in_every_family(documents, family, path, value, where):
+    """The envelope (issue 35, item 6) is one schema for the three families: a wrong type is refused, named."""
+    with pytest.raises(SerializationError, match=re.escape(where)):
+        load_result_from(mutated(documents[family], path, "set", value))
 
 
 def test_null_scores_do_not_crash_compare(documents, tmp_path, capsys):

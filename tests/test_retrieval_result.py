@@ -11,6 +11,7 @@ import pytest
 
 from vertebrae import DatasetIdentity
 from vertebrae.errors import DataWarning, InputTypeError, InputValidationError, SerializationError
+from vertebrae.execution.plan import artifact_key
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
                                  RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
@@ -65,7 +66,7 @@ def test_json_is_byte_identical_across_runs_except_timing(result):
     again = run([PrecomputedExtractor("own | best"), noise("noise", 1), noise("noise 2", 2)])
     first, second = json.loads(result.to_json()), json.loads(again.to_json())
     assert first["timing"] != second["timing"]  # start time and runtimes differ...
-    assert set(first["timing"]) == {"runs", "runtime"}
+    assert set(first["timing"]) == {"started_at", "host", "runtime"}  # the run envelope's timing (docs/results.md)
     first.pop("timing"), second.pop("timing")
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)  # ...nothing else does
 
@@ -165,9 +166,23 @@ def test_combine_merges_runs_of_the_same_protocol():
     combined = RetrievalBenchmarkResult.combine([first, second])
     assert [e.name for e in combined.ranked_results()] == ["own", "noise"]
     assert combined.protocol == first.protocol
-    assert len(combined.timing["runs"]) == 2
+    assert [run["extractors"] for run in combined.timing["runs"]] == [["own"], ["noise"]]
+    assert combined.timing["runs"][1]["started_at"] == second.timing["started_at"]
+    assert "started_at" not in combined.timing  # a combined result lists its runs
+    plan = first.metadata["plan"] + second.metadata["plan"]
+    assert combined.metadata == {"run_key": artifact_key("run", [job["key"] for job in plan]), "plan": plan,
+                                 "versions": first.metadata["versions"]}
     assert RetrievalBenchmarkResult.from_json(combined.to_json()) == combined
     assert combined["noise"].runtime == second["noise"].runtime
+    again = RetrievalBenchmarkResult.combine([combined, run([noise("noise 2", 2)])])
+    assert [run["extractors"] for run in again.timing["runs"]] == [["own"], ["noise"], ["noise 2"]]
+
+
+def test_combine_rejects_other_package_versions():
+    first, second = run([PrecomputedExtractor("own")]), run([noise("noise", 1)])
+    second.metadata["versions"]["numpy"] = "1.0"
+    with pytest.raises(InputValidationError, match=r"different set of package versions .*numpy: '.*' vs '1.0'"):
+        RetrievalBenchmarkResult.combine([first, second])
 
 
 def test_combine_rejects_a_different_configuration():

@@ -272,6 +272,76 @@ def test_a_dask_run_equals_a_local_run(dask_client):
     assert _without_timing(remote) == _without_timing(local)
 
 
+def test_rung_scoring_runs_on_the_dask_workers_with_the_local_scores(dask_client):
+    """Every candidate's rung scores are a screening/rung_score task that a worker ran (the task stream records the
+    worker of each task; the driver runs none), and the result equals the in-process run's."""
+    from distributed import get_task_stream
+
+    from vertebrae.execution.dask import DaskRunner
+
+    local = _screened()
+    with get_task_stream(dask_client) as stream:
+        remote = Benchmark(_dataset(), _candidates(), **QUIET, screening=SCREEN).run(runner=DaskRunner(dask_client))
+    rung_tasks = [task for task in stream.data if str(task["key"]).startswith("vertebrae-rung_score-")]
+    scored = sum(len(r.screening["rungs"]) for r in remote.extractor_results)  # candidate x rung pairs
+    assert scored >= 6 and len({task["key"] for task in rung_tasks}) == scored
+    assert {task["worker"] for task in rung_tasks} <= set(dask_client.scheduler_info()["workers"])
+    assert _without_timing(remote) == _without_timing(local)
+
+
+def test_a_warm_screened_run_scores_no_rung_and_embeds_no_row(tmp_path, monkeypatch):
+    """The rung scores are stage artifacts the cache stores: a rerun reads them back (no scoring call on a rung's
+    rows) and embeds nothing; each rung entry records its jobs' cache statuses."""
+    from vertebrae.scoring.overlap import OverlapIndexScorer
+
+    rung_calls = []
+    score = OverlapIndexScorer.score
+
+    def counted(self, embeddings, targets, **kwargs):
+        if embeddings.shape[0] < 3 * N_PER_CLASS:  # a rung's repeat (the finalists' evaluation scores every row)
+            rung_calls.append(embeddings.shape[0])
+        return score(self, embeddings, targets, **kwargs)
+
+    monkeypatch.setattr(OverlapIndexScorer, "score", counted)
+    cache = CacheConfig(store=str(tmp_path / "cache"))
+    first = _screened(cache_config=cache)
+    cold = len(rung_calls)
+    extractors = _candidates()
+    again = _screened(extractors, cache_config=cache)
+    assert cold >= 6 * SCREEN.repeats and len(rung_calls) == cold  # the warm run scored no rung
+    assert all(e.seen == [] for e in extractors)  # and embedded no row
+    assert [r.screening["rungs"][-1]["repeat_scores"] for r in again.extractor_results] == \
+        [r.screening["rungs"][-1]["repeat_scores"] for r in first.extractor_results]
+
+    def statuses(result):
+        return {status for r in result.extractor_results for entry in r.screening["rungs"]
+                for status in entry["cache_status"].values()}
+
+    assert statuses(first) == {"miss"} and statuses(again) == {"hit"}
+    noise = again["noise"]  # a screened-out candidate records the keys of its last rung's jobs, as any chain does
+    assert noise.screened_out and set(noise.artifact_keys) == {"extract_rows", "rung_score"}
+    assert FsspecStore(str(tmp_path / "cache")).has(noise.artifact_keys["rung_score"])
+
+
+def test_rung_score_keys_hold_the_rungs_rows_repeats_seed_and_scoring_config():
+    """A screened-out candidate's rung_score key moves with the screening seed (rows and repeat seeds), the repeat
+    count and the overlap config, and only its rung_score key moves when only the repeats change."""
+    from vertebrae import OverlapScoringConfig
+
+    def keys(screening, **kwargs):
+        result = Benchmark(_dataset(), _candidates(), **QUIET, screening=screening, **kwargs).run()
+        return result["noise"].artifact_keys
+
+    base = keys(SCREEN)
+    assert keys(SCREEN)["rung_score"] == base["rung_score"]
+    other_seed = keys(ScreeningConfig(eta=2, seed=2, repeats=5))
+    assert other_seed["extract_rows"] != base["extract_rows"] and other_seed["rung_score"] != base["rung_score"]
+    more_repeats = keys(ScreeningConfig(eta=2, seed=1, repeats=6))
+    assert more_repeats["extract_rows"] == base["extract_rows"] and more_repeats["rung_score"] != base["rung_score"]
+    other_k = keys(SCREEN, scoring_config=OverlapScoringConfig(k=5))
+    assert other_k["extract_rows"] == base["extract_rows"] and other_k["rung_score"] != base["rung_score"]
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("start_fraction", 0.0, "start_fraction"), ("start_fraction", 1.0, "start_fraction"),
     ("start_rows", 0, "start_rows"), ("eta", 1, "eta"), ("eta", 2.5, "eta"), ("repeats", 1, "repeats"),
@@ -389,6 +459,24 @@ def test_a_failing_candidate_is_recorded_and_the_others_are_screened():
     assert result.ranked_results() and result["noise"].screened_out
     with pytest.raises(Exception, match="the model crashed"):
         _screened([*_candidates(), Broken("broken", _weights([0]))])
+
+
+class MissingOutput(MultiRecorder):
+    """Declares an output ``c`` that its pass never produces: the rung's embedding stage fails for ``multi:c``."""
+
+    def output_names(self):
+        return ["a", "b", "c"]
+
+
+def test_a_candidate_whose_rung_job_fails_is_recorded_with_the_failing_stage():
+    extractors = [*_candidates(), MissingOutput("multi", _weights([0, 1, 4]))]
+    result = _screened(extractors, on_error="record")
+    failed = result["multi:c"]
+    assert failed.error["stage"] == "embedding" and "did not produce output 'c'" in failed.error["message"]
+    assert not failed.screened_out and set(failed.artifact_keys) >= {"embedding", "rung_score"}
+    assert result["multi:a"].screening is not None and result.ranked_results()
+    with pytest.raises(Exception, match="did not produce output 'c'"):
+        _screened([*_candidates(), MissingOutput("multi", _weights([0, 1, 4]))])
 
 
 class CountingRunner(LocalRunner):

@@ -40,6 +40,7 @@ from vertebrae.artifacts.codecs import encode_artifact
 from vertebrae.execution import registry
 from vertebrae.execution.jobs import run_job
 from vertebrae.fingerprint import content_sha256
+from vertebrae.front_door import RoundSettings
 from vertebrae.views import TargetView, TargetViewConfig
 
 IDENTITY = DatasetIdentity.declared("purity", "1")
@@ -160,7 +161,7 @@ def labeled_benchmark(dataset: BenchmarkDataset, prefix: str = "", reverse: bool
                       compression=VARIANTS, target_view_config=TargetViewConfig(views=views) if views else None,
                       referee=LinearProbeMetric(n_splits=2))
     # the referee round's settings: every chain a finalist, so the referee stage is in the plan
-    bench.settings = dataclasses.replace(bench.settings, referee_finalists=frozenset(c.name for c in bench.chains()))
+    bench.settings = RoundSettings(bench.settings, {"referee_finalists": frozenset(c.name for c in bench.chains())})
     return bench
 
 

@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 
 from vertebrae import BenchmarkResult, ExtractorResult
+from vertebrae.artifacts import FsspecStore
 from vertebrae.cli import main
-from vertebrae.execution.staged import PlanFile, Shard
+from vertebrae.execution.staged import Shard
 from vertebrae.results import load_result
 from vertebrae.scoring.overlap import OverlapScoreResult
 from vertebrae.scoring.stability import StabilityResult
+from vertebrae.staged_workflow import PlanFile
 
 from .store_servers import moto_endpoint, s3_bucket, s3_options  # noqa: F401  (fixtures)
 
@@ -192,6 +194,46 @@ def test_score_metric_is_fixed_for_the_plan(project, monkeypatch, capsys):
     narrow = np.load(project / "narrow.npy")
     assert result["narrow"].metrics["spread"].score == pytest.approx(np.linalg.norm(narrow, axis=1).mean())
     assert all("spread" in r.metrics for r in result.extractor_results)  # both shards scored it
+
+
+METRIC_READER = '''
+from vertebrae.artifacts.codecs import document_codec
+from vertebrae.execution.registry import SCORE, stage
+
+
+@stage("benchmark", "{name}", version=1, reads=("embedding",), optional_reads=("metrics",),
+       codec=document_codec("{name}", lambda n: {{"n": n}}, lambda document: document["n"]), phase=SCORE)
+def {name}(job, inputs, context, timings):
+    """How many metrics a chain has: a user stage whose key moves with the metric settings."""
+    return len(inputs["metrics"].results) if "metrics" in inputs else 0
+'''
+
+
+def test_score_metric_with_a_user_stage_that_reads_the_metrics(project, monkeypatch):
+    """A user's stage reading `metrics` depends on the metric settings too (derived from its declaration, not a
+    hand list of stage names): `vertebrae score --metric` must not refuse the plan for its changed key."""
+    from vertebrae.execution.registry import _REGISTRY
+
+    monkeypatch.chdir(project)
+    suffix = uuid.uuid4().hex[:8]
+    stage_module, metrics_module, name = f"metric_reader_{suffix}", f"staged_metrics_{suffix}", "metric_count"
+    (project / f"{stage_module}.py").write_text(METRIC_READER.format(name=name))
+    (project / f"{metrics_module}.py").write_text(METRICS_MODULE)
+    (project / "run.toml").write_text(CONFIG + f'\n[benchmark]\nstage_modules = ["{stage_module}"]\n')
+    monkeypatch.syspath_prepend(str(project))
+    try:
+        assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+        assert main(["embed", "plan.json", "-q"]) == 0
+        assert main(["score", "plan.json", "--metric", f"{metrics_module}:spread", "-q"]) == 0
+        planned = {job["key"] for job in PlanFile.load(project / "plan.json").jobs if job["stage"] == name}
+        store = FsspecStore(str(project / "store"))
+        scored = [store.read(key).document["n"] for key in store.keys() if key.startswith(f"{name}/")]
+        assert planned and set(scored) == {1} and not planned & set(store.keys())  # its keys moved with --metric
+        assert main(["collect", "plan.json", "-q"]) == 0
+        assert all("spread" in r.metrics for r in load_result(project / "result.json").extractor_results)
+    finally:
+        _REGISTRY["benchmark"].pop(name, None)
+        sys.modules.pop(stage_module, None)
 
 
 def test_collect_before_score_names_the_missing_phase(project, monkeypatch, capsys):

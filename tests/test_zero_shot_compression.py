@@ -234,7 +234,7 @@ def test_encodings_are_reused_from_a_local_store(tmp_path):
     assert raw["persisted_bytes"] == 36 * 15 * 4 + 128  # the .npy file: its 128-byte header plus the float32 data
     evaluated = cold["counts+pca5"].embedding["samples"]["footprint"]["evaluated"]
     assert evaluated == {"logical_bytes": 36 * 5 * 4, "persisted_bytes": None, "persisted_status": "not_persisted"}
-    assert cold.protocol["cache"] == {"store": str(tmp_path / "cache"), "mode": "read_write"}
+    assert cold.metadata["cache"] == {"store": str(tmp_path / "cache"), "mode": "read_write"}
 
     read_only = run(text_dataset(), [TextEncoder("counts", CountingModel(), cache_identity="counts-v1")],
                  cache_config=CacheConfig(store=str(tmp_path / "cache"), mode="read_only"))
@@ -268,7 +268,9 @@ def test_variants_and_the_cache_run_on_dask_workers_with_identical_results(dask_
         local = bench(tmp_path / "local").run()
         remote = bench(tmp_path / "remote").run(runner=DaskRunner(dask_client))
         warm = bench(tmp_path / "remote").run(runner=DaskRunner(dask_client))
-    protocol = {**local.protocol, "cache": remote.protocol["cache"]}  # only the store differs
-    assert remote.protocol == protocol and remote.to_dict()["extractor_results"] == local.to_dict()["extractor_results"]
+    assert remote.metadata["cache"]["store"] != local.metadata["cache"]["store"]  # only the store differs
+    assert {**local.metadata, "cache": remote.metadata["cache"]} == remote.metadata
+    assert remote.protocol == local.protocol
+    assert remote.to_dict()["extractor_results"] == local.to_dict()["extractor_results"]
     assert warm["counts+pca5"].embedding["samples"]["cache_status"] == "hit"
     assert _stable(warm) == _stable(remote)

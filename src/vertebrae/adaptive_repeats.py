@@ -26,8 +26,8 @@ from .benchmark_stages import repeat_window
 from .errors import ConfigError, VertebraeError
 from .execution.jobs import RunOutcome
 from .execution.plan import Plan
-from .front_door import Rounds, chain_runtime
-from .results import BenchmarkResult
+from .front_door import Rounds, RunScope, chain_runtime
+from .results import BenchmarkResult, ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
 from .scoring.paired_verdicts import PairedComparison
 from .scoring.stability import StabilityConfig, merge_rounds
@@ -70,18 +70,20 @@ def decisions(results: Sequence[Any], margin: float) -> dict[str, tuple[str | No
     return decided
 
 
-def run_rounds(door: Any, results: list[Any], plan: Plan, outcome: RunOutcome,
+def run_rounds(results: list[Any], plan: Plan, outcome: RunOutcome,
                later: Rounds) -> tuple[list[Any], dict[str, Any]]:
     """The results with their merged stability repeats, and the run's adaptive record (``ADAPTIVE_SCHEMA``).
 
-    ``door`` is the Benchmark whose plan and outcome gave ``results`` (the first round included).
+    ``plan`` and ``outcome`` are the first round's, which gave ``results``; ``later`` runs the next rounds in the
+    run's scope (:class:`~vertebrae.front_door.RunScope`).
     """
-    config: StabilityConfig = door.settings.stability_config
+    scope = later.scope
+    config: StabilityConfig = scope.settings.stability_config
     results = list(results)
     rounds: dict[int, list[Any]] = {}
     for i, (chain, keys) in enumerate(zip(plan.chains, plan.chain_keys)):
-        _take_round(door, results, rounds, i, chain, keys, plan, outcome)
-    windows = [repeat_window(door.settings)]
+        _take_round(scope, results, rounds, i, chain, keys, plan, outcome)
+    windows = [repeat_window(scope.settings)]
     history: list[tuple[int, dict[str, tuple[str | None, bool]]]] = []
     while True:
         merged = _merged(results, rounds, config)
@@ -90,11 +92,11 @@ def run_rounds(door: Any, results: list[Any], plan: Plan, outcome: RunOutcome,
         if all(done for _, done in history[-1][1].values()) or stop >= config.max_repeats or not rounds:
             break
         windows.append((stop, min(stop + config.batch_repeats, config.max_repeats)))
-        _run_round(door, results, rounds, plan, windows[-1], later)
+        _run_round(results, rounds, plan, windows[-1], later)
     return merged, _record(history, windows, config)
 
 
-def _take_round(door: Any, results: list[Any], rounds: dict[int, list[Any]], i: int, chain: Any,
+def _take_round(scope: RunScope, results: list[Any], rounds: dict[int, list[Any]], i: int, chain: Any,
                 keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> None:
     """Append chain i's round from ``outcome``; a chain whose round failed becomes an invalid result."""
     if results[i].error is not None:  # a failed chain (on_error='record') is unranked and gets no rounds
@@ -103,7 +105,8 @@ def _take_round(door: Any, results: list[Any], rounds: dict[int, list[Any]], i: 
     artifact = outcome.artifacts.get(key)
     if artifact is None:
         failure = outcome.failures[key]
-        results[i] = door.failed_result(chain, failure.to_dict(chain.parent), dict(keys))
+        results[i] = ExtractorResult.failed(chain.name, scope.settings.primary_metric,
+                                            failure.to_dict(chain.parent), artifact_keys=dict(keys))
         rounds.pop(i, None)
         return
     rounds.setdefault(i, []).append(artifact.stability)
@@ -120,17 +123,15 @@ def _add(before: Any, value: Any) -> Any:
     return before if isinstance(before, (int, float)) else value
 
 
-def _run_round(door: Any, results: list[Any], rounds: dict[int, list[Any]], plan: Plan, window: tuple[int, int],
+def _run_round(results: list[Any], rounds: dict[int, list[Any]], plan: Plan, window: tuple[int, int],
                later: Rounds) -> None:
-    """Run the ``stability_round`` jobs of repeats ``window`` for the live chains (reading the first round's
-    embeddings, never extracting again)."""
-    settings = dataclasses.replace(door.settings, stability_window=window)
+    """Run the ``stability_round`` jobs of repeats ``window`` (the round's state) for the live chains (reading the
+    first round's embeddings, never extracting again)."""
     live = sorted(rounds)
-    round_plan, outcome = later.run(settings, (ROUND_STAGE,),
-                                    f"{door.description} (repeats {window[0]}-{window[1] - 1})",
-                                    chains=[plan.chains[i] for i in live])
+    round_plan, outcome = later.run((ROUND_STAGE,), f"{later.scope.description} (repeats {window[0]}-{window[1] - 1})",
+                                    chains=[plan.chains[i] for i in live], state={"stability_window": window})
     for i, chain, keys in zip(live, round_plan.chains, round_plan.chain_keys):
-        _take_round(door, results, rounds, i, chain, keys, round_plan, outcome)
+        _take_round(later.scope, results, rounds, i, chain, keys, round_plan, outcome)
 
 
 def _merged(results: list[Any], rounds: dict[int, list[Any]], config: StabilityConfig) -> list[Any]:

@@ -9,7 +9,6 @@ and docs/architecture.md) and runs it with a runner (in-process by default).
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,9 +23,8 @@ from . import adaptive_repeats, benchmark_stages  # noqa: F401  (benchmark_stage
 from .execution.caching import stage_cache
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome, check_on_error
-from .execution.plan import Plan, artifact_key
+from .execution.plan import Plan
 from .extractors.base import Extractor
-from .fingerprint import package_version
 from .front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names,
                          validate_extractor_list)
 from .multimodal import check_extractor_fields
@@ -64,10 +62,6 @@ class BenchmarkSettings:
     resource_profiling: ResourceProfilingConfig | None = None
     #: The reference metric that judges each view's finalists (vertebrae.referee); None: no referee.
     referee: Metric | None = None
-    #: The chains the referee round scores (set by that round only; never part of a key or the result).
-    referee_finalists: frozenset[str] = frozenset()
-    #: The repeats one round of adaptive repeats runs (set by vertebrae.adaptive_repeats; None: the first round).
-    stability_window: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -144,8 +138,8 @@ class Benchmark(FrontDoor):
         self._screened: Screened | None = None
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self._adaptive_record: dict[str, Any] | None = None  # the last run's rounds (refine -> build_result)
-        if self.screening is not None:
-            check_screening(self)  # rungs, repeats and candidates: before any extraction
+        if self.screening is not None:  # rungs, repeats and candidates: before any extraction
+            check_screening(self.screening, self.settings, self.chains(), dataset.targets)
 
     def _check_labels_against_config(self) -> None:
         """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
@@ -198,7 +192,7 @@ class Benchmark(FrontDoor):
         """The shared run path's execute; with screening, the rungs first and the finalists' plan in full."""
         if self.screening is None:
             return super().execute(runner, description)
-        self._screened = run_screening(self, runner)
+        self._screened = run_screening(self.scope(runner), self.screening)
         return self._screened.plan, self._screened.outcome
 
     # -- the declaration the shared run path reads ---------------------------------------------------
@@ -236,8 +230,8 @@ class Benchmark(FrontDoor):
         refereed = {name for names, _, _ in chosen.values() if len(names) > 1 for name in names}
         scores: dict[str, MetricResult] = {}
         if refereed:  # a second round of the one run path: the referee stage, for the finalists only
-            settings = dataclasses.replace(self.settings, referee_finalists=frozenset(refereed))
-            plan, outcome = rounds.run(settings, ("referee",), f"{self.description} referee")
+            plan, outcome = rounds.run(("referee",), f"{self.description} referee",
+                                       state={"referee_finalists": frozenset(refereed)})
             for chain, keys in zip(plan.chains, plan.chain_keys):
                 if chain.name in refereed:
                     scores[chain.name] = _referee_score(referee, keys["referee"], outcome)
@@ -260,36 +254,33 @@ class Benchmark(FrontDoor):
         stability = self.settings.stability_config
         if stability is None or not stability.adaptive:
             return results
-        results, self._adaptive_record = adaptive_repeats.run_rounds(self, results, plan, outcome, rounds)
+        results, self._adaptive_record = adaptive_repeats.run_rounds(results, plan, outcome, rounds)
         return results
 
     def check_staged(self) -> None:
         """A staged plan (plan/embed/score/collect) writes every job ahead: refuse what decides its jobs while it
         runs (screening rungs, a referee round, adaptive repeats), with what to do instead."""
         if self.screening is not None:
-            raise ConfigError("[screening] runs in one process (each rung decides what the next one embeds, so there "
-                              "is no plan to write ahead); use vertebrae run --screen (with --cache and "
-                              "--dask-address to share and spread the work), or remove [screening] to plan")
+            raise ConfigError("[screening] decides each rung's jobs from the scores of the rung before, so there is "
+                              "no plan to write ahead; use vertebrae run --screen (--cache reuses its increments and "
+                              "rung scores; with --dask-address its extraction and scoring jobs run on the cluster, "
+                              "the rung loop in the calling process), or remove [screening] to plan")
         if self.settings.referee is not None:
             raise ConfigError("[benchmark] referee needs a round after scoring (its finalists come from the scores), "
                               "which a staged run does not plan; run it with vertebrae run")
         adaptive_repeats.check_staged(self.settings.stability_config)
 
-    def build_result(self, plan: Plan, results: list[ExtractorResult], notes: list[str],
-                     started: _dt.datetime) -> BenchmarkResult:
+    def build_result(self, results: list[ExtractorResult], notes: list[str]) -> BenchmarkResult:
         screened = self._screened if self.screening is not None else None
         if screened is not None:  # every candidate keeps a result; screened-out ones are never ranked
             results = screened.results(results)
-        result = _build_result(self.dataset, results, self.settings, plan, self.run_facts(started))
+        result = _build_result(self.dataset, results, self.settings)
         if self._adaptive_record is not None:
             result.metadata["adaptive_repeats"] = self._adaptive_record
         if screened is not None:
             result.metadata["screening"] = screened.metadata()
             result.timing["screening_seconds"] = screened.seconds
             result.recommendations.append(screening_note(screened.metadata()))
-        cache = self.cache_record()
-        if cache is not None:
-            result.metadata["cache"] = cache
         return result
 
 
@@ -313,22 +304,18 @@ def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
     return extractors
 
 
-def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult], settings: BenchmarkSettings,
-                  plan: Plan, timing: dict[str, Any]) -> BenchmarkResult:
+def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult],
+                  settings: BenchmarkSettings) -> BenchmarkResult:
     metadata = {
         "settings": settings.to_dict(),
         "quality_tolerance": settings.quality_tolerance,
         "primary_metric": settings.primary_metric,
         "label_catalog": None if dataset.target_type == "regression" else dataset.targets.catalog.to_dict(),
-        "plan": [{"stage": j.stage, "extractor": j.extractor, "key": j.key} for j in plan.jobs],
-        "run_key": artifact_key("run", [j.key for j in plan.jobs]),
-        "versions": {name: package_version(name)
-                     for name in ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")},
     }
     references = reference_metrics(settings.metrics, settings.primary_metric)
     if references:  # the result reports how the primary ranking agrees with each (BenchmarkResult.agreement)
         metadata["reference_metrics"] = references
-    result = BenchmarkResult(dataset.summary(), results, [], metadata, timing=timing)
+    result = BenchmarkResult(dataset.summary(), results, [], metadata)
     result.recommendations = benchmark_recommendations(result)
     return result
 

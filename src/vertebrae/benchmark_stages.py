@@ -277,7 +277,8 @@ def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
 
 
 def repeat_window(settings: Any) -> tuple[int, int]:
-    """The repeats of the adaptive round a plan runs: ``settings.stability_window``, else the first round."""
+    """The repeats of the adaptive round a plan runs: its ``stability_window`` (round state:
+    front_door.RoundSettings), else the first round."""
     window = getattr(settings, "stability_window", None)
     return (0, settings.stability_config.min_repeats) if window is None else tuple(window)
 
@@ -332,9 +333,13 @@ def _metrics_safe(settings: Any) -> bool:
     return metrics_cache_eligible(settings.metrics)
 
 
+def _metric_steps(settings: Any) -> tuple[str, ...]:
+    return tuple(f"metric.{metric.name}" for metric in settings.metrics)  # run_metrics times each one
+
+
 @stage(PIPELINE, "metrics", version=2, reads=("embedding",), optional_reads=("compress", "budget"),
        context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe, codec=METRICS_CODEC, phase=SCORE,
-       runtime="seconds_and_steps")
+       runtime="seconds_and_steps", steps=_metric_steps)
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
     """Custom metrics on the matrix the score stage scores, with the seed it scores with (not the score itself:
     an overlap setting that changes the score leaves the metrics' key alone).
@@ -424,9 +429,10 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 
 
 def _referee_config(settings: Any, chain: Any) -> dict[str, Any] | None:
-    """Only in a referee round, only for its finalists; the key hashes the metric and the seeds, never the name."""
+    """Only in a referee round (its ``referee_finalists``, round state: front_door.RoundSettings), only for its
+    finalists; the key hashes the metric and the seeds, never the name."""
     referee = getattr(settings, "referee", None)
-    if referee is None or chain is None or chain.name not in settings.referee_finalists:
+    if referee is None or chain is None or chain.name not in getattr(settings, "referee_finalists", ()):
         return None
     return {"referee": metrics_key_fingerprint([referee])["metrics"][0], "seed": _scoring_seed(settings, chain)}
 

@@ -511,7 +511,7 @@ def _options_json(text: str | None) -> dict:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .execution.staged import make_plan
+    from .staged_workflow import make_plan
     from .run_config import load_run_config, with_metric_options
 
     _output_file(args.output)
@@ -531,7 +531,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _phase(args: argparse.Namespace, phase: str) -> int:
     """``embed`` or ``score`` of a plan file: run this shard's jobs, store them, print what happened."""
-    from .execution.staged import PlanFile, Shard, StoreRunner, plan_benchmark, score_metrics
+    from .execution.staged import Shard
+    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
 
     plan = PlanFile.load(args.plan)
     shard = Shard() if args.shard is None else Shard.parse(args.shard)
@@ -542,7 +543,7 @@ def _phase(args: argparse.Namespace, phase: str) -> int:
     benchmark = plan_benchmark(plan, specs, progress)
     if args.on_error is not None:
         benchmark.on_error = args.on_error
-    runner = StoreRunner(plan, phase, shard, progress=progress, extra_metrics=bool(specs))
+    runner = phase_runner(plan, phase, shard, metric_specs=specs, progress=progress)
     _, outcome = _collecting_warnings(args.command, args.quiet,
                                       lambda: benchmark.execute(runner, f"vertebrae {phase}"))
     names = {job["key"]: job["extractor"] for job in plan.jobs if job["phase"] == phase}
@@ -587,14 +588,15 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from .execution.staged import COLLECT, PlanFile, StoreRunner, plan_benchmark, score_metrics
+    from .execution.registry import COLLECT
+    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
 
     _output_file(args.output)
     plan = PlanFile.load(args.plan)
     specs = score_metrics(plan, [])
     progress = False if args.quiet else None
     benchmark = plan_benchmark(plan, specs, progress)
-    runner = StoreRunner(plan, COLLECT, progress=progress, extra_metrics=bool(specs))
+    runner = phase_runner(plan, COLLECT, metric_specs=specs, progress=progress)
     result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
     result.metadata["input_files"] = plan.input_files
     result.save_json(args.output)

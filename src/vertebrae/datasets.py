@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._config import FrozenDict
 from .embeddings import validate_embeddings
-from .errors import InputTypeError, InputValidationError
+from .errors import ConfigError, InputTypeError, InputValidationError
 from .fingerprint import content_sha256
 from .identity import DatasetIdentity, require_identity
 from .labels import LabelCatalog, semantic_key
 from .targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .views import LEVEL, TARGET, TargetView, build_label_levels, build_target_views
+
+#: How a dataset answers a context fact (``RunContext.fact``): (what it depends on, how to compute it), or None.
+FactAnswer = tuple[Hashable, Callable[[], Any]] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,6 +242,15 @@ class BenchmarkDataset:
         return dataclasses.replace(self, targets=targets, target_views=FrozenDict(), label_levels=FrozenDict())
 
     # -- facts that artifact keys hash (see vertebrae.execution.context) --------------------
+    def fact(self, name: str, view: tuple[str, str] | None, extractor: Any) -> FactAnswer:
+        """Context fact ``name`` for a chain scoring ``view`` with ``extractor`` (``RunContext.fact``): the targets
+        depend on the view; a supervised extractor fits on the dataset's own targets whatever view is scored."""
+        if name == "targets":
+            return ("targets", view), functools.partial(self.targets_fingerprint, view)
+        if name == "fit_targets":
+            return self.fact("targets", None, extractor) if getattr(extractor, "supervised", False) else None
+        return dataset_fact(self, name, ("inputs", "targets", "fit_targets", "groups"))
+
     def inputs_fingerprint(self) -> str:
         """Content hash of what extractors read (raw inputs, or the embedding matrix)."""
         return inputs_sha256(self.extractor_input)
@@ -289,6 +302,15 @@ def _view_summary(targets: Targets) -> dict[str, Any]:
     if not isinstance(targets, RegressionTargets):
         summary["label_catalog"] = targets.catalog.to_dict()
     return summary
+
+
+def dataset_fact(dataset: Any, name: str, facts: Sequence[str]) -> FactAnswer:
+    """Fact ``name`` of ``dataset`` that depends on the dataset alone: its ``<name>_fingerprint()``.  ``facts``
+    are the ones the dataset holds, named when a stage declares another."""
+    if name not in facts:
+        raise ConfigError(f"the dataset ({type(dataset).__name__}) has no {name!r} fact for the stages that declare "
+                          f"it: it holds {list(facts)}, and every chain holds extractor, output, view and name")
+    return name, getattr(dataset, f"{name}_fingerprint")
 
 
 def inputs_sha256(X: Any) -> str:

@@ -5,8 +5,9 @@
 (which stage produced them, and which part of its EmbeddingSet), their result class and
 their protocol.  Everything else — building the run context and plan, executing it with a runner
 under the ``on_error`` policy, turning a failed chain into an invalid result, recording
-artifact keys, runtimes (derived from the stages' declarations) and cache facts, host facts
-and extractor-list validation — is written once, here.
+artifact keys, runtimes (derived from the stages' declarations) and cache facts, the run envelope
+(:func:`run_envelope`: run key, versions, plan, cache record, start time and host, in the same places for
+every family) and extractor-list validation — is written once, here.
 """
 
 from __future__ import annotations
@@ -24,13 +25,18 @@ from .artifacts.codecs import output_array
 from .embeddings import column_scale_notes
 from .errors import (CompressionWarning, DataWarning, InputTypeError, InputValidationError, SerializationError,
                      warn_result_notes)
-from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, StageCache, cache_summary, endpoint_footprint,
-                                footprint_notes)
+from .execution.caching import (HIT, NOT_MEASURED_CACHE_HIT, NOT_NEEDED, StageCache, cache_summary,
+                                endpoint_footprint, footprint_notes)
 from .execution.context import Chain, RunContext
 from .execution.jobs import JobFailure, RunOutcome
 from .execution.local import LocalRunner
-from .execution.plan import Plan, build_plan
+from .execution.plan import Plan, artifact_key, build_plan
 from .execution.registry import definition_of
+from .fingerprint import package_version
+
+#: The packages whose versions every result records (``metadata.versions``): vertebrae and the required
+#: dependencies that compute its scores and diagnostics.
+RUN_PACKAGES = ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +69,8 @@ class FrontDoor:
     on_error: str
     progress: bool | None
     cache: StageCache | None
+    #: The run context of the run in progress (None between runs, so a changed dataset is fingerprinted again).
+    _running: RunContext | None = None
 
     # ------------------------------------------------------------------ hooks
     def chains(self, context: RunContext | None = None) -> list[Chain]:
@@ -85,8 +93,8 @@ class FrontDoor:
         """Family-specific facts a result gets after the run (e.g. its resource profile); returns the result."""
         return result
 
-    def build_result(self, plan: Plan, results: list[Any], notes: list[str], started: _dt.datetime) -> Any:
-        """The family's benchmark result from the chains' results."""
+    def build_result(self, results: list[Any], notes: list[str]) -> Any:
+        """The family's benchmark result from the chains' results (the run envelope is added by :meth:`run`)."""
         raise NotImplementedError
 
     def has_later_rounds(self) -> bool:
@@ -103,6 +111,9 @@ class FrontDoor:
 
     # ------------------------------------------------------------------ the run path
     def _context(self) -> RunContext:
+        """The run context: during :meth:`run` the run's own (hooks find extractors through it), else a new one."""
+        if self._running is not None:
+            return self._running
         return RunContext(self.settings, self.extractors, self.dataset, cache=self.cache)
 
     def plan(self, context: RunContext | None = None) -> Plan:
@@ -120,13 +131,14 @@ class FrontDoor:
         plan = self.plan(context)
         runner = LocalRunner(self.progress) if runner is None else runner
         outcome = runner.run(plan.jobs, context, on_error=self.on_error, description=description or self.description,
-                             **self.kept_for_rounds(plan.jobs))
+                             **kept_for_rounds(plan.jobs, self.has_later_rounds()))
         return plan, outcome
 
-    def kept_for_rounds(self, jobs: Sequence[Any]) -> dict[str, Any]:
-        """The runner's ``keep`` argument for the first round: every artifact a job reads when later rounds will
-        read them too (:class:`Rounds`); nothing otherwise (each artifact is freed once read)."""
-        return {"keep": {key for job in jobs for key in job.needs.values()}} if self.has_later_rounds() else {}
+    def scope(self, runner: Any = None) -> RunScope:
+        """What the rounds over this run read (:class:`RunScope`); ``runner`` None: an in-process one."""
+        return RunScope(self.dataset, tuple(self.extractors), tuple(self.chains()), self.settings, self.cache,
+                        self.on_error, LocalRunner(self.progress) if runner is None else runner, self.pipeline,
+                        self.description, self.has_later_rounds())
 
     def run(self, runner: Any = None) -> Any:
         """Execute the plan with ``runner`` (default: an in-process :class:`LocalRunner`) and collect the results."""
@@ -135,17 +147,26 @@ class FrontDoor:
         for note in notes:
             warnings.warn(note, DataWarning, stacklevel=2)
         runner = LocalRunner(self.progress) if runner is None else runner
-        plan, outcome = self.execute(runner)
-        rounds = Rounds(self, runner, outcome.artifacts)
-        results = [self._chain_result(chain, keys, plan, outcome) for chain, keys in zip(plan.chains, plan.chain_keys)]
-        results = self.refine(results, plan, outcome, rounds)
+        self._running = self._context()
+        try:
+            plan, outcome = self.execute(runner)
+            rounds = Rounds(self.scope(runner), outcome.artifacts)
+            results = [self._chain_result(chain, keys, plan, outcome)
+                       for chain, keys in zip(plan.chains, plan.chain_keys)]
+            results = self.refine(results, plan, outcome, rounds)
+        finally:
+            self._running = None
         for result in results:  # stages record notes; each is warned here once, named, at the user's call
             compression = set((result.compression or {}).get("warnings", []))
             data = set(column_scale_notes(result.embedding)) - compression  # a scale-dominated space: the data's doing
             warn_result_notes(result.name, [n for n in result.warnings if n in compression], CompressionWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n in data], DataWarning)
             warn_result_notes(result.name, [n for n in result.warnings if n not in compression | data])
-        return self.follow_up(self.build_result(plan, results, notes, started), rounds)
+        result = self.build_result(results, notes)
+        metadata, timing = run_envelope(plan, self.cache, started)  # the run envelope, the same for every family
+        result.metadata.update(metadata)
+        result.timing.update(timing)
+        return self.follow_up(result, rounds)
 
     def _chain_result(self, chain: Chain, keys: dict[str, str], plan: Plan, outcome: RunOutcome) -> Any:
         final = keys[self.final_stage]
@@ -175,13 +196,59 @@ class FrontDoor:
             result.warnings.extend(footprint_notes(updated["footprint"]))  # a failed object stat, explained
         result.embedding = updated if branch is None else {**result.embedding, branch: updated}
 
-    def run_facts(self, started: _dt.datetime) -> dict[str, Any]:
-        """When the run started and on what host (the result's ``timing`` section, never compared)."""
-        return {"started_at": started.isoformat(), "host": host_facts()}
 
-    def cache_record(self) -> dict[str, Any] | None:
-        """Where the run's cache lives and its mode (None without a cache)."""
-        return None if self.cache is None else cache_summary(self.cache)
+@dataclasses.dataclass(frozen=True)
+class RunScope:
+    """What a round over one run reads — screening, adaptive repeats, the referee — instead of the front door.
+
+    The run's dataset, extractors and chains, its settings (the user's, never changed by a round), cache, error
+    policy and runner, the pipeline it plans over and its progress label, and whether later rounds read the first
+    round's artifacts (then the first round keeps every artifact a job reads: :meth:`kept`).
+    """
+
+    dataset: Any
+    extractors: tuple[Any, ...]
+    chains: tuple[Chain, ...]
+    settings: Any
+    cache: StageCache | None
+    on_error: str
+    runner: Any
+    pipeline: str
+    description: str
+    later_rounds: bool = False
+
+    def context(self, settings: Any = None) -> RunContext:
+        """A run context of this run, under ``settings`` (default: the run's own)."""
+        return RunContext(self.settings if settings is None else settings, self.extractors, self.dataset,
+                          cache=self.cache)
+
+    def kept(self, jobs: Sequence[Any]) -> dict[str, Any]:
+        """The runner's ``keep`` argument for the first round's ``jobs`` (:func:`kept_for_rounds`)."""
+        return kept_for_rounds(jobs, self.later_rounds)
+
+
+def kept_for_rounds(jobs: Sequence[Any], later_rounds: bool) -> dict[str, Any]:
+    """The runner's ``keep`` argument for a first round: every artifact a job reads when later rounds will read them
+    too (:class:`Rounds`); nothing otherwise (each artifact is freed once read)."""
+    return {"keep": {key for job in jobs for key in job.needs.values()}} if later_rounds else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundSettings:
+    """The settings one later round plans under: the run's settings, unchanged, plus the round's own state.
+
+    Round state (the referee's finalists, the repeats of an adaptive round) is never the user's setting: it lives
+    here, and a stage's config reads it as an attribute (``getattr(settings, "stability_window", None)``); every
+    other attribute is the run's setting, so a key hashes the same content whichever round plans it.
+    """
+
+    run: Any
+    state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("run", "state"):  # copy/pickle probes; fields not yet set on unpickling
+            raise AttributeError(name)
+        return self.state[name] if name in self.state else getattr(self.run, name)
 
 
 class Rounds:
@@ -192,16 +259,17 @@ class Rounds:
     chain's embeddings stay resident until the run ends (docs/architecture.md).
     """
 
-    def __init__(self, door: FrontDoor, runner: Any, kept: Mapping[str, Any]) -> None:
-        self.door, self.runner, self.kept = door, runner, kept
+    def __init__(self, scope: RunScope, kept: Mapping[str, Any]) -> None:
+        self.scope, self.kept = scope, kept
 
-    def run(self, settings: Any, stages: Sequence[str], description: str,
-            chains: Sequence[Chain] | None = None) -> tuple[Plan, RunOutcome]:
-        """Plan ``chains`` (default: all) under ``settings`` and run the jobs of ``stages`` and what they read that
-        the first round did not keep."""
-        door = self.door
-        context = RunContext(settings, door.extractors, door.dataset, cache=door.cache)
-        plan = build_plan(door.pipeline, door.chains(context) if chains is None else chains, context)
+    def run(self, stages: Sequence[str], description: str, chains: Sequence[Chain] | None = None,
+            state: Mapping[str, Any] | None = None) -> tuple[Plan, RunOutcome]:
+        """Plan ``chains`` (default: all) under the run's settings plus the round's ``state``
+        (:class:`RoundSettings`) and run the jobs of ``stages`` and what they read that the first round did not
+        keep."""
+        scope = self.scope
+        context = scope.context(RoundSettings(scope.settings, dict(state or {})))
+        plan = build_plan(scope.pipeline, scope.chains if chains is None else chains, context)
         wanted = [key for keys in plan.chain_keys for stage, key in keys.items() if stage in stages]
         needed: set[str] = set()
         while wanted:
@@ -212,7 +280,20 @@ class Rounds:
                     wanted.extend(plan.job(key).needs.values())
         jobs = [job for job in plan.jobs if job.key in needed and job.key not in self.kept]
         given = {key: self.kept[key] for key in needed if key in self.kept}
-        return plan, self.runner.run(jobs, context, on_error=door.on_error, description=description, given=given)
+        return plan, scope.runner.run(jobs, context, on_error=scope.on_error, description=description, given=given)
+
+
+def run_envelope(plan: Plan, cache: StageCache | None,
+                 started: _dt.datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, timing) of the run envelope every family's result carries in the same places
+    (``result_protocol.ENVELOPE_SCHEMA``): the run key (a hash of every job key), the package versions, the plan
+    (each job's stage, result name and key), where the cache lives and its mode (only with a cache); then when the
+    run started and on what host (the ``timing`` section, never compared)."""
+    metadata = {"run_key": artifact_key("run", [job.key for job in plan.jobs]),
+                "versions": {name: package_version(name) for name in RUN_PACKAGES},
+                "plan": [{"stage": job.stage, "extractor": job.extractor, "key": job.key} for job in plan.jobs],
+                **({} if cache is None else {"cache": cache_summary(cache)})}
+    return metadata, {"started_at": started.isoformat(), "host": host_facts()}
 
 
 def cache_facts(key: str, plan: Plan, outcome: RunOutcome) -> dict[str, Any]:
@@ -226,7 +307,8 @@ def chain_runtime(keys: Mapping[str, str], plan: Plan, outcome: RunOutcome) -> d
     A stage reporting ``seconds`` gives its wall seconds under its name; ``steps`` gives the sub-step seconds it
     recorded (``cache_write`` as ``<stage>_cache_write``); ``seconds_and_steps`` gives both.  A job read from the
     cache ran nothing: what it would report reads ``not_measured_cache_hit`` and the read is timed as
-    ``<stage>_cache_read``.  Runtimes travel beside artifacts, never inside them.
+    ``<stage>_cache_read``; so does a job that was not run because the cache served every reader of it
+    (``not_needed``), without a read.  Runtimes travel beside artifacts, never inside them.
     """
     from .profiling import PROFILE_KEY
 
@@ -234,12 +316,14 @@ def chain_runtime(keys: Mapping[str, str], plan: Plan, outcome: RunOutcome) -> d
     for stage, key in keys.items():
         definition = definition_of(plan.job(key))
         timings = outcome.timings.get(key)
-        if definition.runtime is None or not timings:
+        status = outcome.statuses.get(key)
+        if definition.runtime is None or not (timings or status == NOT_NEEDED):
             continue
-        if outcome.statuses.get(key) == HIT:
+        if status in (HIT, NOT_NEEDED):
             names = definition.steps if definition.runtime == "steps" else (stage,)
             runtime.update({name: NOT_MEASURED_CACHE_HIT for name in names})
-            runtime[f"{stage}_cache_read"] = timings["seconds"]
+            if status == HIT:
+                runtime[f"{stage}_cache_read"] = timings["seconds"]
             continue
         if definition.runtime != "steps":
             runtime[stage] = timings["seconds"]
@@ -278,9 +362,10 @@ def check_unique_names(items: Sequence[Any], where: Sequence[str], what: str = "
         seen[item.name] = position
 
 
-def plain(value: Any, where: str) -> Any:
-    """JSON-plain copy (tuples become lists), so a reloaded result compares equal; fails early if not serializable."""
+def plain_recipe(extractor: Any) -> dict[str, Any]:
+    """An extractor's recipe as a result stores it: a JSON-plain copy (tuples become lists), so a reloaded result
+    compares equal; a recipe that is not serializable fails early, naming the extractor and the path inside it."""
     try:
-        return json.loads(json_codec.dumps(value))
+        return json.loads(json_codec.dumps(extractor.recipe()))
     except SerializationError as exc:  # the message names the path inside the value
-        raise SerializationError(f"{where} is not JSON-serializable: {exc}") from None
+        raise SerializationError(f"recipe of {extractor.name!r} is not JSON-serializable: {exc}") from None

@@ -25,9 +25,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn, Protocol, TextIO
 
 from .benchmark import Benchmark
+from .benchmark_stages import PIPELINE
 from .datasets import BenchmarkDataset
 from .errors import ConfigError, HistoryError, HistoryLockedError, HistoryWarning, InputTypeError, InputValidationError
+from .execution.context import Chain
 from .execution.jobs import failure_of
+from .execution.plan import planned_stages
 from .extractors.base import CallableExtractor, PrecomputedExtractor
 from .fingerprint import package_version
 from . import json_codec
@@ -450,17 +453,13 @@ def _sha256(section: Mapping[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- helpers
 def _standard_null_columns(settings: Any) -> list[str]:
-    """``metric.<name>`` per configured metric, ``runtime.<stage>`` per configured stage and the paired-verdict
-    columns (failed rows lack them)."""
+    """``metric.<name>`` per configured metric, ``runtime.<name>`` per runtime entry the stages of a snapshot's plan
+    declare (``StageDefinition.runtime_names``) and the paired-verdict columns (failed rows lack them)."""
     names = [OVERLAP_METRIC, *(metric.name for metric in settings.metrics)]
-    stages = ["extract", "score"]
-    if settings.stability_config is not None:
-        stages.append("stability")
-    if settings.metrics:
-        stages += ["metrics", *(f"metric.{metric.name}" for metric in settings.metrics)]
-    if settings.separatix_config.enabled:
-        stages.append("separatix")
-    return [f"metric.{name}" for name in names] + [f"runtime.{stage}" for stage in stages] + list(VERDICT_COLUMNS)
+    chain = Chain("snapshot", "snapshot", "snapshot")
+    runtimes = [name for definition, _ in planned_stages(PIPELINE, settings, chain)
+                for name in definition.runtime_names(settings)]
+    return [f"metric.{name}" for name in names] + [f"runtime.{name}" for name in runtimes] + list(VERDICT_COLUMNS)
 
 
 def _failed_stage(exc: BaseException) -> str:

@@ -36,6 +36,36 @@ CHAIN_SCHEMA = {"name": str, "primary_score": nullable(NUMBER), "warnings": [str
                 "compression?": nullable(dict), "resource_profile?": nullable(dict)}
 
 
+#: The run envelope: what every family's result records about the run itself, in the same places
+#: (docs/results.md, "The run envelope"), written once by the shared run path (``front_door.run_envelope``).
+#: ``metadata`` holds the run key, the package versions, the plan and (with a cache) the cache record ...
+ENVELOPE_SCHEMA = {"run_key": str, "versions": MapOf(str), "plan": [{"stage": str, "extractor": str, "key": str}],
+                   "cache?": nullable({"store": str, "mode": str})}
+#: ... and ``timing`` when and where the run ran (a combined result lists its runs instead); timings are never compared.
+TIMING_ENVELOPE_SCHEMA = {"started_at?": str, "host?": dict,
+                          "runs?": [{"started_at": str, "host": dict, "extractors": [str]}]}
+#: The envelope as retrieval and zero-shot results are checked: the same fields, each optional, since files written
+#: before the envelope (retrieval schemas 1-3, zero-shot schema 1) recorded only some of them (the labeled family's
+#: files always held all four, and its report shows them).
+RECORDED_ENVELOPE_SCHEMA = {key.rstrip("?") + "?": value for key, value in ENVELOPE_SCHEMA.items()}
+
+
+def current_envelope(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A retrieval or zero-shot document written before the envelope, with its run facts moved to the envelope's
+    places: ``protocol.run_key`` and ``protocol.cache`` into ``metadata``, a single run's ``timing.runs`` entry into
+    ``timing.started_at`` and ``timing.host``.  A current document is returned as it is."""
+    if "metadata" in data:
+        return dict(data)
+    with reading("$"):
+        protocol, timing = dict(data["protocol"]), dict(data["timing"])
+    metadata = {key: protocol.pop(key) for key in ("run_key", "cache") if key in protocol}
+    runs = timing.get("runs")
+    if isinstance(runs, list) and len(runs) == 1 and isinstance(runs[0], Mapping):
+        del timing["runs"]
+        timing.update({key: runs[0][key] for key in ("started_at", "host") if key in runs[0]})
+    return {**data, "protocol": protocol, "metadata": metadata, "timing": timing}
+
+
 class ChainResult:
     """Base of every per-chain result: the shared field names and the one validity rule.
 

@@ -20,8 +20,9 @@ from . import json_codec, referee
 from .agreement import Agreement, competition_ranks, reference_scores, view_agreement
 from .errors import ConfigError
 from .profiling import ResourceProfile
-from .result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECOMMENDATION_CUTOFFS, ChainResult, Ranked,
-                              check_header, rank_results, read_json, reading, register_result_type)
+from .result_protocol import (CHAIN_SCHEMA, ENVELOPE_SCHEMA, IDENTITY_SCHEMA, RECOMMENDATION_CUTOFFS,
+                              TIMING_ENVELOPE_SCHEMA, ChainResult, Ranked, check_header, rank_results, read_json,
+                              reading, register_result_type)
 from .execution.caching import NOT_MEASURED_CACHE_HIT
 from .result_schema import ANY, NUMBER, AnyOf, Choice, MapOf, Number, Switch, both, check, nullable, rule
 # Loading and recommendations live at the protocol layer (reports use them without this module); kept importable here.
@@ -48,7 +49,8 @@ REPR_ROWS = 5
 class ResultFamily:
     """What every result type shares: lookup by name, the ranking, the quality cohort, tables, persistence, reports.
 
-    Subclasses provide ``RESULT_TYPE``, ``extractor_results`` (:class:`ChainResult` objects),
+    Subclasses provide ``RESULT_TYPE``, ``extractor_results`` (:class:`ChainResult` objects), ``metadata`` and
+    ``timing`` (where the shared run path writes the run envelope: ``result_protocol.ENVELOPE_SCHEMA``),
     ``_row()`` (their flat DataFrame row), ``to_dict()`` and ``from_dict()``.  Markdown and
     HTML are rendered from exactly the JSON ``save_json`` writes, so an archived file
     regenerates the same report.
@@ -56,6 +58,10 @@ class ResultFamily:
 
     RESULT_TYPE: ClassVar[str]
     extractor_results: list[Any]
+    #: The run key, versions, plan and cache record of the run (and a family's own run facts).
+    metadata: dict[str, Any]
+    #: When and where the run ran, and each result's runtimes: never compared.
+    timing: dict[str, Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -339,7 +345,8 @@ def _named_classes(names: str) -> Any:
 
 #: What reports read of a candidate's screening record (vertebrae.screening).
 _RUNG_SCHEMA = {"rung": int, "rows": int, "partial_score": NUMBER, "repeat_scores": [NUMBER],
-                "verdict": {"verdict": Choice(("best", "tied", "worse")), "mean_difference": NUMBER}, "continued": bool}
+                "verdict": {"verdict": Choice(("best", "tied", "worse")), "mean_difference": NUMBER}, "continued": bool,
+                "cache_status?": {"extract_rows": str, "rung_score": str}}
 SCREENING_SCHEMA = both({"status": Choice(("finalist", "screened_out")), "rungs": [_RUNG_SCHEMA]},
                         rule(lambda s: s["status"] == "finalist" or (s["rungs"] and not s["rungs"][-1]["continued"]),
                              "a screened-out candidate's last rung must say it did not continue"))
@@ -371,16 +378,15 @@ SCHEMA = both({
         "settings": {"scoring_config": {"exclude_classes?": [{"label_key": str}], "random_state": ANY,
                                         "k?": AnyOf(([{"label_key": str, "k": ANY}], str, NUMBER, dict))},
                      "continuous_config?": dict},
-        "run_key": ANY, "primary_metric": str, "versions": dict, "quality_tolerance?": Number(low=0.0),
+        **ENVELOPE_SCHEMA, "primary_metric": str, "quality_tolerance?": Number(low=0.0),
         "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
-        "cache?": nullable({"store": ANY, "mode": ANY}),
-        "plan": [{"stage": str, "extractor": str, "key": str}],
         "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]}), "referee?": referee.SCHEMA,
         "adaptive_repeats?": ADAPTIVE_SCHEMA,
         "screening?": {"config": dict, "candidates": int, "finalists": [str],
                        "rungs": [{"rung": int, "rows": int, "new_rows": int, "candidates": int, "survivors": int,
                                   "final": bool}]}},
-    "timing?": {"runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list), "referee?": referee.TIMING_SCHEMA}},
+    "timing?": {**TIMING_ENVELOPE_SCHEMA, "runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list),
+                "referee?": referee.TIMING_SCHEMA}},
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
         {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
     rule(lambda d: len({len(r["stability"]["repeat_scores"]["score"]) for r in d["extractor_results"]

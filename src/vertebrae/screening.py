@@ -10,8 +10,10 @@ the full dataset: the finalists get the ordinary evaluation, with the same artif
 scores as a benchmark of the finalists alone.  Each rung embeds only the rows it adds
 (:mod:`vertebrae.screening_stages`), through the run's runner and cache, ``EXTRACT_BATCH``
 extractors at a time, and the increments wait on disk (:mod:`vertebrae.screening_spill`), so
-memory does not grow with the number of candidates.  The rules, and what screening may miss, are
-in docs/screening.md.
+memory does not grow with the number of candidates.  A rung scores its candidates with stage jobs too
+(``screening/rung_score``, the benchmark's own stability stage on the rung's rows), through the same
+runner and cache.  The rounds read the run through its :class:`~vertebrae.front_door.RunScope`, never the
+front door.  The rules, and what screening may miss, are in docs/screening.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -28,21 +29,20 @@ import numpy as np
 
 from ._config import Config, check_float, check_int, check_seed
 from .benchmark_stages import output_metadata, stacked_outputs
-from .compression import Compressor, declares_matryoshka
-from .embedding_set import EmbeddingSet
-from .errors import ArtifactError, ConfigError, ExtractorError
+from .embedding_set import Embedding, EmbeddingSet
+from .embeddings import embedding_metadata
+from .errors import ArtifactError, ConfigError
 from .execution.caching import Compute, execute_job
 from .execution.context import Chain, RunContext
 from .execution.jobs import RunOutcome
-from .execution.local import LocalRunner
 from .execution.plan import Plan, StageJob, build_plan
+from .front_door import RunScope
 from .results import ExtractorResult
 from .scoring.metric_result import OVERLAP_METRIC
-from .scoring.overlap import OverlapIndexScorer
 from .scoring.paired_verdicts import Interval, against_best, t_interval
-from .scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats, run_stability_analysis
+from .scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats
 from .screening_spill import IncrementStore
-from .screening_stages import PIPELINE
+from .screening_stages import PIPELINE, RungContext, RungSettings
 from .targets import Targets
 
 #: A screened-out result's ``recommendation`` and ``screening.status``; finalists have status ``finalist``.
@@ -103,14 +103,6 @@ class Rung:
     repeats: StabilityConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class RungSettings:
-    """What a rung's ``extract_rows`` jobs read: the benchmark's settings and the rows the rung adds."""
-
-    benchmark: Any
-    increment: np.ndarray
-
-
 # ----------------------------------------------------------------------------- rungs
 def rung_sizes(n_samples: int, config: ScreeningConfig) -> list[int]:
     """Sizes of the screening rungs (the full dataset follows them): ``ceil(n / eta^k)`` down to the start size."""
@@ -165,26 +157,32 @@ def _reason(exc: ConfigError) -> str:
     return str(exc).split(": ", 1)[-1].split(". The subset", 1)[0]
 
 
-def check_screening(front: Any) -> None:
+def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Chain], targets: Targets) -> None:
     """Everything screening needs, checked before any extraction (ConfigError naming the fix)."""
-    settings = front.settings
     if settings.primary_metric != OVERLAP_METRIC:
         raise ConfigError(f"screening ranks candidates by paired overlap repeats, but primary_metric is "
                           f"{settings.primary_metric!r}; rank by the overlap score or run without screening")
-    if any(chosen for chosen in front._views.values()):
+    if any(chain.view is not None for chain in chains):
         raise ConfigError("screening compares candidates on the dataset's own targets; drop target_view_config / "
                           "label_view_config or run without screening")
     if settings.resource_profiling is not None and settings.resource_profiling.enabled:
         raise ConfigError("resource profiling measures whole extractions, but screening embeds rows rung by rung; "
                           "profile in a run without screening")
-    candidates = len(front.chains())
-    if candidates < 2:
+    if len(chains) < 2:
         raise ConfigError(f"screening needs at least 2 candidates (extractors x outputs x compression variants), got "
-                          f"{candidates}; add candidates or run without screening")
-    plan_rungs(front.dataset.targets, front.screening)
+                          f"{len(chains)}; add candidates or run without screening")
+    plan_rungs(targets, config)
 
 
 # ----------------------------------------------------------------------------- the rung loop
+@dataclasses.dataclass(frozen=True)
+class RungJob:
+    """A candidate's job at a rung, as it ran: its key and cache status (what its result records)."""
+
+    key: str
+    status: str
+
+
 @dataclasses.dataclass
 class Screened:
     """What the rung loop did: the finalists' plan and outcome (the ordinary full evaluation), every candidate that
@@ -221,23 +219,21 @@ def screening_note(record: dict[str, Any]) -> str:
             f"{screened} rung(s); the ranking, cohort and verdicts cover the finalists only (see Screening).")
 
 
-def run_screening(front: Any, runner: Any = None) -> Screened:
-    """Run the rungs, then the finalists' full evaluation, with ``runner`` (default: in process)."""
-    runner = LocalRunner(front.progress) if runner is None else runner
-    chains = front.chains()
-    rungs = plan_rungs(front.dataset.targets, front.screening)
-    scorer = OverlapIndexScorer(front.settings.scoring_config, front.settings.continuous_config)
+def run_screening(scope: RunScope, config: ScreeningConfig) -> Screened:
+    """Run the rungs, then the finalists' full evaluation, in the run's ``scope`` (its runner and cache)."""
+    rungs = plan_rungs(scope.dataset.targets, config)
     held = IncrementStore()
     try:
-        return _rung_loop(front, runner, chains, rungs, scorer, held)
+        return _rung_loop(scope, config, rungs, held)
     finally:
         held.close()
 
 
-def _rung_loop(front: Any, runner: Any, chains: list[Chain], rungs: list[Rung], scorer: OverlapIndexScorer,
-               held: IncrementStore) -> Screened:
+def _rung_loop(scope: RunScope, config: ScreeningConfig, rungs: list[Rung], held: IncrementStore) -> Screened:
     """Score the live candidates rung by rung, then evaluate the finalists (``held``: the embedded increments)."""
-    config, dataset, alive = front.screening, front.dataset, list(chains)
+    chains, dataset = list(scope.chains), scope.dataset
+    context = scope.context()  # where a screened-out candidate's extractor is found
+    alive = list(chains)
     early: dict[str, ExtractorResult] = {}
     history: dict[str, list[dict[str, Any]]] = {chain.name: [] for chain in chains}
     table, seconds, order = [], [], np.empty(0, dtype=np.int64)
@@ -245,18 +241,17 @@ def _rung_loop(front: Any, runner: Any, chains: list[Chain], rungs: list[Rung], 
         if len(alive) < 2:  # nothing left to compare: the finalist goes straight to the full evaluation
             break
         started = time.perf_counter()
-        alive = _extract(front, runner, alive, rung.increment, held, early, f"screening rung {rung.index}")
+        alive, extracted = _extract(scope, alive, rung.increment, held, early, f"screening rung {rung.index}")
         order = rung.rows
-        targets = dataset.targets.subset(order)
-        scored = []
-        for chain in alive:
-            scores = _rung_scores(front, chain, held, targets, rung.repeats, scorer, early)
-            if scores is not None:
-                scored.append((chain, scores))
-        kept = _judge(scored, rung, config, history, dataset.n_samples)
+        scored, scoring = _score(scope, alive, rung, held, early)
+        jobs = {chain.name: {"extract_rows": extracted[chain.name], "rung_score": scoring[chain.name]}
+                for chain, _ in scored}
+        kept = _judge(scored, rung, config, history, dataset.n_samples, jobs)
         for chain, _ in scored:
             if chain not in kept:
-                early[chain.name] = _screened_out(front, chain, history[chain.name])
+                keys = {stage: job.key for stage, job in jobs[chain.name].items()}
+                early[chain.name] = _screened_out(scope, chain, context.extractor_of(chain), history[chain.name],
+                                                  keys)
         table.append({"rung": rung.index, "rows": int(order.size), "new_rows": int(rung.increment.size),
                       "candidates": len(scored), "survivors": len(kept),
                       "best": scored[0][0].name if scored else None, "final": False})
@@ -266,65 +261,98 @@ def _rung_loop(front: Any, runner: Any, chains: list[Chain], rungs: list[Rung], 
     started = time.perf_counter()
     rest = np.setdiff1d(np.arange(dataset.n_samples), order).astype(np.int64)
     if alive and rest.size:
-        alive = _extract(front, runner, alive, rest, held, early, "screening: the rest of the rows")
+        alive, _ = _extract(scope, alive, rest, held, early, "screening: the rest of the rows")
     order = np.concatenate([order, rest])
     table.append({"rung": len(table), "rows": int(dataset.n_samples), "new_rows": int(rest.size),
                   "candidates": len(alive), "survivors": len(alive), "best": None, "final": True})
-    plan, outcome = _evaluate(front, runner, alive, held, np.argsort(order, kind="stable"))
+    plan, outcome = _evaluate(scope, alive, held, np.argsort(order, kind="stable"))
     seconds.append(time.perf_counter() - started)
     return Screened(plan, outcome, chains, early, history, table, config, seconds)
 
 
-def _extract(front: Any, runner: Any, alive: list[Chain], increment: np.ndarray, held: IncrementStore,
-             early: dict[str, ExtractorResult], description: str) -> list[Chain]:
-    """Embed ``increment`` with every extractor a live candidate needs (once per extractor, all its outputs),
-    ``EXTRACT_BATCH`` extractors per runner call, each batch written to ``held`` before the next is embedded."""
-    context = RunContext(RungSettings(front.settings, increment), front.extractors, front.dataset, cache=front.cache)
+def _rung_context(scope: RunScope, rows: np.ndarray, repeats: StabilityConfig | None = None) -> RungContext:
+    """The run context of a rung's plan over ``rows`` (scoring it when ``repeats`` are given)."""
+    settings = RungSettings(rows, scope.settings.scoring_config, scope.settings.continuous_config, repeats)
+    return RungContext(settings, scope.extractors, scope.dataset, cache=scope.cache)
+
+
+def _batches(alive: list[Chain]) -> list[list[Chain]]:
+    """The live candidates, ``EXTRACT_BATCH`` extractors (with all their candidates) per runner call."""
     extractor_ids = list(dict.fromkeys(chain.extractor_id for chain in alive))
+    return [[chain for chain in alive if chain.extractor_id in set(extractor_ids[start:start + EXTRACT_BATCH])]
+            for start in range(0, len(extractor_ids), EXTRACT_BATCH)]
+
+
+def _failed(scope: RunScope, chain: Chain, failure: Any, keys: dict[str, str]) -> ExtractorResult:
+    """The invalid result of a candidate whose rung job failed under ``on_error="record"``."""
+    return ExtractorResult.failed(chain.name, scope.settings.primary_metric, failure.to_dict(chain.parent),
+                                  artifact_keys=dict(keys))
+
+
+def _extract(scope: RunScope, alive: list[Chain], increment: np.ndarray, held: IncrementStore,
+             early: dict[str, ExtractorResult], description: str) -> tuple[list[Chain], dict[str, RungJob]]:
+    """Embed ``increment`` with every extractor a live candidate needs (once per extractor, all its outputs),
+    ``EXTRACT_BATCH`` extractors per runner call, each batch written to ``held`` before the next is embedded.
+    Returns the candidates still alive and each one's ``extract_rows`` job."""
+    context = _rung_context(scope, increment)
     failed: set[str] = set()
-    for start in range(0, len(extractor_ids), EXTRACT_BATCH):
-        batch = set(extractor_ids[start:start + EXTRACT_BATCH])
-        plan = build_plan(PIPELINE, [chain for chain in alive if chain.extractor_id in batch], context)
-        outcome = runner.run(plan.jobs, context, on_error=front.on_error, description=description)
+    ran: dict[str, RungJob] = {}
+    for batch in _batches(alive):
+        plan = build_plan(PIPELINE, batch, context)
+        jobs = [job for job in plan.jobs if job.stage == "extract_rows"]
+        outcome = scope.runner.run(jobs, context, on_error=scope.on_error, description=description)
         added = set()
         for chain, keys in zip(plan.chains, plan.chain_keys):
             key = keys["extract_rows"]
             if key in outcome.failures:
-                early[chain.name] = front.failed_result(chain, outcome.failures[key].to_dict(chain.parent),
-                                                        {"extract_rows": key})
+                early[chain.name] = _failed(scope, chain, outcome.failures[key], {"extract_rows": key})
                 failed.add(chain.name)
-            elif chain.extractor_id not in added:
+                continue
+            ran[chain.name] = RungJob(key, outcome.statuses[key])
+            if chain.extractor_id not in added:
                 added.add(chain.extractor_id)
                 held.add(chain.extractor_id, outcome.artifacts[key])
         del outcome  # the batch's embeddings are on disk now
-    return [chain for chain in alive if chain.name not in failed]
+    return [chain for chain in alive if chain.name not in failed], ran
 
 
-def _rung_scores(front: Any, chain: Chain, held: IncrementStore, targets: Targets, repeats: StabilityConfig,
-                 scorer: OverlapIndexScorer, early: dict[str, ExtractorResult]) -> list[float] | None:
-    """The candidate's paired repeat scores on the rung (None: it failed and ``on_error="record"`` recorded it);
-    its rows are read from ``held`` for the scoring and released after it."""
-    source = f"extractor {chain.parent!r}" + ("" if chain.output is None else f" output {chain.output!r}")
-    try:
-        produced = held.outputs(chain.extractor_id)
-        if chain.output not in produced:
-            raise ExtractorError(f"extractor {chain.parent!r} did not produce output {chain.output!r}; it produced "
-                                 f"{sorted(map(str, produced))}")
-        matrix = held.rows(chain.extractor_id, chain.output, source)
-        if chain.variant is not None:  # fitted on the rung's rows, as the full evaluation fits on every row
-            extractor = next(e for e in front.extractors if e.name == chain.parent)
-            compressor = Compressor(chain.variant, source=source,
-                                    matryoshka=declares_matryoshka(extractor, chain.output))
-            with warnings.catch_warnings():  # the full evaluation reports compression notes, named, once
-                warnings.simplefilter("ignore")
-                matrix = compressor.fit_transform(matrix)
-        return run_stability_analysis(matrix, targets, config=repeats, scorer=scorer).repeat_scores["score"]
-    except Exception as exc:
-        if front.on_error == "raise":
-            raise
-        error = {"stage": "screening", "type": type(exc).__name__, "message": str(exc), "extractor": chain.parent}
-        early[chain.name] = front.failed_result(chain, error, {})
-        return None
+def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore,
+           early: dict[str, ExtractorResult]) -> tuple[list[tuple[Chain, list[float]]], dict[str, RungJob]]:
+    """Every live candidate's paired repeat scores on the rung, in candidate order (a candidate whose job failed
+    under ``on_error="record"`` is recorded in ``early`` instead), and each one's ``rung_score`` job.
+
+    The ``screening/rung_score`` jobs run with the run's runner, ``EXTRACT_BATCH`` extractors per call; each reads
+    the rung's ``extract_rows`` job over all the rung's rows, which is not run: its artifact is assembled from the
+    increments in ``held`` and given to the runner (sent to the workers that read it)."""
+    context = _rung_context(scope, rung.rows, rung.repeats)
+    scores: dict[str, list[float]] = {}
+    ran: dict[str, RungJob] = {}
+    for batch in _batches(alive):
+        plan = build_plan(PIPELINE, batch, context)
+        given = {keys["extract_rows"]: _rung_rows(held, chain) for chain, keys in zip(plan.chains, plan.chain_keys)}
+        jobs = [job for job in plan.jobs if job.key not in given]
+        outcome = scope.runner.run(jobs, context, on_error=scope.on_error, description=f"screening rung "
+                                   f"{rung.index} scores", given=given)
+        for chain, keys in zip(plan.chains, plan.chain_keys):
+            key = keys["rung_score"]
+            if key in outcome.failures:
+                early[chain.name] = _failed(scope, chain, outcome.failures[key], keys)
+                continue
+            scores[chain.name] = outcome.artifacts[key].stability.repeat_scores["score"]
+            ran[chain.name] = RungJob(key, outcome.statuses[key])
+        del given, outcome  # the batch's rung embeddings are released before the next batch is assembled
+    return [(chain, scores[chain.name]) for chain in alive if chain.name in scores], ran
+
+
+def _rung_rows(held: IncrementStore, chain: Chain) -> EmbeddingSet:
+    """The extractor's outputs on the rung's rows so far (its increments, concatenated in rung order): what its
+    ``extract_rows`` job over those rows would compute, since a row's embedding does not depend on its batch."""
+    source = f"extractor {chain.parent!r}"
+    parts = {}
+    for output in held.outputs(chain.extractor_id):
+        matrix = held.rows(chain.extractor_id, output, source + ("" if output is None else f" output {output!r}"))
+        parts[output] = Embedding(matrix, embedding_metadata(matrix))
+    return EmbeddingSet(parts)
 
 
 def full_data_interval(subsample_fraction: float, rung_share: float) -> Interval:
@@ -344,8 +372,10 @@ def full_data_interval(subsample_fraction: float, rung_share: float) -> Interval
 
 
 def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: ScreeningConfig,
-           history: dict[str, list[dict[str, Any]]], n_samples: int) -> list[Chain]:
-    """Rank by mean repeat score (ties keep candidate order); keep the first ``ceil(n / eta)`` not judged worse."""
+           history: dict[str, list[dict[str, Any]]], n_samples: int,
+           jobs: dict[str, dict[str, RungJob]]) -> list[Chain]:
+    """Rank by mean repeat score (ties keep candidate order); keep the first ``ceil(n / eta)`` not judged worse.
+    Each candidate's rung entry records the cache statuses of its rung ``jobs`` (by stage)."""
     if not scored:
         return []
     scored.sort(key=lambda item: -float(np.mean(item[1])))
@@ -360,13 +390,15 @@ def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: Screenin
         history[chain.name].append({
             "rung": rung.index, "rows": int(rung.rows.size), "partial_score": float(np.mean(scores)),
             "repeat_scores": [float(s) for s in scores], "verdict": comparison.to_dict(), "continued": continues,
-            "reason": None if continues else ("worse" if comparison.verdict == "worse" else "cut")})
+            "reason": None if continues else ("worse" if comparison.verdict == "worse" else "cut"),
+            "cache_status": {stage: job.status for stage, job in jobs[chain.name].items()}})
     return kept
 
 
-def _screened_out(front: Any, chain: Chain, history: list[dict[str, Any]]) -> ExtractorResult:
-    """The result of a candidate that left at a rung: its recipe, its last rung and its verdict there; never ranked."""
-    extractor = next(e for e in front.extractors if e.name == chain.parent)
+def _screened_out(scope: RunScope, chain: Chain, extractor: Any, history: list[dict[str, Any]],
+                  keys: dict[str, str]) -> ExtractorResult:
+    """The result of a candidate that left at a rung: its recipe, its last rung and its verdict there, the keys of
+    that rung's jobs (its increment's ``extract_rows``, its ``rung_score``); never ranked."""
     recipe = extractor.recipe()
     last = history[-1]
     embedding: dict[str, Any] = {"parent_extractor_name": chain.parent}
@@ -374,21 +406,21 @@ def _screened_out(front: Any, chain: Chain, history: list[dict[str, Any]]) -> Ex
         embedding.update(output_metadata(extractor, chain.output))
     return ExtractorResult(
         name=chain.name, extractor_type=recipe.get("type", type(extractor).__name__), recipe=recipe, overlap=None,
-        metrics={}, primary_metric_name=front.settings.primary_metric, primary_score=None, embedding=embedding,
-        warnings=[], recommendation=SCREENED_OUT, weakest_class=None,
+        metrics={}, primary_metric_name=scope.settings.primary_metric, primary_score=None, embedding=embedding,
+        warnings=[], recommendation=SCREENED_OUT, weakest_class=None, artifact_keys=keys,
         screening={"status": SCREENED_OUT, "last_rung": last["rung"], "rows": last["rows"],
                    "partial_score": last["partial_score"], "verdict": last["verdict"]["verdict"],
                    "reason": last["reason"], "rungs": history})
 
 
-def _evaluate(front: Any, runner: Any, finalists: list[Chain], held: IncrementStore,
+def _evaluate(scope: RunScope, finalists: list[Chain], held: IncrementStore,
               inverse: np.ndarray) -> tuple[Plan, RunOutcome]:
     """The finalists' ordinary plan.  Its extract jobs do not run: each is settled here through the cache (a hit
     is read; otherwise the embedding is assembled from the increments and stored under the job's key) and handed
     to the runner as a ``given`` artifact, which ``DaskRunner`` sends only to the workers that read it (a runner's
     workers may not see the local spill folder)."""
-    context = RunContext(front.settings, front.extractors, front.dataset, cache=front.cache)
-    plan = build_plan(front.pipeline, finalists, context)
+    context = scope.context()
+    plan = build_plan(scope.pipeline, finalists, context)
     given, settled = {}, {}
     for job in plan.jobs:
         if job.stage == "extract":
@@ -398,8 +430,8 @@ def _evaluate(front: Any, runner: Any, finalists: list[Chain], held: IncrementSt
                 continue
             given[job.key], settled[job.key] = ran.artifact, (ran.timings, ran.status, ran.footprint())
     held.close()
-    outcome = runner.run([job for job in plan.jobs if job.key not in given], context, on_error=front.on_error,
-                         description=front.description, given=given, **front.kept_for_rounds(plan.jobs))
+    outcome = scope.runner.run([job for job in plan.jobs if job.key not in given], context, on_error=scope.on_error,
+                               description=scope.description, given=given, **scope.kept(plan.jobs))
     for key, (timings, status, footprint) in settled.items():
         outcome.timings[key], outcome.statuses[key], outcome.persisted[key] = timings, status, footprint
     return plan, outcome

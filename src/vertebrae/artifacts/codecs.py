@@ -15,7 +15,6 @@ import json
 import math
 import re
 import struct
-import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
@@ -131,6 +130,8 @@ def _npy_writer(array: np.ndarray) -> Callable[[BinaryIO], None]:
 
 def _csr_writer(matrix: Any) -> Callable[[BinaryIO], None]:
     def write(fileobj: BinaryIO) -> None:
+        import zipfile  # here, not at import: `import vertebrae` stays light
+
         parts = {"data": matrix.data, "indices": matrix.indices, "indptr": matrix.indptr,
                  "shape": np.asarray(matrix.shape, dtype=np.int64)}
         # ZIP_STORED and fixed entry order: the same matrix always gives the same bytes (and checksum).
@@ -279,6 +280,8 @@ def _stored_members(data: bytes | bytearray) -> dict[str, memoryview]:
     decompressed, so no member can be larger than the (size-checked) file.  A compressed member, which
     could expand far beyond its stored size, is refused before a byte of it is inflated.
     """
+    import zipfile
+
     view = memoryview(data).cast("B")
     members = {}
     with zipfile.ZipFile(_ViewReader(view)) as archive:
@@ -304,6 +307,8 @@ def _stored_members(data: bytes | bytearray) -> dict[str, memoryview]:
 
 
 def _load_csr(data: bytes | bytearray, filename: str) -> Any:
+    import zipfile
+
     try:
         members = _stored_members(data)
         expected = sorted(f"{field}.npy" for field in _CSR_FIELDS)

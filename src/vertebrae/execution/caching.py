@@ -7,6 +7,15 @@ extractor calls, the expensive part of every benchmark.  A job is looked up only
 when its key is trustworthy across runs (``job.cache_eligible``); otherwise it runs and is
 marked ``bypassed_unsafe_identity``.  Runtimes never enter the store: a hit reports its
 inference as ``not_measured_cache_hit``.
+
+Execution is pull-based (:func:`pull`): before a runner computes anything it walks the plan back
+from what the run must return (the final artifacts, the kept ones, and any a job of the run
+reads from nobody), and a job whose artifact the cache already holds is read, not computed, so
+nothing upstream of it runs for it.  A job that no needed job reads is not run at all and is
+reported as ``not_needed``.  The check is a manifest lookup (``Store.has``); the read that
+follows still verifies every checksum, and a predicted hit that turns out corrupt or gone is
+computed after all, its upstream jobs with it (``compute`` of :func:`execute_job`), or raises in
+``read_only`` mode, as any corrupt entry does.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import dataclasses
 import hashlib
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact, array_nbytes, output_array
@@ -28,7 +37,9 @@ from .plan import StageJob, version_of
 from .registry import definition_of
 
 HIT, MISS, DISABLED = "hit", "miss", "disabled"
-CACHE_STATUSES = (HIT, MISS, DISABLED, BYPASSED_UNSAFE_IDENTITY)
+#: A job that did not run: no job of the run needed its artifact (every reader of it was a cache hit).
+NOT_NEEDED = "not_needed"
+CACHE_STATUSES = (HIT, MISS, DISABLED, BYPASSED_UNSAFE_IDENTITY, NOT_NEEDED)
 NOT_MEASURED_CACHE_HIT = "not_measured_cache_hit"
 #: Persisted-footprint statuses: the object was stat'ed, nothing was stored, or the stat failed.
 MEASURED, NOT_PERSISTED, UNAVAILABLE = "measured", "not_persisted", "unavailable"
@@ -159,6 +170,55 @@ def job_cache(job: StageJob, context: Any) -> tuple[StageCache | None, ArtifactC
     if cache is None or codec is None or not codec.cached or not job.cache_eligible:
         return None, None
     return cache, codec
+
+
+def predicted_hit(job: StageJob, context: Any) -> bool:
+    """Whether the run's cache would serve ``job`` (it goes through the cache, the mode is not ``refresh``, and the
+    store holds its manifest): a lookup, no data read.  A store that cannot answer predicts a miss: the job then
+    runs through :func:`execute_job`, whose read reports the store's failure per the cache mode."""
+    cache, _ = job_cache(job, context)
+    if cache is None or cache.config.mode == "refresh":
+        return False
+    try:
+        return cache.store.has(job.key)
+    except ArtifactError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Pulled:
+    """The jobs of a run that must run, in plan order, and which of them are expected cache hits."""
+
+    jobs: list[StageJob]
+    #: Keys of jobs whose artifact the store holds: read, so their inputs are computed only if the read fails.
+    hits: frozenset[str]
+
+
+def pull(jobs: Sequence[StageJob], context: Any, *, keep: Collection[str] = (),
+         given: Collection[str] = ()) -> Pulled:
+    """The jobs needed for what the run returns: final and ``keep`` artifacts, and those no job reads.
+
+    Walks the plan backwards (plan order is a topological order): a needed job that is a cache hit is read, so
+    its inputs are not needed for it; any other needed job needs its inputs, unless they are ``given``.
+    """
+    read = {key for job in jobs for key in job.needs.values()}
+    needed = {job.key for job in jobs if definition_of(job).final or job.key in keep or job.key not in read}
+    hits = set()
+    for job in reversed(jobs):
+        if job.key not in needed:
+            continue
+        if predicted_hit(job, context):
+            hits.add(job.key)
+        else:
+            needed.update(key for key in job.needs.values() if key not in given)
+    return Pulled([job for job in jobs if job.key in needed], frozenset(hits))
+
+
+def record_not_needed(outcome: Any, jobs: Sequence[StageJob]) -> None:
+    """Report every job that neither ran nor failed as ``not_needed`` (no timings: it ran nothing)."""
+    for job in jobs:
+        if job.key not in outcome.statuses and job.key not in outcome.failures:
+            outcome.statuses[job.key] = NOT_NEEDED
 
 
 def record_computed(job: StageJob, artifact: Any, timings: dict[str, float], context: Any) -> JobRun:

@@ -10,10 +10,10 @@ declared identity).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from ..errors import ConfigError, InputTypeError
+from ..errors import InputTypeError
 from ..fingerprint import content_sha256, identified
 
 #: Status of an artifact whose inputs cannot be identified across runs.
@@ -86,7 +86,7 @@ class RunContext:
         self.dataset_safe = dataset.identity.cache_eligible
         self.extractors: dict[str, Any] = {}
         self._identities: dict[str, Fact] = {}
-        self._facts: dict[tuple[str, Any], Fact] = {}
+        self._facts: dict[Hashable, Fact] = {}
         self._ids: list[str] = []
         self._by_name = {getattr(e, "name", None): e for e in extractors}
         first_position: dict[int, int] = {}
@@ -110,8 +110,18 @@ class RunContext:
         """
         return self._by_name.get(job.params.get("parent"), self.extractors[job.params["extractor"]])
 
+    def extractor_of(self, chain: Chain) -> Any:
+        """The extractor a chain follows, found as :meth:`extractor` finds its jobs' (for the front doors' hooks)."""
+        return self._by_name.get(chain.parent, self.extractors[chain.extractor_id])
+
     def fact(self, name: str, chain: Chain) -> Fact:
-        """The fingerprint of one context fact for ``chain`` (see registry.CONTEXT_FACTS)."""
+        """The fingerprint of one context fact for ``chain``.
+
+        The chain's own facts (``extractor``, ``output``, ``view``, ``name``) are answered here; any other is the
+        dataset's, so a family declares its own facts without editing the core:
+        ``dataset.fact(name, view, extractor)`` returns ``(scope, compute)`` — what the fingerprint depends on (a
+        run computes each scope once) and the function computing it — or None when the fact is None for this
+        chain, and raises a ConfigError for a fact it does not hold."""
         if name == "extractor":
             return self._identities[chain.extractor_id]
         if name == "output":
@@ -120,27 +130,21 @@ class RunContext:
             return Fact(None if chain.view is None else list(chain.view))
         if name == "name":
             return Fact(chain.name)
-        if name == "fit_targets":  # extraction fits on the dataset's own targets, whatever view is scored
-            supervised = bool(getattr(self.extractors[chain.extractor_id], "supervised", False))
-            return self._dataset_fact("targets", None) if supervised else Fact(None)
-        return self._dataset_fact(name, chain.view if name == "targets" else None)
+        answer = self.dataset.fact(name, chain.view, self.extractors[chain.extractor_id])
+        if answer is None:
+            return Fact(None)
+        scope, compute = answer
+        if scope not in self._facts:
+            self._facts[scope] = self._computed(compute)
+        return self._facts[scope]
 
     def targets(self, job: Any) -> Any:
         """The targets a job scores: its chain's target view, or the dataset's own targets."""
         return self.dataset.view_targets(job.params.get("view"))
 
-    def _dataset_fact(self, name: str, view: tuple[str, str] | None) -> Fact:
-        if (name, view) not in self._facts:
-            self._facts[name, view] = self._compute_fact(name, view)
-        return self._facts[name, view]
-
-    def _compute_fact(self, name: str, view: tuple[str, str] | None) -> Fact:
-        fingerprint = getattr(self.dataset, f"{name}_fingerprint", None)
-        if fingerprint is None:
-            raise ConfigError(f"the dataset ({type(self.dataset).__name__}) has no {name!r} fact for the stages "
-                              "that declare it")
+    def _computed(self, compute: Callable[[], Any]) -> Fact:
         try:
-            return Fact(fingerprint(view) if view is not None else fingerprint(), self.dataset_safe)
+            return Fact(compute(), self.dataset_safe)
         except InputTypeError:
             # Inputs that cannot be hashed by content (e.g. opaque objects): the declared identity governs.
             identity = self.dataset.identity

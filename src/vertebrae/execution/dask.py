@@ -16,15 +16,22 @@ each job's timings come back to the driver).  Two kinds of work fan out further:
 With resource profiling on, every extractor call is measured on its worker and the stacking
 task merges the shards' measurements (:func:`~vertebrae.profiling.distributed_profile`).
 
+Execution is pull-based, as in the local runner (:func:`~vertebrae.execution.caching.pull`):
+a job whose artifact the cache holds is submitted without its inputs, and a job only such hits
+read is not submitted; an expected hit a worker cannot read comes back ``stale`` and is
+submitted again with its inputs.
+
 User errors behave as in the local runner (``on_error="raise"`` re-raises the stage's
 exception with the same note, ``"record"`` returns a :class:`JobFailure`).  A job whose
-worker dies is retried by the scheduler; the run context, scattered data dask cannot
-recompute, is scattered again and the unfinished jobs resubmitted when every worker holding
-it died.  Both retries stop at ``distributed.scheduler.allowed-failures``; then, or when the
-scheduler goes away, the run raises one :class:`ExecutionError` naming the stage, the
-extractor, the job and what happened (the dask exception is its ``__cause__``) in either
-mode: a partial result is never returned silently.  dask is imported only when a runner
-connects (the ``[dask]`` extra).
+worker dies is retried by the scheduler.  Work the scheduler cannot retry — the run context
+(scattered data dask cannot recompute) when every worker holding it died, or a job's
+fanned-out sub-tasks (stability repeats) lost under it — goes through one resubmission: the
+unfinished jobs are submitted again, up to ``distributed.scheduler.allowed-failures`` times
+per run.  Beyond it (and for a task out of the scheduler's own retries) the job ends in one
+:class:`ExecutionError` naming the stage, the extractor, the job and what happened (the dask
+exception is its ``__cause__``): raised under ``on_error="raise"``, recorded as the job's
+failure under ``"record"`` (the other chains finish).  A scheduler that goes away raises in
+either mode.  dask is imported only when a runner connects (the ``[dask]`` extra).
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from ..extras import install_hint
 from ..profiling import PROFILE_KEY
 from .. import fanout
 from ..progress import progress_enabled
-from .caching import job_cache, shard_key
+from .caching import job_cache, pull, record_not_needed, shard_key
 from .jobs import JobFailure, RunOutcome, annotate, check_on_error
 from .local import LocalRunner
 from .plan import StageJob
@@ -227,12 +234,15 @@ class _Failed:
 
     @classmethod
     def of(cls, job: StageJob, exc: BaseException) -> _Failed:
-        text = "".join(traceback.format_exception(exc))
-        try:
-            carried = pickle.loads(pickle.dumps(exc))
-        except Exception:  # an exception type that cannot be rebuilt: its type and message still travel
-            carried = None
-        return cls(JobFailure.of(job, exc), job.key, carried, text)
+        return cls(JobFailure.of(job, exc), job.key, _carried(exc), "".join(traceback.format_exception(exc)))
+
+
+def _carried(exc: BaseException) -> BaseException | None:
+    """``exc`` when it survives pickling (to travel from a worker to the driver), else None."""
+    try:
+        return pickle.loads(pickle.dumps(exc))
+    except Exception:  # an exception type that cannot be rebuilt: its type and message still travel
+        return None
 
 
 @dataclasses.dataclass
@@ -244,23 +254,49 @@ class _Done:
     failed: _Failed | None = None
     status: str = ""
     footprint: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: An expected cache hit the worker could not read (corrupt or gone), or a job reading one: the driver
+    #: submits it again, with its inputs.
+    stale: bool = False
 
     @classmethod
     def of(cls, ran: Any) -> _Done:
         return cls(ran.artifact, ran.timings, None, ran.status, ran.footprint())
 
 
-def _upstream(job: StageJob, done: Sequence[_Done]) -> _Done | None:
+class _StaleHit(Exception):
+    """The stored artifact of an expected hit could not be read: the job needs its inputs after all."""
+
+
+def _unread() -> tuple[Any, dict[str, float]]:
+    raise _StaleHit
+
+
+class _FanoutLost(ExecutionError):
+    """A job's fanned-out sub-tasks were lost on the cluster (raised on its worker): the driver resubmits the job."""
+
+    def __init__(self, message: str, job_key: str = "", cause: BaseException | None = None) -> None:
+        super().__init__(message, job_key, cause)
+        self.message, self.job_key, self.cause = message, job_key, cause
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _upstream(job: StageJob, done: Sequence[_Done | None]) -> _Done | None:
+    """The upstream failure or staleness a job inherits (an input is None only beside a failed one)."""
     for item in done:
-        if item.failed is not None:
+        if item is not None and item.failed is not None:
             cause = item.failed
             return _Done(failed=dataclasses.replace(
                 cause, failure=dataclasses.replace(cause.failure, upstream=cause.failure.upstream or cause.key)))
+    if any(item.stale for item in done):
+        return _Done(stale=True)
     return None
 
 
-def _execute(job: StageJob, context: Any, *needed: _Done) -> _Done:
-    """One job on a worker: its inputs are the artifacts of the jobs it reads, in ``job.needs`` order."""
+def _execute(job: StageJob, context: Any, *needed: _Done, hit: bool = False) -> _Done:
+    """One job on a worker: its inputs are the artifacts of the jobs it reads, in ``job.needs`` order; an expected
+    cache ``hit`` gets none, and comes back stale when its stored artifact cannot be read."""
     failed = _upstream(job, needed)
     if failed is not None:
         return failed
@@ -269,10 +305,12 @@ def _execute(job: StageJob, context: Any, *needed: _Done) -> _Done:
     inputs = {stage: item.artifact for stage, item in zip(job.needs, needed)}
     started = time.time()
     try:
-        with fanout.installed(_cluster_map):
-            ran = execute_job(job, inputs, context)  # the run's cache, when it has one, as in the local runner
-    except ExecutionError:
-        raise  # the cluster's failure, not the stage's: the driver reports it as a lost job
+        with fanout.installed(_cluster_map):  # the run's cache, when it has one, as in the local runner
+            ran = execute_job(job, inputs, context, compute=_unread if hit else None)
+    except _StaleHit:
+        return _Done(stale=True)
+    except _FanoutLost as lost:  # the cluster's failure, not the stage's: the driver resubmits the job
+        raise _FanoutLost(lost.message, job.key, lost.cause) from None
     except Exception as exc:
         return _Done(failed=_Failed.of(job, exc))
     if PROFILE_KEY in ran.timings:
@@ -425,7 +463,7 @@ def _shard_outputs(job: StageJob, context: Any, fitted: _Done | None, part: _Don
 
 def _report(done: _Done) -> _Done:
     """The small part of a result the driver needs for every job: timings and failure, not the artifact."""
-    return _Done(None, done.timings, done.failed, done.status, done.footprint)
+    return _Done(None, done.timings, done.failed, done.status, done.footprint, done.stale)
 
 
 def _apply(function: Callable[..., Any], shared: tuple, item: Any) -> Any:
@@ -439,11 +477,14 @@ def _cluster_map(function: Callable[..., Any], shared: tuple, items: Sequence[An
     with worker_client() as client:  # secedes this task's thread, so its sub-tasks can run on this worker too
         # A copy on every worker: losing one worker must not lose the only copy (scattered data is not recomputable).
         [shared_future] = client.scatter([shared], hash=False, broadcast=True)
-        futures = [client.submit(_apply, function, shared_future, item, pure=False) for item in items]
+        token = uuid.uuid4().hex[:8]
+        futures = [client.submit(_apply, function, shared_future, item, key=f"vertebrae-fanout-{token}-{i}",
+                                 pure=False) for i, item in enumerate(items)]
         try:
             return client.gather(futures)
         except _cluster_errors() as exc:
-            raise ExecutionError(f"stability repeats were lost on the cluster: {type(exc).__name__}: {exc}") from exc
+            raise _FanoutLost("its fanned-out sub-tasks (stability repeats) were lost on the cluster",
+                              cause=_carried(exc)) from exc
 
 
 def _cluster_errors() -> tuple[type[BaseException], ...]:
@@ -460,12 +501,13 @@ def _cluster_errors() -> tuple[type[BaseException], ...]:
 SCHEDULER_GONE = frozenset({"scheduler-connection-lost", "scheduler-restart"})
 
 
-class _ContextLost(Exception):
-    """The scheduler forgot the run context (every worker holding it died) and the tasks waiting on it."""
+@dataclasses.dataclass(frozen=True)
+class _Loss:
+    """Work of ``job`` the cluster lost and the scheduler cannot retry: resubmitted, up to allowed-failures."""
 
-    def __init__(self, job: StageJob, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.job, self.cause = job, cause
+    job: StageJob
+    what: str
+    cause: BaseException
 
 
 def _holds(cache: Any, key: str) -> bool | None:
@@ -487,6 +529,10 @@ class _DaskRun:
         #: dask key -> the job it belongs to (to name the job a lost worker was running).
         self.owners: dict[str, StageJob] = {}
         self.by_key = {job.key: job for job in self.jobs}
+        pulled = pull(self.jobs, context, keep=keep, given=given)
+        #: The jobs the run needs (pull-based), and the expected cache hits among them (submitted without inputs;
+        #: one a worker could not read leaves this set and is submitted again with its inputs).
+        self.needed, self.hits = {job.key for job in pulled.jobs}, set(pulled.hits)
 
     def _key(self, job: StageJob, part: str) -> str:
         key = f"vertebrae-{job.stage}-{job.key.rsplit('/', 1)[-1][:12]}-{self.token}-{part}"
@@ -509,6 +555,8 @@ class _DaskRun:
 
     def _submit(self, job: StageJob, context: Any, needed: list[Any]) -> Any:
         submit = self.client.submit
+        if job.key in self.hits:  # read on a worker, without its inputs
+            return submit(_execute, job, context, hit=True, key=self._key(job, "job"), pure=False)
         shards = self._shards(job)
         cache, _ = job_cache(job, self.context)
         mode = None if cache is None else cache.config.mode
@@ -530,12 +578,15 @@ class _DaskRun:
         return submit(_stack, job, context, fitted, *parts, key=self._key(job, "job"), pure=False)
 
     def execute(self) -> RunOutcome:
-        """Submit the plan and collect every job; a lost run context resubmits the unfinished jobs.
+        """Submit the needed jobs and collect them; lost work is resubmitted, up to allowed-failures times.
 
         The run context is scattered data, which dask cannot recompute: when every worker holding it
         dies (a worker killed twice in a row, each retry on the other one), the scheduler forgets it and
-        every task waiting on it. Those jobs are then submitted again with a fresh copy of the context, up
-        to ``distributed.scheduler.allowed-failures`` times, as dask itself retries a task whose worker died.
+        every task waiting on it.  A job whose fanned-out sub-tasks were lost did not die itself, so the
+        scheduler does not retry it either.  Both are the same loss: the unfinished jobs are submitted
+        again (with a fresh copy of the context), up to ``distributed.scheduler.allowed-failures`` times
+        per run, as dask itself retries a task whose worker died.  Beyond that, each lost job ends in an
+        :class:`ExecutionError`: raised, or recorded as its failure under ``on_error="record"``.
         """
         distributed = _distributed()
         import dask
@@ -543,32 +594,51 @@ class _DaskRun:
         allowed = int(dask.config.get("distributed.scheduler.allowed-failures"))
         done: dict[str, _Done] = {}
         losses = 0
-        with self.bar(len(self.jobs)) as bar:
-            while True:
-                try:
-                    self._attempt(distributed, done, bar, resubmission=losses > 0)
-                    return self._outcome(done)
-                except _ContextLost as lost:
-                    losses += 1
-                    if losses > allowed:
-                        raise self._failed(lost.job, f"every worker holding the run context died, {losses} times; "
-                                           "the runner resubmits the unfinished jobs up to "
-                                           f"distributed.scheduler.allowed-failures ({allowed}) times. {WORKER_HINT}",
-                                           lost.cause) from lost.cause
+        with self.bar(len(self.needed)) as bar:
+            while self._required(done):
+                lost = self._attempt(distributed, done, bar, resubmission=losses > 0)
+                if not lost:
+                    continue
+                losses += 1
+                if losses <= allowed:
+                    continue
+                errors = [self._failed(loss.job, f"{loss.what}, {losses} times; the runner resubmits lost work up "
+                                       f"to distributed.scheduler.allowed-failures ({allowed}) times. {WORKER_HINT}",
+                                       loss.cause) for loss in lost]
+                if self.on_error == "raise":
+                    raise errors[0] from lost[0].cause
+                for loss, error in zip(lost, errors):
+                    done[loss.job.key] = _Done(failed=_Failed.of(loss.job, error))
+        return self._outcome(done)
 
-    def _attempt(self, distributed: Any, done: dict[str, _Done], bar: Any, *, resubmission: bool) -> None:
-        """Submit the jobs not yet ``done`` (and the jobs they read) and collect them into ``done``.
+    def _required(self, done: dict[str, _Done]) -> set[str]:
+        """Keys of the jobs the next attempt submits: every needed job without a report, plus the inputs of those
+        it computes whose artifacts the driver does not hold (an intermediate artifact went with the attempt that
+        made it; a failure or a whole artifact travels from the driver; a job with a failed input needs no other)."""
+        required = {key for key in self.needed if key not in done}
+        for job in reversed(self.jobs):  # plan order is a topological order
+            held = {key: self._input(key, done) for key in job.needs.values()}
+            if job.key in required and job.key not in self.hits and not any(
+                    report is not None and report.failed is not None for report in held.values()):
+                required.update(key for key, report in held.items() if key not in self.given and report is None)
+        return required
+
+    def _input(self, key: str, done: dict[str, _Done]) -> _Done | None:
+        """What the driver holds of an input: its failure, or its whole artifact (final or kept); else None."""
+        report = done.get(key)
+        if report is not None and (report.failed is not None or self._whole(self.by_key[key])):
+            return report
+        return None
+
+    def _attempt(self, distributed: Any, done: dict[str, _Done], bar: Any, *, resubmission: bool) -> list[_Loss]:
+        """Submit the required jobs and collect those not yet ``done`` into ``done``; returns the work lost.
 
         The driver holds only each job's small report (the whole result for a final job), so the
         scheduler frees every intermediate artifact once the jobs reading it are done.
         """
         if resubmission:
             self.token = uuid.uuid4().hex[:8]  # fresh keys: tasks of the lost attempt may still be known there
-        submit = [job for job in self.jobs if job.key not in done]
-        needed = {job.key for job in submit}
-        for job in reversed(self.jobs):  # plan order is a topological order
-            if job.key in needed:
-                needed.update(job.needs.values())
+        required = self._required(done)
         try:
             if resubmission:  # the workers that died may still be restarting
                 self.client.wait_for_workers(1, timeout=WORKER_RESTART_S)
@@ -580,14 +650,15 @@ class _DaskRun:
         futures: dict[str, Any] = dict(zip(self.given, self.client.scatter([_Done(a) for a in self.given.values()],
                                                                           hash=False))) if self.given else {}
         for job in self.jobs:
-            if job.key in needed:
-                futures[job.key] = self._submit(job, context, [futures[key] for key in job.needs.values()])
+            if job.key in required:
+                inputs = [futures[key] if key in futures else self._input(key, done) for key in job.needs.values()]
+                futures[job.key] = self._submit(job, context, inputs)
         wanted = {job.key: futures[job.key] if self._whole(job) else
                   self.client.submit(_report, futures[job.key], key=self._key(job, "report"), pure=False)
-                  for job in submit}
+                  for job in self.jobs if job.key in required and job.key not in done}
         futures.clear()  # the scheduler frees each intermediate artifact once the jobs reading it are done
         try:
-            self._collect(distributed, wanted, done, bar)
+            return self._collect(distributed, wanted, done, bar)
         except BaseException:
             if self.client.status == "running":
                 with contextlib.suppress(Exception):
@@ -598,18 +669,27 @@ class _DaskRun:
         """Whether the driver receives the job's artifact (a final one, or one kept for a later round)."""
         return definition_of(job).final or job.key in self.keep
 
-    def _collect(self, distributed: Any, wanted: dict[str, Any], done: dict[str, _Done], bar: Any) -> None:
-        """Each job's report as it completes; raises at the first error in ``raise`` mode, on a job the cluster
-        could not finish, or (once every job of this attempt has settled) :class:`_ContextLost`."""
+    def _collect(self, distributed: Any, wanted: dict[str, Any], done: dict[str, _Done], bar: Any) -> list[_Loss]:
+        """Each job's report as it completes, into ``done``; returns the work lost (once every job of this attempt
+        has settled).  Raises at the first error in ``raise`` mode, and when the scheduler went away."""
         from distributed.client import FutureCancelledError
 
         by_future = {future.key: self.by_key[key] for key, future in wanted.items()}
-        lost: _ContextLost | None = None
+        lost: dict[str, _Loss] = {}
+        cancelled: dict[str, BaseException] = {}
         for future in distributed.as_completed(list(wanted.values())):
             job = by_future[future.key]
             if future.status == "error":
                 exc = future.exception()
-                raise self._lost(exc, job) from exc
+                if isinstance(exc, _FanoutLost):  # its dependents' tasks carry the same error: one loss
+                    owner = self.by_key.get(exc.job_key, job)
+                    lost.setdefault(owner.key, _Loss(owner, exc.message, exc.cause or exc))
+                    continue
+                owner, error = self._lost(exc, job)  # a task out of the scheduler's retries
+                if self.on_error == "raise":
+                    raise error from exc
+                done[owner.key] = _Done(failed=_Failed.of(owner, error))  # its readers fail upstream on the next try
+                continue
             try:
                 report = future.result()
             except FutureCancelledError as exc:
@@ -619,21 +699,27 @@ class _DaskRun:
                 # The scheduler lives but forgot the task ("already forgotten", "lost dependencies", or no reason):
                 # its run context was lost with the workers holding it. The other jobs of this attempt settle too
                 # (forgotten as well, or erred: a task out of retries is reported as such, not resubmitted).
-                lost = lost or _ContextLost(self._waiting(done), exc)
+                cancelled[job.key] = exc
                 continue
             except OSError as exc:  # the connection dropped while reading the result
                 raise self._failed(job, f"the connection to the dask scheduler was lost; {SCHEDULER_HINT}",
                                    exc) from exc
+            if report.stale:  # an expected hit that could not be read: submitted again with its inputs
+                self.hits.discard(job.key)
+                continue
             bar.update(1)
             done[job.key] = report
             if report.failed is not None and report.failed.failure.upstream is None and self.on_error == "raise":
                 raise self._reraise(report.failed)
-        if lost is not None:
-            raise lost
+        for job in self.jobs:  # a forgotten job none of whose inputs was forgotten lost the context itself
+            if job.key in cancelled and not any(key in cancelled for key in job.needs.values()):
+                lost.setdefault(job.key, _Loss(job, "every worker holding the run context died", cancelled[job.key]))
+        return list(lost.values())
 
     def _waiting(self, done: dict[str, _Done]) -> StageJob:
         """The job the run was waiting for: the first one not done whose inputs are (it was running or next)."""
-        pending = [job for job in self.jobs if job.key not in done]
+        required = self._required(done)
+        pending = [job for job in self.jobs if job.key in required and job.key not in done]
         return next((job for job in pending if all(key in done for key in job.needs.values())), pending[0])
 
     def _reraise(self, failed: _Failed) -> BaseException:
@@ -646,8 +732,8 @@ class _DaskRun:
         exc.add_note(f"vertebrae: on a dask worker; its traceback:\n{failed.traceback}")
         return exc
 
-    def _lost(self, exc: BaseException, waiting: StageJob) -> ExecutionError:
-        """A task that never returned (its workers died, or it raised the cluster's error): name its job.
+    def _lost(self, exc: BaseException, waiting: StageJob) -> tuple[StageJob, ExecutionError]:
+        """A task that never returned (its workers died, or it raised the cluster's error): its job and the error.
 
         The job is the one the error names (KilledWorker names the task), else ``waiting``,
         the job whose result could not be read.
@@ -657,8 +743,8 @@ class _DaskRun:
         task = getattr(exc, "task", None)
         job = self.owners.get(task, waiting) if isinstance(task, str) else waiting
         if isinstance(exc, KilledWorker):
-            return self._failed(job, f"the worker running it died on every try. {WORKER_HINT}", exc)
-        return self._failed(job, "its task failed on the cluster", exc)
+            return job, self._failed(job, f"the worker running it died on every try. {WORKER_HINT}", exc)
+        return job, self._failed(job, "its task failed on the cluster", exc)
 
     @staticmethod
     def _failed(job: StageJob, what: str, exc: BaseException) -> ExecutionError:
@@ -671,7 +757,9 @@ class _DaskRun:
     def _outcome(self, done: dict[str, _Done]) -> RunOutcome:
         outcome = RunOutcome({}, {}, {})
         for job in self.jobs:
-            report = done[job.key]
+            report = done.get(job.key)
+            if report is None:
+                continue
             if report.failed is not None:
                 outcome.failures[job.key] = report.failed.failure
                 continue
@@ -680,4 +768,5 @@ class _DaskRun:
             outcome.persisted[job.key] = report.footprint
             if self._whole(job):
                 outcome.artifacts[job.key] = report.artifact
+        record_not_needed(outcome, self.jobs)
         return outcome

@@ -2,8 +2,10 @@
 
 The plan lists jobs depth-first (chain by chain), and an artifact is dropped as soon
 as the last job reading it has run, so peak memory holds one chain's embeddings, not
-every extractor's.  Jobs are unique by key, so identical work runs once.  Per-job
-wall-clock seconds are recorded beside the artifacts (``RunOutcome.timings``).
+every extractor's.  Jobs are unique by key, so identical work runs once.  Only the jobs
+:func:`~vertebrae.execution.caching.pull` finds needed run: a cache hit is read without
+computing its inputs.  Per-job wall-clock seconds are recorded beside the artifacts
+(``RunOutcome.timings``).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ..progress import progress_enabled
-from .caching import execute_job
-from .jobs import JobFailure, RunOutcome, annotate, check_on_error
+from .caching import JobRun, execute_job, pull, record_not_needed
+from .jobs import JobFailure, RunOutcome, annotate, check_on_error, run_job
 from .plan import StageJob
 from .registry import definition_of
 
@@ -35,34 +37,88 @@ class LocalRunner:
         from tqdm.auto import tqdm
 
         check_on_error("LocalRunner.run", on_error)
-        remaining_reads = collections.Counter(key for job in jobs for key in job.needs.values())
+        given = dict(given or {})
+        pulled = pull(jobs, context, keep=keep, given=given)
+        computing = [job for job in pulled.jobs if job.key not in pulled.hits]
+        remaining_reads = collections.Counter(key for job in computing for key in job.needs.values())
         final = {job.key for job in jobs if definition_of(job).final} | set(keep)
-        memory: dict[str, Any] = dict(given or {})
-        outcome = RunOutcome({}, {}, {})
-        with tqdm(total=len(jobs), disable=not progress_enabled(self.progress), desc=description, unit="job",
+        run = _LocalRun(jobs, pulled.hits, context, on_error, given)
+        with tqdm(total=len(pulled.jobs), disable=not progress_enabled(self.progress), desc=description, unit="job",
                   file=sys.stderr) as bar:
-            for job in jobs:
+            for job in pulled.jobs:
                 bar.set_postfix_str(f"{job.stage} {job.extractor}")
-                failed_upstream = next((key for key in job.needs.values() if key in outcome.failures), None)
-                if failed_upstream is not None:
-                    cause = outcome.failures[failed_upstream]
-                    outcome.failures[job.key] = dataclasses.replace(cause, upstream=cause.upstream or failed_upstream)
-                else:
-                    try:
-                        ran = execute_job(job, {stage: memory[key] for stage, key in job.needs.items()}, context)
-                    except Exception as exc:
-                        if on_error == "raise":
-                            raise annotate(exc, job)
-                        outcome.failures[job.key] = JobFailure.of(job, exc)
-                    else:
-                        memory[job.key] = ran.artifact
-                        outcome.timings[job.key] = ran.timings
-                        outcome.statuses[job.key] = ran.status
-                        outcome.persisted[job.key] = ran.footprint()
-                for key in job.needs.values():
+                run.run(job)
+                freed = [*run.fallback, *(job.needs.values() if job.key not in pulled.hits else ())]
+                run.fallback.clear()
+                for key in freed:
                     remaining_reads[key] -= 1
-                    if remaining_reads[key] == 0 and key not in final:
-                        memory.pop(key, None)
+                    if remaining_reads[key] <= 0 and key not in final:
+                        run.memory.pop(key, None)
                 bar.update(1)
-        outcome.artifacts = {key: memory[key] for key in final if key in memory}
-        return outcome
+        record_not_needed(run.outcome, jobs)
+        run.outcome.artifacts = {key: run.memory[key] for key in final if key in run.memory}
+        return run.outcome
+
+
+class _Upstream(Exception):
+    """An input of a job failed (its failure is recorded under ``key``)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class _LocalRun:
+    """One run's artifacts in memory, its outcome, and how a job obtains its inputs."""
+
+    def __init__(self, jobs: Sequence[StageJob], hits: frozenset[str], context: Any, on_error: str,
+                 given: dict[str, Any]) -> None:
+        self.by_key = {job.key: job for job in jobs}
+        self.hits, self.context, self.on_error = hits, context, on_error
+        self.memory: dict[str, Any] = given
+        self.outcome = RunOutcome({}, {}, {})
+        #: Keys computed only because an expected hit could not be read (freed after the job that needed them).
+        self.fallback: list[str] = []
+        #: The exception this run is raising (``on_error="raise"``): annotated once, by the job that raised it.
+        self.raising: BaseException | None = None
+
+    def run(self, job: StageJob) -> None:
+        """Run ``job`` (unless it already ran): read from the cache when it is an expected hit, else computed."""
+        if job.key in self.memory or job.key in self.outcome.failures:
+            return
+        try:
+            if job.key in self.hits:  # inputs only if the stored artifact turns out corrupt or gone
+                ran = execute_job(job, {}, self.context, compute=lambda: run_job(job, self._inputs(job), self.context))
+            else:
+                ran = execute_job(job, self._inputs(job), self.context)
+        except _Upstream as upstream:
+            cause = self.outcome.failures[upstream.key]
+            self.outcome.failures[job.key] = dataclasses.replace(cause, upstream=cause.upstream or upstream.key)
+            return
+        except Exception as exc:
+            if self.on_error == "raise":
+                if exc is not self.raising:
+                    self.raising = annotate(exc, job)
+                raise
+            self.outcome.failures[job.key] = JobFailure.of(job, exc)
+            return
+        self._keep(job, ran)
+
+    def _inputs(self, job: StageJob) -> dict[str, Any]:
+        """The artifacts ``job`` reads.  In plan order they are in memory; an input that is not (an expected hit's,
+        which turned out unreadable, or one of that input's own inputs) is computed now."""
+        inputs = {}
+        for stage, key in job.needs.items():
+            if key not in self.memory and key not in self.outcome.failures:
+                self.run(self.by_key[key])
+                self.fallback.append(key)
+            if key in self.outcome.failures:
+                raise _Upstream(key)
+            inputs[stage] = self.memory[key]
+        return inputs
+
+    def _keep(self, job: StageJob, ran: JobRun) -> None:
+        self.memory[job.key] = ran.artifact
+        self.outcome.timings[job.key] = ran.timings
+        self.outcome.statuses[job.key] = ran.status
+        self.outcome.persisted[job.key] = ran.footprint()

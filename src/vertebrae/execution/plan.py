@@ -20,7 +20,7 @@ from typing import Any
 from ..fingerprint import identified, package_version
 from ..json_codec import encode
 from .context import Chain, RunContext
-from .registry import pipeline_stages
+from .registry import StageDefinition, pipeline_stages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,16 +83,26 @@ class Plan:
         return iter(self.jobs)
 
 
+def planned_stages(pipeline: str, settings: Any, chain: Chain) -> list[tuple[StageDefinition, Any]]:
+    """The stages of ``chain``'s plan in order, each with its config fingerprint: every registered stage whose
+    config is enabled under ``settings`` and whose required reads are planned."""
+    planned: list[tuple[StageDefinition, Any]] = []
+    names: set[str] = set()
+    for definition in pipeline_stages(pipeline):
+        enabled, config = definition.enabled_config(settings, chain)
+        if enabled and names.issuperset(definition.reads):
+            planned.append((definition, config))
+            names.add(definition.name)
+    return planned
+
+
 def build_plan(pipeline: str, chains: Sequence[Chain], context: RunContext) -> Plan:
     """Jobs in a depth-first order (chain by chain), each job listed once."""
     jobs: dict[str, StageJob] = {}
     chain_keys = []
     for chain in chains:
         built: dict[str, StageJob] = {}
-        for definition in pipeline_stages(pipeline):
-            enabled, config = definition.enabled_config(context.settings, chain)
-            if not enabled or any(r not in built for r in definition.reads):
-                continue
+        for definition, config in planned_stages(pipeline, context.settings, chain):
             reads = [*definition.reads, *(r for r in definition.optional_reads if r in built)]
             needs = {r: built[r].key for r in reads}
             key = artifact_key(definition.name, key_document(definition, needs, context, chain, config))

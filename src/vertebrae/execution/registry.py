@@ -21,11 +21,16 @@ builder, the runners, the staged CLI and the front doors derive everything from 
 
 A job names its stage function by import path (``module:function``), so a dask worker or
 a staged phase in another process imports the stage's module itself — a user's stage
-module included.  The built-in stage modules are loaded before the registry answers any
-question and before a stage of any other module registers (so its ``reads`` can name the
-built-in stages), so what the registry holds never depends on import order.  (They are not
-imported by this module's own import: they import the front doors' packages, which import
-the execution modules, which import this one.)
+module included.  The registry names no stage module: each family's front door imports
+its own stages module, and ``import vertebrae`` (which runs before any of its submodules,
+this one included) imports every front door, so the built-in stages are registered before
+a user's stage module can register (its ``reads`` may name them) and what the registry
+holds never depends on import order.
+
+The context facts a stage declares are not a closed list either: the chain's own facts
+(``extractor``, ``output``, ``view``, ``name``) are the run context's, every other one is
+answered by the run's dataset (:meth:`vertebrae.execution.context.RunContext.fact`); a fact
+the dataset does not hold fails when the plan is built, naming the dataset.
 
 A stage function has the signature ``fn(job, inputs, context, timings) -> artifact``:
 ``inputs`` maps each read stage name to its artifact, ``context`` resolves the dataset,
@@ -43,16 +48,11 @@ from typing import Any
 from ..artifacts.codecs import ArtifactCodec
 from ..errors import ConfigError
 
-#: Facts of the run context a stage may declare in ``context``.
-CONTEXT_FACTS = ("inputs", "targets", "fit_targets", "groups", "extractor", "output", "view", "name", "query_inputs",
-                 "gallery_inputs", "relevance", "prompts")
 #: Staged phases, in order (``vertebrae embed``, ``score``, ``collect``).
 EMBED, SCORE, COLLECT = "embed", "score", "collect"
 PHASES = (EMBED, SCORE, COLLECT)
 #: What a result's ``runtime`` reports for a stage: its wall seconds under its name, its named sub-steps, or both.
 RUNTIME_REPORTS = ("seconds", "steps", "seconds_and_steps")
-#: The modules whose import registers the built-in stages.
-BUILTIN_STAGE_MODULES = ("vertebrae.benchmark_stages", "vertebrae.retrieval.stages", "vertebrae.zero_shot.stages")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +90,9 @@ class StageDefinition:
     phase: str | None = None
     #: What a result's runtime reports for this stage (one of RUNTIME_REPORTS), None: nothing.
     runtime: str | None = None
-    #: The named sub-steps it reports (a cache hit reports each as not measured).
-    steps: tuple[str, ...] = ()
+    #: The named sub-steps it reports (a cache hit reports each as not measured), or ``steps(settings) -> names``
+    #: when they depend on the settings (the metrics stage: one per metric).
+    steps: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()
     #: Row sharding for a cluster (extractions only).
     shards: RowShards | None = None
     #: ``scoring_units(settings) -> int``: independent scoring calls of one job (a cluster spreads them).
@@ -115,6 +116,14 @@ class StageDefinition:
     def units(self, settings: Any) -> int:
         return 0 if self.scoring_units is None else int(self.scoring_units(settings))
 
+    def runtime_names(self, settings: Any) -> tuple[str, ...]:
+        """The entries a result's ``runtime`` reports for this stage when it runs under ``settings``: its name
+        (unless it reports steps only) and its declared sub-steps (``front_door.chain_runtime``)."""
+        if self.runtime is None:
+            return ()
+        steps = tuple(self.steps(settings) if callable(self.steps) else self.steps)
+        return steps if self.runtime == "steps" else (self.name, *steps)
+
 
 #: pipeline name -> stage name -> definition, in registration order (a valid topological order).
 _REGISTRY: dict[str, dict[str, StageDefinition]] = {}
@@ -124,22 +133,22 @@ def stage(pipeline: str, name: str, *, version: int, reads: tuple[str, ...] = ()
           optional_reads: tuple[str, ...] = (), context: tuple[str, ...] = (), packages: tuple[str, ...] = (),
           config: Callable[[Any, Any], Any] | None = None, safe: Callable[[Any], bool] | None = None,
           final: bool = False, codec: ArtifactCodec | None = None, phase: str | None = None,
-          runtime: str | None = None, steps: tuple[str, ...] = (), shards: RowShards | None = None,
+          runtime: str | None = None, steps: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = (),
+          shards: RowShards | None = None,
           scoring_units: Callable[[Any], int] | None = None) -> Callable[[Callable], Callable]:
     """Register the decorated module-level function as stage ``name`` of ``pipeline``."""
 
     def register(function: Callable) -> Callable:
         where = f"stage {pipeline}/{name}"
-        if function.__module__ not in BUILTIN_STAGE_MODULES:
-            _load_builtin_stages()  # a user's stage may read the built-in ones
         stages = _REGISTRY.setdefault(pipeline, {})
         unknown = [r for r in (*reads, *optional_reads) if r not in stages]
         if unknown:
             raise ConfigError(f"{where} reads {unknown}, which are not registered before it; "
                               f"registered in {pipeline!r}: {list(stages)}")
-        bad_facts = [fact for fact in context if fact not in CONTEXT_FACTS]
+        bad_facts = [fact for fact in context if not isinstance(fact, str) or not fact.isidentifier()]
         if bad_facts:
-            raise ConfigError(f"{where} declares unknown context facts {bad_facts}; known: {CONTEXT_FACTS}")
+            raise ConfigError(f"{where} declares context facts {bad_facts}, which are not names (a fact is a name "
+                              "the run's dataset answers, such as 'inputs' or 'targets')")
         if "." in function.__qualname__ or function.__name__ == "<lambda>":
             raise ConfigError(f"{where}: {function.__qualname__} is not a module-level function (a worker in "
                               "another process must find it by its import path)")
@@ -149,9 +158,11 @@ def stage(pipeline: str, name: str, *, version: int, reads: tuple[str, ...] = ()
             raise ConfigError(f"{where}: phase {phase!r} needs a codec (a phase stores the artifact it computes)")
         if runtime is not None and runtime not in RUNTIME_REPORTS:
             raise ConfigError(f"{where}: runtime must be one of {list(RUNTIME_REPORTS)} or None, got {runtime!r}")
+        if callable(steps) and runtime == "steps":
+            raise ConfigError(f"{where}: a stage reporting steps only names them in a tuple (a cache hit reports each)")
         stages[name] = StageDefinition(pipeline, name, version, function, tuple(reads), tuple(optional_reads),
                                        tuple(context), tuple(packages), config, safe, final, codec, phase,
-                                       runtime, tuple(steps), shards, scoring_units)
+                                       runtime, steps if callable(steps) else tuple(steps), shards, scoring_units)
         return function
 
     return register
@@ -159,13 +170,11 @@ def stage(pipeline: str, name: str, *, version: int, reads: tuple[str, ...] = ()
 
 def pipeline_stages(pipeline: str) -> list[StageDefinition]:
     """The registered stages of ``pipeline`` in registration (dependency) order."""
-    _load_builtin_stages()
     return list(_REGISTRY.get(pipeline, {}).values())
 
 
 def get_stage(pipeline: str, name: str, path: str | None = None) -> StageDefinition:
     """The definition of stage ``name``; ``path`` (``module:function``) imports its module first if needed."""
-    _load_builtin_stages()
     definition = _REGISTRY.get(pipeline, {}).get(name)
     if definition is None and path is not None:
         importlib.import_module(path.partition(":")[0])  # registers the stage, e.g. on a fresh worker
@@ -183,7 +192,6 @@ def codec_of_kind(kind: str) -> ArtifactCodec | None:
     """The codec a stage declares for stored artifacts of ``kind`` (None: no stage stores that kind).
 
     ``vertebrae cache verify`` decodes each entry with it, so a document a run could not use is reported."""
-    _load_builtin_stages()
     for stages in _REGISTRY.values():
         for definition in stages.values():
             if definition.codec is not None and definition.codec.kind == kind:
@@ -196,6 +204,11 @@ def definition_of(job: Any) -> StageDefinition:
     return get_stage(job.pipeline, job.stage, job.function)
 
 
-def _load_builtin_stages() -> None:
-    for module in BUILTIN_STAGE_MODULES:
-        importlib.import_module(module)
+def readers_of(pipeline: str, name: str) -> frozenset[str]:
+    """Stage ``name`` of ``pipeline`` and every stage that reads it, directly or through others (required or
+    optional reads): the stages whose keys move when only ``name``'s do."""
+    found = {name}
+    for definition in pipeline_stages(pipeline):  # registration order: a reader comes after what it reads
+        if found.intersection((*definition.reads, *definition.optional_reads)):
+            found.add(definition.name)
+    return frozenset(found)

@@ -10,7 +10,6 @@ constructor.
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -23,7 +22,7 @@ from ..execution.caching import stage_cache
 from ..execution.context import Chain, RunContext, variant_chains
 from ..execution.jobs import RunOutcome, check_on_error
 from ..execution.plan import Plan
-from ..front_door import EmbeddingSource, FrontDoor, check_unique_names, plain, validate_extractor_list
+from ..front_door import EmbeddingSource, FrontDoor, check_unique_names, plain_recipe, validate_extractor_list
 from ..profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
@@ -61,9 +60,10 @@ class RetrievalBenchmark(FrontDoor):
         self.compression = check_compression("RetrievalBenchmark", compression)
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.extractors = _validate_extractors(extractors, dataset)
-        self.recipes = {e.name: plain(e.recipe(), f"recipe of {e.name!r}") for e in self.extractors}
+        for extractor in self.extractors:  # a recipe the result cannot store fails here, before any work
+            plain_recipe(extractor)
         self._reverse = _reverse_protocol(dataset) if config.bidirectional else None
-        self.settings = RetrievalSettings(config, self._reverse, self.recipes,
+        self.settings = RetrievalSettings(config, self._reverse,
                                           check_profiling("RetrievalBenchmark", resource_profiling))
         self._block_plans(sparse=False)  # a budget too small for one row fails here, before any extractor runs
         for extractor in self.extractors:
@@ -105,7 +105,7 @@ class RetrievalBenchmark(FrontDoor):
         return {"query": EmbeddingSource("encode", "query"), "gallery": EmbeddingSource("encode", "gallery")}
 
     def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> RetrievalEntry:
-        entry = RetrievalEntry.failed(chain.name, self.recipes[chain.parent], error)
+        entry = RetrievalEntry.failed(chain.name, plain_recipe(self._context().extractor_of(chain)), error)
         entry.artifact_keys = keys
         return entry
 
@@ -114,20 +114,14 @@ class RetrievalBenchmark(FrontDoor):
         profiling = self.settings.resource_profiling
         if profiling is not None and profiling.enabled:
             measured = outcome.timings.get(keys["encode"], {}).get(PROFILE_KEY) or {}
-            extractor = next(e for e in self.extractors if e.name == chain.parent)
+            extractor = self._context().extractor_of(chain)
             entry.resource_profile = endpoint_profiles({side: measured.get(side) for side in ("query", "gallery")},
                                                        entry.embedding, entry.compression,
                                                        endpoint_modalities(extractor))
         return entry
 
-    def build_result(self, plan: Plan, entries: list[RetrievalEntry], notes: list[str],
-                     started: _dt.datetime) -> RetrievalBenchmarkResult:
-        run = {**self.run_facts(started), "extractors": [e.name for e in entries]}
-        protocol = self.protocol()
-        cache = self.cache_record()
-        if cache is not None:
-            protocol["cache"] = cache
-        return RetrievalBenchmarkResult(protocol, entries, notes, {"runs": [run]})
+    def build_result(self, entries: list[RetrievalEntry], notes: list[str]) -> RetrievalBenchmarkResult:
+        return RetrievalBenchmarkResult(self.protocol(), entries, notes)
 
     def _validate_precomputed(self, extractor: RetrievalExtractor) -> None:
         """Rows, widths and norms of embeddings that exist already, checked before any extractor runs."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..datasets import inputs_sha256
+from ..datasets import FactAnswer, dataset_fact, inputs_sha256
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
 from ..identity import DatasetIdentity, require_identity
@@ -73,6 +73,10 @@ class RetrievalDataset:
         return self.query_inputs, self.gallery_inputs
 
     # -- facts that artifact keys hash (see vertebrae.execution.context) --------------------
+    def fact(self, name: str, view: tuple[str, str] | None, extractor: Any) -> FactAnswer:
+        """Context fact ``name`` (``RunContext.fact``): each depends on the protocol alone."""
+        return dataset_fact(self, name, ("query_inputs", "gallery_inputs", "relevance"))
+
     def query_inputs_fingerprint(self) -> str:
         return inputs_sha256(self.endpoint_data()[0])
 

@@ -15,17 +15,21 @@ from typing import Any, ClassVar
 
 from ..errors import InputTypeError, InputValidationError
 from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
-from ..result_protocol import CHAIN_SCHEMA, IDENTITY_SCHEMA, ChainResult, check_header, reading
+from ..execution.plan import artifact_key
+from ..result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECORDED_ENVELOPE_SCHEMA,
+                               TIMING_ENVELOPE_SCHEMA, ChainResult, check_header, current_envelope, reading)
 from ..result_schema import ANY, NUMBER, MapOf, Number, both, check, nullable, rule
 from ..results import FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns, compression_schema, \
     deprecated_alias
 from .config import CUTOFF_METRICS, DIRECTIONS, FULL_RANKING_METRICS, RetrievalConfig
 
-#: Schema 3 follows the result protocol (docs/results.md): each entry's endpoint metadata is ``embedding`` and its
-#: compression variant ``compression`` (schema 2 kept both in ``embeddings``); schema 2 names entries
-#: ``extractor_results`` with ``name``. Schema 1 files (``entries`` / ``extractor``) and schema 2 files still load.
-SCHEMA_VERSION = 3
-READABLE_SCHEMAS = (1, 2, 3)
+#: Schema 4 carries the run envelope (``metadata``: run key, versions, plan, cache; ``timing.started_at``/``host``;
+#: docs/results.md), which schema 3 kept partly in ``protocol.cache`` and ``timing.runs``. Schema 3 follows the
+#: result protocol: each entry's endpoint metadata is ``embedding`` and its compression variant ``compression``
+#: (schema 2 kept both in ``embeddings``); schema 2 names entries ``extractor_results`` with ``name``. Schema 1
+#: files (``entries`` / ``extractor``) and schemas 2 and 3 still load.
+SCHEMA_VERSION = 4
+READABLE_SCHEMAS = (1, 2, 3, 4)
 RESULT_TYPE = "retrieval"
 
 
@@ -163,7 +167,8 @@ SCHEMA = both({
                  "relevant_per_query": {"min": ANY, "mean": NUMBER, "max": ANY},
                  "grades": {"min": NUMBER, "max": NUMBER, "distinct": ANY},
                  "reverse": nullable({"n_queries": ANY, "n_skipped": ANY})},
-    "extractor_results": [_ENTRY_SCHEMA], "warnings": [str], "timing": {"runtime": RUNTIME_SCHEMA, "runs?": list}},
+    "extractor_results": [_ENTRY_SCHEMA], "warnings": [str],
+    "metadata": RECORDED_ENVELOPE_SCHEMA, "timing": {**TIMING_ENVELOPE_SCHEMA, "runtime": RUNTIME_SCHEMA}},
     rule(_metrics_complete, "every scored entry needs every metric at every cutoff, in the same directions"))
 
 
@@ -176,6 +181,8 @@ class RetrievalBenchmarkResult(ResultFamily):
     extractor_results: list[RetrievalEntry]
     warnings: list[str]
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The run envelope: run key, versions, plan and (with a cache) the cache record.
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     entries = deprecated_alias("entries", "extractor_results")
 
@@ -201,7 +208,12 @@ class RetrievalBenchmarkResult(ResultFamily):
     # -- combining ---------------------------------------------------------------
     @classmethod
     def combine(cls, results: Sequence["RetrievalBenchmarkResult"]) -> "RetrievalBenchmarkResult":
-        """One result from several runs of the same protocol (e.g. extractors evaluated separately)."""
+        """One result from several runs of the same protocol (e.g. extractors evaluated separately).
+
+        Its envelope: the runs' plans in order (a job shared by two runs once), the run key of that plan, the
+        common versions and cache record (refused when the versions differ; no cache record when the caches
+        differ), and each run's start, host and extractors in ``timing.runs``.
+        """
         if isinstance(results, RetrievalBenchmarkResult) or not isinstance(results, Sequence) or not results:
             raise InputTypeError("RetrievalBenchmarkResult.combine expects a non-empty list of results")
         for i, result in enumerate(results):
@@ -209,14 +221,18 @@ class RetrievalBenchmarkResult(ResultFamily):
                 raise InputTypeError(f"results[{i}] is a {type(result).__name__}, not a RetrievalBenchmarkResult")
         first = results[0].protocol
         checks = (("config", "retrieval configuration"), ("identity", "dataset identity"),
-                  ("fingerprint", "protocol fingerprint (ids, relevance, exclusions)"))
+                  ("fingerprint", "protocol fingerprint (ids, relevance, exclusions)"),
+                  ("versions", "set of package versions"))
         for i, result in enumerate(results[1:], start=1):
             for key, what in checks:
-                if result.protocol[key] != first[key]:
-                    difference = _difference(first[key], result.protocol[key])
+                ours, theirs = ((r.metadata if key == "versions" else r.protocol).get(key)
+                                for r in (results[0], result))
+                if theirs != ours:
+                    difference = _difference(ours, theirs)
                     raise InputValidationError(
                         f"results[{i}] has a different {what} than results[0] ({difference}); only results of the "
-                        "identical protocol can be combined — rerun with the same dataset and RetrievalConfig")
+                        "identical protocol can be combined — rerun with the same dataset, RetrievalConfig and "
+                        "packages")
         entries = [entry for result in results for entry in result.extractor_results]
         seen: dict[str, int] = {}
         for i, result in enumerate(results):
@@ -227,8 +243,8 @@ class RetrievalBenchmarkResult(ResultFamily):
                                                "may appear once in a combined result")
                 seen[entry.name] = i
         warnings = list(dict.fromkeys(w for result in results for w in result.warnings))
-        runs = [run for result in results for run in result.timing.get("runs", [])]
-        return cls(dict(first), entries, warnings, {"runs": runs})
+        return cls(dict(first), entries, warnings, {"runs": [run for result in results for run in _runs(result)]},
+                   _combined_envelope(results))
 
     # -- persistence -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -238,6 +254,7 @@ class RetrievalBenchmarkResult(ResultFamily):
             "protocol": self.protocol,
             "extractor_results": [e.to_dict() for e in self.extractor_results],
             "warnings": list(self.warnings),
+            "metadata": self.metadata,
             "timing": {**self.timing, "runtime": {e.name: dict(e.runtime) for e in self.extractor_results}},
         }
 
@@ -249,13 +266,33 @@ class RetrievalBenchmarkResult(ResultFamily):
                 data = {**{k: v for k, v in data.items() if k != "entries"}, "extractor_results": data["entries"]}
         with reading("$.extractor_results"):
             data = {**data, "extractor_results": [current_entry(item) for item in data["extractor_results"]]}
+        data = current_envelope(data)  # schemas 1-3: the run facts they recorded, in the envelope's places
         check(data, SCHEMA)  # whatever loads renders (docs/results.md)
         timing = dict(data["timing"])
         runtime = dict(timing.pop("runtime"))
         entries = [RetrievalEntry.from_dict(item, runtime.get(item["name"]), f"$.extractor_results[{i}]")
                    for i, item in enumerate(data["extractor_results"])]
         with reading("$"):
-            return cls(dict(data["protocol"]), entries, list(data["warnings"]), timing)
+            return cls(dict(data["protocol"]), entries, list(data["warnings"]), timing, dict(data["metadata"]))
+
+
+def _runs(result: RetrievalBenchmarkResult) -> list[dict[str, Any]]:
+    """When, where and for which extractors ``result`` ran: its ``timing.runs``, or its own run's facts."""
+    if "runs" in result.timing:
+        return list(result.timing["runs"])
+    return [{**{key: result.timing[key] for key in ("started_at", "host") if key in result.timing},
+             "extractors": [e.name for e in result.extractor_results]}]
+
+
+def _combined_envelope(results: Sequence[RetrievalBenchmarkResult]) -> dict[str, Any]:
+    """The envelope of a combined result (see :meth:`RetrievalBenchmarkResult.combine`)."""
+    plan: dict[str, Any] = {}
+    for job in (job for result in results for job in result.metadata.get("plan", [])):
+        plan.setdefault(job["key"], job)
+    caches = [result.metadata.get("cache") for result in results]
+    return {"run_key": artifact_key("run", list(plan)), "versions": dict(results[0].metadata.get("versions", {})),
+            "plan": list(plan.values()),
+            **({"cache": caches[0]} if caches[0] is not None and caches.count(caches[0]) == len(caches) else {})}
 
 
 def result_row(entry: RetrievalEntry, rank: int | None, primary_metric: str) -> dict[str, Any]:

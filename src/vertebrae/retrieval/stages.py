@@ -25,6 +25,7 @@ from ..embedding_set import (COMPRESSED_CODEC, EMBEDDINGS_CODEC, Embedding, Embe
 from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..execution.registry import COLLECT, EMBED, SCORE, stage
 from ..extractors.user_code import user_code
+from ..front_door import plain_recipe
 from ..threads import limited_threads
 from .metrics import ranking_metrics, similarity_diagnostics
 from .ranking import Endpoints, plan_blocks, prepare_endpoints, rank_relevant
@@ -35,12 +36,10 @@ PIPELINE = "retrieval"
 
 @dataclasses.dataclass(frozen=True)
 class RetrievalSettings:
-    """What retrieval stages read besides the dataset: the config, the reverse protocol (or None), the recipes."""
+    """What retrieval stages read besides the dataset and the extractors: the config, the reverse protocol (or None)."""
 
     config: Any
     reverse: Any
-    #: Extractor name -> its JSON-plain recipe (shown in the entry).
-    recipes: Mapping[str, Any]
     #: A ResourceProfilingConfig: measure each endpoint's encoding; None: no profiles.
     resource_profiling: Any = None
 
@@ -182,7 +181,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     compression = _compression(job, inputs)
     if compression is not None:
         notes += compression["warnings"]
-    return RetrievalEntry(name, context.settings.recipes[job.params["parent"]], float(np.mean(scores)), forward,
+    return RetrievalEntry(name, plain_recipe(context.extractor(job)), float(np.mean(scores)), forward,
                           reverse, metadata, notes, compression=compression)
 
 

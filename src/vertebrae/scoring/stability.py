@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -424,6 +422,9 @@ def _score_all(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeats: li
         return fanned
     if n_jobs == 1:
         return [_score_repeat(X, targets, scorer, repeat) for repeat in repeats]
+    import multiprocessing  # here, not at import: `import vertebrae` stays light
+    from concurrent.futures import ProcessPoolExecutor
+
     # 'spawn' rather than fork: forking a process whose OpenMP runtime is initialized can hang.
     with ProcessPoolExecutor(max_workers=min(n_jobs, len(repeats)), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker, initargs=(X, targets, scorer)) as pool:

@@ -14,7 +14,6 @@ precomputed embeddings) is checked in the constructor.
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,8 +23,8 @@ from ..errors import InputTypeError, InputValidationError
 from ..execution.caching import stage_cache
 from ..execution.context import Chain, RunContext, variant_chains
 from ..execution.jobs import RunOutcome, check_on_error
-from ..execution.plan import Plan, artifact_key
-from ..front_door import EmbeddingSource, FrontDoor, plain
+from ..execution.plan import Plan
+from ..front_door import EmbeddingSource, FrontDoor, plain_recipe
 from ..profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ..scoring.overlap import OverlapScoringConfig, check_class_settings
 from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
@@ -66,8 +65,9 @@ class ZeroShotBenchmark(FrontDoor):
         self.compression = check_compression("ZeroShotBenchmark", compression)
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self.encoders = self.extractors = as_encoders(encoders)
-        self.recipes = {e.name: plain(e.recipe(), f"recipe of {e.name!r}") for e in self.encoders}
-        self.settings = ZeroShotSettings(config, scoring_config, self.recipes,
+        for encoder in self.encoders:  # a recipe the result cannot store fails here, before any work
+            plain_recipe(encoder)
+        self.settings = ZeroShotSettings(config, scoring_config,
                                          frozenset(e.name for e in self.encoders if hasattr(e, "fit")),
                                          check_profiling("ZeroShotBenchmark", resource_profiling))
         # A budget too small for one tile fails here, before any encoder runs.
@@ -112,7 +112,8 @@ class ZeroShotBenchmark(FrontDoor):
         return {branch: EmbeddingSource(f"encode_{branch}", branch) for branch in BRANCHES}
 
     def failed_result(self, chain: Chain, error: dict[str, Any], keys: dict[str, str]) -> ZeroShotExtractorResult:
-        return ZeroShotExtractorResult.failed(chain.name, self.recipes[chain.parent], self.config.metric, error, keys)
+        recipe = plain_recipe(self._context().extractor_of(chain))
+        return ZeroShotExtractorResult.failed(chain.name, recipe, self.config.metric, error, keys)
 
     def complete(self, result: ZeroShotExtractorResult, chain: Chain, keys: dict[str, str], outcome: RunOutcome,
                  plan: Plan) -> ZeroShotExtractorResult:
@@ -121,18 +122,13 @@ class ZeroShotBenchmark(FrontDoor):
         if profiling is not None and profiling.enabled:
             measured = {branch: outcome.timings.get(keys[f"encode_{branch}"], {}).get(PROFILE_KEY)
                         for branch in BRANCHES}
-            encoder = next(e for e in self.encoders if e.name == chain.parent)
+            encoder = self._context().extractor_of(chain)
             result.resource_profile = endpoint_profiles(measured, result.embedding, result.compression,
                                                         modalities(encoder))
         return result
 
-    def build_result(self, plan: Plan, results: list[ZeroShotExtractorResult], notes: list[str],
-                     started: _dt.datetime) -> ZeroShotBenchmarkResult:
-        protocol = {**self.protocol(), "run_key": artifact_key("run", [j.key for j in plan.jobs])}
-        cache = self.cache_record()
-        if cache is not None:
-            protocol["cache"] = cache
-        return ZeroShotBenchmarkResult(protocol, results, notes, self.run_facts(started))
+    def build_result(self, results: list[ZeroShotExtractorResult], notes: list[str]) -> ZeroShotBenchmarkResult:
+        return ZeroShotBenchmarkResult(self.protocol(), results, notes)
 
     def _validate_precomputed(self, encoder: PrecomputedZeroShotEncoder) -> None:
         """Rows, widths and prompt norms of embeddings that exist already, checked before any work."""

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..datasets import BenchmarkDataset, inputs_sha256, targets_sha256
+from ..datasets import BenchmarkDataset, FactAnswer, dataset_fact, inputs_sha256, targets_sha256
 from ..errors import InputTypeError, InputValidationError
 from ..fingerprint import content_sha256
 from ..labels import semantic_key
@@ -78,6 +78,10 @@ class ZeroShotDataset:
         return [code for code, group in enumerate(self.prompts) for _ in group]
 
     # -- facts that artifact keys hash (see vertebrae.execution.context) --------------------
+    def fact(self, name: str, view: tuple[str, str] | None, extractor: Any) -> FactAnswer:
+        """Context fact ``name`` (``RunContext.fact``): each depends on the dataset alone (no target views)."""
+        return dataset_fact(self, name, ("inputs", "targets", "prompts"))
+
     def inputs_fingerprint(self) -> str:
         return inputs_sha256(self.sample_input)
 

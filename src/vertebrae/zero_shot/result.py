@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
-from ..result_protocol import CHAIN_SCHEMA, IDENTITY_SCHEMA, ChainResult, check_header, reading
+from ..result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECORDED_ENVELOPE_SCHEMA,
+                               TIMING_ENVELOPE_SCHEMA, ChainResult, check_header, current_envelope, reading)
 from ..result_schema import ANY, MapOf, Number, both, check, nullable, rule
 from ..results import FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns, compression_schema, \
     deprecated_alias
@@ -25,7 +26,10 @@ from ..scoring.overlap import OverlapScoreResult
 from .config import ZeroShotConfig
 from .metrics import REPORTED_MARGINS
 
-SCHEMA_VERSION = 1
+#: Schema 2 carries the run envelope (``metadata``: run key, versions, plan, cache; docs/results.md), which schema 1
+#: kept partly in ``protocol.run_key`` and ``protocol.cache``; schema 1 files still load.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 RESULT_TYPE = "zero_shot"
 
 
@@ -116,7 +120,8 @@ SCHEMA = both({
                  "dataset": {"templates": nullable(list), "n_samples": ANY, "n_classes": ANY, "n_prompts": ANY},
                  "block_plan": {"rows_per_block": ANY, "n_blocks": ANY}, "prompts_fingerprint": ANY,
                  "targets_fingerprint": ANY, "tie_rule": ANY, "ensemble": ANY, "ranking": ANY},
-    "extractor_results": [_RESULT_SCHEMA], "warnings": [str], "timing": {"runtime": RUNTIME_SCHEMA}},
+    "extractor_results": [_RESULT_SCHEMA], "warnings": [str],
+    "metadata": RECORDED_ENVELOPE_SCHEMA, "timing": {**TIMING_ENVELOPE_SCHEMA, "runtime": RUNTIME_SCHEMA}},
     rule(lambda d: all(set(r["per_class"]) <= {p["label_key"] for p in d["protocol"]["prompts"]}
                        for r in d["extractor_results"]), "per_class names a class that has no prompts"))
 
@@ -135,6 +140,8 @@ class ZeroShotBenchmarkResult(ResultFamily):
     extractor_results: list[ZeroShotExtractorResult]
     warnings: list[str]
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The run envelope: run key, versions, plan and (with a cache) the cache record.
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def config(self) -> ZeroShotConfig:
@@ -159,12 +166,14 @@ class ZeroShotBenchmarkResult(ResultFamily):
             "protocol": self.protocol,
             "extractor_results": [r.to_dict() for r in self.extractor_results],
             "warnings": list(self.warnings),
+            "metadata": self.metadata,
             "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results}},
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ZeroShotBenchmarkResult":
-        check_header(data, RESULT_TYPE, (SCHEMA_VERSION,))
+        check_header(data, RESULT_TYPE, READABLE_SCHEMAS)
+        data = current_envelope(data)  # schema 1: the run facts it recorded, in the envelope's places
         check(data, SCHEMA)  # whatever loads renders (docs/results.md)
         with reading("$"):
             timing = dict(data["timing"])
@@ -177,7 +186,7 @@ class ZeroShotBenchmarkResult(ResultFamily):
                 name = item["name"]
             results.append(ZeroShotExtractorResult.from_dict(item, runtime.get(name), f"$.extractor_results[{i}]"))
         with reading("$"):
-            return cls(dict(data["protocol"]), results, list(data["warnings"]), timing)
+            return cls(dict(data["protocol"]), results, list(data["warnings"]), timing, dict(data["metadata"]))
 
     def __repr__(self) -> str:
         head = (f"ZeroShotBenchmarkResult({len(self.extractor_results)} encoder(s), {len(self.protocol['prompts'])} "

@@ -28,6 +28,7 @@ from ..embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ExtractorError
 from ..execution.registry import EMBED, stage
 from ..extractors.user_code import user_code
+from ..front_door import plain_recipe
 from ..scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ..threads import limited_threads
 from .classify import Classification, Prototypes, build_prototypes, classify as classify_samples, plan_blocks
@@ -39,12 +40,10 @@ PIPELINE = "zero_shot"
 
 @dataclasses.dataclass(frozen=True)
 class ZeroShotSettings:
-    """What zero-shot stages read besides the dataset: the config, the overlap config, the recipes."""
+    """What zero-shot stages read besides the dataset and the encoders: the config, the overlap config."""
 
     config: Any
     scoring_config: Any
-    #: Encoder name -> its JSON-plain recipe (shown in the result).
-    recipes: Mapping[str, Any]
     #: Names of the encoders with ``fit(sample_inputs)``: their chains have a ``fit`` job.
     fitted: frozenset[str] = frozenset()
     #: A ResourceProfilingConfig: measure each branch's encoding (beside the artifact, never in a key); None: off.
@@ -192,7 +191,6 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
     from .result import ZeroShotExtractorResult
 
     config, dataset, name = context.settings.config, context.dataset, job.params["name"]
-    parent = job.params["parent"]
     outcome: Classification = inputs["classify"]
     measured = zero_shot_metrics(dataset.targets.codes, outcome, dataset.n_classes, config.top_k)
     keys = list(dataset.catalog.keys)
@@ -203,7 +201,7 @@ def assemble(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
         notes.append(f"{outcome.n_zero_rows} sample embedding(s) are all-zero: cosine similarity is 0 to every "
                      "class, so they are predicted as the first class by the tie rule")
     overlap_result: OverlapScoreResult = inputs["overlap"]
-    recipe = context.settings.recipes[parent]
+    recipe = plain_recipe(context.extractor(job))
     compression = _compression(job, inputs)
     return ZeroShotExtractorResult(
         name=name, extractor_type=recipe.get("type", "encoder"), recipe=recipe, primary_metric_name=config.metric,
