@@ -90,7 +90,9 @@ def test_new_groups_change_only_the_group_aware_stages(base):
     ({"stability_config": StabilityConfig(repeats=4)}, {"stability", "assemble"}),
     ({"metrics": [CallableMetric("spread", spread, params={"scale": 2.0}, cache_identity="spread-v1")]},
      {"metrics", "assemble"}),
-    ({"scoring_config": OverlapScoringConfig(k=4)}, {"score", "stability", "metrics", "diagnose", "assemble"}),
+    # metrics read only the score's seed, so a k change leaves their key alone
+    ({"scoring_config": OverlapScoringConfig(k=4)}, {"score", "stability", "diagnose", "assemble"}),
+    ({"scoring_config": OverlapScoringConfig(random_state=7)}, {"score", "stability", "metrics", "diagnose", "assemble"}),
     ({"primary_metric": "spread"}, {"assemble"}),
     ({"quality_tolerance": 0.1}, {"assemble"}),
 ])
@@ -107,13 +109,13 @@ def test_a_new_package_version_changes_the_stages_it_computes(base, monkeypatch)
     monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "separatix" else real(name))
     assert changed(base, keys()) == {"diagnose", "assemble"}
     monkeypatch.setattr(plan_module, "version_of", lambda name: "99.0" if name == "overlapindex" else real(name))
-    assert changed(base, keys()) == {"score", "stability", "metrics", "diagnose", "assemble"}
+    assert changed(base, keys()) == {"score", "stability", "diagnose", "assemble"}
 
 
 def test_a_new_stage_code_version_changes_it_and_downstream(base, monkeypatch):
     stages = registry._REGISTRY["benchmark"]
     monkeypatch.setitem(stages, "score", dataclasses.replace(stages["score"], version=stages["score"].version + 1))
-    assert changed(base, keys()) == {"score", "metrics", "diagnose", "assemble"}
+    assert changed(base, keys()) == {"score", "diagnose", "assemble"}
 
 
 def test_scikit_learn_parameters_are_hashed_by_content_not_repr():
@@ -238,7 +240,7 @@ KEY_TABLE = {
     ("benchmark", "score"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
     ("benchmark", "stability"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
     ("benchmark", "stability_round"): (("embedding", "compress", "budget"), {"targets"}, {"overlapindex"}),
-    ("benchmark", "metrics"): (("embedding", "score", "compress", "budget"), {"targets", "groups"}, set()),
+    ("benchmark", "metrics"): (("embedding", "compress", "budget"), {"targets", "groups"}, set()),
     ("benchmark", "diagnose"): (("embedding", "score", "compress", "budget"), {"targets", "groups"}, {"separatix"}),
     ("benchmark", "assemble"): (("embedding", "score", "compress", "budget", "stability", "metrics", "diagnose"),
                                 {"name", "output", "view", "extractor"}, set()),
@@ -266,8 +268,10 @@ def test_each_stage_config_fingerprint_holds_every_setting_it_reads():
     settings, configs = benchmark.settings, {}
     for definition in registry.pipeline_stages("benchmark"):
         configs[definition.name] = definition.enabled_config(settings, None)[1]
-    scoring = {"overlap": settings.scoring_config.to_dict(), "continuous": settings.continuous_config.to_dict()}
-    assert configs["score"] == scoring
-    assert configs["stability"] == {"stability": settings.stability_config.fingerprint(), **scoring}
-    assert configs["diagnose"] == {"separatix": settings.separatix_config.to_dict(), **scoring}
+    scoring = {"overlap": settings.scoring_config.fingerprint(), "continuous": settings.continuous_config.fingerprint()}
+    assert configs["score"] == scoring  # a chain that does not say its target type: both configs
+    assert configs["stability"] == {"stability": settings.stability_config.fingerprint(), "protocol_version": 2,
+                                    **scoring}
+    assert configs["diagnose"] == {"separatix": settings.separatix_config.fingerprint(), **scoring,
+                                   "overlap_max_dense_bytes": None}
     assert configs["metrics"]["metrics"][0]["cache_identity"] == "spread-v1"

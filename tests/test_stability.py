@@ -240,7 +240,7 @@ def test_parallel_repeats_match_sequential(three_blobs) -> None:
     config = StabilityConfig(mode="subsample", repeats=4)
     sequential = run_stability_analysis(sparse.csr_matrix(X), y, config=config)
     parallel = run_stability_analysis(sparse.csr_matrix(X), y, config=config.replace(n_jobs=2))
-    assert parallel.to_dict() == {**sequential.to_dict(), "config": config.replace(n_jobs=2).to_dict()}
+    assert parallel.to_dict() == sequential.to_dict()  # n_jobs is speed-only: not even the stored config differs
 
 
 # ----------------------------------------------------------------------- input errors

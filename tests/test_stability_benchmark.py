@@ -253,6 +253,12 @@ def test_stability_artifact_key_covers_the_repeat_protocol() -> None:
     """Artifacts of the old protocol (repeat 0 from the stream) must not be reused for the new one."""
     from vertebrae.scoring.stability import PROTOCOL_VERSION
 
+    from vertebrae.benchmark_stages import _stability_config
+
     fields = {name: value for name, value in StabilityConfig().to_dict().items() if name != "n_jobs"}
     assert PROTOCOL_VERSION == 2
-    assert StabilityConfig().fingerprint() == {**fields, "protocol_version": 2}
+    assert StabilityConfig().fingerprint() == fields
+    dataset = BenchmarkDataset.from_embeddings(*gaussian_classes(n_per_class=10),
+                                               identity=DatasetIdentity.declared("g", "1"))
+    settings = Benchmark(dataset, [PrecomputedExtractor("raw")], stability_config=StabilityConfig()).settings
+    assert _stability_config(settings, None)["protocol_version"] == 2

@@ -154,7 +154,7 @@ def test_torchscript_file_recipe_needs_no_torch_and_loads_lazily(tmp_path):
     path = tmp_path / "mlp.pt"
     torch.jit.script(model.eval()).save(str(path))
     code = ("import sys, json; from vertebrae import TorchExtractor; "
-            f"e = TorchExtractor('m', {str(path)!r}); print(json.dumps(e.recipe())); "
+            f"e = TorchExtractor('m', {str(path)!r}, device='cpu'); print(json.dumps(e.recipe())); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     extractor = TorchExtractor("m", path, device="cpu", progress=False)

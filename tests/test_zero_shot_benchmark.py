@@ -323,7 +323,7 @@ def test_every_zero_shot_stage_declares_exactly_the_documented_key_parts():
             for d in registry.pipeline_stages("zero_shot") if d.name == "fit"] == [False, True]  # encoders with fit
     assert configs == {"fit": None, "encode_samples": None, "encode_prompts": None, "compress": None,
                        "prototypes": {"similarity": "cosine"},
-                       "classify": {"similarity": "cosine"}, "overlap": {"overlap": OverlapScoringConfig().to_dict()},
+                       "classify": {"similarity": "cosine"}, "overlap": {"overlap": OverlapScoringConfig().fingerprint()},
                        "assemble": {"metric": "top1_accuracy", "top_k": [1, 5]}}
 
 

@@ -3,6 +3,12 @@
 Configs are frozen dataclasses: validated in ``__post_init__``, immutable, and
 round-tripped through plain dicts (``to_dict`` / ``from_dict``) that reject unknown
 fields.  Keeping this in one place means every config reports errors the same way.
+
+Each config has one :meth:`Config.fingerprint`: its fields minus the ones it declares
+``speed_only`` (a thread limit, a chunk or block size, a worker count: each proven by a test
+in tests/test_key_completeness.py to leave the results bitwise identical).  Artifact keys hash
+it and stored artifacts record it, so a store shared by runs with different speed settings
+serves the same bytes to each.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ class Config:
 
     #: Fields that existed once and were removed on purpose: name -> explanation.
     _removed_fields = {}
+    #: Fields that change only how fast a result is computed, never its bytes: left out of the fingerprint.
+    speed_only = ()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Config":
         """Reject removed and unknown keywords with the same message ``from_dict`` gives."""
@@ -102,6 +110,10 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-safe dict of every field."""
         return {f.name: self._encode_field(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What keys hash and stored artifacts record: every field of :meth:`to_dict` but the speed-only ones."""
+        return {name: value for name, value in self.to_dict().items() if name not in self.speed_only}
 
     def _encode_field(self, name: str, value: Any) -> Any:
         return _plain(value)

@@ -175,6 +175,8 @@ class Benchmark(FrontDoor):
         """
         context = self._context() if context is None else context
         variants = self.settings.compression or (None,)
+        target_types = {view: self.dataset.view_targets(view).target_type
+                        for chosen in self._views.values() for view in (chosen or [None])}
         chains = []
         for extractor, extractor_id in zip(self.extractors, context.extractor_ids()):
             for output in self._extractor_outputs(extractor):
@@ -182,7 +184,8 @@ class Benchmark(FrontDoor):
                 for variant in variants:
                     for view in self._views[output] or [None]:
                         name = variant_name(base, variant) + ("" if view is None else f"[{view_label(view)}]")
-                        chains.append(Chain(name, extractor_id, extractor.name, output, view, variant))
+                        chains.append(Chain(name, extractor_id, extractor.name, output, view, variant,
+                                            target_types[view]))
         return chains
 
     def execute(self, runner: Any = None, description: str | None = None) -> tuple[Plan, RunOutcome]:

@@ -35,6 +35,7 @@ from .scoring.metrics import (MetricsArtifact, attributed_results, metric_warnin
                               metrics_key_fingerprint, run_metrics)
 from .scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from .scoring.separatix import SeparatixResult, SeparatixScorer
+from .scoring.stability import PROTOCOL_VERSION as STABILITY_PROTOCOL
 from .scoring.stability import StabilityResult, run_stability_analysis
 from .targets import MultiLabelTargets, RegressionTargets, Targets
 
@@ -65,8 +66,19 @@ def estimator_targets(targets: Targets) -> Any:
     return targets.keys.astype(str)
 
 
-def scoring_fingerprint(settings: Any, chain: Any = None) -> dict[str, Any]:
-    return {"overlap": settings.scoring_config.to_dict(), "continuous": settings.continuous_config.to_dict()}
+def scorer_config(settings: Any, target_type: str) -> Any:
+    """The overlap config that scores ``target_type``: the continuous one for regression, else the fixed one."""
+    return settings.continuous_config if target_type == "regression" else settings.scoring_config
+
+
+def scoring_fingerprint(settings: Any, chain: Any) -> dict[str, Any]:
+    """What a scoring key hashes of the scorer: the fingerprint of the config that applies to the chain's targets
+    (both, for a chain that does not say its target type)."""
+    target_type = getattr(chain, "target_type", None)
+    if target_type is None:
+        return {"overlap": settings.scoring_config.fingerprint(), "continuous": settings.continuous_config.fingerprint()}
+    name = "continuous" if target_type == "regression" else "overlap"
+    return {name: scorer_config(settings, target_type).fingerprint()}
 
 
 # ----------------------------------------------------------------------------- stored forms
@@ -203,8 +215,14 @@ def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 
 
 def _budget_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    """The budget, the scorer's fingerprint and the tile size: the estimate of a classification scoring call's memory
+    reads ``offline_chunk_size``, which the scores themselves never depend on."""
     memory = getattr(settings, "memory_config", None)
-    return None if memory is None else {"memory": memory.to_dict(), **scoring_fingerprint(settings)}
+    if memory is None:
+        return None
+    tiles = {} if getattr(chain, "target_type", None) == "regression" else \
+        {"offline_chunk_size": settings.scoring_config.offline_chunk_size}
+    return {"memory": memory.fingerprint(), **scoring_fingerprint(settings, chain), **tiles}
 
 
 @stage(PIPELINE, "budget", version=1, reads=("embedding",), optional_reads=("compress",),
@@ -238,7 +256,8 @@ def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, 
 def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     if settings.stability_config is None or settings.stability_config.adaptive:  # auto: stability_round instead
         return None
-    return {"stability": settings.stability_config.fingerprint(), **scoring_fingerprint(settings)}
+    return {"stability": settings.stability_config.fingerprint(), "protocol_version": STABILITY_PROTOCOL,
+            **scoring_fingerprint(settings, chain)}
 
 
 @stage(PIPELINE, "stability", version=2, reads=("embedding",), optional_reads=("compress", "budget"),
@@ -269,7 +288,7 @@ def _round_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     config = settings.stability_config
     if config is None or not config.adaptive:
         return None
-    return {"draws": config.draws(), "window": list(repeat_window(settings)), **scoring_fingerprint(settings)}
+    return {"draws": config.draws(), "window": list(repeat_window(settings)), **scoring_fingerprint(settings, chain)}
 
 
 #: Stored and reused by the cache (unlike a fixed run's stability document): a rerun of an adaptive run reads its
@@ -296,7 +315,18 @@ def stability_round(job: Any, inputs: Mapping[str, Any], context: Any,
 
 
 def _metrics_config(settings: Any, chain: Any) -> dict[str, Any] | None:
-    return metrics_key_fingerprint(settings.metrics) if settings.metrics else None
+    """The metrics and the one scorer setting they read: the seed the score stage scores with."""
+    if not settings.metrics:
+        return None
+    return {**metrics_key_fingerprint(settings.metrics), "seed": _scoring_seed(settings, chain)}
+
+
+def _scoring_seed(settings: Any, chain: Any) -> int | list[int]:
+    """The seed the score stage uses for the chain's targets (both configs' seeds for a chain that does not say)."""
+    target_type = getattr(chain, "target_type", None)
+    if target_type is None:
+        return [settings.scoring_config.random_state, settings.continuous_config.random_state]
+    return scorer_config(settings, target_type).random_state
 
 
 def _metrics_safe(settings: Any) -> bool:
@@ -307,24 +337,27 @@ def _metric_steps(settings: Any) -> tuple[str, ...]:
     return tuple(f"metric.{metric.name}" for metric in settings.metrics)  # run_metrics times each one
 
 
-@stage(PIPELINE, "metrics", version=1, reads=("embedding", "score"), optional_reads=("compress", "budget"),
+@stage(PIPELINE, "metrics", version=2, reads=("embedding",), optional_reads=("compress", "budget"),
        context=("targets", "groups"), config=_metrics_config, safe=_metrics_safe, codec=METRICS_CODEC, phase=SCORE,
        runtime="seconds_and_steps", steps=_metric_steps)
 def metrics(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> MetricsArtifact:
-    """Custom metrics on the matrix the score stage scored, with the seed it used.
+    """Custom metrics on the matrix the score stage scores, with the seed it scores with (not the score itself:
+    an overlap setting that changes the score leaves the metrics' key alone).
 
     The artifact names no extractor (every chain with this embedding shares it): assemble phrases failures.
     """
     matrix, targets, groups = scoring_input(job, inputs, context)
-    return run_metrics(context.settings.metrics, matrix, targets, groups, seed=inputs["score"].overlap.metadata["seed"],
-                       timings=timings)
+    seed = scorer_config(context.settings, targets.target_type).random_state
+    return run_metrics(context.settings.metrics, matrix, targets, groups, seed=seed, timings=timings)
 
 
 def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     config = settings.separatix_config
     if config is None or not config.enabled:
         return None
-    return {"separatix": config.to_dict(), **scoring_fingerprint(settings)}
+    # Separatix reads the applicable scorer config and the fixed one's dense budget (also for regression targets).
+    return {"separatix": config.fingerprint(), **scoring_fingerprint(settings, chain),
+            "overlap_max_dense_bytes": settings.scoring_config.max_dense_bytes}
 
 
 @stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), optional_reads=("compress", "budget"),
@@ -401,8 +434,7 @@ def _referee_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     referee = getattr(settings, "referee", None)
     if referee is None or chain is None or chain.name not in getattr(settings, "referee_finalists", ()):
         return None
-    return {"referee": metrics_key_fingerprint([referee])["metrics"][0],
-            "seeds": [settings.scoring_config.random_state, settings.continuous_config.random_state]}
+    return {"referee": metrics_key_fingerprint([referee])["metrics"][0], "seed": _scoring_seed(settings, chain)}
 
 
 def _referee_safe(settings: Any) -> bool:
@@ -424,9 +456,8 @@ def referee(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str
     ``metrics``.  The artifact names no extractor.
     """
     matrix, targets, groups = scoring_input(job, inputs, context)
-    settings = context.settings
-    config = settings.continuous_config if isinstance(targets, RegressionTargets) else settings.scoring_config
-    return run_metrics([settings.referee], matrix, targets, groups, seed=config.random_state).results[0]
+    seed = scorer_config(context.settings, targets.target_type).random_state
+    return run_metrics([context.settings.referee], matrix, targets, groups, seed=seed).results[0]
 
 
 def _compression(job: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -139,7 +139,7 @@ def variant_name(base: str, variant: EmbeddingCompressionConfig | None) -> str:
 def compression_fingerprint(settings: Any, chain: Any) -> dict[str, Any] | None:
     """The compress stage's config: the chain's variant (None leaves the stage out: the raw embedding)."""
     variant = getattr(chain, "variant", None)
-    return None if variant is None or variant.method == "none" else variant.to_dict()
+    return None if variant is None or variant.method == "none" else variant.fingerprint()
 
 
 def declares_matryoshka(extractor: Any, output: str | None = None) -> bool:

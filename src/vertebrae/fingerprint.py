@@ -156,6 +156,21 @@ def package_version(name: str) -> str:
         return "not-installed"
 
 
+def declared_identity(owner: Any, document: Mapping[str, Any]) -> dict[str, Any]:
+    """The one rule for the identity of a shipped extractor or encoder (what keys its embeddings).
+
+    ``document`` says what it computes: every constructor argument but the ones its class
+    declares ``speed_only`` (proven by a test to leave the outputs bitwise identical), models by
+    content.  Added here: the class's code ``version`` (pinned to its source by
+    tests/test_code_versions.py, so a change of outputs cannot go unversioned) and the installed
+    version of each distribution it declares in ``computes_with`` (none when it declares none).
+    """
+    cls = type(owner)
+    return {**{k: v for k, v in document.items() if k != "name"},
+            "code": {"class": callable_name(cls), "version": cls.version},
+            "packages": {name: package_version(name) for name in getattr(owner, "computes_with", ())}}
+
+
 def check_cache_identity(owner: str, cache_identity: Any) -> str | None:
     """A declared identity of user code: a non-empty string you change whenever the code's behaviour does."""
     if cache_identity is not None and (not isinstance(cache_identity, str) or not cache_identity.strip()):

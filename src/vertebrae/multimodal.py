@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .errors import InputTypeError, InputValidationError
+from .fingerprint import declared_identity
 
 FUSED = "fused"
 
@@ -97,6 +98,8 @@ class FieldExtractor:
     ``input_fields`` added to the recipe and identity.
     """
 
+    version = 1
+
     def __init__(self, extractor: Any, fields: str | Sequence[str]) -> None:
         names = (fields,) if isinstance(fields, str) else tuple(fields)
         if not names or any(not isinstance(f, str) or not f.strip() for f in names) or len(set(names)) != len(names):
@@ -128,7 +131,8 @@ class FieldExtractor:
 
     def identity(self) -> dict[str, Any]:
         inner = self.extractor.identity() if hasattr(self.extractor, "identity") else dict(self.extractor.recipe())
-        return {**inner, "input_fields": list(self.input_fields)}
+        return declared_identity(self, {"type": "fields", "extractor": {k: v for k, v in inner.items() if k != "name"},
+                                        "input_fields": list(self.input_fields)})
 
     def __getattr__(self, attribute: str) -> Any:
         """Named outputs pass through (``hasattr`` stays False for a single-output wrapped extractor)."""

@@ -32,6 +32,9 @@ class Chain:
     view: tuple[str, str] | None = None
     #: The compression variant this chain evaluates (an EmbeddingCompressionConfig); None: the raw embedding.
     variant: Any = None
+    #: The type of the targets it scores (``single_label``, ``multi_label``, ``regression``), known at plan time so
+    #: a key hashes only the config that applies to them; None where a family does not say.
+    target_type: str | None = None
 
 
 def variant_chains(extractors: Sequence[Any], extractor_ids: Sequence[str], compression: Sequence[Any]) -> list[Chain]:

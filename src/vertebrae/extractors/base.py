@@ -9,6 +9,13 @@ value :func:`~vertebrae.fingerprint.canonical` cannot identify (a lambda, an uns
 estimator), or an extractor with ``cache_eligible = False``, cannot be trusted across
 runs (see :func:`vertebrae.execution.context.extractor_identity`).
 ``supervised = True`` makes the extract stage fit with the targets (and key on them).
+
+Every shipped extractor builds its identity with one rule,
+:func:`~vertebrae.fingerprint.declared_identity`, from three class declarations: ``version``
+(its code version), ``computes_with`` (the distributions whose installed versions enter the
+key; none when absent) and ``speed_only`` (constructor arguments left out, each proven by a test to
+leave the outputs bitwise identical; none when absent); every other constructor argument is in the
+identity.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
 from ..fingerprint import (callable_identity, callable_name, canonical, check_cache_identity, content_sha256,
-                           identified, package_version)
+                           declared_identity, identified)
 
 
 @runtime_checkable
@@ -58,6 +65,7 @@ class PrecomputedExtractor:
 
     #: Nothing to compute, and ``transform`` ignores its rows when given a matrix: never sharded by rows.
     shardable = False
+    version = 1
 
     def fit(self, X: Any, y: Any = None) -> "PrecomputedExtractor":
         return self
@@ -79,8 +87,8 @@ class PrecomputedExtractor:
     def identity(self) -> dict[str, Any]:
         """Its own matrix by content, or "the dataset's embeddings" (whose content the input fact hashes)."""
         if self.embeddings is None:
-            return {"type": "precomputed", "source": "dataset_embeddings"}
-        return {"type": "precomputed", "content_sha256": content_sha256(self.embeddings)}
+            return declared_identity(self, {"type": "precomputed", "source": "dataset_embeddings"})
+        return declared_identity(self, {"type": "precomputed", "content_sha256": content_sha256(self.embeddings)})
 
 
 class CallableExtractor:
@@ -92,6 +100,8 @@ class CallableExtractor:
     never shared with another extractor nor reused across runs
     (``cache_status="bypassed_unsafe_identity"``).
     """
+
+    version = 1
 
     def __init__(self, name: str, fn: Callable[[Any], Any], *, params: dict[str, Any] | None = None,
                  cache_identity: str | None = None) -> None:
@@ -116,8 +126,8 @@ class CallableExtractor:
         return {"type": "callable", "name": self.name, "callable": callable_name(self.fn), "params": self.params}
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "callable", "callable": callable_identity(self.fn, self.cache_identity),
-                "params": canonical(self.params), "cache_identity": self.cache_identity}
+        return declared_identity(self, {"type": "callable", "callable": callable_identity(self.fn, self.cache_identity),
+                                        "params": canonical(self.params), "cache_identity": self.cache_identity})
 
 
 class SklearnExtractor:
@@ -127,6 +137,9 @@ class SklearnExtractor:
     without labels unless ``supervised=True`` (label-aware transforms such as LDA leak
     the targets into the representation they are scored on; opt in deliberately).
     """
+
+    version = 1
+    computes_with = ("scikit-learn",)
 
     def __init__(self, name: str, estimator: Any, *, supervised: bool = False) -> None:
         self.name = check_extractor_name(name)
@@ -156,13 +169,13 @@ class SklearnExtractor:
                 "params": {k: _param_text(v) for k, v in sorted(params.items())}}
 
     def identity(self) -> dict[str, Any]:
-        """Estimator class, every parameter by content (nested estimators recursively), scikit-learn's version.
+        """Estimator class and every parameter by content (nested estimators recursively).
 
         A function parameter is identified by name and source; a lambda or an unseeded
         ``random_state=None`` anywhere makes the identity unsafe (never shared, never reused).
         """
-        return {"type": "sklearn", "estimator": canonical(self.estimator), "supervised": self.supervised,
-                "scikit-learn": package_version("scikit-learn")}
+        return declared_identity(self, {"type": "sklearn", "estimator": canonical(self.estimator),
+                                        "supervised": self.supervised})
 
 
 def _param_text(value: Any) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ExtractorError, InputTypeError, InputValidationError
+from ..fingerprint import declared_identity
 from .base import check_extractor_name
 
 #: The output name of a single-output extractor's batches.
@@ -154,8 +155,19 @@ class BatchedExtractor:
 
     ``fit`` learns nothing (the models are frozen) and loads nothing: models load on
     the first transform, so a benchmark whose embeddings are cached never loads them.
+
+    ``recipe()`` names every constructor argument but the ``speed_only`` ones (``batch_size``
+    and ``device`` included: batch composition and kernels round differently), and
+    ``identity()`` adds the code version and the ``computes_with`` package versions
+    (:func:`~vertebrae.fingerprint.declared_identity`).
     """
 
+    #: The code version: bump it with any change that can change the outputs (tests/test_code_versions.py).
+    version = 1
+    #: Distributions whose installed versions enter the identity.
+    computes_with: tuple[str, ...] = ()
+    #: Constructor arguments left out of the identity: a test shows bitwise-identical outputs across their values.
+    speed_only: tuple[str, ...] = ("progress",)
     #: False when the recipe cannot vouch for the computation (set per instance).
     cache_eligible: bool = True
     #: The named outputs, or None for a single-output extractor.
@@ -168,6 +180,9 @@ class BatchedExtractor:
 
     def recipe(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def identity(self) -> dict[str, Any]:
+        return declared_identity(self, self.recipe())
 
     def fit(self, X: Any, y: Any = None) -> "BatchedExtractor":
         return self

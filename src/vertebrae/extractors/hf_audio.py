@@ -66,6 +66,9 @@ class HFAudioExtractor(LayerPoolingExtractor):
     are ``mean`` and/or ``max`` over the clip's valid frames.
     """
 
+    version = 1
+    computes_with = ("torch", "transformers")
+
     def __init__(self, name: str, model_path: Any, *, sampling_rate: int, layers: int | Sequence[int] = -1,
                  poolings: str | Sequence[str] = "mean", batch_size: int = 8, device: str = "auto",
                  cache_identity: str | None = None, progress: bool | None = None) -> None:
@@ -98,7 +101,8 @@ class HFAudioExtractor(LayerPoolingExtractor):
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_audio", "model_files_sha256": files_sha256([self.model_dir]),
                 "hidden_layers": list(self.hidden_layers), "poolings": list(self.poolings),
-                "sampling_rate": self.sampling_rate, "cache_identity": self.cache_identity}
+                "sampling_rate": self.sampling_rate, "batch_size": self.batch_size, "device": self.device,
+                "cache_identity": self.cache_identity}
 
     def load(self) -> tuple[Any, Any]:
         """Feature extractor and encoder from the local folder, loaded on first use."""

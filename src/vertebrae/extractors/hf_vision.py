@@ -14,7 +14,7 @@ and ``max`` are global average / max pooling over the map, and ``cls`` is reject
 token); SigLIP has no CLS token either.  The processor resizes every image, so images of different
 sizes batch together.  The recipe holds the model folder's file hashes (weights, ``config.json``,
 ``preprocessor_config.json``: the processor settings), the processor backend and the image-loading
-rule with the Pillow version; nothing is ever downloaded.
+rule; the identity adds the Pillow version that decodes (``computes_with``); nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError
 from ..extras import install_hint
-from ..fingerprint import package_version
 from ..image_inputs import LOADER, ImageInputs
 from .base import check_cache_identity
 from .batching import n_inputs, take_rows
@@ -93,11 +92,6 @@ def check_processor_backend(backend: Any, *, where: str) -> str:
     return backend
 
 
-def image_loader() -> dict[str, Any]:
-    """The image-loading rule of a recipe, with the Pillow version that decodes (read without importing it)."""
-    return {**LOADER, "pillow": package_version("pillow")}
-
-
 def pool_states(hidden: Any, pooling: str, n_special: int) -> Any:
     """Pool one layer's states: tokens ``(batch, tokens, width)`` or a feature map ``(batch, channels, h, w)``."""
     if hidden.ndim == 4:  # a feature map: every position is a patch
@@ -126,6 +120,9 @@ class HFVisionExtractor(LayerPoolingExtractor):
     vision tower.  ``processor_backend`` fixes how the image processor resizes (``"pil"`` by default).
     """
 
+    version = 1
+    computes_with = ("torch", "transformers", "pillow")
+
     def __init__(self, name: str, model_path: Any, *, layers: int | Sequence[int] = -1,
                  poolings: str | Sequence[str] = "mean", batch_size: int = 32, device: str = "auto",
                  processor_backend: str = "pil", cache_identity: str | None = None,
@@ -150,8 +147,8 @@ class HFVisionExtractor(LayerPoolingExtractor):
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_vision", "model_files_sha256": files_sha256([self.model_dir]),
                 "layers": list(self.hidden_layers), "poolings": list(self.poolings),
-                "processor_backend": self.processor_backend, "image_loader": image_loader(),
-                "cache_identity": self.cache_identity}
+                "processor_backend": self.processor_backend, "image_loader": dict(LOADER), "batch_size": self.batch_size,
+                "device": self.device, "cache_identity": self.cache_identity}
 
     def load(self) -> tuple[Any, Any]:
         """Image processor and vision model (a CLIP / SigLIP checkpoint's vision tower), loaded on first use."""

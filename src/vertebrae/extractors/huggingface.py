@@ -186,6 +186,10 @@ class HFTextExtractor(LayerPoolingExtractor):
     over attended tokens so absolute-position encoders see unshifted positions).
     """
 
+    #: 2: texts batched longest first by token count (outputs moved by float32 round-off).
+    version = 2
+    computes_with = ("torch", "transformers", "tokenizers")
+
     def __init__(self, name: str, model_path_or_id: Any, *, hidden_layer: int | Sequence[int] = -1,
                  pooling: str | Sequence[str] = "mean", max_length: int | None = None, batch_size: int = 32,
                  device: str = "auto", padding_side: str | None = None, cache_identity: str | None = None,
@@ -208,7 +212,8 @@ class HFTextExtractor(LayerPoolingExtractor):
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_text", "model_files_sha256": files_sha256([self.model_dir]),
                 "hidden_layers": list(self.hidden_layers), "poolings": list(self.poolings),
-                "max_length": self.max_length, "padding_side": self.padding_side, "cache_identity": self.cache_identity}
+                "max_length": self.max_length, "padding_side": self.padding_side, "batch_size": self.batch_size,
+                "device": self.device, "cache_identity": self.cache_identity}
 
     def load(self) -> tuple[Any, Any]:
         """Tokenizer and model from the local folder, loaded on first use."""

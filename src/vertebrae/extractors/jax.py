@@ -61,6 +61,9 @@ def params_sha256(params: Any) -> str:
 class JAXExtractor(BatchedExtractor):
     """Embed inputs with ``apply(params, batch)``, one call per batch; ``params`` is any pytree of arrays."""
 
+    version = 1
+    computes_with = ("jax", "jaxlib")
+
     def __init__(self, name: str, apply: Callable[[Any, Any], Any], params: Any, *, batch_size: int = 64,
                  jit: bool = True, cache_identity: str | None = None, progress: bool | None = None) -> None:
         super().__init__(name, batch_size, progress)
@@ -74,7 +77,8 @@ class JAXExtractor(BatchedExtractor):
 
     def recipe(self) -> dict[str, Any]:
         return {"type": "jax", "apply": callable_identity(self.apply, self.cache_identity),
-                "params_sha256": params_sha256(self.params), "jit": self.jit, "cache_identity": self.cache_identity}
+                "params_sha256": params_sha256(self.params), "jit": self.jit, "batch_size": self.batch_size,
+                "cache_identity": self.cache_identity}
 
     def __getstate__(self) -> dict[str, Any]:
         """A compiled function does not pickle (staged and dask runs ship extractors): it is rebuilt on first use."""

@@ -5,23 +5,26 @@ The model is a ``keras.Model`` in memory or a ``.keras`` file loaded on first us
 inputs to it).  Each batch is one ``predict`` call; outputs with more than two
 dimensions are flattened per row.  Identity: a ``.keras`` file by its contents
 (hashed without importing Keras); an in-memory model by its class, its
-configuration (``to_json``) and the bytes of every weight.  Keras runs on whichever
-backend ``KERAS_BACKEND`` selects (the tests use torch, so no TensorFlow is needed).
+configuration (``to_json``) and the bytes of every weight; plus the versions of Keras and of
+the backend that computes (``computes_with``).  Keras runs on whichever backend
+``KERAS_BACKEND`` (or ``~/.keras/keras.json``) selects (the tests use torch, so no TensorFlow is needed).
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
 from ..extras import install_hint
-from ..fingerprint import callable_name, package_version
+from ..fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, n_inputs, take_rows
 from .model_identity import check_paths, files_sha256
@@ -29,6 +32,24 @@ from .model_identity import check_paths, files_sha256
 #: Why a Keras profile has no buffer_bytes (the spec's rule for Keras variable containers).
 BUFFER_REASON = ("Keras non-trainable weights hold frozen parameters and non-parameter state (e.g. batch-norm "
                  "statistics) alike, so buffers cannot be told apart; every weight counts as a parameter")
+
+
+#: The distribution of each Keras backend.
+BACKEND_PACKAGES = {"tensorflow": "tensorflow", "torch": "torch", "jax": "jax", "numpy": "numpy",
+                    "openvino": "openvino"}
+
+
+def keras_backend() -> str:
+    """The backend Keras runs on, read as Keras reads it (its own answer once imported), without importing it."""
+    if "keras" in sys.modules:
+        return sys.modules["keras"].backend.backend()
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    config = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "keras.json"
+    try:
+        return str(json.loads(config.read_text(encoding="utf-8")).get("backend", "tensorflow"))
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
 
 
 def import_keras() -> Any:
@@ -85,6 +106,13 @@ class KerasExtractor(BatchedExtractor):
     cache-eligible unless you declare ``cache_identity``.
     """
 
+    version = 1
+
+    @property
+    def computes_with(self) -> tuple[str, ...]:
+        backend = keras_backend()
+        return ("keras", BACKEND_PACKAGES.get(backend, backend))
+
     def __init__(self, name: str, model: Any, *, layer: str | None = None, batch_size: int = 32,
                  cache_identity: str | None = None, progress: bool | None = None) -> None:
         super().__init__(name, batch_size, progress)
@@ -125,7 +153,7 @@ class KerasExtractor(BatchedExtractor):
                      "class_source_sha256": None if source is None else hashlib.sha256(source.encode()).hexdigest(),
                      "config_sha256": None if config is None else hashlib.sha256(config.encode()).hexdigest(),
                      "weights_sha256": weights_sha256(self.keras_model_)}
-        return {"type": "keras", "model": model, "layer": self.layer, "keras": package_version("keras"),
+        return {"type": "keras", "model": model, "layer": self.layer, "batch_size": self.batch_size,
                 "cache_identity": self.cache_identity}
 
     def load(self) -> Any:

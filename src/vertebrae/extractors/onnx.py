@@ -2,7 +2,7 @@
 
 The model file's contents are its cache identity (hashed without importing
 onnxruntime); the session is created on first use.  ``providers`` picks the
-execution providers (default: CPU) and is not part of the identity.
+execution providers (default: CPU); they run different kernels, so they are part of the identity.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class ONNXExtractor(BatchedExtractor):
     array (single output) or a mapping with the ``outputs`` names.
     """
 
+    version = 1
+    computes_with = ("onnxruntime",)
+
     def __init__(self, name: str, model_path: Any, *, input_fn: Callable[[Any], Mapping[str, Any]] | None = None,
                  output_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
                  outputs: Sequence[str] | None = None, providers: Sequence[str] | None = None,
@@ -49,7 +52,8 @@ class ONNXExtractor(BatchedExtractor):
     def recipe(self) -> dict[str, Any]:
         return {"type": "onnx", "model_files_sha256": files_sha256([self.model_path]),
                 "input_fn": function_identity(self.input_fn), "output_fn": function_identity(self.output_fn),
-                "outputs": None if self.outputs is None else list(self.outputs), "cache_identity": self.cache_identity}
+                "outputs": None if self.outputs is None else list(self.outputs), "providers": list(self.providers),
+                "batch_size": self.batch_size, "cache_identity": self.cache_identity}
 
     def load(self) -> Any:
         if self.session_ is None:

@@ -40,6 +40,9 @@ class SentenceTransformerExtractor(BatchedExtractor):
     ``device="auto"`` leaves an in-memory model where it is.
     """
 
+    version = 1
+    computes_with = ("torch", "transformers", "tokenizers", "sentence-transformers")
+
     def __init__(self, name: str, model_or_path: Any, *, batch_size: int = 32, normalize_embeddings: bool = False,
                  device: str = "auto", cache_identity: str | None = None, progress: bool | None = None) -> None:
         super().__init__(name, batch_size, progress)
@@ -60,7 +63,7 @@ class SentenceTransformerExtractor(BatchedExtractor):
                      "tokenizer_sha256": hashlib.sha256(vocab).hexdigest(),
                      "weights_sha256": state_dict_sha256(self.model_)}
         return {"type": "sentence_transformers", "model": model, "normalize_embeddings": self.normalize_embeddings,
-                "cache_identity": self.cache_identity}
+                "batch_size": self.batch_size, "device": self.device, "cache_identity": self.cache_identity}
 
     def load(self) -> Any:
         if self.model_ is None:

@@ -157,6 +157,9 @@ class TorchExtractor(BatchedExtractor):
     mapping holding those named outputs (default: the model output itself).
     """
 
+    version = 1
+    computes_with = ("torch",)
+
     def __init__(self, name: str, model: Any, *, collate_fn: Callable[[Any], Any] | None = None,
                  output_fn: Callable[[Any], Any] | None = None, device: str = "auto",
                  outputs: Sequence[str] | None = None, batch_size: int = 64,
@@ -204,8 +207,8 @@ class TorchExtractor(BatchedExtractor):
                 model["checkpoint_sha256"] = files_sha256(self.checkpoint_paths)
         return {"type": "torch", "model": model, "collate_fn": function_identity(self.collate_fn),
                 "output_fn": function_identity(self.output_fn),
-                "outputs": None if self.outputs is None else list(self.outputs),
-                "cache_identity": self.cache_identity}
+                "outputs": None if self.outputs is None else list(self.outputs), "batch_size": self.batch_size,
+                "device": self.device, "inference_mode": self.inference_mode, "cache_identity": self.cache_identity}
 
     def load(self) -> Any:
         """The model, loaded on first use (a TorchScript file or a factory call)."""

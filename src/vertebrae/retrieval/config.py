@@ -45,7 +45,9 @@ class RetrievalConfig(Config):
     ``cutoffs`` are normalized to a sorted tuple that always contains the primary
     metric's cutoff.  ``memory_budget_bytes`` bounds the similarity block held at once;
     ``block_size`` optionally caps the query rows per block further.  ``thread_limit``
-    caps BLAS threads (``None``: the BLAS library's default).
+    caps BLAS threads (``None``: the BLAS library's default); rankings are bitwise identical
+    whatever it is, so it is speed-only.  The block settings are not: a ranking records its
+    block plan.
     """
 
     primary_metric: str = "ndcg@10"
@@ -55,6 +57,8 @@ class RetrievalConfig(Config):
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET
     block_size: int | None = None
     thread_limit: int | None = None
+
+    speed_only = ("thread_limit",)
 
     def _validate(self) -> None:
         name = type(self).__name__

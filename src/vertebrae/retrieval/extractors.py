@@ -19,7 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
 from ..extractors.base import PrecomputedExtractor, check_extractor_name
-from ..fingerprint import callable_identity, callable_name, canonical, check_cache_identity, content_sha256, identified
+from ..fingerprint import (callable_identity, callable_name, canonical, check_cache_identity, content_sha256,
+                           declared_identity, identified)
 
 
 @runtime_checkable
@@ -44,6 +45,8 @@ class SharedSpaceExtractor:
     representation the queries are ranked in.
     """
 
+    version = 1
+
     def __init__(self, extractor: Any) -> None:
         self.extractor = extractor
         self.name = extractor.name
@@ -67,7 +70,8 @@ class SharedSpaceExtractor:
 
     def identity(self) -> dict[str, Any]:
         inner = self.extractor.identity() if hasattr(self.extractor, "identity") else self.extractor.recipe()
-        return {"type": "shared_space", "fit_on": "gallery", "extractor": {k: v for k, v in inner.items() if k != "name"}}
+        return declared_identity(self, {"type": "shared_space", "fit_on": "gallery",
+                                        "extractor": {k: v for k, v in inner.items() if k != "name"}})
 
 
 class TwoBranchExtractor:
@@ -76,6 +80,8 @@ class TwoBranchExtractor:
     Like :class:`~vertebrae.extractors.CallableExtractor`, module-level functions are
     identified by name and source; anything else only by a declared ``cache_identity``.
     """
+
+    version = 1
 
     def __init__(self, name: str, query_fn: Callable[[Any], Any], gallery_fn: Callable[[Any], Any], *,
                  params: dict[str, Any] | None = None, cache_identity: str | None = None) -> None:
@@ -106,13 +112,16 @@ class TwoBranchExtractor:
                 "gallery_callable": callable_name(self.gallery_fn), "params": self.params}
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "two_branch", "query_callable": callable_identity(self.query_fn, self.cache_identity),
-                "gallery_callable": callable_identity(self.gallery_fn, self.cache_identity),
-                "params": canonical(self.params), "cache_identity": self.cache_identity}
+        return declared_identity(self, {"type": "two_branch",
+                                        "query_callable": callable_identity(self.query_fn, self.cache_identity),
+                                        "gallery_callable": callable_identity(self.gallery_fn, self.cache_identity),
+                                        "params": canonical(self.params), "cache_identity": self.cache_identity})
 
 
 class PrecomputedPairExtractor:
     """Precomputed embeddings of both endpoints, rows in the dataset's query / gallery order."""
+
+    version = 1
 
     def __init__(self, name: str, query_embeddings: Any, gallery_embeddings: Any) -> None:
         self.name = check_extractor_name(name)
@@ -132,6 +141,9 @@ class PrecomputedPairExtractor:
         return {"type": "precomputed_pair", "name": self.name,
                 "query_sha256": content_sha256(self.query_embeddings),
                 "gallery_sha256": content_sha256(self.gallery_embeddings)}
+
+    def identity(self) -> dict[str, Any]:
+        return declared_identity(self, self.recipe())
 
 
 def endpoint_modalities(extractor: Any) -> dict[str, str]:

@@ -115,11 +115,16 @@ def endpoints(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[s
 
 
 def _ranking_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
-    return settings.config.to_dict()
+    """What a ranking reads of the config: the cutoffs and the block settings (its artifact records the block plan).
+
+    Not the primary metric (read by assemble), nor ``bidirectional`` (it only plans the reverse job), nor the
+    similarity (the endpoints' key holds it), nor the speed-only thread limit."""
+    fingerprint = settings.config.fingerprint()
+    return {name: fingerprint[name] for name in ("cutoffs", "memory_budget_bytes", "block_size")}
 
 
 def _reverse_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any] | None:
-    return None if settings.reverse is None else settings.config.to_dict()
+    return None if settings.reverse is None else _ranking_config(settings, chain)
 
 
 def rank_direction(endpoints_: Endpoints, relevance: Any, exclusions: Any, n_rows: int, n_cols: int,
@@ -153,7 +158,7 @@ def rank_reverse(job: Any, inputs: Mapping[str, Any], context: Any, timings: dic
 
 
 def _assemble_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
-    config = _ranking_config(settings, chain)
+    config = {**_ranking_config(settings, chain), "primary_metric": settings.config.primary_metric}
     if getattr(chain, "variant", None) is not None:  # the entry records its variant (also the raw `none` one)
         config = {**config, "variant": chain.variant.to_dict()}
     return config

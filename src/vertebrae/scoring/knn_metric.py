@@ -61,7 +61,7 @@ class KNNMetric(Config):
         self._set("max_block_bytes", check_int(owner, "max_block_bytes", self.max_block_bytes, minimum=1))
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "knn", **self.to_dict()}
+        return {"type": "knn", **self.fingerprint()}
 
     def block_rows(self, n_rows: int) -> int:
         """Queries per block: as many as ``max_block_bytes`` allows, at least one."""

@@ -42,6 +42,8 @@ class LabelRetrievalMetric(Config):
     block_size: int = 256
     name: str = "label_retrieval"
 
+    #: Query blocks change the memory, never a score (tests/test_key_completeness.py).
+    speed_only = ("block_size",)
     higher_is_better: ClassVar[bool] = True
     aggregate_valid: ClassVar[bool] = True
     supported_target_types: ClassVar[tuple[str, ...]] = ("single_label",)
@@ -62,7 +64,7 @@ class LabelRetrievalMetric(Config):
         return ("map", "mrr", *(f"{m}@{k}" for m in ("precision", "recall") for k in self.cutoffs))
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "label_retrieval", **self.to_dict()}
+        return {"type": "label_retrieval", **self.fingerprint()}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:

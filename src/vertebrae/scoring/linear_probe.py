@@ -59,7 +59,7 @@ class LinearProbeMetric(Config):
         self._set("alpha", check_float(owner, "alpha", self.alpha, low=0.0))
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "linear_probe", **self.to_dict()}
+        return {"type": "linear_probe", **self.fingerprint()}
 
     def estimator(self, target_type: str, seed: int | None, *, sparse_input: bool = False) -> Any:
         """The pipeline fitted on every training fold: scaling, then the model of ``target_type``."""

@@ -73,7 +73,7 @@ class LogMEMetric(Config):
         self._set("max_dense_bytes", check_int(owner, "max_dense_bytes", self.max_dense_bytes, minimum=1))
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "logme", **self.to_dict()}
+        return {"type": "logme", **self.fingerprint()}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:

@@ -144,6 +144,9 @@ class OverlapScoringConfig(Config):
     random_state: int = DEFAULT_SEED
     thread_limit: int | None = DEFAULT_THREAD_LIMIT
 
+    #: Scores are bitwise identical across tile sizes and BLAS thread counts (tests/test_key_completeness.py).
+    speed_only = ("offline_chunk_size", "thread_limit")
+
     def _validate(self) -> None:
         name = type(self).__name__
         self._set("k", _check_k(name, self.k))
@@ -192,6 +195,9 @@ class ContinuousOverlapScoringConfig(Config):
     normalize_embeddings: bool = True
     random_state: int = DEFAULT_SEED
     thread_limit: int | None = DEFAULT_THREAD_LIMIT
+
+    #: Scores are bitwise identical across tile sizes and BLAS thread counts (tests/test_key_completeness.py).
+    speed_only = ("offline_chunk_size", "thread_limit")
 
     def _validate(self) -> None:
         name = type(self).__name__
@@ -557,11 +563,11 @@ def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> tuple[np.ndarr
 
 def _backend_metadata(cfg: Any, X: Any, kmeans_kwargs: Mapping[str, Any], zeros: np.ndarray,
                       distinct: int) -> dict[str, Any]:
-    """Backend facts every overlap result records, classification or regression."""
-    return {"backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings,
-            "offline_chunk_size": cfg.offline_chunk_size, "seed": kmeans_kwargs["random_state"],
+    """Backend facts every overlap result records, classification or regression (no speed-only setting: the
+    stored score is the same bytes whichever tile size or thread limit computed it)."""
+    return {"backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings, "seed": kmeans_kwargs["random_state"],
             "kmeans_kwargs": dict(kmeans_kwargs), "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
-            "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]), "thread_limit": cfg.thread_limit,
+            "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
             "zero_rows": int(zeros.size), "distinct_rows": distinct,
             "overlapindex_version": package_version("overlapindex")}
 

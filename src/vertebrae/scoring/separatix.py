@@ -90,6 +90,9 @@ class SeparatixConfig(Config):
     random_state: int = 0
     thread_limit: int | None = DEFAULT_THREAD_LIMIT
 
+    #: Diagnoses are bitwise identical across BLAS thread counts (tests/test_key_completeness.py).
+    speed_only = ("thread_limit",)
+
     def _validate(self) -> None:
         name = type(self).__name__
         self._set("enabled", check_bool(name, "enabled", self.enabled))
@@ -176,7 +179,7 @@ class SeparatixResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        data["config"] = self.config.to_dict()
+        data["config"] = self.config.fingerprint()  # the stored form: no speed-only field
         return json.loads(json.dumps(data, allow_nan=False))
 
     @classmethod

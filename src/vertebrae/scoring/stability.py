@@ -78,6 +78,8 @@ class StabilityConfig(Config):
     batch_repeats: int = 5
     equivalence_margin: float = 0.01
 
+    #: Repeats run in worker processes give the results of one process (tests/test_key_completeness.py).
+    speed_only = ("n_jobs",)
     _removed_fields = {
         "stratified": "categorical subsampling cannot opt out of target preservation; subsample mode always samples "
                       "single-label targets per class and keeps every multi-label label, so there is nothing to switch "
@@ -126,11 +128,6 @@ class StabilityConfig(Config):
         """Every field; a fixed config leaves out the adaptive fields (its JSON is what it was before them)."""
         data = super().to_dict()
         return data if self.adaptive else {k: v for k, v in data.items() if k not in ADAPTIVE_FIELDS}
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The fields that shape the results (artifact keys): ``n_jobs`` changes only the speed."""
-        fields = {name: value for name, value in self.to_dict().items() if name != "n_jobs"}
-        return {**fields, "protocol_version": PROTOCOL_VERSION}
 
     def draws(self) -> dict[str, Any]:
         """What decides repeat i's scoring seed and rows (for every i): the key of a round of repeats.
@@ -229,8 +226,9 @@ class StabilityResult:
         return score_position(score, self.repeat_scores["score"], self.summary.interval_low, self.summary.interval_high)
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form: the configs' fingerprints (no speed-only field), whatever run computed it."""
         data = dataclasses.asdict(self)  # deep copy; summaries become plain dicts
-        data["config"] = self.config.to_dict()
+        data["config"] = self.config.fingerprint()
         return data
 
     @classmethod
@@ -475,7 +473,7 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
     class_counts = [targets.subset(r.rows).counts() for r in repeats if r.rows is not None and categorical]
     values = {name: [float(o.values[i]) for o in outcomes] for i, name in enumerate(METRICS)}
     return StabilityResult(
-        config=config, target_type=targets.target_type, n_samples=n, scoring_config=scoring_config.to_dict(),
+        config=config, target_type=targets.target_type, n_samples=n, scoring_config=scoring_config.fingerprint(),
         scoring_seeds=[r.scoring_seed for r in repeats], sampling_seeds=sampling_seeds,
         effective_sample_counts=counts, effective_subsample_fractions=[c / n for c in counts],
         repeat_class_counts=class_counts, repeat_scores=values,

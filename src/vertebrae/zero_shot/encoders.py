@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
 from ..extractors.base import check_cache_identity, check_extractor_name
-from ..fingerprint import callable_name, canonical, content_sha256, identified
+from ..fingerprint import callable_name, canonical, content_sha256, declared_identity, identified
 
 DEFAULT_MODALITIES = {"samples": "unknown", "prompts": "text"}
 
@@ -58,6 +58,7 @@ class TextEncoder:
     """
 
     modalities = {"samples": "text", "prompts": "text"}
+    version = 1
 
     def __init__(self, name: str, model: Any, *, encode_kwargs: Mapping[str, Any] | None = None,
                  cache_identity: str | None = None) -> None:
@@ -85,8 +86,9 @@ class TextEncoder:
 
     def identity(self) -> dict[str, Any]:
         model = {"callable": callable_name(type(self.model))} if self.cache_identity else canonical(self.model)
-        return {"type": "text_encoder", "model": model, "encode_kwargs": canonical(self.encode_kwargs),
-                "cache_identity": self.cache_identity}
+        return declared_identity(self, {"type": "text_encoder", "model": model,
+                                        "encode_kwargs": canonical(self.encode_kwargs),
+                                        "cache_identity": self.cache_identity})
 
 
 class ExtractorEncoder:
@@ -96,6 +98,7 @@ class ExtractorEncoder:
     """
 
     modalities = {"samples": "text", "prompts": "text"}
+    version = 1
 
     def __init__(self, extractor: Any) -> None:
         missing = [attr for attr in ("name", "fit", "transform", "recipe") if not hasattr(extractor, attr)]
@@ -128,12 +131,14 @@ class ExtractorEncoder:
 
     def identity(self) -> dict[str, Any]:
         inner = self.extractor.identity() if hasattr(self.extractor, "identity") else self.extractor.recipe()
-        return {"type": "extractor_encoder", "fit_on": "samples",
-                "extractor": {k: v for k, v in inner.items() if k != "name"}}
+        return declared_identity(self, {"type": "extractor_encoder", "fit_on": "samples",
+                                        "extractor": {k: v for k, v in inner.items() if k != "name"}})
 
 
 class PrecomputedZeroShotEncoder:
     """Sample and prompt embeddings computed elsewhere (rows in dataset order and declaration order)."""
+
+    version = 1
 
     def __init__(self, name: str, sample_embeddings: Any, prompt_embeddings: Any, *,
                  modalities: Mapping[str, str] | None = None) -> None:
@@ -152,6 +157,10 @@ class PrecomputedZeroShotEncoder:
         return {"type": "precomputed_zero_shot", "name": self.name,
                 "samples_sha256": content_sha256(self.sample_embeddings),
                 "prompts_sha256": content_sha256(self.prompt_embeddings)}
+
+    def identity(self) -> dict[str, Any]:
+        """The matrices and the declared modalities (an encoding artifact records its branch's modality)."""
+        return declared_identity(self, {**self.recipe(), "modalities": dict(self.modalities)})
 
 
 def as_encoders(encoders: Any) -> list[Any]:

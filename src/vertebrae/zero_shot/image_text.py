@@ -19,11 +19,13 @@ import numpy as np
 from ..errors import DependencyError, InputTypeError
 from ..extractors.base import check_cache_identity, check_extractor_name
 from ..extractors.batching import SINGLE_OUTPUT, check_batch_size, check_texts, stream_batches
-from ..extractors.hf_vision import check_images, check_processor_backend, image_loader, load_processor, pixel_values
+from ..extractors.hf_vision import check_images, check_processor_backend, load_processor, pixel_values
 from ..extractors.huggingface import local_model_dir, read_model_config
 from ..extractors.model_identity import files_sha256
 from ..extractors.torch import check_device, frozen, resolve_device, to_device
 from ..extras import install_hint
+from ..fingerprint import declared_identity
+from ..image_inputs import LOADER
 
 #: Model types trained with prompts padded to the tokenizer's maximum length.
 MAX_LENGTH_PADDING = ("siglip", "siglip2")
@@ -38,6 +40,10 @@ class ImageTextEncoder:
     """Images through the vision tower, prompts through the text tower, both projected into the shared space."""
 
     modalities = {"samples": "image", "prompts": "text"}
+    version = 1
+    computes_with = ("torch", "transformers", "tokenizers", "pillow")
+    #: Only the progress bar: bitwise-identical embeddings either way (tests/test_key_completeness.py).
+    speed_only = ("progress",)
 
     def __init__(self, name: str, model_path: Any, *, batch_size: int = 32, device: str = "auto",
                  processor_backend: str = "pil", cache_identity: str | None = None,
@@ -61,8 +67,12 @@ class ImageTextEncoder:
 
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_image_text", "model_files_sha256": files_sha256([self.model_dir]),
-                "processor_backend": self.processor_backend, "image_loader": image_loader(),
-                "prompt_padding": self._padding(), "cache_identity": self.cache_identity}
+                "processor_backend": self.processor_backend, "image_loader": dict(LOADER),
+                "prompt_padding": self._padding(), "batch_size": self.batch_size, "device": self.device,
+                "cache_identity": self.cache_identity}
+
+    def identity(self) -> dict[str, Any]:
+        return declared_identity(self, self.recipe())
 
     def _padding(self) -> str:
         return "max_length" if self.model_type in MAX_LENGTH_PADDING else "longest"

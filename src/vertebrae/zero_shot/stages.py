@@ -162,7 +162,7 @@ def classify(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 
 
 def _overlap_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
-    return {"overlap": settings.scoring_config.to_dict()}
+    return {"overlap": settings.scoring_config.fingerprint()}
 
 
 @stage(PIPELINE, "overlap", version=1, reads=("encode_samples",), optional_reads=("compress",), context=("targets",),
