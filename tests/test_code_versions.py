@@ -8,14 +8,19 @@ updated: bump the version when the outputs can change, then rewrite the pins wit
 ``VERTEBRAE_UPDATE_CODE_PINS=1 pytest tests/test_code_versions.py``.
 
 An extractor's source is its class's plus that of every vertebrae base class it inherits from
-(``BatchedExtractor``, ``LayerPoolingExtractor``); a stage's is its function's.
+(``BatchedExtractor``, ``LayerPoolingExtractor``); a stage's is its function's.  Both add the source of
+every vertebrae function and class their code names, transitively — module globals, attributes of an
+imported vertebrae module and function-level imports — so an edit of a helper such as ``pool`` or
+``run_stability_analysis`` cannot change outputs unversioned either.
 """
 
 from __future__ import annotations
 
+import dis
 import hashlib
 import importlib
 import inspect
+import types
 import json
 import os
 import pathlib
@@ -56,12 +61,74 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _ours(value: object) -> bool:
+    return (inspect.isfunction(value) or inspect.isclass(value)) and getattr(value, "__module__", "").startswith(
+        "vertebrae.")
+
+
+def _code_objects(value: object) -> list[types.CodeType]:
+    """The code of a function, or of every function defined in a class body (methods, properties, static ones)."""
+    members = [value] if inspect.isfunction(value) else list(vars(value).values())
+    found = []
+    for member in members:
+        for attribute in ("fget", "fset", "__func__"):
+            member = getattr(member, attribute, member)
+        if inspect.isfunction(member):
+            found.append(member.__code__)
+    return found
+
+
+def _named(code: types.CodeType, module: types.ModuleType) -> list[object]:
+    """The vertebrae functions and classes a code object names: globals, module attributes, function-level imports."""
+    found: list[object] = []
+    namespace = vars(module)
+    modules = [v for v in namespace.values() if inspect.ismodule(v) and v.__name__.startswith("vertebrae")]
+    imported: types.ModuleType | None = None
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "IMPORT_NAME":
+            level = next((i.argval for i in dis.get_instructions(code) if i.offset == instruction.offset - 4), 0)
+            name = ("." * int(level or 0)) + (instruction.argval or "")
+            try:
+                imported = importlib.import_module(importlib.util.resolve_name(name, module.__package__))
+            except (ImportError, ValueError):
+                imported = None
+        elif instruction.opname == "IMPORT_FROM" and imported is not None:
+            value = getattr(imported, instruction.argval, None)
+            if inspect.ismodule(value) and value.__name__.startswith("vertebrae"):
+                modules.append(value)
+            found.append(value)
+        elif instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            found.append(namespace.get(instruction.argval))
+        elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+            found += [getattr(m, instruction.argval, None) for m in modules]
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            found += _named(constant, module)
+    return [value for value in found if _ours(value)]
+
+
+def pinned_source(*roots: object) -> str:
+    """The source of ``roots`` and of every vertebrae function and class they name, transitively, in a fixed order."""
+    seen: dict[str, object] = {}
+    pending = list(roots)
+    while pending:
+        value = pending.pop()
+        name = f"{value.__module__}.{value.__qualname__}"
+        if name in seen:
+            continue
+        seen[name] = value
+        module = importlib.import_module(value.__module__)
+        for code in _code_objects(value):
+            pending += _named(code, module)
+    return "".join(inspect.getsource(seen[name]) for name in sorted(seen))
+
+
 def extractor_source(cls: type) -> str:
-    return "".join(inspect.getsource(c) for c in cls.__mro__ if c.__module__.startswith("vertebrae."))
+    return pinned_source(*(c for c in cls.__mro__ if c.__module__.startswith("vertebrae.")))
 
 
 def current_pins() -> dict[str, list]:
-    pins = {f"stage:{name}": [d.version, _sha256(inspect.getsource(d.function))] for name, d in shipped_stages().items()}
+    pins = {f"stage:{name}": [d.version, _sha256(pinned_source(d.function))] for name, d in shipped_stages().items()}
     pins.update({f"extractor:{name}": [cls.version, _sha256(extractor_source(cls))]
                  for name, cls in shipped_extractors().items()})
     return dict(sorted(pins.items()))
