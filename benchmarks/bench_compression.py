@@ -58,7 +58,7 @@ def _child(kind: str, variant: str, size: dict, queue) -> None:
     from threadpoolctl import threadpool_limits
 
     from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, EmbeddingCompressionConfig,
-                           OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig)
+                               OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig)
 
     warnings.simplefilter("ignore")
     X, y = make_dense(**size)

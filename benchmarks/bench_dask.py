@@ -40,7 +40,7 @@ def make_data(n: int, dim: int, n_classes: int, seed: int = 0) -> tuple[np.ndarr
 
 def _score(X: np.ndarray, labels: np.ndarray, seed: int | None) -> float:
     from vertebrae.scoring.overlap import OverlapIndexScorer, OverlapScoringConfig
-    from vertebrae.targets import build_targets
+    from vertebrae.inputs.targets import build_targets
 
     return OverlapIndexScorer(OverlapScoringConfig(k=31)).score(X, build_targets(labels), seed=seed).score
 
@@ -54,7 +54,7 @@ def bare(small: bool) -> None:
     from vertebrae import StabilityConfig
     from vertebrae.execution.dask import local_cluster
     from vertebrae.scoring.stability import plan_repeats
-    from vertebrae.targets import build_targets
+    from vertebrae.inputs.targets import build_targets
 
     n, dim, n_classes, repeats = (2_000, 64, 10, 5) if small else (20_000, 384, 20, 20)
     X, labels = make_data(n, dim, n_classes)
@@ -73,8 +73,8 @@ def child(mode: str, small: bool, output: str) -> None:
     from sklearn.decomposition import PCA
     from sklearn.random_projection import GaussianRandomProjection
 
-    from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, OverlapScoringConfig, PrecomputedExtractor,
-                           SeparatixConfig, SklearnExtractor, StabilityConfig)
+    from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, OverlapScoringConfig,
+                               PrecomputedExtractor, SeparatixConfig, SklearnExtractor, StabilityConfig)
     from vertebrae.execution import DaskRunner
 
     if mode == "bare":

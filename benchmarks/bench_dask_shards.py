@@ -33,8 +33,8 @@ def make(X, labels, store=None, profiled=False):
     from sklearn.random_projection import GaussianRandomProjection
 
     from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, MemoryConfig, ResourceProfilingConfig,
-                           SeparatixConfig, SklearnExtractor)
-    from vertebrae.cache import CacheConfig
+                               SeparatixConfig, SklearnExtractor)
+    from vertebrae.artifacts.cache import CacheConfig
 
     data = BenchmarkDataset.from_arrays(X, labels, identity=DatasetIdentity.declared("bench-shards", "1"))
     return Benchmark(data, [SklearnExtractor("proj", GaussianRandomProjection(256, random_state=0))],

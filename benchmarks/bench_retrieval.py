@@ -31,9 +31,9 @@ from scipy import sparse
 
 from vertebrae import DatasetIdentity
 from vertebrae.extractors import PrecomputedExtractor
-from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
-from vertebrae.retrieval.metrics import ranking_metrics, similarity_diagnostics
-from vertebrae.retrieval.ranking import plan_blocks, prepare_endpoints, rank_relevant
+from vertebrae.families.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+from vertebrae.families.retrieval.metrics import ranking_metrics, similarity_diagnostics
+from vertebrae.families.retrieval.ranking import plan_blocks, prepare_endpoints, rank_relevant
 
 FULL = (10_000, 100_000, 384)
 SMALL = (1_000, 10_000, 64)

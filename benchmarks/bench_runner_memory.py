@@ -37,7 +37,7 @@ def _child(kind: str, n: int, dim: int, queue) -> None:
     from threadpoolctl import threadpool_limits
 
     from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, OverlapScoringConfig,
-                           SeparatixConfig)
+                               SeparatixConfig)
 
     warnings.simplefilter("ignore")
     rng = np.random.default_rng(0)

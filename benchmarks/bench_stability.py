@@ -27,7 +27,7 @@ import numpy as np
 
 from vertebrae.scoring.overlap import OverlapIndexScorer, OverlapScoringConfig
 from vertebrae.scoring.stability import StabilityConfig, run_stability_analysis
-from vertebrae.targets import build_targets
+from vertebrae.inputs.targets import build_targets
 
 REPEATS = 20
 ROUNDS = 2
@@ -82,7 +82,7 @@ def main() -> None:
 
 def adaptive(X: np.ndarray, labels: np.ndarray, n_classes: int) -> None:
     """Auto against fixed repeats on one clear winner and two tied runners-up, through Benchmark.run()."""
-    from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, PrecomputedExtractor, SeparatixConfig)
+    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, PrecomputedExtractor, SeparatixConfig
 
     rng = np.random.default_rng(1)
     runner_up = [X + rng.normal(0.0, 0.5, X.shape).astype(np.float32) for _ in range(2)]

@@ -13,7 +13,8 @@ import warnings
 
 from bench_overlap import make_dense
 
-from vertebrae import OverlapIndexScorer, OverlapScoringConfig
+from vertebrae import OverlapScoringConfig
+from vertebrae.scoring import OverlapIndexScorer
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ import warnings
 import numpy as np
 
 from vertebrae import (BenchmarkDataset, DatasetIdentity, PrecomputedZeroShotEncoder, ZeroShotBenchmark,
-                       ZeroShotConfig, ZeroShotDataset)
-from vertebrae.zero_shot.classify import build_prototypes, classify, plan_blocks
+                           ZeroShotConfig, ZeroShotDataset)
+from vertebrae.families.zero_shot.classify import build_prototypes, classify, plan_blocks
 
 FULL = (10_000, 1_000, 384)
 SMALL = (2_000, 200, 64)

@@ -22,8 +22,9 @@ from sklearn.model_selection import cross_val_predict, cross_val_score
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.neighbors import KNeighborsRegressor
 
-from vertebrae import ContinuousOverlapScoringConfig, OverlapIndexScorer, OverlapScoringConfig
-from vertebrae.targets import build_targets
+from vertebrae import ContinuousOverlapScoringConfig, OverlapScoringConfig
+from vertebrae.scoring import OverlapIndexScorer
+from vertebrae.inputs.targets import build_targets
 
 SIZES = ((1000, 16), (2000, 64))
 R2_LEVELS = (0.98, 0.9, 0.75, 0.5, 0.25, 0.1, 0.0)

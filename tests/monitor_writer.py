@@ -15,7 +15,7 @@ import overlapindex  # noqa: F401  (warm import in the fork server)
 import sklearn.cluster  # noqa: F401  (warm import in the fork server)
 
 from vertebrae import (BenchmarkDataset, DatasetIdentity, OverlapScoringConfig, PrecomputedExtractor,
-                       RepresentationMonitor, SeparatixConfig)
+                           RepresentationMonitor, SeparatixConfig)
 
 SETTINGS = {"scoring_config": OverlapScoringConfig(k=4), "separatix_config": SeparatixConfig(enabled=False)}
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, CacheConfig, CallableMetric, ConfigError, DatasetIdentity,
-                       OverlapScoringConfig, PrecomputedExtractor, StabilityConfig)
-from vertebrae.cli import main
+                           OverlapScoringConfig, PrecomputedExtractor, StabilityConfig)
+from vertebrae.cli.main import main
 from vertebrae.errors import ConfigTypeError
 from vertebrae.execution.caching import NOT_MEASURED_CACHE_HIT
 from vertebrae.scoring.overlap import OverlapIndexScorer
 from vertebrae.scoring.paired_verdicts import compare_paired
-from vertebrae.targets import build_targets
+from vertebrae.inputs.targets import build_targets
 
 from .conftest import gaussian_classes
 
@@ -108,7 +108,7 @@ def test_an_equivalence_margin_decides_a_tie_that_lies_within_it(data):
 
 def test_the_decision_rule_is_the_paired_interval_of_the_verdicts(data):
     """Checked against compare_paired on hand-made repeat scores: excludes 0, within the margin, neither."""
-    from vertebrae.adaptive_repeats import is_decided
+    from vertebrae.selection.adaptive_repeats import is_decided
 
     best = [0.80, 0.82, 0.81, 0.79]
     worse = compare_paired("w", "b", [0.70, 0.71, 0.69, 0.72], best, higher_is_better=True, interval_level=0.95)
@@ -229,9 +229,9 @@ def test_round_state_lives_in_the_rounds_settings_not_the_users(data):
     import dataclasses
     import pickle
 
-    from vertebrae.benchmark import BenchmarkSettings
-    from vertebrae.benchmark_stages import repeat_window
-    from vertebrae.front_door import RoundSettings
+    from vertebrae.families.labeled.benchmark import BenchmarkSettings
+    from vertebrae.families.labeled.stages import repeat_window
+    from vertebrae.families.front_door import RoundSettings
 
     assert not {f.name for f in dataclasses.fields(BenchmarkSettings)} & {"referee_finalists", "stability_window"}
     bench = _clear(data, StabilityConfig(repeats="auto", min_repeats=4, batch_repeats=2))

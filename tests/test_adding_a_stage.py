@@ -26,7 +26,7 @@ from vertebrae.execution import DaskRunner
 from vertebrae.execution.context import Chain, RunContext
 from vertebrae.execution.plan import build_plan
 from vertebrae.execution.registry import _REGISTRY, pipeline_stages, stage
-from vertebrae.fingerprint import content_sha256
+from vertebrae._base.fingerprint import content_sha256
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 MODULE = "norms_stage"
@@ -117,7 +117,7 @@ def test_the_example_runs_through_the_staged_cli(norms_module, tmp_path):
            "PYTHONPATH": str(tmp_path)}
 
     def cli(*args: str) -> None:
-        done = subprocess.run([sys.executable, "-m", "vertebrae.cli", *args], cwd=tmp_path, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "vertebrae.cli.main", *args], cwd=tmp_path, capture_output=True,
                               text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stderr
 

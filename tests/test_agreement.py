@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy import sparse, stats
 
-from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, DatasetIdentity, KNNMetric, LinearProbeMetric,
-                       LogMEMetric, PrecomputedExtractor, SeparatixConfig)
-from vertebrae.cli import main
-from vertebrae.embeddings import SCALE_RATIO_THRESHOLD, column_scale
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, DatasetIdentity, KNNMetric,
+                           LinearProbeMetric, LogMEMetric, PrecomputedExtractor, SeparatixConfig)
+from vertebrae.cli.main import main
+from vertebrae.inputs.embeddings import SCALE_RATIO_THRESHOLD, column_scale
 from vertebrae.errors import DataWarning
 from vertebrae.scoring.metric_result import MetricResult
 

@@ -17,10 +17,11 @@ from sklearn.preprocessing import FunctionTransformer
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableMetric, DatasetIdentity,
-                       OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig, SklearnExtractor, StabilityConfig)
+                           OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig, SklearnExtractor,
+                           StabilityConfig)
 from vertebrae.execution import plan as plan_module
 from vertebrae.execution import registry
-from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+from vertebrae.families.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
 
 IDENTITY = DatasetIdentity.declared("keys", "1")
 STAGES = ("extract", "embedding", "score", "stability", "metrics", "diagnose", "assemble")

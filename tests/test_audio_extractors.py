@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from vertebrae import (Benchmark, BenchmarkDataset, CacheConfig, DatasetIdentity, HFAudioExtractor,
-                       ResourceProfilingConfig, SeparatixConfig)
+                           ResourceProfilingConfig, SeparatixConfig)
 from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
 
 RATE = 16_000

@@ -12,10 +12,10 @@ from overlapindex import OverlapIndex
 from sklearn.decomposition import PCA
 from sklearn.preprocessing import normalize
 
-from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, ConfigError, ExtractorError,
-                       InputTypeError, InputValidationError, OverlapScoringConfig, PrecomputedExtractor,
-                       SklearnExtractor)
-from vertebrae import json_codec
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, ConfigError,
+                           ExtractorError, InputTypeError, InputValidationError, OverlapScoringConfig,
+                           PrecomputedExtractor, SklearnExtractor)
+from vertebrae._base import json_codec
 
 from .conftest import gaussian_classes
 

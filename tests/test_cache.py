@@ -12,9 +12,9 @@ import pytest
 
 from vertebrae.artifacts import FsspecStore, StoredArtifact
 from vertebrae.artifacts.manifest import MANIFEST_FILE
-from vertebrae.cache import (CacheConfig, default_cache_dir, list_entries, parse_duration, parse_size, prune_store,
-                             verify_store)
-from vertebrae.cli import main
+from vertebrae.artifacts.cache import (CacheConfig, default_cache_dir, list_entries, parse_duration, parse_size,
+                                           prune_store, verify_store)
+from vertebrae.cli.main import main
 from vertebrae.errors import ArtifactError, ConfigError
 
 from .store_servers import (S3_KEY, S3_SECRET, gcs_bucket, gcs_endpoint, moto_endpoint, s3_bucket,  # noqa: F401
@@ -209,6 +209,6 @@ def test_cli_cache_bad_input_exits_2(tmp_path, capsys):
 
 @pytest.mark.parametrize("action", ["list", "verify", "prune"])
 def test_cli_cache_help(action):
-    result = subprocess.run([sys.executable, "-m", "vertebrae.cli", "cache", action, "--help"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "vertebrae.cli.main", "cache", action, "--help"], capture_output=True,
                             text=True, check=True)
     assert "--store" in result.stdout and result.stdout.startswith("usage: ")

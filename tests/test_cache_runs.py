@@ -16,10 +16,10 @@ from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, RetrievalBenchmark,
-                       RetrievalDataset, SklearnExtractor, TwoBranchExtractor)
+                           RetrievalDataset, SklearnExtractor, TwoBranchExtractor)
 from vertebrae.artifacts import FsspecStore
-from vertebrae.cache import CacheConfig, verify_store
-from vertebrae.cli import main
+from vertebrae.artifacts.cache import CacheConfig, verify_store
+from vertebrae.cli.main import main
 from vertebrae.errors import ArtifactError, ArtifactIntegrityError, ArtifactWarning, ConfigError
 from vertebrae.execution.caching import StageCache
 
@@ -296,7 +296,7 @@ def test_an_unwritable_store_warns_and_the_run_continues(data, tmp_path):
 
 # ---------------------------------------------------------------- configuration and safety
 def test_cache_config_type_is_checked_before_any_work(data):
-    with pytest.raises(ConfigError, match="cache_config must be a vertebrae.cache.CacheConfig"):
+    with pytest.raises(ConfigError, match="cache_config must be a vertebrae.artifacts.cache.CacheConfig"):
         Benchmark(data, [CountingExtractor()], cache_config={"store": "/tmp/x"})
 
 
@@ -323,7 +323,7 @@ def test_a_hit_does_not_import_the_extractor_framework(tmp_path):
         warnings.simplefilter("ignore")
         import numpy as np
         from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity
-        from vertebrae.cache import CacheConfig
+        from vertebrae.artifacts.cache import CacheConfig
 
         class Framework:
             name = "framework"

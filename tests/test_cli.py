@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import sparse
 
-from vertebrae.cli import main
+from vertebrae.cli.main import main
 
 from .conftest import gaussian_classes
 
@@ -149,7 +149,7 @@ def test_report_regenerates_markdown_from_json(project, capsys):
 
 
 def test_console_script_exit_code_on_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "vertebrae.cli", "run"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "vertebrae.cli.main", "run"], capture_output=True, text=True)
     assert proc.returncode == 2 and "the following arguments are required: config" in proc.stderr
 
 
@@ -166,7 +166,7 @@ def test_parquet_without_pyarrow_names_the_extra(project, monkeypatch):
     import builtins
 
     from vertebrae.errors import DependencyError
-    from vertebrae.io import load_matrix
+    from vertebrae.inputs.io import load_matrix
 
     real_import = builtins.__import__
 
@@ -181,7 +181,7 @@ def test_parquet_without_pyarrow_names_the_extra(project, monkeypatch):
 
 
 def test_csv_readers_keep_text_labels_and_detect_numeric_headers(tmp_path):
-    from vertebrae.io import load_column, load_matrix
+    from vertebrae.inputs.io import load_column, load_matrix
 
     X = np.arange(12.0).reshape(4, 3) + 0.5
     pd.DataFrame(X).to_csv(tmp_path / "unnamed.csv", index=False)  # header line "0,1,2"
@@ -202,7 +202,7 @@ def test_csv_readers_keep_text_labels_and_detect_numeric_headers(tmp_path):
 ])
 def test_blank_or_malformed_label_lines_are_named_by_line_number(tmp_path, capsys, name, text, message):
     """Issue 11 item 7: not dropped silently (which surfaced as a row-count mismatch)."""
-    from vertebrae.io import load_column
+    from vertebrae.inputs.io import load_column
 
     (tmp_path / name).write_text(text)
     with pytest.raises(Exception, match=re.escape(message)):
@@ -262,12 +262,12 @@ def test_run_shows_each_distinct_warning_once_and_quiet_silences_them(project, c
 
 def test_run_help_summarizes_the_config_format_and_points_to_the_docs(capsys):
     """Issue 11 item 12."""
-    from vertebrae.run_config import DATASET_KEYS, SECTIONS
+    from vertebrae.cli.run_config import DATASET_KEYS, SECTIONS
 
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     text = capsys.readouterr().out
-    assert "docs/cli.md" in text and "vertebrae.run_config" not in text
+    assert "docs/cli.md" in text and "vertebrae.cli.run_config" not in text
     for section in SECTIONS:
         assert (f"[[{section}]]" if section in ("extractors", "metrics") else f"[{section}]") in text
     assert all(key in text for key in DATASET_KEYS - {"identity"})  # identity appears as identity = "content"

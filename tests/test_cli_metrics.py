@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vertebrae import BenchmarkResult
-from vertebrae.cli import main
+from vertebrae.cli.main import main
 
 from .conftest import gaussian_classes
 

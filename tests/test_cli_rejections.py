@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vertebrae.cli import main
+from vertebrae.cli.main import main
 
 from .test_cli_metrics import CONFIG as METRICS_CONFIG, write_project
 
@@ -133,7 +133,7 @@ def test_quiet_silences_transformers_progress_bars_and_logs(tiny_bert, capfd):
     from transformers import BertModel
     from transformers.utils import logging as hf_logging
 
-    from vertebrae.cli import third_party_output
+    from vertebrae.cli.main import third_party_output
 
     hf_logging.enable_progress_bar()
     level = hf_logging.get_verbosity()
@@ -174,7 +174,7 @@ def test_integer_valued_regression_targets_point_to_target_type_regression(tmp_p
 
 def test_integer_class_ids_with_a_rare_class_keep_the_class_message():
     from vertebrae import InputValidationError
-    from vertebrae.targets import build_targets
+    from vertebrae.inputs.targets import build_targets
 
     y = np.repeat(np.arange(12), 5)[:-4]  # 12 classes, the last one with a single row
     with pytest.raises(InputValidationError, match=r"class\(es\) '11.0' \(1 sample\) have fewer than 2 samples"):
@@ -298,7 +298,7 @@ def test_the_same_metric_given_to_plan_and_score_is_one_metric(project, monkeypa
 
 # ------------------------------------------------------------------ 9. install hints
 def test_install_hints_name_packages_never_the_registrys_vertebrae(capsys):
-    from vertebrae.extras import EXTRAS, install_hint
+    from vertebrae._base.extras import EXTRAS, install_hint
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert {name: tuple(packages) for name, packages in declared.items() if name != "test"} == EXTRAS

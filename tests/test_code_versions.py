@@ -32,10 +32,10 @@ PINS = pathlib.Path(__file__).with_name("code_versions.json")
 EXTRACTOR_MODULES = ("vertebrae.extractors.base", "vertebrae.extractors.huggingface", "vertebrae.extractors.hf_vision",
                      "vertebrae.extractors.hf_audio", "vertebrae.extractors.sentence_transformers",
                      "vertebrae.extractors.onnx", "vertebrae.extractors.torch", "vertebrae.extractors.keras",
-                     "vertebrae.extractors.jax", "vertebrae.retrieval.extractors", "vertebrae.zero_shot.encoders",
-                     "vertebrae.zero_shot.image_text", "vertebrae.multimodal")
-STAGE_MODULES = ("vertebrae.benchmark_stages", "vertebrae.retrieval.stages", "vertebrae.zero_shot.stages",
-                 "vertebrae.screening_stages")
+                     "vertebrae.extractors.jax", "vertebrae.families.retrieval.extractors", "vertebrae.families.zero_shot.encoders",
+                     "vertebrae.families.zero_shot.image_text", "vertebrae.inputs.multimodal")
+STAGE_MODULES = ("vertebrae.families.labeled.stages", "vertebrae.families.retrieval.stages", "vertebrae.families.zero_shot.stages",
+                 "vertebrae.selection.screening_stages")
 
 
 def shipped_extractors() -> dict[str, type]:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, InputValidationError, OverlapScoringConfig,
-                       RetrievalBenchmark, RetrievalConfig, RetrievalDataset, StabilityConfig)
-from vertebrae.cli import main
-from vertebrae.compare import compare_results
+                           RetrievalBenchmark, RetrievalConfig, RetrievalDataset, StabilityConfig)
+from vertebrae.cli.main import main
+from vertebrae.reports.compare import compare_results
 from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
 
@@ -122,7 +122,7 @@ def test_retrieval_results_compare():
         warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
         good = RetrievalBenchmark(ds, [PrecomputedExtractor("own")], progress=False).run()
         noisy_gallery = gallery + rng.normal(0, 3, gallery.shape)
-        from vertebrae.retrieval import PrecomputedPairExtractor
+        from vertebrae.families.retrieval import PrecomputedPairExtractor
         bad = RetrievalBenchmark(ds, [PrecomputedPairExtractor("own", queries, noisy_gallery)], progress=False).run()
     comparison = compare_results(good.serialized(), bad.serialized())
     row = comparison["candidates"][0]

@@ -18,14 +18,14 @@ from sklearn.decomposition import PCA, TruncatedSVD
 from sklearn.random_projection import GaussianRandomProjection, SparseRandomProjection
 
 from tests.conftest import gaussian_classes
-from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableMetric, ConfigError, DatasetIdentity,
-                       EmbeddingCompressionConfig, OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig,
-                       StabilityConfig)
-from vertebrae.compression import Compressor, pareto_frontier
+from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableMetric, ConfigError,
+                           DatasetIdentity, EmbeddingCompressionConfig, OverlapScoringConfig, PrecomputedExtractor,
+                           SeparatixConfig, StabilityConfig)
+from vertebrae.extractors.compression import Compressor, pareto_frontier
 from vertebrae.errors import CompressionWarning, InputValidationError
-from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
-                                 TwoBranchExtractor)
-from vertebrae.run_config import benchmark_kwargs
+from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig,
+                                              RetrievalDataset, TwoBranchExtractor)
+from vertebrae.cli.run_config import benchmark_kwargs
 
 C = EmbeddingCompressionConfig
 IDENTITY = DatasetIdentity.declared("compression", "1")
@@ -447,7 +447,7 @@ def test_prefix_truncation_warns_only_for_extractors_not_declared_matryoshka():
 
 
 def test_the_cli_runs_the_compression_section_end_to_end(tmp_path):
-    from vertebrae.cli import main
+    from vertebrae.cli.main import main
 
     X, y = blobs()
     np.save(tmp_path / "x.npy", X)

@@ -8,7 +8,7 @@ import pytest
 
 import vertebrae
 from vertebrae import ConfigError, StabilityConfig
-from vertebrae._config import Config
+from vertebrae._base.config import Config
 
 
 def _config_classes() -> list[type]:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.test_dask_runner import NO_SEPARATIX, _run_in_thread, classes, run_locally, slow_embed, without_timing
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableMetric, DatasetIdentity,
-                       PrecomputedExtractor, StabilityConfig)
+                           PrecomputedExtractor, StabilityConfig)
 from vertebrae.errors import ExecutionError
 from vertebrae.execution import DaskRunner
 

@@ -21,12 +21,13 @@ from sklearn.random_projection import GaussianRandomProjection
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, ContinuousOverlapScoringConfig,
-                       DatasetIdentity, ExtractorError, OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig,
-                       SklearnExtractor, StabilityConfig)
+                           DatasetIdentity, ExtractorError, OverlapScoringConfig, PrecomputedExtractor,
+                           SeparatixConfig, SklearnExtractor, StabilityConfig)
 from vertebrae.errors import ConfigError
 from vertebrae.execution import DaskRunner
-from vertebrae import json_codec
-from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+from vertebrae._base import json_codec
+from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig,
+                                              RetrievalDataset)
 
 IDENTITY = DatasetIdentity.declared("dask-runner", "1")
 NO_SEPARATIX = SeparatixConfig(enabled=False)
@@ -191,7 +192,7 @@ def test_zero_shot_is_byte_identical(dask_client):
 
 
 def test_the_cache_works_on_workers_miss_then_hit_with_identical_scores(dask_client, tmp_path):
-    from vertebrae.cache import CacheConfig
+    from vertebrae.artifacts.cache import CacheConfig
 
     def make(store):
         return Benchmark(classes(), three_extractors()[:2], separatix_config=NO_SEPARATIX,
@@ -358,7 +359,7 @@ def test_import_vertebrae_imports_no_dask():
 
 # ----------------------------------------------------------------------------- CLI
 def test_cli_run_with_a_dask_address_writes_the_same_report(dask_client, tmp_path):
-    from vertebrae.cli import main
+    from vertebrae.cli.main import main
 
     X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=5, seed=9)
     np.save(tmp_path / "a.npy", X)

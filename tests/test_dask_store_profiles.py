@@ -16,13 +16,13 @@ from sklearn.decomposition import PCA
 from tests.store_servers import moto_endpoint, s3_bucket, s3_options  # noqa: F401 (fixtures)
 from tests.test_dask_runner import NO_SEPARATIX, classes, run_locally, without_timing
 from vertebrae import (Benchmark, CallableExtractor, PrecomputedExtractor, ResourceProfilingConfig,
-                       SklearnExtractor)
+                           SklearnExtractor)
 from vertebrae.artifacts.store import open_store
-from vertebrae.cache import CacheConfig
+from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.execution import DaskRunner
 from vertebrae.execution.caching import SHARD_STAGE, shard_key
-from vertebrae.profiling import AGGREGATE_WORKER_COMPUTE, WorkerMeasurement, distributed_profile
-from vertebrae import json_codec
+from vertebrae.extractors.profiling import AGGREGATE_WORKER_COMPUTE, WorkerMeasurement, distributed_profile
+from vertebrae._base import json_codec
 
 ROWS = 180  # classes(): 3 classes x 60 rows, 8 dimensions
 
@@ -197,7 +197,8 @@ def test_a_sharded_profiled_extract_merges_its_worker_measurements(dask_client, 
 
 def test_retrieval_endpoints_get_one_distributed_profile_each(dask_client):
     from vertebrae import DatasetIdentity
-    from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+    from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig,
+                                                  RetrievalDataset)
 
     rng = np.random.default_rng(0)
     queries, gallery = rng.normal(size=(12, 5)), rng.normal(size=(40, 5))

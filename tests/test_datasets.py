@@ -11,7 +11,7 @@ import pytest
 from scipy import sparse
 
 from vertebrae import BenchmarkDataset, DatasetIdentity, InputTypeError, InputValidationError, LabelCatalog
-from vertebrae.labels import decode_key, semantic_key
+from vertebrae.inputs.labels import decode_key, semantic_key
 
 
 def test_label_catalog_keeps_typed_values_distinct_and_disambiguates_display():

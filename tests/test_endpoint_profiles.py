@@ -17,18 +17,18 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.pipeline import make_pipeline
 
 from tests.test_zero_shot_benchmark import WordCounter, text_dataset, texts_and_labels
-from vertebrae import (DatasetIdentity, DistributedResourceProfile, EmbeddingCompressionConfig, LocalResourceProfile,
-                       PrecomputedZeroShotEncoder, ResourceProfilingConfig, TextEncoder, ZeroShotBenchmark,
-                       ZeroShotBenchmarkResult)
+from vertebrae import (DatasetIdentity, DistributedResourceProfile, EmbeddingCompressionConfig,
+                           LocalResourceProfile, PrecomputedZeroShotEncoder, ResourceProfilingConfig, TextEncoder,
+                           ZeroShotBenchmark, ZeroShotBenchmarkResult)
 from vertebrae.artifacts.codecs import output_array
-from vertebrae.cache import CacheConfig
+from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.errors import ConfigTypeError, SerializationError
 from vertebrae.execution import DaskRunner
 from vertebrae.extractors import SklearnExtractor
-from vertebrae.profiling import CACHE_HIT, ENCODE_CALL
-from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
-                                 RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
-from vertebrae.zero_shot import ExtractorEncoder
+from vertebrae.extractors.profiling import CACHE_HIT, ENCODE_CALL
+from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
+                                              RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
+from vertebrae.families.zero_shot import ExtractorEncoder
 
 #: The tiny dataset reduces OverlapIndex's k and makes top-5 trivial: warned, and beside the point here.
 pytestmark = [pytest.mark.filterwarnings("ignore::vertebrae.errors.ScoringWarning"),

@@ -21,18 +21,18 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, OverlapScoringConfig, SeparatixConfig,
-                       StabilityConfig)
-from vertebrae.cache import CacheConfig
-from vertebrae.cli import main
-from vertebrae.compression import EmbeddingCompressionConfig
+                           StabilityConfig)
+from vertebrae.artifacts.cache import CacheConfig
+from vertebrae.cli.main import main
+from vertebrae.extractors.compression import EmbeddingCompressionConfig
 from vertebrae.errors import ConfigError, InputValidationError, VertebraeError
 from vertebrae.extractors import PrecomputedExtractor
-from vertebrae.fingerprint import content_sha256
-from vertebrae.io import MAX_CONFIG_BYTES, load_column, load_config_file, load_matrix
+from vertebrae._base.fingerprint import content_sha256
+from vertebrae.inputs.io import MAX_CONFIG_BYTES, load_column, load_config_file, load_matrix
 from vertebrae.reports import figures
-from vertebrae.run_config import DATASET_FIELDS, benchmark_from_config
+from vertebrae.cli.run_config import DATASET_FIELDS, benchmark_from_config
 from vertebrae.scoring.overlap import ContinuousOverlapScoringConfig
-from vertebrae.staged_workflow import PlanFile
+from vertebrae.cli.staged_workflow import PlanFile
 
 #: Names matplotlib reads as mathtext (the first two do not even parse) or Markdown as a link or an image.
 HOSTILE_NAMES = ["$\\frac{$", "tier_$x^2^3$", "cost $5 and $6", "[link](http://evil.example)",

@@ -20,9 +20,9 @@ from sklearn.preprocessing import FunctionTransformer
 from sklearn.random_projection import GaussianRandomProjection
 
 from tests.conftest import gaussian_classes
-from vertebrae import (Benchmark, BenchmarkDataset, CacheConfig, CallableExtractor, CallableMetric, DatasetIdentity,
-                       SeparatixConfig, SklearnExtractor)
-from vertebrae.fingerprint import UNIDENTIFIED, canonical, identified
+from vertebrae import (Benchmark, BenchmarkDataset, CacheConfig, CallableExtractor, CallableMetric,
+                           DatasetIdentity, SeparatixConfig, SklearnExtractor)
+from vertebrae._base.fingerprint import UNIDENTIFIED, canonical, identified
 
 IDENTITY = DatasetIdentity.declared("identity", "1")
 QUIET = dict(separatix_config=SeparatixConfig(enabled=False))

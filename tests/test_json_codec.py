@@ -12,7 +12,7 @@ import pytest
 from scipy import sparse
 
 from vertebrae import SerializationError
-from vertebrae import json_codec
+from vertebrae._base import json_codec
 
 
 class Color(enum.Enum):

@@ -20,8 +20,8 @@ import keras
 import numpy as np
 import pytest
 
-from vertebrae import (Benchmark, BenchmarkDataset, CacheConfig, DatasetIdentity, JAXExtractor,
-                       KerasExtractor, ResourceProfilingConfig, SeparatixConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, CacheConfig, DatasetIdentity, JAXExtractor, KerasExtractor,
+                           ResourceProfilingConfig, SeparatixConfig)
 from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
 
 from .conftest import gaussian_classes

@@ -26,12 +26,12 @@ from sklearn.decomposition import PCA
 from tests.conftest import gaussian_classes
 from tests.test_code_versions import shipped_extractors
 from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, ContinuousOverlapScoringConfig, DatasetIdentity,
-                       HFTextExtractor, OverlapIndexScorer, OverlapScoringConfig, SeparatixConfig, SklearnExtractor,
-                       StabilityConfig)
-from vertebrae._config import Config
-from vertebrae.benchmark_stages import STABILITY_CODEC, StabilityArtifact
+                       HFTextExtractor, OverlapScoringConfig, SeparatixConfig, SklearnExtractor, StabilityConfig)
+from vertebrae.scoring import OverlapIndexScorer
+from vertebrae._base.config import Config
+from vertebrae.families.labeled.stages import STABILITY_CODEC, StabilityArtifact
 from vertebrae.execution.context import extractor_identity
-from vertebrae.fingerprint import content_sha256
+from vertebrae._base.fingerprint import content_sha256
 
 os.environ.setdefault("KERAS_BACKEND", "torch")  # before keras is imported: no TensorFlow needed
 
@@ -284,7 +284,7 @@ def test_every_identity_holds_the_code_version_and_the_package_versions(models):
 
 
 def test_a_new_package_version_moves_an_extractor_identity(models, monkeypatch):
-    from vertebrae import fingerprint
+    from vertebrae._base import fingerprint
 
     before = identity_hash(HFTextExtractor("t", models["text"]))
     real = fingerprint.package_version
@@ -312,10 +312,10 @@ def test_progress_leaves_outputs_bitwise_identical(minilm_path):
 
 
 # ----------------------------------------------------------------------------- configs: the round trip
-CONFIG_MODULES = ("vertebrae.cache", "vertebrae.compression", "vertebrae.views", "vertebrae.profiling",
+CONFIG_MODULES = ("vertebrae.artifacts.cache", "vertebrae.extractors.compression", "vertebrae.inputs.views", "vertebrae.extractors.profiling",
                   "vertebrae.scoring.memory", "vertebrae.scoring.overlap", "vertebrae.scoring.separatix",
-                  "vertebrae.scoring.stability", "vertebrae.retrieval.config", "vertebrae.zero_shot.config",
-                  "vertebrae.screening", "vertebrae.scoring.knn_metric", "vertebrae.scoring.label_retrieval",
+                  "vertebrae.scoring.stability", "vertebrae.families.retrieval.config", "vertebrae.families.zero_shot.config",
+                  "vertebrae.selection.screening", "vertebrae.scoring.knn_metric", "vertebrae.scoring.label_retrieval",
                   "vertebrae.scoring.linear_probe", "vertebrae.scoring.logme")
 
 #: Config -> (arguments of a base config, {field: another value}), or a list of such pairs (fields read only
@@ -436,8 +436,8 @@ def test_stability_n_jobs_leaves_the_repeats_bitwise_identical():
 
 
 def test_retrieval_thread_limit_leaves_rankings_bitwise_identical_under_one_key():
-    from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
-    from vertebrae.retrieval.extractors import PrecomputedPairExtractor
+    from vertebrae.families.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+    from vertebrae.families.retrieval.extractors import PrecomputedPairExtractor
 
     rng = np.random.default_rng(0)
     queries, gallery = rng.normal(size=(60, 32)).astype(np.float32), rng.normal(size=(400, 32)).astype(np.float32)
@@ -453,7 +453,7 @@ def test_retrieval_thread_limit_leaves_rankings_bitwise_identical_under_one_key(
 
 
 def test_separatix_thread_limit_leaves_the_stored_diagnosis_bitwise_identical():
-    from vertebrae.benchmark_stages import SEPARATIX_CODEC
+    from vertebrae.families.labeled.stages import SEPARATIX_CODEC
     from vertebrae.scoring.separatix import SeparatixScorer
 
     rng = np.random.default_rng(0)
@@ -469,7 +469,7 @@ def test_separatix_thread_limit_leaves_the_stored_diagnosis_bitwise_identical():
 def test_label_retrieval_block_size_leaves_the_metric_bitwise_identical():
     from vertebrae.scoring.label_retrieval import LabelRetrievalMetric
     from vertebrae.scoring.metrics import run_metrics
-    from vertebrae.targets import build_targets
+    from vertebrae.inputs.targets import build_targets
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 8)).astype(np.float32)
@@ -481,8 +481,8 @@ def test_label_retrieval_block_size_leaves_the_metric_bitwise_identical():
 
 
 def test_a_retrieval_ranking_hashes_what_it_reads():
-    from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
-    from vertebrae.retrieval.extractors import PrecomputedPairExtractor
+    from vertebrae.families.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+    from vertebrae.families.retrieval.extractors import PrecomputedPairExtractor
 
     rng = np.random.default_rng(0)
     queries, gallery = rng.normal(size=(6, 4)), rng.normal(size=(12, 4))

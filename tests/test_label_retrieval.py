@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, DatasetIdentity, LabelRetrievalMetric, MetricError,
-                       OverlapScoringConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, DatasetIdentity, LabelRetrievalMetric,
+                           MetricError, OverlapScoringConfig)
 from vertebrae.errors import ScoringWarning
 from vertebrae.extractors import PrecomputedExtractor
 

@@ -12,8 +12,8 @@ import pytest
 from sklearn.preprocessing import MultiLabelBinarizer
 
 from vertebrae import InputValidationError, LabelCatalog
-from vertebrae.labels import decode_key, semantic_key
-from vertebrae.targets import build_targets
+from vertebrae.inputs.labels import decode_key, semantic_key
+from vertebrae.inputs.targets import build_targets
 
 
 # ------------------------------------------------------------------ item 1: label sets
@@ -118,7 +118,7 @@ def test_keys_are_injective_and_decode_back_over_random_nested_values():
 
 
 def test_catalog_records_the_key_schema_and_rejects_old_tuple_keys():
-    from vertebrae.labels import KEY_SCHEMA_VERSION
+    from vertebrae.inputs.labels import KEY_SCHEMA_VERSION
 
     catalog = LabelCatalog([("a", 3), ("a,int:3",)])
     data = catalog.to_dict()

@@ -11,10 +11,10 @@ from sklearn.decomposition import PCA
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, ExtractorError,
-                       SeparatixConfig, SklearnExtractor)
+                           SeparatixConfig, SklearnExtractor)
 from vertebrae.errors import ConfigError
-from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
-                                 TwoBranchExtractor)
+from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig,
+                                              RetrievalDataset, TwoBranchExtractor)
 
 IDENTITY = DatasetIdentity.declared("runner", "1")
 NO_SEPARATIX = SeparatixConfig(enabled=False)

@@ -9,11 +9,12 @@ import pytest
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, ContinuousOverlapScoringConfig,
-                       DatasetIdentity, MemoryConfig, OverlapIndexScorer, OverlapScoringConfig, PrecomputedExtractor,
-                       SeparatixConfig, StabilityConfig)
+                       DatasetIdentity, MemoryConfig, OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig,
+                       StabilityConfig)
+from vertebrae.scoring import OverlapIndexScorer
 from vertebrae.errors import ConfigError, MemoryBudgetError
 from vertebrae.scoring.memory import estimate_scoring_bytes, smallest_scoring_bytes
-from vertebrae.targets import build_targets
+from vertebrae.inputs.targets import build_targets
 
 IDENTITY = DatasetIdentity.declared("memory", "1")
 NO_SEPARATIX = SeparatixConfig(enabled=False)

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import vertebrae
-from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, DatasetIdentity, InputTypeError, OverlapIndexScorer,
-                       PrecomputedExtractor, SeparatixScorer, StabilityConfig, run_stability_analysis)
-from vertebrae.cli import main
+from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, DatasetIdentity, InputTypeError,
+                       PrecomputedExtractor, StabilityConfig, run_stability_analysis)
+from vertebrae.scoring import OverlapIndexScorer, SeparatixScorer
+from vertebrae.cli.main import main
 
 from .conftest import gaussian_classes
 

@@ -12,11 +12,11 @@ import pytest
 from scipy import sparse
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableMetric, ConfigError,
-                       ContinuousOverlapScoringConfig, DatasetIdentity, InputTypeError, LabelRetrievalMetric, Metric,
-                       MetricError, OverlapMetric, OverlapScoringConfig, load_metric)
+                           ContinuousOverlapScoringConfig, DatasetIdentity, InputTypeError, LabelRetrievalMetric,
+                           Metric, MetricError, OverlapMetric, OverlapScoringConfig, load_metric)
 from vertebrae.errors import ScoringWarning
 from vertebrae.extractors import PrecomputedExtractor
-from vertebrae.labels import decode_key, unmark
+from vertebrae.inputs.labels import decode_key, unmark
 from vertebrae.scoring.metrics import metric_result, metrics_key_fingerprint
 
 from .conftest import gaussian_classes

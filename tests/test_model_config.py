@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, HFTextExtractor, SeparatixConfig, SklearnExtractor
-from vertebrae.cli import main
+from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, HFTextExtractor, SeparatixConfig,
+                           SklearnExtractor)
+from vertebrae.cli.main import main
 from vertebrae.errors import DependencyError
-from vertebrae.model_config import KINDS, SET_BY_VERTEBRAE, allowed_options, extractor_class
+from vertebrae.cli.model_config import KINDS, SET_BY_VERTEBRAE, allowed_options, extractor_class
 
 PIPELINES = '''
 from sklearn.decomposition import TruncatedSVD

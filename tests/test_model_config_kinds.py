@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, SeparatixConfig
-from vertebrae.cli import main
+from vertebrae.cli.main import main
 
 from .test_model_config import report_without_timing
 

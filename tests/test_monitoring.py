@@ -11,10 +11,10 @@ import pytest
 from overlapindex import OverlapIndex
 from sklearn.preprocessing import normalize
 
-from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, ConfigError, ConsoleReporter, DatasetIdentity,
-                       ExtractorError, HistoryError, HistoryLockedError, HistoryWarning, InputTypeError,
-                       InputValidationError, OverlapScoringConfig, PrecomputedExtractor, RepresentationMonitor,
-                       SeparatixConfig, StabilityConfig, read_history)
+from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, ConfigError, ConsoleReporter,
+                           DatasetIdentity, ExtractorError, HistoryError, HistoryLockedError, HistoryWarning,
+                           InputTypeError, InputValidationError, OverlapScoringConfig, PrecomputedExtractor,
+                           RepresentationMonitor, SeparatixConfig, StabilityConfig, read_history)
 from vertebrae.reports.markdown_trend import render_trend
 
 from .conftest import gaussian_classes

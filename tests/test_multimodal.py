@@ -11,7 +11,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.pipeline import make_pipeline
 
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, FieldExtractor,
-                       InputTypeError, InputValidationError, SeparatixConfig, SklearnExtractor, TorchExtractor)
+                           InputTypeError, InputValidationError, SeparatixConfig, SklearnExtractor, TorchExtractor)
 
 from .shapes import shape_images, tiny_cnn
 

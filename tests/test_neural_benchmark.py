@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, HFTextExtractor, OverlapIndexScorer,
-                       OverlapScoringConfig, SentenceTransformerExtractor, SeparatixConfig, TorchExtractor)
+from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, HFTextExtractor, OverlapScoringConfig,
+                       SentenceTransformerExtractor, SeparatixConfig, TorchExtractor)
+from vertebrae.scoring import OverlapIndexScorer
 
 CONFIG = OverlapScoringConfig(k=2, min_samples_per_cluster=2)
 

@@ -79,7 +79,8 @@ def test_a_dict_k_that_merged_equal_keys_of_other_types_is_warned_and_pairs_keep
     """Issue 26 item 12: {1: 3, "1": 4, True: 2} reaches vertebrae as {1: 2, "1": 4}; say so, naming both classes."""
     import numpy as np
 
-    from vertebrae import OverlapIndexScorer, ScoringWarning
+    from vertebrae import ScoringWarning
+    from vertebrae.scoring import OverlapIndexScorer
 
     y = np.array([1] * 30 + ["1"] * 30 + [True] * 30, dtype=object)
     X = np.random.default_rng(0).normal(size=(90, 4))

@@ -16,8 +16,8 @@ from overlapindex import ContinuousOverlapIndex, OverlapIndex
 from scipy import sparse
 from sklearn.preprocessing import normalize
 
-from vertebrae import (ContinuousOverlapScoringConfig, InputTypeError, InputValidationError, OverlapIndexScorer,
-                       OverlapScoringConfig)
+from vertebrae import ContinuousOverlapScoringConfig, InputTypeError, InputValidationError, OverlapScoringConfig
+from vertebrae.scoring import OverlapIndexScorer
 from vertebrae.errors import ScoringWarning
 
 from .conftest import gaussian_classes
@@ -168,7 +168,7 @@ def test_deterministic_without_a_seed_in_process_and_across_processes():
     first = OverlapIndexScorer().score(X, y)
     second = OverlapIndexScorer().score(X, y)
     assert first.to_dict() == second.to_dict() and first.metadata["seed"] == 0
-    code = ("import json,sys;from tests.conftest import gaussian_classes;from vertebrae import OverlapIndexScorer;"
+    code = ("import json,sys;from tests.conftest import gaussian_classes;from vertebrae.scoring import OverlapIndexScorer;"
             "X,y=gaussian_classes(n_per_class=60,n_classes=3,seed=6);"
             "r=OverlapIndexScorer().score(X,y);print(json.dumps([r.score,r.weighted_score,r.per_class_scores]))")
     outputs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -194,7 +194,8 @@ def test_large_sparse_matrix_scores_far_below_its_dense_size():
     code = """
 import resource, numpy as np
 from scipy import sparse
-from vertebrae import OverlapIndexScorer, OverlapScoringConfig
+from vertebrae import OverlapScoringConfig
+from vertebrae.scoring import OverlapIndexScorer
 rng = np.random.default_rng(0)
 n, d = 50_000, 20_000
 per_row = 100  # 0.5% density; built directly (sparse.random allocates n*d indices)
@@ -276,7 +277,7 @@ def test_zero_rows_under_normalization_warn_and_are_counted():
 
 
 def test_float32_input_is_copied_once_to_float64():
-    from vertebrae.embeddings import evaluated_matrix
+    from vertebrae.inputs.embeddings import evaluated_matrix
 
     X = np.ones((4, 3), dtype=np.float32)
     Xf, _ = evaluated_matrix(X, normalize=True)
@@ -323,7 +324,7 @@ def test_boolean_embeddings_are_accepted_dense_and_sparse():
 
 
 def test_distinct_rows_counts_points_dense_sparse_and_after_normalization():
-    from vertebrae.embeddings import distinct_rows
+    from vertebrae.inputs.embeddings import distinct_rows
 
     points = np.array([[1.0, 2.0, 0.0], [2.0, 4.0, 0.0], [0.0, 0.0, 3.0]])  # rows 0 and 1 share a direction
     X = points[np.arange(150) % 3]

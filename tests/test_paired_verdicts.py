@@ -9,8 +9,9 @@ from scipy.stats import ttest_rel
 import pandas as pd
 import pytest
 
-from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableMetric, ConfigError, DatasetIdentity,
-                       OverlapScoringConfig, PrecomputedExtractor, StabilityConfig, TargetView, TargetViewConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableMetric, ConfigError,
+                           DatasetIdentity, OverlapScoringConfig, PrecomputedExtractor, StabilityConfig, TargetView,
+                           TargetViewConfig)
 from vertebrae.reports.html import render_html
 from vertebrae.reports.markdown import render_benchmark
 from vertebrae.scoring.paired_verdicts import NEEDS_STABILITY, compare_paired

@@ -7,12 +7,12 @@ from sklearn.decomposition import PCA
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdentity, EmbeddingCompressionConfig,
-                       PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
-                       SklearnExtractor, StabilityConfig)
+                           PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
+                           SklearnExtractor, StabilityConfig)
 from vertebrae.artifacts import FsspecStore
 from vertebrae.execution.jobs import run_job
 from vertebrae.execution.registry import definition_of, get_stage
-from vertebrae.results import TIMING_KEYS, pop_timings
+from vertebrae.families.labeled.results import TIMING_KEYS, pop_timings
 
 IDENTITY = DatasetIdentity.declared("codecs", "1")
 

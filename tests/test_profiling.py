@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, DatasetIdentity,
-                       EmbeddingCompressionConfig, HFTextExtractor, ONNXExtractor, ResourceProfilingConfig,
-                       SentenceTransformerExtractor, SeparatixConfig)
+                           EmbeddingCompressionConfig, HFTextExtractor, ONNXExtractor, ResourceProfilingConfig,
+                           SentenceTransformerExtractor, SeparatixConfig)
 from vertebrae.errors import ConfigError, ConfigTypeError
-from vertebrae.profiling import CACHE_HIT, chain_profile, latency_mismatches
+from vertebrae.extractors.profiling import CACHE_HIT, chain_profile, latency_mismatches
 
 NO_SEPARATIX = SeparatixConfig(enabled=False)
 
@@ -211,7 +211,7 @@ def test_latency_comparability_names_the_differing_context():
 
 
 def test_rss_reading_matches_the_kernels_vmrss():
-    from vertebrae.profiling import _rss_reader
+    from vertebrae.extractors.profiling import _rss_reader
 
     source, read = _rss_reader()
     vmrss = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
@@ -285,7 +285,7 @@ def test_torch_footprint_counts_frozen_parameters_and_checkpoint_files(blob_data
 
 def test_a_real_cache_hit_reports_no_inference_and_the_persisted_bytes(minilm_path, tweets, tmp_path):
     """Cold run measures and stores; the warm run serves the embedding from the store: nothing to measure."""
-    from vertebrae.cache import CacheConfig
+    from vertebrae.artifacts.cache import CacheConfig
 
     dataset = BenchmarkDataset.from_arrays(tweets.texts, tweets.labels,
                                            identity=DatasetIdentity.declared("tweets-36", "1"))
@@ -312,7 +312,7 @@ def test_reloaded_profiles_are_typed_local_or_distributed_and_unknown_fields_are
 
     from vertebrae import DistributedResourceProfile, LocalResourceProfile
     from vertebrae.errors import SerializationError
-    from vertebrae.profiling import WorkerMeasurement, distributed_profile
+    from vertebrae.extractors.profiling import WorkerMeasurement, distributed_profile
 
     result = Benchmark(blob_dataset, [CallableExtractor("f", lambda X: X * 2.0)],
                        resource_profiling=ResourceProfilingConfig(), separatix_config=NO_SEPARATIX,

@@ -22,9 +22,10 @@ from sklearn.random_projection import GaussianRandomProjection
 from tests.test_staged_cli import project  # noqa: F401  (fixture: three extractors, two variants each)
 from tests.test_zero_shot_benchmark import text_dataset
 from tests.test_zero_shot_fit_once import VOCABULARY
-from vertebrae import SklearnExtractor, ZeroShotBenchmark, json_codec
-from vertebrae.cache import CacheConfig
-from vertebrae.cli import main
+from vertebrae import SklearnExtractor, ZeroShotBenchmark
+from vertebrae._base import json_codec
+from vertebrae.artifacts.cache import CacheConfig
+from vertebrae.cli.main import main
 from vertebrae.errors import ArtifactIntegrityError, ArtifactWarning, DataWarning, ScoringWarning
 from vertebrae.execution import DaskRunner
 

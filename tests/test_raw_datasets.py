@@ -225,7 +225,7 @@ def test_audio_rejections(waveforms, rate, error, message):
 def test_datasets_audio_files_and_audio_extractors_share_one_set_of_waveform_rules(tmp_path, bad, error, problem):
     """The same bad clip fails the same way wherever it enters; only the location in front differs."""
     from vertebrae.extractors.hf_audio import check_waveforms
-    from vertebrae.raw_inputs import load_waveforms
+    from vertebrae.inputs.raw import load_waveforms
 
     good = np.zeros(10)
     with pytest.raises(error) as dataset:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from vertebrae.cli import main
+from vertebrae.cli.main import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -9,13 +9,13 @@ import warnings
 import numpy as np
 import pytest
 
-from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, CallableExtractor, CallableMetric, ConfigError,
-                       DatasetIdentity, InputTypeError, LinearProbeMetric, OverlapScoringConfig, PrecomputedExtractor,
-                       StabilityConfig)
-from vertebrae.cli import main
-from vertebrae.compare import compare_results
+from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, CallableExtractor,
+                           CallableMetric, ConfigError, DatasetIdentity, InputTypeError, LinearProbeMetric,
+                           OverlapScoringConfig, PrecomputedExtractor, StabilityConfig)
+from vertebrae.cli.main import main
+from vertebrae.reports.compare import compare_results
 from vertebrae.execution.caching import NOT_MEASURED_CACHE_HIT
-from vertebrae.referee import decide
+from vertebrae.selection.referee import decide
 from vertebrae.reports.compare_report import render_comparison_html, render_comparison_markdown
 from vertebrae.scoring.metric_result import MetricResult
 from vertebrae.scoring.paired_verdicts import NEEDS_STABILITY

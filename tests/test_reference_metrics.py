@@ -21,8 +21,8 @@ from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, DatasetIdentity, KNNMetric, LinearProbeMetric, LogMEMetric,
-                       MetricError, load_metric)
+from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, DatasetIdentity, KNNMetric, LinearProbeMetric,
+                           LogMEMetric, MetricError, load_metric)
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.scoring.logme import maximize_evidence, spectrum
 from vertebrae.scoring.metrics import metrics_key_fingerprint
@@ -313,7 +313,7 @@ def test_reference_metrics_rank_in_a_benchmark():
 @pytest.mark.filterwarnings("ignore::vertebrae.errors.ScoringWarning")
 def test_run_config_builds_reference_metrics_from_class_paths(tmp_path, capsys):
     from vertebrae import BenchmarkResult
-    from vertebrae.cli import main
+    from vertebrae.cli.main import main
 
     X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=6, seed=2)
     np.save(tmp_path / "full.npy", X)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, InputValidationError, PrecomputedExtractor
-from vertebrae import SeparatixConfig, relational
+from vertebrae import SeparatixConfig
+from vertebrae.inputs import relational
 
 IDENTITY = DatasetIdentity.declared("planted-graph", "1")
 

@@ -15,16 +15,17 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, ContinuousOverlapScoringConfig, DatasetIdentity,
-                       OverlapIndexScorer, OverlapScoringConfig, RetrievalBenchmark, RetrievalConfig,
-                       RetrievalDataset, SerializationError, StabilityConfig)
-from vertebrae.cli import console_summary, main
+                       OverlapScoringConfig, RetrievalBenchmark, RetrievalConfig, RetrievalDataset,
+                       SerializationError, StabilityConfig)
+from vertebrae.scoring import OverlapIndexScorer
+from vertebrae.cli.main import console_summary, main
 from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.reports import figures
 from vertebrae.reports.html import render_html
 from vertebrae.reports.render import render_markdown
-from vertebrae.results import RECOMMENDATION_CUTOFFS, recommendation_label
-from vertebrae.targets import build_targets
+from vertebrae.families.labeled.results import RECOMMENDATION_CUTOFFS, recommendation_label
+from vertebrae.inputs.targets import build_targets
 
 from .conftest import gaussian_classes
 
@@ -91,7 +92,7 @@ def test_html_without_matplotlib_keeps_the_tables(result, tmp_path):
     # exercise the missing-extra path (sys.modules[name] = None makes the import fail for real).
     path = result.save_json(tmp_path / "r.json")
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from vertebrae.results import load_result\n"
+            "from vertebrae.families.labeled.results import load_result\n"
             f"print(load_result({str(path)!r}).to_html())")
     page = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     hint = html.escape(figures.INSTALL_HINT)
@@ -232,7 +233,7 @@ def test_compression_frontier_is_drawn_from_real_variants(result):
     from sklearn.datasets import load_digits
 
     from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, EmbeddingCompressionConfig,
-                           PrecomputedExtractor, SeparatixConfig)
+                               PrecomputedExtractor, SeparatixConfig)
 
     assert figures.compression_frontier(result.serialized()) is None
     X, y = load_digits(return_X_y=True)
@@ -278,7 +279,7 @@ def test_figures_are_drawn_without_touching_pyplot(result, tmp_path):
     result.save_json(path)
     code = ("import sys\n"
             "from vertebrae.reports import figures\n"
-            "from vertebrae.results import load_result\n"
+            "from vertebrae.families.labeled.results import load_result\n"
             f"assert figures.ranking(load_result({str(path)!r}).serialized())\n"
             "print('matplotlib' in sys.modules, 'matplotlib.pyplot' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -394,8 +395,8 @@ def test_reports_and_compare_cover_recorded_failures(tmp_path):
     from sklearn.decomposition import PCA
 
     from vertebrae import SeparatixConfig, SklearnExtractor
-    from vertebrae.compare import compare_results
-    from vertebrae.retrieval import PrecomputedPairExtractor, TwoBranchExtractor
+    from vertebrae.reports.compare import compare_results
+    from vertebrae.families.retrieval import PrecomputedPairExtractor, TwoBranchExtractor
 
     X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=6, seed=5)
     dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)

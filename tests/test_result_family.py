@@ -13,22 +13,22 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, DatasetIdentity,
-                       EmbeddingCompressionConfig,
-                       ExtractorResult, OverlapScoringConfig, PrecomputedZeroShotEncoder, RetrievalBenchmark,
-                       RetrievalBenchmarkResult, RetrievalConfig, RetrievalDataset, SerializationError,
-                       StabilityConfig, ZeroShotBenchmark, ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
-from vertebrae.cli import main
-from vertebrae.compare import compare_results
+                           EmbeddingCompressionConfig, ExtractorResult, OverlapScoringConfig,
+                           PrecomputedZeroShotEncoder, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
+                           RetrievalDataset, SerializationError, StabilityConfig, ZeroShotBenchmark,
+                           ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
+from vertebrae.cli.main import main
+from vertebrae.reports.compare import compare_results
 from vertebrae.execution.plan import artifact_key
-from vertebrae.fingerprint import package_version
-from vertebrae.front_door import RUN_PACKAGES
+from vertebrae._base.fingerprint import package_version
+from vertebrae.families.front_door import RUN_PACKAGES
 from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.reports.reading import benchmark_answer, benchmark_ranking
-from vertebrae.result_protocol import PROTOCOL_COLUMNS, PROTOCOL_FIELDS, ChainResult
-from vertebrae.results import load_result, result_from_dict
-from vertebrae.retrieval import PrecomputedPairExtractor, RetrievalEntry
-from vertebrae.zero_shot import ZeroShotExtractorResult
+from vertebrae.families.result_protocol import PROTOCOL_COLUMNS, PROTOCOL_FIELDS, ChainResult
+from vertebrae.families.labeled.results import load_result, result_from_dict
+from vertebrae.families.retrieval import PrecomputedPairExtractor, RetrievalEntry
+from vertebrae.families.zero_shot import ZeroShotExtractorResult
 
 from .conftest import gaussian_classes
 

@@ -27,15 +27,15 @@ import pytest
 from sklearn.decomposition import PCA
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, OverlapScoringConfig, RetrievalBenchmark,
-                       RetrievalConfig, RetrievalDataset, StabilityConfig)
-from vertebrae import json_codec
-from vertebrae.cli import main
-from vertebrae.compare import compare_results
+                           RetrievalConfig, RetrievalDataset, StabilityConfig)
+from vertebrae._base import json_codec
+from vertebrae.cli.main import main
+from vertebrae.reports.compare import compare_results
 from vertebrae.errors import InputValidationError, SerializationError
 from vertebrae.extractors import PrecomputedExtractor, SklearnExtractor
 from vertebrae.reports import figures
 from vertebrae.reports.compare_report import render_comparison_html, render_comparison_markdown
-from vertebrae.result_protocol import result_from_dict
+from vertebrae.families.result_protocol import result_from_dict
 
 from .conftest import gaussian_classes
 from .test_zero_shot_benchmark import Shuffled, WordCounter, run as run_zero_shot, text_dataset
@@ -87,7 +87,7 @@ def _without_separatix_reports(data: dict) -> None:
 # ----------------------------------------------------------------------------- item 5: bounded reads
 def _report(path: pathlib.Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([sys.executable, "-m", "vertebrae.cli", "report", str(path)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "vertebrae.cli.main", "report", str(path)], capture_output=True,
                           text=True, env=env, timeout=120)
 
 

@@ -13,10 +13,10 @@ from sklearn.preprocessing import StandardScaler
 
 from vertebrae import DatasetIdentity
 from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
-                              ScoringWarning)
+                                  ScoringWarning)
 from vertebrae.extractors import CallableExtractor, PrecomputedExtractor, SklearnExtractor
-from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
-                                 RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
+from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
+                                              RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
 
 IDENTITY = DatasetIdentity.declared("retrieval-benchmark", "1")
 

@@ -8,7 +8,7 @@ from scipy import sparse
 
 from vertebrae import DatasetIdentity
 from vertebrae.errors import InputTypeError, InputValidationError
-from vertebrae.retrieval import RetrievalDataset
+from vertebrae.families.retrieval import RetrievalDataset
 
 IDENTITY = DatasetIdentity.declared("retrieval-dataset", "1")
 QIDS = ["q0", "q1", "q2"]

@@ -21,8 +21,8 @@ from sklearn.metrics import ndcg_score
 
 from vertebrae import DatasetIdentity
 from vertebrae.extractors import PrecomputedExtractor
-from vertebrae.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
-from vertebrae.retrieval.ranking import SORT_THRESHOLD, plan_blocks, prepare_endpoints, rank_relevant
+from vertebrae.families.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
+from vertebrae.families.retrieval.ranking import SORT_THRESHOLD, plan_blocks, prepare_endpoints, rank_relevant
 
 CUTOFFS = (1, 5, 10)  # trec_eval's success measure exists for exactly these cutoffs
 IDENTITY = DatasetIdentity.declared("retrieval-metrics", "1")

@@ -13,9 +13,9 @@ from vertebrae import DatasetIdentity
 from vertebrae.errors import DataWarning, InputTypeError, InputValidationError, SerializationError
 from vertebrae.execution.plan import artifact_key
 from vertebrae.extractors import PrecomputedExtractor
-from vertebrae.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
-                                 RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
-from vertebrae.retrieval.report import render_markdown
+from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
+                                              RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
+from vertebrae.families.retrieval.report import render_markdown
 
 IDENTITY = DatasetIdentity.declared("retrieval-result", "1")
 CONFIG = RetrievalConfig(cutoffs=[1, 5], bidirectional=True)

@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import sparse
 
-from vertebrae import OverlapIndexScorer, OverlapScoringConfig, SeparatixConfig
-from vertebrae.embeddings import ORDINARY_MAX_ABS, evaluated_matrix, is_constant, unit_scaled
+from vertebrae import OverlapScoringConfig, SeparatixConfig
+from vertebrae.scoring import OverlapIndexScorer
+from vertebrae.inputs.embeddings import ORDINARY_MAX_ABS, evaluated_matrix, is_constant, unit_scaled
 from vertebrae.scoring.label_retrieval import LabelRetrievalMetric
 from vertebrae.scoring.separatix import SeparatixScorer
 from vertebrae.scoring.stability import StabilityConfig, run_stability_analysis
@@ -208,7 +209,7 @@ def test_stability_repeats_score_the_same_at_every_scale():
 
 
 def test_cosine_retrieval_endpoints_are_the_same_at_every_scale():
-    from vertebrae.retrieval.ranking import prepare_endpoints
+    from vertebrae.families.retrieval.ranking import prepare_endpoints
 
     X, _ = issue_data()
     queries, gallery = X[:20], X[20:]

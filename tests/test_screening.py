@@ -1,4 +1,4 @@
-"""Screening by successive halving (vertebrae.screening): rungs, row-increment extraction, results, rejections."""
+"""Screening by successive halving (vertebrae.selection.screening): rungs, row-increment extraction, results, rejections."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CacheConfig, ConfigError, DatasetIdentity,
-                       EmbeddingCompressionConfig, KNNMetric, ScreeningConfig, StabilityConfig)
+                           EmbeddingCompressionConfig, KNNMetric, ScreeningConfig, StabilityConfig)
 from vertebrae.artifacts import FsspecStore
-from vertebrae.cli import main
+from vertebrae.cli.main import main
 from vertebrae.errors import ArtifactIntegrityError
 from vertebrae.execution.local import LocalRunner
-from vertebrae.fingerprint import content_sha256
-from vertebrae.profiling import ResourceProfilingConfig
-from vertebrae.screening import full_data_interval, plan_rungs, rung_sizes
+from vertebrae._base.fingerprint import content_sha256
+from vertebrae.extractors.profiling import ResourceProfilingConfig
+from vertebrae.selection.screening import full_data_interval, plan_rungs, rung_sizes
 from vertebrae.scoring.separatix import SeparatixConfig
-from vertebrae.targets import build_targets
-from vertebrae.views import TargetView, TargetViewConfig
+from vertebrae.inputs.targets import build_targets
+from vertebrae.inputs.views import TargetView, TargetViewConfig
 
 N_PER_CLASS = 200
 
@@ -430,7 +430,7 @@ def test_cli_rejects_a_bad_screening_table_and_a_staged_plan_in_one_line(cli_pro
     for argv, expected in [(["run", "bad.toml", "-o", "out"], "eta"),
                            (["plan", "screen.toml", "--store", "store", "-o", "plan.json"],
                             "vertebrae run --screen")]:
-        done = subprocess.run([sys.executable, "-m", "vertebrae.cli", *argv], cwd=cli_project, env=env,
+        done = subprocess.run([sys.executable, "-m", "vertebrae.cli.main", *argv], cwd=cli_project, env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
@@ -498,7 +498,7 @@ def test_a_rung_embeds_a_bounded_batch_of_extractors_at_a_time_and_keeps_the_inc
                                                                                              monkeypatch):
     import tempfile
 
-    from vertebrae import screening
+    from vertebrae.selection import screening
 
     reference = _without_timing(_screened())
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's spill folder, where the test can see it

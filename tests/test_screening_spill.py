@@ -1,4 +1,4 @@
-"""The screening rung loop's increment store (vertebrae.screening_spill): increments on disk, read back bit for bit."""
+"""The screening rung loop's increment store (vertebrae.selection.screening_spill): increments on disk, read back bit for bit."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from vertebrae.embedding_set import Embedding, EmbeddingSet
-from vertebrae.screening_spill import IncrementStore
+from vertebrae.families.embedding_set import Embedding, EmbeddingSet
+from vertebrae.selection.screening_spill import IncrementStore
 
 
 def _set(**parts) -> EmbeddingSet:

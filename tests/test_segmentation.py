@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, InputTypeError, InputValidationError,
-                       PrecomputedExtractor, SegmentationDataset, SeparatixConfig, spatial_feature_map)
+                           PrecomputedExtractor, SegmentationDataset, SeparatixConfig, spatial_feature_map)
 
-from vertebrae.datasets import build_groups
+from vertebrae.inputs.datasets import build_groups
 
 from .shapes import BACKGROUND, CLASS_METADATA, DISK, SQUARE, shape_images, tiny_cnn
 
@@ -148,7 +148,7 @@ def test_bad_segmentation_input_is_rejected(shapes):
 
 def test_separatix_sees_source_images_as_groups(shapes):
     """The benchmark forwards the token groups: its Separatix result equals a direct grouped call."""
-    from vertebrae import SeparatixScorer
+    from vertebrae.scoring import SeparatixScorer
 
     dataset, features = shapes
     tokens = dataset.token_dataset(features)

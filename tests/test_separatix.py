@@ -15,12 +15,12 @@ from scipy import sparse
 from sklearn.preprocessing import normalize
 
 from vertebrae.errors import (ConfigError, DensificationBudgetError, InputValidationError, ScoringWarning,
-                              SerializationError)
-from vertebrae import json_codec
+                                  SerializationError)
+from vertebrae._base import json_codec
 from vertebrae.scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from vertebrae.scoring.separatix import (METRIC_DIRECTIONS, PROBE_FAMILIES, SeparatixConfig, SeparatixResult,
-                                         SeparatixScorer, build_probe_summary)
-from vertebrae.targets import build_targets
+                                             SeparatixScorer, build_probe_summary)
+from vertebrae.inputs.targets import build_targets
 
 SEED = 0
 MIB = 2**20
@@ -332,7 +332,7 @@ def _imports_separatix(path: pathlib.Path) -> bool:
 def test_public_exports():
     import vertebrae
 
-    assert (vertebrae.SeparatixConfig, vertebrae.SeparatixScorer, vertebrae.SeparatixResult) == (
+    assert (vertebrae.SeparatixConfig, vertebrae.scoring.SeparatixScorer, vertebrae.SeparatixResult) == (
         SeparatixConfig, SeparatixScorer, SeparatixResult)
 
 

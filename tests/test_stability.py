@@ -13,15 +13,9 @@ from scipy.stats import kendalltau
 
 from vertebrae.errors import ConfigError, InputValidationError
 from vertebrae.scoring.overlap import ContinuousOverlapScoringConfig, OverlapIndexScorer, OverlapScoringConfig
-from vertebrae.scoring.stability import (
-    StabilityConfig,
-    StabilityResult,
-    StabilitySummary,
-    ranking_stability,
-    run_stability_analysis,
-    subsample_size,
-)
-from vertebrae.targets import build_targets
+from vertebrae.scoring.stability import (StabilityConfig, StabilityResult, StabilitySummary, ranking_stability,
+                                             run_stability_analysis, subsample_size)
+from vertebrae.inputs.targets import build_targets
 
 
 class RecordingScorer(OverlapIndexScorer):

@@ -9,9 +9,9 @@ import pytest
 from scipy import sparse
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, ConfigError, DatasetIdentity,
-                       OverlapIndexScorer, OverlapScoringConfig, PrecomputedExtractor, StabilityConfig,
-                       run_stability_analysis)
-from vertebrae import json_codec
+                       OverlapScoringConfig, PrecomputedExtractor, StabilityConfig, run_stability_analysis)
+from vertebrae.scoring import OverlapIndexScorer
+from vertebrae._base import json_codec
 from vertebrae.scoring.stability import ranking_stability
 
 from .conftest import gaussian_classes
@@ -122,7 +122,8 @@ def test_dense_and_sparse_extractors_share_seeds() -> None:
 def test_infeasible_subsample_fails_when_the_benchmark_is_built():
     import numpy as np
 
-    from vertebrae import Benchmark, BenchmarkDataset, CallableExtractor, ConfigError, DatasetIdentity, StabilityConfig
+    from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, ConfigError, DatasetIdentity,
+                               StabilityConfig)
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 4))
@@ -144,7 +145,7 @@ def test_ranking_stability_says_it_follows_overlap_when_another_metric_is_primar
     import numpy as np
 
     from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdentity, PrecomputedExtractor,
-                           SeparatixConfig, StabilityConfig)
+                               SeparatixConfig, StabilityConfig)
 
     rng = np.random.default_rng(1)
     X = np.vstack([rng.normal(0, 1, (30, 4)), rng.normal(2, 1, (30, 4))])
@@ -253,7 +254,7 @@ def test_stability_artifact_key_covers_the_repeat_protocol() -> None:
     """Artifacts of the old protocol (repeat 0 from the stream) must not be reused for the new one."""
     from vertebrae.scoring.stability import PROTOCOL_VERSION
 
-    from vertebrae.benchmark_stages import _stability_config
+    from vertebrae.families.labeled.stages import _stability_config
 
     fields = {name: value for name, value in StabilityConfig().to_dict().items() if name != "n_jobs"}
     assert PROTOCOL_VERSION == 2

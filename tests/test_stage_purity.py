@@ -32,16 +32,15 @@ from sklearn.pipeline import make_pipeline
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, DatasetIdentity, EmbeddingCompressionConfig,
-                       LinearProbeMetric,
-                       MemoryConfig, OverlapScoringConfig, PrecomputedExtractor, RetrievalBenchmark, RetrievalConfig,
-                       RetrievalDataset, SeparatixConfig, SklearnExtractor, StabilityConfig, ZeroShotBenchmark,
-                       ZeroShotDataset)
+                           LinearProbeMetric, MemoryConfig, OverlapScoringConfig, PrecomputedExtractor,
+                           RetrievalBenchmark, RetrievalConfig, RetrievalDataset, SeparatixConfig, SklearnExtractor,
+                           StabilityConfig, ZeroShotBenchmark, ZeroShotDataset)
 from vertebrae.artifacts.codecs import encode_artifact
 from vertebrae.execution import registry
 from vertebrae.execution.jobs import run_job
-from vertebrae.fingerprint import content_sha256
-from vertebrae.front_door import RoundSettings
-from vertebrae.views import TargetView, TargetViewConfig
+from vertebrae._base.fingerprint import content_sha256
+from vertebrae.families.front_door import RoundSettings
+from vertebrae.inputs.views import TargetView, TargetViewConfig
 
 IDENTITY = DatasetIdentity.declared("purity", "1")
 PIPELINES = ("benchmark", "retrieval", "zero_shot")

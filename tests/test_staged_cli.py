@@ -19,12 +19,12 @@ import pytest
 
 from vertebrae import BenchmarkResult, ExtractorResult
 from vertebrae.artifacts import FsspecStore
-from vertebrae.cli import main
+from vertebrae.cli.main import main
 from vertebrae.execution.staged import Shard
-from vertebrae.results import load_result
+from vertebrae.families.labeled.results import load_result
 from vertebrae.scoring.overlap import OverlapScoreResult
 from vertebrae.scoring.stability import StabilityResult
-from vertebrae.staged_workflow import PlanFile
+from vertebrae.cli.staged_workflow import PlanFile
 
 from .store_servers import moto_endpoint, s3_bucket, s3_options  # noqa: F401  (fixtures)
 
@@ -82,7 +82,7 @@ def project(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def cli(project: pathlib.Path, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
     """One vertebrae command in a fresh Python process (what a separate machine would run)."""
-    done = subprocess.run([sys.executable, "-m", "vertebrae.cli", *args], cwd=project, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "vertebrae.cli.main", *args], cwd=project, capture_output=True,
                           text=True, timeout=300, env={**_env(), "PYTHONPATH": str(project)})
     assert done.returncode == expect, done.stderr
     return done
@@ -140,7 +140,7 @@ def test_collected_result_is_typed(project, monkeypatch):
     assert len(first.stability.repeat_scores["score"]) == 3
     # The scores are the scorer's own on the same matrix (the independent reference: a direct call).
     from vertebrae.scoring.overlap import OverlapIndexScorer, OverlapScoringConfig
-    from vertebrae.targets import build_targets
+    from vertebrae.inputs.targets import build_targets
 
     direct = OverlapIndexScorer(OverlapScoringConfig(k=4)).score(np.load(project / "wide.npy"),
                                                                  build_targets(np.load(project / "labels.npy")))

@@ -19,11 +19,12 @@ import scipy.sparse as sp
 from vertebrae import Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity
 from vertebrae.artifacts import FsspecStore, StoredArtifact
 from vertebrae.artifacts.manifest import MANIFEST_FILE
-from vertebrae.cache import CacheConfig, verify_store
-from vertebrae.cli import main
-from vertebrae.errors import ArtifactError, ArtifactIntegrityError, ArtifactSignatureError, ArtifactWarning, ConfigError
+from vertebrae.artifacts.cache import CacheConfig, verify_store
+from vertebrae.cli.main import main
+from vertebrae.errors import (ArtifactError, ArtifactIntegrityError, ArtifactSignatureError, ArtifactWarning,
+                                  ConfigError)
 from vertebrae.execution.caching import StageCache
-from vertebrae.run_config import cache_config_from_section
+from vertebrae.cli.run_config import cache_config_from_section
 
 from .conftest import gaussian_classes
 from .store_servers import gcs_bucket, gcs_endpoint, moto_endpoint, s3_bucket, store_location  # noqa: F401

@@ -18,10 +18,10 @@ import pytest
 from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity
 from vertebrae.artifacts import FsspecStore, StoredArtifact
 from vertebrae.artifacts.manifest import MANIFEST_FILE
-from vertebrae.cache import CacheConfig, verify_store
-from vertebrae.cli import main
+from vertebrae.artifacts.cache import CacheConfig, verify_store
+from vertebrae.cli.main import main
 from vertebrae.errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError,
-                              ArtifactWarning)
+                                  ArtifactWarning)
 
 from .conftest import gaussian_classes
 

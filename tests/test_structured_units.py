@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, HFTextExtractor, InputValidationError,
-                       PrecomputedExtractor, SeparatixConfig, UnitAnnotations, save_unit_artifact)
+                           PrecomputedExtractor, SeparatixConfig, UnitAnnotations, save_unit_artifact)
 from vertebrae.extractors.huggingface import token_states
 
 IDENTITY = DatasetIdentity.declared("tagged-sentences", "1")

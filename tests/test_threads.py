@@ -6,8 +6,8 @@ import types
 import numpy as np
 import threadpoolctl
 
-from vertebrae import threads
-from vertebrae.threads import limited_threads
+from vertebrae._base import threads
+from vertebrae._base.threads import limited_threads
 
 
 def thread_counts() -> dict[str, int]:

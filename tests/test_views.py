@@ -9,8 +9,8 @@ from sklearn.decomposition import PCA
 
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, ContinuousOverlapScoringConfig, DatasetIdentity,
-                       InputTypeError, InputValidationError, LabelViewConfig, OverlapScoringConfig,
-                       PrecomputedExtractor, SeparatixConfig, SklearnExtractor, TargetView, TargetViewConfig)
+                           InputTypeError, InputValidationError, LabelViewConfig, OverlapScoringConfig,
+                           PrecomputedExtractor, SeparatixConfig, SklearnExtractor, TargetView, TargetViewConfig)
 
 IDENTITY = DatasetIdentity.declared("views", "1")
 QUIET = dict(separatix_config=SeparatixConfig(enabled=False), scoring_config=OverlapScoringConfig(k=4),

@@ -15,10 +15,10 @@ import torch
 from PIL import Image
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, HFVisionExtractor, ImageTextEncoder,
-                       OverlapScoringConfig, SeparatixConfig, ZeroShotBenchmark, ZeroShotDataset)
-from vertebrae.cache import CacheConfig
+                           OverlapScoringConfig, SeparatixConfig, ZeroShotBenchmark, ZeroShotDataset)
+from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
-from vertebrae.profiling import CACHE_HIT, ResourceProfilingConfig
+from vertebrae.extractors.profiling import CACHE_HIT, ResourceProfilingConfig
 
 SMALL = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=32,
              patch_size=8)

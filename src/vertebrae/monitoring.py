@@ -1,6 +1,6 @@
 """RepresentationMonitor: score each training snapshot on your labeled data, with a crash-safe JSONL history.
 
-Every evaluation is an ordinary one-extractor :class:`~vertebrae.benchmark.Benchmark` run,
+Every evaluation is an ordinary one-extractor :class:`~vertebrae.families.labeled.benchmark.Benchmark` run,
 so a snapshot's row is the benchmark's own row (``result_row``) plus the monitor's fields.
 A history file is append-only JSON Lines: a manifest line that pins the dataset and
 configuration, then one line per evaluation, each fsynced before ``evaluate`` returns.
@@ -24,17 +24,18 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn, Protocol, TextIO
 
-from .benchmark import Benchmark
-from .benchmark_stages import PIPELINE
-from .datasets import BenchmarkDataset
-from .errors import ConfigError, HistoryError, HistoryLockedError, HistoryWarning, InputTypeError, InputValidationError
+from .families.labeled.benchmark import Benchmark
+from .families.labeled.stages import PIPELINE
+from .inputs.datasets import BenchmarkDataset
+from .errors import (ConfigError, HistoryError, HistoryLockedError, HistoryWarning, InputTypeError,
+                     InputValidationError)
 from .execution.context import Chain
 from .execution.jobs import failure_of
 from .execution.plan import planned_stages
 from .extractors.base import CallableExtractor, PrecomputedExtractor
-from .fingerprint import package_version
-from . import json_codec
-from .results import VERDICT_COLUMNS, ExtractorResult, result_row
+from ._base.fingerprint import package_version
+from ._base import json_codec
+from .families.labeled.results import VERDICT_COLUMNS, ExtractorResult, result_row
 from .scoring.metric_result import OVERLAP_METRIC
 
 HISTORY_FORMAT = "vertebrae-monitor-history"
@@ -86,7 +87,7 @@ def console_line(row: Mapping[str, Any], digits: int = 4) -> str:
 class RepresentationMonitor:
     """Track how well successive snapshots of a model represent one labeled dataset.
 
-    The settings are those of :class:`~vertebrae.benchmark.Benchmark` and are validated
+    The settings are those of :class:`~vertebrae.families.labeled.benchmark.Benchmark` and are validated
     here, before any snapshot is scored.  ``history`` is ``None`` (rows kept in memory)
     or a ``.jsonl`` path (rows also appended, durably, and resumed on reopen).
     ``error_policy="continue"`` records a failed snapshot as a row with null scores and

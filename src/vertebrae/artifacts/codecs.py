@@ -20,9 +20,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._sparse import is_sparse, sparse_module
+from .._base.sparse import is_sparse, sparse_module
 from ..errors import ArtifactError, ArtifactIntegrityError, SerializationError
-from .. import json_codec
+from .._base import json_codec
 
 #: Array names become file names, so they are restricted to a portable, path-free alphabet.
 ARRAY_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")

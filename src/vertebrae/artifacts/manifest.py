@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ArtifactError, ArtifactIntegrityError
-from .. import json_codec
+from .._base import json_codec
 from .codecs import ARRAY_NAME, DOCUMENT_FILE, check_kind, check_no_runtimes, strict_loads
 from .signing import SIGNATURE, check_signature, sign
 

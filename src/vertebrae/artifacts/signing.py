@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ArtifactSignatureError, ConfigError
 
-#: The environment variable a :class:`~vertebrae.cache.CacheConfig` without ``secret`` reads it from.
+#: The environment variable a :class:`~vertebrae.artifacts.cache.CacheConfig` without ``secret`` reads it from.
 SECRET_ENV = "VERTEBRAE_CACHE_SECRET"
 #: Shorter secrets are refused: an HMAC is only as strong as its key is hard to guess.
 MIN_SECRET_CHARS = 16

@@ -561,7 +561,7 @@ def _filesystem(url: str, protocol: str, options: dict[str, Any], shown: str) ->
         fs, root = fsspec.core.url_to_fs(os.path.expanduser(url) if protocol == "file" else url, **options)
     except ImportError:
         from ..errors import DependencyError
-        from ..extras import install_hint
+        from .._base.extras import install_hint
         raise DependencyError(f"store {shown} needs the {protocol}:// filesystem: "
                               f"{install_hint(extra) if extra else 'install the fsspec package for it'}") from None
     except (ValueError, TypeError, OSError) as exc:

@@ -69,7 +69,7 @@ class JobRun:
 
 
 class StageCache:
-    """A :class:`~vertebrae.cache.CacheConfig` in action; pickles as its config (each process opens its store)."""
+    """A :class:`~vertebrae.artifacts.cache.CacheConfig` in action; pickles as its config (each process opens its store)."""
 
     def __init__(self, config: Any, store: Store | None = None) -> None:
         self.config = config
@@ -298,13 +298,13 @@ def read_shard(cache: StageCache, job: StageJob, start: int, stop: int) -> dict[
 # ---------------------------------------------------------------- what results record
 def stage_cache(config: Any) -> StageCache | None:
     """The run's cache from a ``cache_config`` argument (None or disabled: no cache); opens the store now."""
-    from ..cache import CacheConfig
+    from ..artifacts.cache import CacheConfig
     from ..errors import ConfigTypeError
 
     if config is None:
         return None
     if not isinstance(config, CacheConfig):
-        raise ConfigTypeError(f"cache_config must be a vertebrae.cache.CacheConfig or None, got {type(config).__name__}")
+        raise ConfigTypeError(f"cache_config must be a vertebrae.artifacts.cache.CacheConfig or None, got {type(config).__name__}")
     if not config.enabled:
         return None
     cache = StageCache(config)

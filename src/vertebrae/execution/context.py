@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InputTypeError
-from ..fingerprint import content_sha256, identified
+from .._base.fingerprint import content_sha256, identified
 
 #: Status of an artifact whose inputs cannot be identified across runs.
 BYPASSED_UNSAFE_IDENTITY = "bypassed_unsafe_identity"
@@ -39,7 +39,7 @@ class Chain:
 
 def variant_chains(extractors: Sequence[Any], extractor_ids: Sequence[str], compression: Sequence[Any]) -> list[Chain]:
     """One chain per extractor x compression variant (none given: the raw embedding), named ``extractor+variant``."""
-    from ..compression import variant_name
+    from ..extractors.compression import variant_name
 
     return [Chain(variant_name(e.name, variant), extractor_id, e.name, variant=variant)
             for e, extractor_id in zip(extractors, extractor_ids) for variant in compression or (None,)]
@@ -59,7 +59,7 @@ def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any
     Extractors may define ``identity()``; otherwise ``recipe()`` minus its ``name``
     is the identity.  An identity that holds something :func:`canonical` could not
     identify (a lambda, a closure, an unseeded estimator: see
-    :func:`~vertebrae.fingerprint.identified`), or an extractor with
+    :func:`~vertebrae._base.fingerprint.identified`), or an extractor with
     ``cache_eligible = False``, cannot be trusted: such an
     extractor's identity gets ``unsafe_token`` (unique to the object within the run),
     so it never shares a key with another extractor, and the runner never reuses its

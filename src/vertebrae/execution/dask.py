@@ -14,7 +14,7 @@ each job's timings come back to the driver).  Two kinds of work fan out further:
   :mod:`vertebrae.execution.fanout`, the embedding matrix shipped once.
 
 With resource profiling on, every extractor call is measured on its worker and the stacking
-task merges the shards' measurements (:func:`~vertebrae.profiling.distributed_profile`).
+task merges the shards' measurements (:func:`~vertebrae.extractors.profiling.distributed_profile`).
 
 Execution is pull-based, as in the local runner (:func:`~vertebrae.execution.caching.pull`):
 a job whose artifact the cache holds is submitted without its inputs, and a job only such hits
@@ -50,13 +50,13 @@ import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._config import check_int
+from .._base.config import check_int
 from ..artifacts.store import MemoryStore
 from ..errors import ArtifactError, ArtifactWarning, ConfigError, DependencyError, ExecutionError
-from ..extras import install_hint
-from ..profiling import PROFILE_KEY
-from .. import fanout
-from ..progress import progress_enabled
+from .._base.extras import install_hint
+from ..extractors.profiling import PROFILE_KEY
+from .._base import fanout
+from .._base.progress import progress_enabled
 from .caching import job_cache, pull, record_not_needed, shard_key
 from .jobs import JobFailure, RunOutcome, annotate, check_on_error
 from .local import LocalRunner
@@ -326,7 +326,7 @@ def _worker_address() -> str:
 
 def _whole_job_profile(measured: dict[str, Any], started: float) -> dict[str, Any]:
     """An unsharded job's profile measured on this worker, as a distributed profile (retrieval: per endpoint)."""
-    from ..profiling import WorkerMeasurement, distributed_profile
+    from ..extractors.profiling import WorkerMeasurement, distributed_profile
 
     worker = _worker_address()
     if "schema" in measured:
@@ -379,7 +379,7 @@ def _compute_shard(job: StageJob, context: Any, extractor: Any, start: int,
     if profiling is None or not profiling.enabled:
         outputs = shards.transform(job, extractor, rows)
     else:
-        from ..profiling import measure_on_worker
+        from ..extractors.profiling import measure_on_worker
 
         outputs, timings[PROFILE_KEY] = measure_on_worker(profiling, extractor, rows,
                                                           lambda: shards.transform(job, extractor, rows),
@@ -391,7 +391,7 @@ def _compute_shard(job: StageJob, context: Any, extractor: Any, start: int,
 def _store_shard(job: StageJob, context: Any, start: int, stop: int, outputs: dict[str | None, Any],
                  timings: dict[str, Any]) -> _ShardRef | dict[str | None, Any]:
     """Write a shard to the store; the outputs themselves when the store refuses (as a cache write, a warning)."""
-    from ..embeddings import validate_embeddings
+    from ..inputs.embeddings import validate_embeddings
     from .caching import write_shard
 
     began = time.perf_counter()
@@ -433,7 +433,7 @@ def _stack(job: StageJob, context: Any, fitted: _Done | None, *parts: _Done) -> 
     timings["seconds"] = timings.get("fit", 0.0) + timings["transform"] + timings["stack"]
     profiling = getattr(context.settings, "resource_profiling", None)
     if profiling is not None and profiling.enabled:
-        from ..profiling import distributed_profile
+        from ..extractors.profiling import distributed_profile
 
         timings[PROFILE_KEY] = distributed_profile([part.timings[PROFILE_KEY] for part in computed],
                                                    shards=len(parts), shards_reused=len(parts) - len(computed))

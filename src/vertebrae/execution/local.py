@@ -16,7 +16,7 @@ import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ..progress import progress_enabled
+from .._base.progress import progress_enabled
 from .caching import JobRun, execute_job, pull, record_not_needed
 from .jobs import JobFailure, RunOutcome, annotate, check_on_error, run_job
 from .plan import StageJob

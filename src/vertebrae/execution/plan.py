@@ -17,8 +17,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..fingerprint import identified, package_version
-from ..json_codec import encode
+from .._base.fingerprint import identified, package_version
+from .._base.json_codec import encode
 from .context import Chain, RunContext
 from .registry import StageDefinition, pipeline_stages
 

@@ -1,7 +1,7 @@
 """The store runner of staged runs: one phase of a plan, in whatever process runs it.
 
 A staged run (``vertebrae plan``, ``embed``, ``score``, ``collect``; the plan file and the
-commands live in :mod:`vertebrae.staged_workflow`) executes each **phase** of one plan
+commands live in :mod:`vertebrae.cli.staged_workflow`) executes each **phase** of one plan
 with a :class:`StoreRunner` over the plan's store:
 
 - ``embed``: the jobs of stages declared ``phase=EMBED`` (the extractions and compressed
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ..artifacts.codecs import StoredArtifact
 from ..errors import ArtifactNotFoundError, ConfigError, PlanError, VertebraeError
-from ..progress import progress_enabled
+from .._base.progress import progress_enabled
 from .caching import JobRun, StageCache, computed_run
 from .jobs import JobFailure, RunOutcome, annotate, check_on_error, run_job
 from .plan import StageJob, artifact_key

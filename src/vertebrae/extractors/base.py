@@ -5,13 +5,13 @@ JSON-safe, human-readable description shown in results.  ``identity()`` (optiona
 ``recipe()`` minus ``name`` when absent) is what keys the embedding artifact, with
 the input content: two extractors with the same identity must produce the same
 embeddings, and the name is a label, never part of it.  An identity that holds a
-value :func:`~vertebrae.fingerprint.canonical` cannot identify (a lambda, an unseeded
+value :func:`~vertebrae._base.fingerprint.canonical` cannot identify (a lambda, an unseeded
 estimator), or an extractor with ``cache_eligible = False``, cannot be trusted across
 runs (see :func:`vertebrae.execution.context.extractor_identity`).
 ``supervised = True`` makes the extract stage fit with the targets (and key on them).
 
 Every shipped extractor builds its identity with one rule,
-:func:`~vertebrae.fingerprint.declared_identity`, from three class declarations: ``version``
+:func:`~vertebrae._base.fingerprint.declared_identity`, from three class declarations: ``version``
 (its code version), ``computes_with`` (the distributions whose installed versions enter the
 key; none when absent) and ``speed_only`` (constructor arguments left out, each proven by a test to
 leave the outputs bitwise identical; none when absent); every other constructor argument is in the
@@ -25,10 +25,10 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 
-from ..embeddings import validate_embeddings
+from ..inputs.embeddings import validate_embeddings
 from ..errors import InputTypeError, InputValidationError
-from ..fingerprint import (callable_identity, callable_name, canonical, check_cache_identity, content_sha256,
-                           declared_identity, identified)
+from .._base.fingerprint import (callable_identity, callable_name, canonical, check_cache_identity, content_sha256,
+                                 declared_identity, identified)
 
 
 @runtime_checkable

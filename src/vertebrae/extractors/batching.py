@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ExtractorError, InputTypeError, InputValidationError
-from ..fingerprint import declared_identity
+from .._base.fingerprint import declared_identity
 from .base import check_extractor_name
 
 #: The output name of a single-output extractor's batches.
@@ -27,7 +27,7 @@ SINGLE_OUTPUT = "embedding"
 BatchFunction = Callable[[np.ndarray], Mapping[str, Any]]
 
 
-#: ``observer(embed, rows)`` runs one batch call for resource profiling (see vertebrae.profiling); None: off.
+#: ``observer(embed, rows)`` runs one batch call for resource profiling (see vertebrae.extractors.profiling); None: off.
 BatchObserver = Callable[[BatchFunction, np.ndarray], Mapping[str, Any]]
 _BATCH_OBSERVER: contextvars.ContextVar[BatchObserver | None] = contextvars.ContextVar("batch_observer", default=None)
 
@@ -98,7 +98,7 @@ def stream_batches(n_rows: int, batch_size: int, embed: BatchFunction, outputs: 
     """
     from tqdm.auto import tqdm
 
-    from ..progress import progress_enabled
+    from .._base.progress import progress_enabled
 
     order = np.arange(n_rows) if order is None else order
     expected = tuple(outputs)
@@ -159,7 +159,7 @@ class BatchedExtractor:
     ``recipe()`` names every constructor argument but the ``speed_only`` ones (``batch_size``
     and ``device`` included: batch composition and kernels round differently), and
     ``identity()`` adds the code version and the ``computes_with`` package versions
-    (:func:`~vertebrae.fingerprint.declared_identity`).
+    (:func:`~vertebrae._base.fingerprint.declared_identity`).
     """
 
     #: The code version: bump it with any change that can change the outputs (tests/test_code_versions.py).

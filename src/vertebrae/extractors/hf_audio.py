@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ..audio_inputs import check_waveform
+from ..inputs.audio import check_waveform
 from ..errors import ConfigError, DependencyError, ExtractorError, InputValidationError
-from ..extras import install_hint
+from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import n_inputs
 from .huggingface import LayerPoolingExtractor, local_model_dir, num_hidden_layers

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError
-from ..extras import install_hint
-from ..image_inputs import LOADER, ImageInputs
+from .._base.extras import install_hint
+from ..inputs.images import LOADER, ImageInputs
 from .base import check_cache_identity
 from .batching import n_inputs, take_rows
 from .huggingface import LayerPoolingExtractor, local_model_dir, read_model_config

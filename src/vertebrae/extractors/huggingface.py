@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError, InputValidationError
-from ..extras import install_hint
+from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import BatchedExtractor, check_texts
 from .model_identity import files_sha256
@@ -269,7 +269,7 @@ def token_states(extractor: HFTextExtractor, texts: Any, *, hidden_layer: int = 
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per-token hidden states ``(n_tokens, width)`` of each text and its tokens' character offsets.
 
-    The structured output that :mod:`vertebrae.structured` aligns units to (one text per
+    The structured output that :mod:`vertebrae.inputs.structured` aligns units to (one text per
     forward pass, so no padding enters the states).
     """
     where = f"HFTextExtractor {extractor.name!r}"

@@ -3,7 +3,7 @@
 Each batch is one call of ``apply`` (``jax.jit``-compiled unless ``jit=False``; a
 last, smaller batch compiles once more), turned into a NumPy array, which also
 waits for the device, so host-observed latencies are complete.  Identity: the
-function as :func:`vertebrae.fingerprint.canonical` identifies it (a module-level
+function as :func:`vertebrae._base.fingerprint.canonical` identifies it (a module-level
 function by its qualified name and source hash; a lambda, closure or bound method
 of an unidentifiable object needs ``cache_identity``) plus every params leaf's path,
 dtype, shape and bytes.
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError, ExtractorError, InputTypeError
-from ..extras import install_hint
-from ..fingerprint import callable_identity, identified
+from .._base.extras import install_hint
+from .._base.fingerprint import callable_identity, identified
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, n_inputs, take_rows
 
@@ -104,7 +104,7 @@ class JAXExtractor(BatchedExtractor):
         return self._stream(n_rows, embed)
 
     def profile_facts(self) -> dict[str, dict[str, Any]]:
-        """The params' sizes and where they live; see vertebrae.profiling.framework_facts."""
+        """The params' sizes and where they live; see vertebrae.extractors.profiling.framework_facts."""
         leaves = [leaf for _, leaf in _leaves(self.params)]
         arrays = [leaf if hasattr(leaf, "nbytes") else np.asarray(leaf) for leaf in leaves]  # no device copy
         dtypes = sorted({str(a.dtype) for a in arrays})

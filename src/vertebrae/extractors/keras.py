@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
-from ..extras import install_hint
-from ..fingerprint import callable_name
+from .._base.extras import install_hint
+from .._base.fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, n_inputs, take_rows
 from .model_identity import check_paths, files_sha256
@@ -189,7 +189,7 @@ class KerasExtractor(BatchedExtractor):
         return self._stream(n_rows, embed)
 
     def profile_facts(self) -> dict[str, dict[str, Any]]:
-        """Weights of the model that ran (the sub-model for ``layer``); see vertebrae.profiling.framework_facts."""
+        """Weights of the model that ran (the sub-model for ``layer``); see vertebrae.extractors.profiling.framework_facts."""
         model = self.predictor_ or self.keras_model_
         if model is None:
             return {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputTypeError, InputValidationError
-from ..fingerprint import function_source, source_identity
+from .._base.fingerprint import function_source, source_identity
 
 _CHUNK = 1 << 20
 #: A file modified this recently may change again within the timestamp resolution: never memoized (git's rule).
@@ -74,7 +74,7 @@ def function_identity(fn: Callable[..., Any] | None) -> dict[str, Any] | None:
 
 
 def trusted_function(fn: Callable[..., Any] | None) -> bool:
-    """True for ``None`` and functions :func:`~vertebrae.fingerprint.canonical` identifies by name and source.
+    """True for ``None`` and functions :func:`~vertebrae._base.fingerprint.canonical` identifies by name and source.
 
     Lambdas, closures, nested functions, partials and callable objects can carry state
     a recipe cannot see, so an extractor using one is not cache-eligible unless the

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError, ExtractorError, InputTypeError
-from ..extras import install_hint
+from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
 from .model_identity import check_paths, files_sha256, function_identity, trusted_function

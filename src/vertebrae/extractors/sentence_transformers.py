@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError
-from ..extras import install_hint
-from ..fingerprint import callable_name
+from .._base.extras import install_hint
+from .._base.fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_texts
 from .huggingface import local_model_dir

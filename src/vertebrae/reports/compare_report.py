@@ -1,4 +1,4 @@
-"""Markdown and HTML for a comparison document (built by :func:`vertebrae.compare.compare_results`)."""
+"""Markdown and HTML for a comparison document (built by :func:`vertebrae.reports.compare.compare_results`)."""
 
 from __future__ import annotations
 

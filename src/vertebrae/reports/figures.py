@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..extras import install_hint
+from .._base.extras import install_hint
 
 #: Candidates shown in the per-class figure and the most classes a heatmap or per-class plot shows.
 TOP_CANDIDATES = 3
@@ -66,7 +66,7 @@ def _svg_or_none(fig: Any | None) -> str | None:
 
 def _ranked(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """Serialized results with a valid primary score, best first (as ``ranked_results`` orders them)."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
 
     result = result_from_dict(data)
     order = {r.name: i for i, r in enumerate(result.ranked_results())}
@@ -181,9 +181,9 @@ def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
 def compression_frontier(data: Mapping[str, Any]) -> str | None:
     """Primary score against evaluated bytes per row, one series per source embedding, frontier variants ringed.
 
-    Drawn from :func:`vertebrae.compression.frontier_rows` (the Markdown frontier table's rows), so the two agree.
+    Drawn from :func:`vertebrae.extractors.compression.frontier_rows` (the Markdown frontier table's rows), so the two agree.
     """
-    from ..compression import frontier_rows
+    from ..extractors.compression import frontier_rows
 
     rows = frontier_rows(data["extractor_results"])
     if not rows:
@@ -208,7 +208,7 @@ def compression_frontier(data: Mapping[str, Any]) -> str | None:
 
 def cohort_resources(data: Mapping[str, Any]) -> str | None:
     """Quality-cohort members' primary score against warm latency (else embedding bytes) from ``resource_profile``."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
 
     cohort = {r.name for r in result_from_dict(data).quality_cohort()}
     members = [r for r in _ranked(data) if r["name"] in cohort and r.get("resource_profile")]
@@ -275,7 +275,7 @@ def screening_rungs(data: Mapping[str, Any]) -> str | None:
 
 def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
     """Each cutoff metric at every k, one panel per metric, forward direction (and reverse when run)."""
-    from ..retrieval.config import CUTOFF_METRICS
+    from ..families.retrieval.config import CUTOFF_METRICS
 
     cutoffs = data.get("protocol", {}).get("config", {}).get("cutoffs")
     if not cutoffs:

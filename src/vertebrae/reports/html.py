@@ -118,8 +118,8 @@ def render_benchmark_html(data: Mapping[str, Any]) -> str:
 
 # ------------------------------------------------------------------ retrieval
 def render_retrieval_html(data: Mapping[str, Any]) -> str:
-    from ..retrieval.config import CUTOFF_METRICS
-    from ..result_protocol import result_from_dict
+    from ..families.retrieval.config import CUTOFF_METRICS
+    from ..families.result_protocol import result_from_dict
 
     result = result_from_dict(data)
     protocol = data["protocol"]
@@ -152,7 +152,7 @@ def render_retrieval_html(data: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------ zero-shot
 def render_zero_shot_html(data: Mapping[str, Any]) -> str:
     """Answer, ranking figure and table (zero-shot metric, top-k, margins, overlap as context), protocol."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
 
     result = result_from_dict(data)
     protocol, metric = data["protocol"], result.primary_metric_name

@@ -229,7 +229,7 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
 
 def _extractor_details(data: Mapping[str, Any]) -> Section:
     """Every extractor's detail; the pairwise matrix only for the top candidate (every pair stays in the JSON)."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
 
     ranked = result_from_dict(data).ranked_results()
     top = ranked[0].name if ranked else None

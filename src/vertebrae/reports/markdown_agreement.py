@@ -1,7 +1,7 @@
 """The "Would a linear probe pick the same?" section and the answer's caveats on agreement and column scale.
 
-Rendered from the serialized result's ``agreement`` list (:meth:`vertebrae.results.BenchmarkResult.agreement`)
-and each result's ``embedding.column_scale`` record (:func:`vertebrae.embeddings.column_scale`).
+Rendered from the serialized result's ``agreement`` list (:meth:`vertebrae.families.labeled.results.BenchmarkResult.agreement`)
+and each result's ``embedding.column_scale`` record (:func:`vertebrae.inputs.embeddings.column_scale`).
 """
 
 from __future__ import annotations

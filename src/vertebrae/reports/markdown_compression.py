@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..compression import frontier_rows
+from ..extractors.compression import frontier_rows
 from .document import Code, Para, Section, Strong, Table
 
 COLUMNS = ["source", "variant", "method", "requested dim", "output dim", "applied", "stored as", "primary score",

@@ -1,6 +1,6 @@
 """The referee section: which of the close candidates the reference metric picks (beside "Would a linear probe ...").
 
-Rendered from ``metadata["referee"]`` (:func:`vertebrae.referee.referee_record`).  Its runtime stays in the JSON's
+Rendered from ``metadata["referee"]`` (:func:`vertebrae.selection.referee.referee_record`).  Its runtime stays in the JSON's
 ``timing`` section (``timing.referee.seconds``, and ``runtime.referee`` per finalist), so the report is the same
 text run to run.
 """

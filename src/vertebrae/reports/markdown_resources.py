@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..profiling import latency_mismatches, profile_value
+from ..extractors.profiling import latency_mismatches, profile_value
 from .document import Para, Section, Strong, Table, section_markdown
 
 #: (header, profile section, field) of the cohort resource table.
@@ -24,7 +24,7 @@ COLUMNS = [("first call s", "latency", "first_call_seconds"), ("warm calls", "la
 
 def resource_section(data: Mapping[str, Any]) -> Section | None:
     """The quality cohort's measured resources, one table per scored view; None without profiles."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
 
     result = result_from_dict(data)
     if not any(r.resource_profile for r in result.extractor_results):

@@ -16,7 +16,7 @@ def verdict_section(data: Mapping[str, Any]) -> Section | None:
 
     None when no view has two ranked candidates (there is no difference to judge).
     """
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
 
     result = result_from_dict(data)
     views = [view for view in result.views() if len(result.ranked_results(view)) > 1]
@@ -34,7 +34,7 @@ def verdict_section(data: Mapping[str, Any]) -> Section | None:
 
 def verdict_lines(data: Mapping[str, Any]) -> list[Para]:
     """The answer's verdict line per view with two or more ranked candidates: the tied set, or why there is none."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
 
     result = result_from_dict(data)
     lines = []

@@ -56,7 +56,7 @@ def score_with_interval(score: float | None, low: float | None, high: float | No
 
 def benchmark_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     """The lead sentence, recommendation notes and the short summary table (headers None without a ranking)."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
     from .markdown_stability import interval_text
 
     result = result_from_dict(data)
@@ -82,7 +82,7 @@ def benchmark_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     return {"lead": lead, "notes": notes, "headers": headers, "rows": rows, "top_text": top_text}
 
 
-#: Row-builder columns of the ranking table (see ``vertebrae.results.result_row``): the spec's core
+#: Row-builder columns of the ranking table (see ``vertebrae.families.labeled.results.result_row``): the spec's core
 #: columns, then embedding, recipe and recommendation; Separatix's own fields follow when it ran.
 RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
                               "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
@@ -104,7 +104,7 @@ def scale_text(scale: Mapping[str, Any]) -> str:
 
 def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
     """Heading, columns and rows of the ranking table (columns None when no aggregate is valid)."""
-    from ..result_protocol import result_from_dict
+    from ..families.result_protocol import result_from_dict
     from .markdown_stability import interval_text
 
     result = result_from_dict(data)
@@ -140,7 +140,7 @@ def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _cutoffs(target_type: str) -> str:
-    from ..result_protocol import RECOMMENDATION_CUTOFFS
+    from ..families.result_protocol import RECOMMENDATION_CUTOFFS
 
     strong, moderate, stem = RECOMMENDATION_CUTOFFS[target_type]
     return (f"Recommendation labels use this version's cut-offs for {target_type.replace('_', '-')} targets: "

@@ -13,8 +13,8 @@ from ..errors import SerializationError
 
 
 def _markdown_renderers() -> dict[str, Callable[[Mapping[str, Any]], str]]:
-    from ..retrieval.report import render_markdown as retrieval
-    from ..zero_shot.report import render_markdown as zero_shot
+    from ..families.retrieval.report import render_markdown as retrieval
+    from ..families.zero_shot.report import render_markdown as zero_shot
     from .markdown import render_benchmark
 
     return {"benchmark": render_benchmark, "retrieval": retrieval, "zero_shot": zero_shot}

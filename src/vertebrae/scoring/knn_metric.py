@@ -1,7 +1,7 @@
 """KNNMetric: exact leave-one-out k-nearest-neighbour prediction quality.
 
 Rows are L2-normalized exactly as the overlap scorer normalizes them
-(:func:`~vertebrae.embeddings.evaluated_matrix`: in float64, zero rows stay at the
+(:func:`~vertebrae.inputs.embeddings.evaluated_matrix`: in float64, zero rows stay at the
 origin), so similarity is cosine; similarities are computed in float64 for float64
 input and in float32 otherwise (scikit-learn's precision rule, twice as fast).  Queries are processed in blocks whose
 temporaries stay under ``max_block_bytes``; sparse input stays CSR and only one
@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config import Config, check_int
-from .._sparse import is_sparse, sparse_module
-from ..embeddings import evaluated_matrix, is_constant
+from .._base.config import Config, check_int
+from .._base.sparse import is_sparse, sparse_module
+from ..inputs.embeddings import evaluated_matrix, is_constant
 from ..errors import MetricError
-from ..targets import TARGET_TYPES
+from ..inputs.targets import TARGET_TYPES
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
 

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config import Config, check_choice, check_int
-from .._sparse import is_sparse
-from ..embeddings import unit_scaled
+from .._base.config import Config, check_choice, check_int
+from .._base.sparse import is_sparse
+from ..inputs.embeddings import unit_scaled
 from ..errors import ConfigError, MetricError
 from .metrics import check_metric_name
 

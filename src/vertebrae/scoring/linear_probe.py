@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config import Config, check_float, check_int
-from .._sparse import is_sparse
+from .._base.config import Config, check_float, check_int
+from .._base.sparse import is_sparse
 from ..errors import MetricError
-from ..targets import TARGET_TYPES
+from ..inputs.targets import TARGET_TYPES
 from .metric_targets import MetricTargets, group_codes, metric_targets
 from .metrics import check_metric_name
 

@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config import Config, check_float, check_int
-from .._sparse import is_sparse
-from ..embeddings import evaluated_matrix
+from .._base.config import Config, check_float, check_int
+from .._base.sparse import is_sparse
+from ..inputs.embeddings import evaluated_matrix
 from ..errors import MetricError
 from .metric_targets import metric_targets
 from .metrics import check_metric_name

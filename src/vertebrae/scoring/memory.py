@@ -10,7 +10,7 @@ at least 2 rows, regression at least 3) and records the effective counts and a
 note (the result's warning, which the benchmark warns once, named by extractor);
 ``policy="fail"`` raises :class:`~vertebrae.errors.MemoryBudgetError` with
 the estimate and the fix.  The budget stage (``budget`` in
-:mod:`vertebrae.benchmark_stages`) applies it between embedding and scoring; a budget
+:mod:`vertebrae.families.labeled.stages`) applies it between embedding and scoring; a budget
 that no embedding could meet (:func:`smallest_scoring_bytes`) is refused by the
 ``Benchmark`` constructor, before any extraction.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._config import Config, check_choice, check_int, check_seed
-from .._sparse import is_sparse
+from .._base.config import Config, check_choice, check_int, check_seed
+from .._base.sparse import is_sparse
 from ..errors import ConfigError, MemoryBudgetError
-from ..targets import RegressionTargets, Targets
+from ..inputs.targets import RegressionTargets, Targets
 
 POLICIES = ("subsample", "fail")
 #: Bookkeeping per row (label codes, assignments, tile indices), measured as noise next to the matrix copies.

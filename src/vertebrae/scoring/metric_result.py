@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import MetricError
-from ..result_schema import NUMBER, nullable
+from .._base.result_schema import NUMBER, nullable
 
 OVERLAP_METRIC = "overlap"
 
 
-#: What reports read of a serialized MetricResult (checked on load; see vertebrae.result_schema).
+#: What reports read of a serialized MetricResult (checked on load; see vertebrae._base.result_schema).
 SCHEMA = {"name": str, "score": nullable(NUMBER), "higher_is_better?": bool, "aggregate_valid?": bool,
           "diagnostics?": dict, "warnings?": [str], "metadata?": dict, "error?": nullable(str)}
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._sparse import is_sparse
+from .._base.sparse import is_sparse
 from ..errors import MetricError
 
 #: The prediction score of each target type, as scikit-learn's scorer names it.

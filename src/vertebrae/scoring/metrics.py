@@ -23,14 +23,14 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from .._config import check_bool
-from .._sparse import is_sparse, sparse_module
-from ..user_modules import import_user_module
+from .._base.config import check_bool
+from .._base.sparse import is_sparse, sparse_module
+from .._base.user_modules import import_user_module
 from ..errors import ConfigError, ConfigTypeError, InputTypeError, MetricError, SerializationError
-from ..fingerprint import callable_identity, check_cache_identity, identified
-from ..labels import LabelCatalog, mark
-from .. import json_codec
-from ..targets import TARGET_TYPES, MultiLabelTargets, RegressionTargets, Targets
+from .._base.fingerprint import callable_identity, check_cache_identity, identified
+from ..inputs.labels import LabelCatalog, mark
+from .._base import json_codec
+from ..inputs.targets import TARGET_TYPES, MultiLabelTargets, RegressionTargets, Targets
 from .metric_result import OVERLAP_METRIC, MetricResult
 from .overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 
@@ -182,7 +182,7 @@ class CallableMetric:
         return identified(self.code_identity())
 
     def code_identity(self) -> Any:
-        """What identifies the function's code in the metrics key (see :func:`~vertebrae.fingerprint.canonical`)."""
+        """What identifies the function's code in the metrics key (see :func:`~vertebrae._base.fingerprint.canonical`)."""
         return callable_identity(self.fn, self.cache_identity)
 
     def identity(self) -> dict[str, Any]:

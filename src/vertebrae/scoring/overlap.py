@@ -3,7 +3,7 @@
 Every overlap number vertebrae reports comes from :class:`OverlapIndexScorer`.  It
 validates the input, resolves k per class, translates typed labels to catalog codes,
 calls ``OverlapIndex`` (which L2-normalizes on its own copy; rows of extreme scale
-are first scaled by a power of two here, see :func:`vertebrae.embeddings.unit_scaled`) or
+are first scaled by a power of two here, see :func:`vertebrae.inputs.embeddings.unit_scaled`) or
 ``ContinuousOverlapIndex`` (normalized here on one float64 copy) with the fixed
 MiniBatchKMeans backend under a thread limit and a deterministic seed, and returns an
 :class:`OverlapScoreResult` keyed by semantic label keys.
@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from .._config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
-from .._sparse import is_sparse
-from ..embeddings import (distinct_rows, evaluated_matrix, is_collapsed, is_constant, unit_scaled,
-                          validate_embeddings, zero_rows)
+from .._base.config import Config, FrozenDict, check_bool, check_choice, check_int, check_seed, check_str_mapping
+from .._base.sparse import is_sparse
+from ..inputs.embeddings import (distinct_rows, evaluated_matrix, is_collapsed, is_constant, unit_scaled,
+                                 validate_embeddings, zero_rows)
 from ..errors import ConfigError, ConfigTypeError, InputValidationError, ScoringWarning
-from ..fingerprint import package_version
-from ..labels import LabelCatalog, decode_key, semantic_key
-from ..result_schema import NUMBER, Choice, MapOf, both, nullable, rule
-from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
-from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
+from .._base.fingerprint import package_version
+from ..inputs.labels import LabelCatalog, decode_key, semantic_key
+from .._base.result_schema import NUMBER, Choice, MapOf, both, nullable, rule
+from ..inputs.targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
+from .._base.threads import DEFAULT_THREAD_LIMIT, limited_threads
 
 _LOG = logging.getLogger(__name__)
 #: Seed used when the caller gives none: unseeded MiniBatchKMeans drifts between runs.
@@ -219,7 +219,7 @@ class ContinuousOverlapScoringConfig(Config):
         self._set("thread_limit", check_int(name, "thread_limit", self.thread_limit, minimum=1, allow_none=True))
 
 
-#: What reports and ``compare`` read of a serialized OverlapScoreResult (checked on load; vertebrae.result_schema).
+#: What reports and ``compare`` read of a serialized OverlapScoreResult (checked on load; vertebrae._base.result_schema).
 SCHEMA = both({"score": NUMBER, "macro_score": NUMBER, "weighted_score": NUMBER,
                "per_class_scores": MapOf(nullable(NUMBER)), "pairwise_scores": MapOf(MapOf(nullable(NUMBER))),
                "k_per_class": dict, "warnings": [str], "target_type": Choice(("single_label", "multi_label", "regression")),

@@ -35,7 +35,7 @@ class PairedComparison:
     the ``interval_level`` confidence interval of the mean paired difference (Student's t
     over the ``d_r``, the paired t-test's interval): it narrows as repeats are added, which
     is what lets adaptive repeats decide (a screening rung passes its own, wider interval:
-    vertebrae.screening.full_data_interval); ``share_better`` is the share of repeats with
+    vertebrae.selection.screening.full_data_interval); ``share_better`` is the share of repeats with
     ``d_r > 0``, ties counting half.  ``contradicts_ranking`` is True when the whole interval lies above 0:
     the repeats say the lower-ranked candidate is better, against the full-data ranking
     (its verdict stays ``tied``: it cannot be ruled out, and it is never called ``worse``).
@@ -64,7 +64,7 @@ def compare_paired(candidate: str, reference: str, candidate_scores: Sequence[fl
                    interval_level: float, interval: Interval | None = None) -> PairedComparison:
     """The paired comparison of two aligned repeat-score lists (``tied`` or ``worse``; see :class:`PairedComparison`).
 
-    ``interval`` defaults to :func:`mean_interval`; screening rungs pass their own (vertebrae.screening).
+    ``interval`` defaults to :func:`mean_interval`; screening rungs pass their own (vertebrae.selection.screening).
     """
     a = np.asarray(candidate_scores, dtype=np.float64)
     b = np.asarray(reference_scores, dtype=np.float64)
@@ -93,7 +93,7 @@ def mean_interval(differences: np.ndarray, level: float) -> tuple[float, float, 
 
 def t_interval(differences: np.ndarray, level: float, divisor: float) -> tuple[float, float, float]:
     """(mean, low, high): ``mean ± t(level, n - 1) · sd / divisor``, the shape of every paired interval (``divisor``
-    sqrt(n) gives the mean's; a screening rung's is :func:`vertebrae.screening.full_data_interval`)."""
+    sqrt(n) gives the mean's; a screening rung's is :func:`vertebrae.selection.screening.full_data_interval`)."""
     from scipy import stats
 
     mean = float(differences.mean())

@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from .._config import Config, check_bool, check_choice, check_float, check_int, check_seed
-from .._sparse import is_sparse
-from ..datasets import Groups, build_groups
-from ..embeddings import evaluated_matrix, validate_embeddings
+from .._base.config import Config, check_bool, check_choice, check_float, check_int, check_seed
+from .._base.sparse import is_sparse
+from ..inputs.datasets import Groups, build_groups
+from ..inputs.embeddings import evaluated_matrix, validate_embeddings
 from ..errors import (ConfigTypeError, DensificationBudgetError, InputValidationError, ScoringWarning,
                       SerializationError)
-from ..result_schema import ANY, NUMBER, MapOf, Switch, both, nullable, rule
-from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
-from ..threads import DEFAULT_THREAD_LIMIT, limited_threads
+from .._base.result_schema import ANY, NUMBER, MapOf, Switch, both, nullable, rule
+from ..inputs.targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
+from .._base.threads import DEFAULT_THREAD_LIMIT, limited_threads
 from .overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 
 #: separatix's own ``max_dense_mb`` default, used when no vertebrae budget is set.
@@ -137,7 +137,7 @@ _PROBE_SUMMARY_SCHEMA = {
     "evaluation": dict, "sampling": nullable(dict), "skip_reasons": dict,
     "grouping": both(dict, rule(lambda g: not g.get("provided") or isinstance(g.get("skipped"), list),
                                 "grouping.skipped must be a list when groups were provided"))}
-#: What reports read of a serialized SeparatixResult (checked on load; see vertebrae.result_schema): a completed
+#: What reports read of a serialized SeparatixResult (checked on load; see vertebrae._base.result_schema): a completed
 #: diagnostic is rendered in full, a gated or skipped one by its reason.
 SCHEMA = both({"probe_summary": dict, "warnings": [str], "scores": MapOf(ANY)},
               Switch("status", {"completed": {"decision_path": list, "probe_summary": _PROBE_SUMMARY_SCHEMA,
@@ -219,7 +219,7 @@ class SeparatixScorer:
         """Diagnose ``embeddings`` (n x d, dense or sparse) against ``targets``.
 
         ``overlap_score`` is the overlap score of the same embeddings (it drives the gate);
-        ``groups`` is a :class:`~vertebrae.datasets.Groups` or one group id per row;
+        ``groups`` is a :class:`~vertebrae.inputs.datasets.Groups` or one group id per row;
         ``source`` names the extractor in messages.  Raises
         :class:`~vertebrae.errors.DensificationBudgetError` when ``densify_policy="fail"``
         and a dense-only step does not fit the budget.

@@ -22,12 +22,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._config import Config, check_choice, check_float, check_int, check_seed
-from ..embeddings import validate_embeddings
+from .._base.config import Config, check_choice, check_float, check_int, check_seed
+from ..inputs.embeddings import validate_embeddings
 from ..errors import ConfigError, ConfigTypeError, InputValidationError
-from ..fanout import fanout_map
-from ..result_schema import COUNT, INT, NUMBER, AnyOf, Choice, MapOf, both, nullable, rule
-from ..targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
+from .._base.fanout import fanout_map
+from .._base.result_schema import COUNT, INT, NUMBER, AnyOf, Choice, MapOf, both, nullable, rule
+from ..inputs.targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .overlap import OverlapIndexScorer
 
 MODES = ("prototype", "subsample")
@@ -46,7 +46,7 @@ MAX_REPEATS = 10_000
 ORDER_AGREEMENT = 0.9
 
 
-#: ``repeats`` value that turns on adaptive repeats (vertebrae.adaptive_repeats; docs/stability.md).
+#: ``repeats`` value that turns on adaptive repeats (vertebrae.selection.adaptive_repeats; docs/stability.md).
 AUTO = "auto"
 #: The fields read only with ``repeats="auto"`` (left out of a fixed config's JSON, which stays as it was).
 ADAPTIVE_FIELDS = ("min_repeats", "max_repeats", "batch_repeats", "equivalence_margin")
@@ -63,7 +63,7 @@ class StabilityConfig(Config):
     ``repeats="auto"`` adds repeats in rounds until every candidate's paired verdict against
     the best of its view is decided (its interval excludes 0, or lies within
     ``[-equivalence_margin, equivalence_margin]``) or ``max_repeats`` is reached: first
-    ``min_repeats``, then ``batch_repeats`` more per round (vertebrae.adaptive_repeats).
+    ``min_repeats``, then ``batch_repeats`` more per round (vertebrae.selection.adaptive_repeats).
     Those four fields are read only then.
     """
 
@@ -175,7 +175,7 @@ class StabilitySummary:
 
 
 _SUMMARY_SCHEMA = {name: NUMBER for name in ("mean", "std", "min", "max", "interval_low", "interval_high")}
-#: What reports read of a serialized StabilityResult (checked on load; see vertebrae.result_schema); the
+#: What reports read of a serialized StabilityResult (checked on load; see vertebrae._base.result_schema); the
 #: config itself is checked by StabilityConfig.from_dict.
 SCHEMA = both({"config": {"repeats": AnyOf((INT, Choice((AUTO,)))), "mode": str, "interval_level": NUMBER},
                "summaries": both({"score": _SUMMARY_SCHEMA}, MapOf(_SUMMARY_SCHEMA)),
@@ -184,7 +184,7 @@ SCHEMA = both({"config": {"repeats": AnyOf((INT, Choice((AUTO,)))), "mode": str,
                    and s["config"]["repeats"] in (AUTO, len(s["repeat_scores"]["score"])),
                    "repeat_scores.score and effective_subsample_fractions need one value per repeat"))
 
-#: ``metadata["adaptive_repeats"]`` of a benchmark result with ``repeats="auto"`` (vertebrae.adaptive_repeats).
+#: ``metadata["adaptive_repeats"]`` of a benchmark result with ``repeats="auto"`` (vertebrae.selection.adaptive_repeats).
 ADAPTIVE_SCHEMA = {"repeats": COUNT, "rounds": COUNT, "windows": [[COUNT]],
                    "stopped": Choice(("decided", "max_repeats")), "equivalence_margin": NUMBER, "undecided": [str],
                    "decisions": MapOf({"view": nullable(str), "repeats_to_decide": nullable(COUNT)})}
@@ -460,7 +460,7 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
     # Repeat 0 uses the scorer's own seed: in prototype mode it is the primary score itself.
     if config.adaptive and window is None:
         raise ConfigError("StabilityConfig(repeats='auto') is run in rounds: pass window=(start, stop), or use "
-                          "Benchmark, which runs the rounds (vertebrae.adaptive_repeats)")
+                          "Benchmark, which runs the rounds (vertebrae.selection.adaptive_repeats)")
     start, stop = (0, config.repeats) if window is None else window
     if not 0 <= start < stop <= MAX_REPEATS:
         raise ConfigError(f"window must be (start, stop) with 0 <= start < stop <= {MAX_REPEATS}, got {window}")

@@ -1,0 +1,1 @@
+"""Foundation: imports nothing above it (config helper, JSON codec, fingerprints, schemas)."""

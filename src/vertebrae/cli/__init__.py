@@ -1,0 +1,1 @@
+"""The ``vertebrae`` command: run configs, model configs, the staged workflow, the demos."""

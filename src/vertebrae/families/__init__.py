@@ -1,0 +1,1 @@
+"""The shared front door and result protocol, and one folder per result family."""

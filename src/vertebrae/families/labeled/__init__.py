@@ -1,0 +1,1 @@
+"""The labeled-data family: Benchmark, its stages and its results."""

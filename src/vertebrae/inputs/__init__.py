@@ -1,0 +1,1 @@
+"""What a dataset holds: identity, labels, targets, views, embeddings and raw inputs."""

@@ -1,0 +1,1 @@
+"""Rounds over a run: screening, adaptive repeats, the referee, agreement."""
