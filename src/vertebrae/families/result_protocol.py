@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import pathlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from .._base import json_codec
@@ -110,6 +110,16 @@ class Ranked(NamedTuple):
 
     rank: int
     result: Any
+
+
+def family_document(result_type: str, schema_version: int, protocol: Mapping[str, Any], results: Sequence[Any],
+                    warnings: Sequence[str], metadata: Mapping[str, Any], timing: Mapping[str, Any]) -> dict[str, Any]:
+    """The serialized form of a family result whose chains carry their own runtimes: the run envelope
+    (``metadata``, ``timing``) around the protocol and the per-chain results, each chain's runtime under
+    ``timing.runtime`` (timings live only in ``timing``)."""
+    return {"schema_version": schema_version, "result_type": result_type, "protocol": protocol,
+            "extractor_results": [r.to_dict() for r in results], "warnings": list(warnings), "metadata": metadata,
+            "timing": {**timing, "runtime": {r.name: dict(r.runtime) for r in results}}}
 
 
 def rank_results(results: Iterable[R]) -> list[Ranked]:

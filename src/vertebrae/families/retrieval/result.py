@@ -17,7 +17,7 @@ from ...errors import InputTypeError, InputValidationError
 from ...extractors.profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ...execution.plan import artifact_key
 from ..result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECORDED_ENVELOPE_SCHEMA, TIMING_ENVELOPE_SCHEMA,
-                               ChainResult, check_header, current_envelope, reading)
+                               ChainResult, check_header, current_envelope, family_document, reading)
 from ..._base.result_schema import ANY, NUMBER, MapOf, Number, both, check, nullable, rule
 from ..labeled.results import (FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns,
                                compression_schema, deprecated_alias)
@@ -248,15 +248,8 @@ class RetrievalBenchmarkResult(ResultFamily):
 
     # -- persistence -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "result_type": RESULT_TYPE,
-            "protocol": self.protocol,
-            "extractor_results": [e.to_dict() for e in self.extractor_results],
-            "warnings": list(self.warnings),
-            "metadata": self.metadata,
-            "timing": {**self.timing, "runtime": {e.name: dict(e.runtime) for e in self.extractor_results}},
-        }
+        return family_document(RESULT_TYPE, SCHEMA_VERSION, self.protocol, self.extractor_results, self.warnings,
+                               self.metadata, self.timing)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RetrievalBenchmarkResult":

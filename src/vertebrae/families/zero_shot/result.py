@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from ...extractors.profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ..result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECORDED_ENVELOPE_SCHEMA, TIMING_ENVELOPE_SCHEMA,
-                               ChainResult, check_header, current_envelope, reading)
+                               ChainResult, check_header, current_envelope, family_document, reading)
 from ..._base.result_schema import ANY, MapOf, Number, both, check, nullable, rule
 from ..labeled.results import (FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns,
                                compression_schema, deprecated_alias)
@@ -160,15 +160,8 @@ class ZeroShotBenchmarkResult(ResultFamily):
 
     # -- persistence -------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "result_type": RESULT_TYPE,
-            "protocol": self.protocol,
-            "extractor_results": [r.to_dict() for r in self.extractor_results],
-            "warnings": list(self.warnings),
-            "metadata": self.metadata,
-            "timing": {**self.timing, "runtime": {r.name: dict(r.runtime) for r in self.extractor_results}},
-        }
+        return family_document(RESULT_TYPE, SCHEMA_VERSION, self.protocol, self.extractor_results, self.warnings,
+                               self.metadata, self.timing)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ZeroShotBenchmarkResult":
