@@ -37,14 +37,6 @@ class Chain:
     target_type: str | None = None
 
 
-def variant_chains(extractors: Sequence[Any], extractor_ids: Sequence[str], compression: Sequence[Any]) -> list[Chain]:
-    """One chain per extractor x compression variant (none given: the raw embedding), named ``extractor+variant``."""
-    from ..extractors.compression import variant_name
-
-    return [Chain(variant_name(e.name, variant), extractor_id, e.name, variant=variant)
-            for e, extractor_id in zip(extractors, extractor_ids) for variant in compression or (None,)]
-
-
 @dataclasses.dataclass
 class Fact:
     """A fingerprinted fact of the run: what enters keys, and whether it identifies the data across runs."""

@@ -32,11 +32,18 @@ from ..execution.jobs import JobFailure, RunOutcome
 from ..execution.local import LocalRunner
 from ..execution.plan import Plan, artifact_key, build_plan
 from ..execution.registry import definition_of
+from ..extractors.compression import variant_name
 from .._base.fingerprint import package_version
 
 #: The packages whose versions every result records (``metadata.versions``): vertebrae and the required
 #: dependencies that compute its scores and diagnostics.
 RUN_PACKAGES = ("vertebrae", "overlapindex", "separatix", "numpy", "scipy", "scikit-learn")
+
+
+def variant_chains(extractors: Sequence[Any], extractor_ids: Sequence[str], compression: Sequence[Any]) -> list[Chain]:
+    """One chain per extractor x compression variant (none given: the raw embedding), named ``extractor+variant``."""
+    return [Chain(variant_name(e.name, variant), extractor_id, e.name, variant=variant)
+            for e, extractor_id in zip(extractors, extractor_ids) for variant in compression or (None,)]
 
 
 @dataclasses.dataclass(frozen=True)

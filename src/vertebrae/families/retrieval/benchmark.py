@@ -19,10 +19,11 @@ from ..._base.config import check_config
 from ...extractors.compression import EmbeddingCompressionConfig, check_compression
 from ...errors import InputTypeError
 from ...execution.caching import stage_cache
-from ...execution.context import Chain, RunContext, variant_chains
+from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ..front_door import EmbeddingSource, FrontDoor, check_unique_names, plain_recipe, validate_extractor_list
+from ..front_door import (EmbeddingSource, FrontDoor, check_unique_names, plain_recipe, validate_extractor_list,
+                          variant_chains)
 from ...extractors.profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset

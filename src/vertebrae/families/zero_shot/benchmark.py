@@ -21,10 +21,10 @@ from ..._base.config import check_config
 from ...extractors.compression import EmbeddingCompressionConfig, check_compression
 from ...errors import InputTypeError, InputValidationError
 from ...execution.caching import stage_cache
-from ...execution.context import Chain, RunContext, variant_chains
+from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ..front_door import EmbeddingSource, FrontDoor, plain_recipe
+from ..front_door import EmbeddingSource, FrontDoor, plain_recipe, variant_chains
 from ...extractors.profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ...scoring.overlap import OverlapScoringConfig, check_class_settings
 from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
