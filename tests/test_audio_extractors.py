@@ -210,3 +210,15 @@ def test_benchmark_results_cache_statuses_and_profile(audio_models, clips, tmp_p
     assert {r.embedding["cache_status"] for r in warm.extractor_results} == {"hit"}
     assert extractor.model_ is None  # a hit never loads the model
     assert warm["w2v:layer2_mean"].overlap.score == cold["w2v:layer2_mean"].overlap.score
+
+
+def test_a_dataset_at_another_rate_is_refused_before_the_model_loads(audio_models, clips):
+    """8 kHz waveforms given to a 16 kHz extractor would embed another signal without complaint."""
+    dataset = BenchmarkDataset.from_audio_arrays(clips, [i % 2 for i in range(len(clips))], sampling_rate=8000,
+                                                 identity=DatasetIdentity.declared("clips", "1"))
+    extractor = HFAudioExtractor("w2v", audio_models["wav2vec2"], sampling_rate=RATE, device="cpu", progress=False)
+    with pytest.raises(InputValidationError, match=r"extractors\[0\] \('w2v'\) expects audio at 16000 Hz, but the "
+                                                   r"dataset's waveforms are 8000 Hz; resample them first \(e\.g\. "
+                                                   r"scipy\.signal\.resample_poly\(w, 2, 1\) or librosa\.resample"):
+        Benchmark(dataset, [extractor], progress=False)
+    assert extractor.model_ is None

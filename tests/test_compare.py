@@ -16,6 +16,7 @@ from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
 
 from .conftest import gaussian_classes
+from .test_screening import CLI_CONFIG
 
 IDENTITY = DatasetIdentity.declared("compare", "1")
 X, Y = gaussian_classes(n_per_class=40, n_classes=3, dim=6, seed=7)
@@ -163,3 +164,40 @@ def test_a_candidate_missing_from_the_new_run_is_a_regression(runs, tmp_path, ca
     assert main(["compare", str(paths["a"]), str(path), "--allow-missing"]) == 0
     assert "Only in" in capsys.readouterr().out
     assert main(["compare", str(path), str(paths["a"])]) == 0  # a candidate added in B is no regression
+
+
+def test_a_candidate_screened_out_in_the_new_run_is_reported_as_such_not_as_a_regression(tmp_path, capsys):
+    """Issue 37 item 1: the same config run in full and with --screen; the screened-out candidates have no
+    full-data score, so they are listed with their last rung and partial score and the guard passes."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 100)
+    f = rng.normal(size=(y.size, 6))
+    f[:, 0] += 3.0 * y
+    f[:, 1] += 2.5 * y
+    np.save(tmp_path / "labels.npy", y)
+    for name, columns in {"strong": f[:, [0, 1, 2]], "weak": 0.3 * f[:, [1, 3]] + f[:, [3, 4]],
+                          "noise": f[:, [2, 3, 4]]}.items():
+        np.save(tmp_path / f"{name}.npy", columns)
+    (tmp_path / "run.toml").write_text(CLI_CONFIG)  # strong, noise, weak
+    full, screened = tmp_path / "full", tmp_path / "screened"
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(full), "--quiet"]) == 0
+    assert main(["run", str(tmp_path / "run.toml"), "--screen", "-o", str(screened), "--quiet"]) == 0
+    left = {r["name"]: r["screening"] for r in json.loads((screened / "report.json").read_text())["extractor_results"]
+            if r["screening"]["status"] == "screened_out"}
+    assert sorted(left) == ["noise", "weak"]  # the scenario: two of three candidates screened out
+    a, b = str(full / "report.json"), str(screened / "report.json")
+    capsys.readouterr()
+    assert main(["compare", a, b, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["regressed"] == [] and data["missing"] == []
+    assert data["screened_out"] == [{"extractor": name, "run": b, "last_rung": left[name]["last_rung"],
+                                     "rows": left[name]["rows"], "partial_score": left[name]["partial_score"]}
+                                    for name in ("noise", "weak")]  # unranked: in input order
+    assert main(["compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "No candidate's primary score got worse" in out and "Regressed" not in out
+    assert "Screened out (no full-data score, so not a regression): noise in " in out
+    assert (f"weak in {b} (rung {left['weak']['last_rung']}, {left['weak']['rows']} rows, partial score "
+            f"{left['weak']['partial_score']:.4f}).") in out
+    assert main(["compare", a, b, "--allow-missing"]) == 0
+    assert main(["compare", b, a]) == 0  # scored in full where the baseline screened them out: no regression

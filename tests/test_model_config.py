@@ -364,7 +364,7 @@ def test_hf_vision_on_an_image_folder(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
-def test_hf_audio_takes_the_dataset_sampling_rate(tmp_path):
+def test_hf_audio_takes_the_dataset_sampling_rate(tmp_path, capsys):
     """A tiny wav2vec2 saved with its feature extractor; sampling_rate comes from [dataset] when the entry leaves
     it out."""
     pytest.importorskip("vertebrae.extractors.hf_audio", reason="HFAudioExtractor comes with branch audio")
@@ -392,3 +392,9 @@ def test_hf_audio_takes_the_dataset_sampling_rate(tmp_path):
     extractor = HFAudioExtractor("w2v", tmp_path / "w2v", sampling_rate=16000, layers=[-1], poolings=["mean"],
                                  batch_size=4, device="cpu", progress=False)
     _run_equals_python(tmp_path, body, dataset, extractor)
+    # Issue 37 item 4: an entry that sets the model's rate over an 8 kHz [dataset] is refused before the model loads
+    (tmp_path / "rate.toml").write_text('[dataset]\nid = "d"\nrevision = "1"\n' + body.replace(
+        "sampling_rate = 16000", "sampling_rate = 8000") + "sampling_rate = 16000\n")
+    assert main(["run", str(tmp_path / "rate.toml"), "-o", str(tmp_path / "rate"), "--quiet"]) == 2
+    assert ("extractors[0] ('w2v') expects audio at 16000 Hz, but the dataset's waveforms are 8000 Hz; resample them "
+            "first (e.g. scipy.signal.resample_poly(w, 2, 1)") in capsys.readouterr().err

@@ -222,3 +222,17 @@ def test_the_report_renders_from_the_archived_json(run, tmp_path):
     assert ("**Tied with the best** (paired verdicts over 6 repeats, 95% interval): clean, clean_copy; worse: "
             "noisy_a, noisy_b.") in answer
     assert "\"verdict\"" not in run.to_json()  # derived from the repeat scores, never stored twice
+
+
+def test_verdict_numbers_are_plain_floats_in_their_repr(run):
+    """Issue 37 item 25: every number of a comparison is a plain float, so its repr never shows np.float64(...)."""
+    scores = {"clean": [0.90, 0.80, 0.70, 0.60, 0.50, 0.40],
+              "noisy_a": [0.86, 0.77, 0.68, 0.59, 0.50, 0.40],
+              "noisy_b": [0.89, 0.82, 0.69, 0.61, 0.50, 0.39]}
+    result = _hand_made(run, scores)
+    comparisons = [*result.rank_verdicts(), *result.paired_verdicts().against_best]
+    assert any(c.difference_low != c.difference_high for c in comparisons)  # a real interval, not a point
+    for c in comparisons:
+        for field in ("mean_difference", "difference_low", "difference_high", "share_better"):
+            assert type(getattr(c, field)) is float, (c.candidate, field)
+        assert "np.float64" not in repr(c)

@@ -440,3 +440,18 @@ def test_multi_label_reading_gives_the_chance_level_and_its_cutoffs():
     assert "1.0 means separated labels" in reading and "random labels scored 0.21-0.29" in reading
     assert "strong_separation at an overlap score of at least 0.5, moderate_separation at least 0.35" in reading
     assert run.to_html().count("<svg") == 3  # ranking, per-label bars, pairwise heatmap
+
+
+def test_console_summary_says_tied_with_for_an_exact_tie_at_the_top():
+    """Issue 37 item 23: two candidates with the same embeddings share rank 1; "0.0000 ahead of" misreads that."""
+    X, y = gaussian_classes(n_per_class=30, n_classes=3, dim=4, seed=3)
+    dataset = BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
+    noisy = X + np.random.default_rng(0).normal(0, 3.0, X.shape)
+    run = Benchmark(dataset, [PrecomputedExtractor("a", X), PrecomputedExtractor("b", X.copy()),
+                              PrecomputedExtractor("c", noisy)], progress=False).run()
+    assert run["a"].primary_score == run["b"].primary_score > run["c"].primary_score
+    line = next(line for line in console_summary(run).splitlines() if line.startswith("Top candidate"))
+    assert line == (f"Top candidate: a — highest overlap ({run['a'].primary_score:.4f}), tied with b (equal scores "
+                    "share rank 1; the first in input order is named); 1 other(s) within the quality tolerance, so compare "
+                    "them on cost.")
+    assert "ahead of" not in line

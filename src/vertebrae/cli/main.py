@@ -288,8 +288,11 @@ def console_summary(result) -> str:
     best = ranked[0]
     why = f"Top candidate: {best.name} — highest {metric} ({best.primary_score:.4f})"
     if len(ranked) > 1:
+        tied = [r.name for r in ranked[1:] if r.primary_score == best.primary_score]
         gap = abs(best.primary_score - ranked[1].primary_score)
-        why += f", {gap:.4f} ahead of {ranked[1].name}"
+        why += (f", tied with {', '.join(tied)} (equal scores share rank 1; the first in input order is named)"
+                if tied else f", {gap:.4f} ahead of {ranked[1].name}" if gap >= 5e-5
+                else f", less than 0.0001 ahead of {ranked[1].name}")
         cohort = result.quality_cohort()
         if len(cohort) > 1:
             why += f"; {len(cohort) - 1} other(s) within the quality tolerance, so compare them on cost"

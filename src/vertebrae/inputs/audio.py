@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 
 from ..errors import InputTypeError, InputValidationError
@@ -44,6 +46,29 @@ def check_sampling_rate(sampling_rate: Any, *, where: str) -> int:
     if sampling_rate <= 0:
         raise InputValidationError(f"{where}: sampling_rate must be a positive integer, got {sampling_rate}")
     return int(sampling_rate)
+
+
+def check_extractor_rates(dataset: Any, extractors: Any) -> None:
+    """Every extractor that declares a ``sampling_rate`` reads the audio dataset's rate (vertebrae never resamples).
+
+    Checked when the benchmark is built, before any model loads: the same samples read at another rate
+    are another signal, and the model would embed it without complaint.
+    """
+    inputs = getattr(dataset, "inputs", None)
+    if not isinstance(inputs, AudioInputs):
+        return
+    have = inputs.sampling_rate
+    for i, extractor in enumerate(extractors):
+        want = getattr(extractor, "sampling_rate", None)
+        if want is None or int(want) == have:
+            continue
+        want = int(want)
+        step = math.gcd(want, have)
+        raise InputValidationError(
+            f"extractors[{i}] ({extractor.name!r}) expects audio at {want} Hz, but the dataset's waveforms are "
+            f"{have} Hz; resample them first (e.g. scipy.signal.resample_poly(w, {want // step}, {have // step}) "
+            f"or librosa.resample(w, orig_sr={have}, target_sr={want})) and build the dataset with "
+            f"sampling_rate={want}")
 
 
 def audio_arrays(waveforms: Any, sampling_rate: Any) -> AudioInputs:

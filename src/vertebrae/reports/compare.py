@@ -7,8 +7,10 @@ paired verdict in both runs (benchmark results: ``tied`` -> ``worse`` and so on,
 none), and whether the protocols match.  A candidate *regresses* when its primary score moves the
 wrong way (respecting the metric's direction) by more than ``tolerance``, and a candidate of the
 baseline that is missing from the new run regresses too (a dropped extractor must not pass a CI guard)
-unless ``allow_missing``; the CLI exits with 1 then, so a comparison can guard CI.  Runs of different datasets or target types are refused
-(:class:`InputValidationError`, exit 2), never compared.
+unless ``allow_missing``; the CLI exits with 1 then, so a comparison can guard CI.  A candidate that a
+screened run left at a rung (``screening.status == "screened_out"``) has no full-data score to compare: it is
+listed in ``screened_out`` with its last rung and partial score, never as a regression or as missing.
+Runs of different datasets or target types are refused (:class:`InputValidationError`, exit 2), never compared.
 """
 
 from __future__ import annotations
@@ -68,9 +70,12 @@ def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         overlap = serialized[r.name].get("overlap") or {}
         labels = overlap.get("labels", {})
         per_class = {labels.get(k, k): v for k, v in (overlap.get("per_class_scores") or {}).items()}
+        screening = serialized[r.name].get("screening") or {}
+        left = ({key: screening[key] for key in ("last_rung", "rows", "partial_score")}
+                if screening.get("status") == "screened_out" else None)
         view[r.name] = {"rank": ranks.get(r.name), "score": r.primary_score, "interval": interval,
                         "higher_is_better": r.higher_is_better, "metric": r.primary_metric_name,
-                        "per_class": per_class}
+                        "per_class": per_class, "screened_out": left}
     return view
 
 
@@ -117,7 +122,8 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
     """The comparison of serialized results ``a`` (baseline) and ``b`` (new run) as plain data.
 
     ``regressed`` lists the candidates whose score regressed and, unless ``allow_missing``, those of ``a``
-    missing from ``b`` (also listed in ``missing``).
+    missing from ``b`` (also listed in ``missing``); ``screened_out`` the candidates a run screened out
+    (``run``, ``last_rung``, ``rows``, ``partial_score``), which are neither.
     """
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not tolerance >= 0:
         raise InputValidationError(f"tolerance must be a number >= 0 (an absolute primary-score drop), got "
@@ -142,8 +148,8 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
             row["regressed"] = _worse_by(old["score"], new["score"], old["higher_is_better"]) > tolerance + 1e-12
             if old["interval"] and new["interval"]:
                 row["beyond_intervals"] = old["interval"][1] < new["interval"][0] or new["interval"][1] < old["interval"][0]
-        elif old["score"] is not None:
-            row["regressed"] = True  # a valid aggregate became invalid
+        elif old["score"] is not None and new["screened_out"] is None:
+            row["regressed"] = True  # a valid aggregate became invalid (screening it out is no score change)
         rows.append(row)
         for label in [k for k, v in old["per_class"].items() if v is not None and new["per_class"].get(k) is not None]:
             drop = old["per_class"][label] - new["per_class"][label]
@@ -155,6 +161,8 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
     only_in_a = [n for n in view_a if n not in view_b]
     missing = [] if allow_missing else only_in_a
     top = [next((n for n in view if view[n]["rank"] == 1), None) for view in (view_a, view_b)]
+    screened_out = [{"extractor": name, "run": run, **view[name]["screened_out"]}
+                    for run, view in zip(names, (view_a, view_b)) for name in view if view[name]["screened_out"]]
     return {
         "result_type": "comparison", "compared_type": kinds[0], "names": list(names), "tolerance": float(tolerance),
         "primary_metric": next(iter(view_a.values()), {}).get("metric"),
@@ -162,7 +170,7 @@ def compare_results(a: Mapping[str, Any], b: Mapping[str, Any], *, tolerance: fl
         "top_a": top[0], "top_b": top[1], "candidates": rows,
         "only_in_a": only_in_a, "only_in_b": [n for n in view_b if n not in view_a],
         "allow_missing": bool(allow_missing), "missing": missing,
-        "class_regressions": class_regressions,
+        "screened_out": screened_out, "class_regressions": class_regressions,
         **({"verdicts": verdict_changes(a, b, names)} if kinds[0] == "benchmark" else {}),
         "regressed": [r["extractor"] for r in rows if r["regressed"]] + missing,
     }

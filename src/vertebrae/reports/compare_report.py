@@ -31,6 +31,10 @@ def _summary(comparison: Mapping[str, Any]) -> list[str]:
              if regressed else f"No candidate's primary score got worse by more than {comparison['tolerance']:g}."]
     if missing:
         lines.append(f"Regressed (missing from {b}; --allow-missing accepts that): {', '.join(missing)}.")
+    if comparison["screened_out"]:
+        lines.append("Screened out (no full-data score, so not a regression): " + ", ".join(
+            f"{c['extractor']} in {c['run']} (rung {c['last_rung']}, {c['rows']} rows, partial score "
+            f"{c['partial_score']:.4f})" for c in comparison["screened_out"]) + ".")
     if comparison["protocol_match"]:
         lines.append("The protocols match (dataset identity, target type, primary metric and settings).")
     else:

@@ -98,7 +98,7 @@ def t_interval(differences: np.ndarray, level: float, divisor: float) -> tuple[f
 
     mean = float(differences.mean())
     spread = float(differences.std(ddof=1))
-    half = float(stats.t.ppf((1 + level) / 2, differences.size - 1)) * spread / divisor if spread > 0 else 0.0
+    half = float(stats.t.ppf((1 + level) / 2, differences.size - 1) * spread / divisor) if spread > 0 else 0.0
     return mean, mean - half, mean + half
 
 

@@ -28,6 +28,7 @@ from ...execution.plan import Plan
 from ...extractors.base import Extractor
 from ..front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names,
                           validate_extractor_list)
+from ...inputs.audio import check_extractor_rates
 from ...inputs.multimodal import check_extractor_fields
 from ...selection.referee import check_referee, decide, finalists, referee_notes, referee_record
 from ...extractors.profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
@@ -105,6 +106,7 @@ class Benchmark(FrontDoor):
         self.dataset = dataset
         self.extractors = _validate_extractors(extractors)
         check_extractor_fields(dataset, self.extractors)
+        check_extractor_rates(dataset, self.extractors)
         scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
                                                                             dataset.target_type)
         scoring_config = check_config("scoring_config", scoring_config, OverlapScoringConfig,
