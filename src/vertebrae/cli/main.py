@@ -52,6 +52,9 @@ config format (TOML shown; YAML uses the same sections and keys):
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
   [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
                             n_components, whiten, dtype, random_state, name (docs/compression.md)
+  [cache]                   CacheConfig fields: store (a folder, file://, s3://..., gs://...), mode
+                            ("read_write", "read_only", "refresh"), enabled, storage_options,
+                            max_artifact_bytes; the secret only from $VERTEBRAE_CACHE_SECRET (docs/cache.md)
 Relative paths are relative to the config file; unknown sections and keys are rejected.
 Full reference with an example: docs/cli.md
 """
