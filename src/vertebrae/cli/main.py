@@ -525,9 +525,7 @@ def _plan(args: argparse.Namespace) -> int:
                      progress=False if args.quiet else None)
     plan.save(args.output)
     if not args.quiet:
-        counts = {phase: sum(job["phase"] == phase for job in plan.jobs) for phase in ("embed", "score", "collect")}
-        print(f"Wrote {args.output}: {len(plan.jobs)} jobs ({counts['embed']} embed, {counts['score']} score, "
-              f"{counts['collect']} collect) over {plan.config['cache']['store']}\n"
+        print(f"Wrote {args.output}: {plan.job_counts()} over {plan.store}\n"
               f"Next: vertebrae embed {args.output}")
     return EXIT_OK
 

@@ -62,6 +62,15 @@ class PlanFile:
     def store(self) -> str:
         return self.config["cache"]["store"]
 
+    def job_counts(self) -> str:
+        """``"30 jobs (6 embed, 18 score, 6 collect)"``, plus the jobs no phase stores (views each phase
+        recomputes from what it reads), so the parts add up to the total."""
+        counts = [f"{sum(job['phase'] == phase for job in self.jobs)} {phase}" for phase in PHASES]
+        recomputed = sum(job["phase"] is None for job in self.jobs)
+        if recomputed:
+            counts.append(f"{recomputed} recomputed where read")
+        return f"{len(self.jobs)} jobs ({', '.join(counts)})"
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": PLAN_FORMAT, "schema": PLAN_SCHEMA, "plan_id": self.plan_id, "store": self.store,
                 **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
