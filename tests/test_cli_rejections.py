@@ -306,3 +306,20 @@ def test_install_hints_name_packages_never_the_registrys_vertebrae(capsys):
     texts = [path.read_text() for folder in ("src", "docs") for path in (ROOT / folder).rglob("*.[pm][yd]")]
     texts += [(ROOT / "README.md").read_text(), _help(["demo"], capsys), _help(["run"], capsys)]
     assert not [m for text in texts for m in re.findall(r"vertebrae\[\w+\]", text)]
+
+
+# ------------------------------------------------------------------ issue 37, item 21
+@pytest.mark.parametrize("command, text, needle", [
+    ("report", "# Benchmark report\n", " is not valid JSON ("),
+    ("embed", "# Benchmark report\n", " is not valid JSON ("),
+    ("report", '{"result_type": "benchmark", "schema_version": 1}', ": $: "),  # the place inside the file stays
+])
+def test_a_file_that_cannot_be_read_is_one_line_naming_it_once(tmp_path, capsys, command, text, needle):
+    """`vertebrae report out/report.md` named the path twice with a stray `$:`; a plan file did the same."""
+    path = tmp_path / "out" / "report.md"
+    path.parent.mkdir()
+    path.write_text(text)
+    assert main([command, str(path)]) == 2
+    err = _one_line_error(capsys, command)
+    assert err.count(str(path)) == 1 and f"{path}{needle}" in err, err
+

@@ -410,16 +410,12 @@ def _invalid_reason(extractor_result) -> str:
 
 
 def _load(path: pathlib.Path):
-    """Any vertebrae result JSON; a missing file or a malformed document is one clear message."""
-    from ..errors import SerializationError
+    """Any vertebrae result JSON; a missing file or a malformed document is one message naming the file once."""
     from ..families.result_protocol import load_result
 
     if not path.is_file():
         raise VertebraeError(f"result file {str(path)!r} does not exist")
-    try:
-        return load_result(path)
-    except SerializationError as exc:
-        raise SerializationError(f"{path}: {exc}") from None
+    return load_result(path)
 
 
 def _emit(text: str, output: pathlib.Path | None) -> None:

@@ -93,7 +93,7 @@ class PlanFile:
         try:
             data = json_codec.read(path)  # bounded: no RecursionError, no unbounded integer
         except ValueError as exc:
-            raise SerializationError(f"{path}: not a JSON plan file ({exc})") from None
+            raise SerializationError(f"not a JSON plan file: {exc}") from None
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanError(f"{path} is not a vertebrae plan file (no \"format\": \"{PLAN_FORMAT}\"); a run config "
                             "goes to `vertebrae plan CONFIG` or `vertebrae run CONFIG`")
