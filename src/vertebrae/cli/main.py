@@ -740,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("vertebrae: interrupted", file=sys.stderr)
+        print(f"vertebrae {args.command}: interrupted", file=sys.stderr)
         return 130
 
 
