@@ -215,13 +215,18 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
 def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
     """Run ``run()`` and show each distinct warning once, with its count and without source lines.
 
-    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).
+    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).  A failed
+    extractor's note is left out: :func:`_exit_code` prints it once, as the failure it is.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run()
+    failures = {f"{r.name}: {note}" for r in getattr(result, "extractor_results", ()) if r.error is not None
+                for note in r.warnings}
     counts: dict[tuple[str, str], int] = {}
     for item in caught:
+        if str(item.message) in failures:
+            continue
         key = (item.category.__name__, str(item.message))
         counts[key] = counts.get(key, 0) + 1
     if not quiet:
