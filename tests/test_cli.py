@@ -268,9 +268,19 @@ def test_run_help_summarizes_the_config_format_and_points_to_the_docs(capsys):
         main(["run", "--help"])
     text = capsys.readouterr().out
     assert "docs/cli.md" in text and "vertebrae.cli.run_config" not in text
-    for section in SECTIONS:
-        assert (f"[[{section}]]" if section in ("extractors", "metrics") else f"[{section}]") in text
+    listed = set(re.findall(r"^  \[\[?(\w+)\]\]?  ", text, flags=re.MULTILINE))  # issue 37 item 19: [cache] too
+    assert listed == SECTIONS
     assert all(key in text for key in DATASET_KEYS - {"identity"})  # identity appears as identity = "content"
+
+
+def test_on_error_record_prints_each_failure_once(project, capsys):
+    """Issue 37 item 12: the failure was on stderr twice, as a ScoringWarning and as the failure line."""
+    np.save(project / "const.npy", np.ones((90, 4), dtype=np.float32))
+    (project / "run.toml").write_text(TOML + '\n[[extractors]]\nname = "collapsed"\nembeddings = "const.npy"\n')
+    assert main(["run", str(project / "run.toml"), "-o", str(project / "r"), "--on-error", "record"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("returned the same embedding for every row") == 1, err
+    assert "vertebrae run: extractor 'collapsed' failed in the extract stage: ExtractorError: " in err
 
 
 def test_on_error_record_writes_the_reports_and_exits_1(project, capsys):

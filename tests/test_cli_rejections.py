@@ -38,6 +38,10 @@ def broken(embeddings, labels, **kwargs):
 def spread(embeddings, labels, **kwargs):
     import numpy as np
     return {"score": float(np.linalg.norm(np.asarray(embeddings), axis=1).mean())}
+
+
+def interrupt(texts):
+    raise KeyboardInterrupt  # as Ctrl-C inside a user's extractor
 '''
 
 
@@ -306,3 +310,41 @@ def test_install_hints_name_packages_never_the_registrys_vertebrae(capsys):
     texts = [path.read_text() for folder in ("src", "docs") for path in (ROOT / folder).rglob("*.[pm][yd]")]
     texts += [(ROOT / "README.md").read_text(), _help(["demo"], capsys), _help(["run"], capsys)]
     assert not [m for text in texts for m in re.findall(r"vertebrae\[\w+\]", text)]
+
+
+# ------------------------------------------------------------------ issue 37, items 21 and 24
+@pytest.mark.parametrize("command, text, needle", [
+    ("report", "# Benchmark report\n", " is not valid JSON ("),
+    ("embed", "# Benchmark report\n", " is not valid JSON ("),
+    ("report", '{"result_type": "benchmark", "schema_version": 1}', ": $: "),  # the place inside the file stays
+])
+def test_a_file_that_cannot_be_read_is_one_line_naming_it_once(tmp_path, capsys, command, text, needle):
+    """`vertebrae report out/report.md` named the path twice with a stray `$:`; a plan file did the same."""
+    path = tmp_path / "out" / "report.md"
+    path.parent.mkdir()
+    path.write_text(text)
+    assert main([command, str(path)]) == 2
+    err = _one_line_error(capsys, command)
+    assert err.count(str(path)) == 1 and f"{path}{needle}" in err, err
+
+
+def test_ctrl_c_inside_a_run_names_the_subcommand(project, capsys):
+    """Issue 37 item 24: the interrupt line was `vertebrae: interrupted`."""
+    folder, module = project
+    pd.DataFrame({"text": [f"text {i}" for i in range(12)], "label": [0, 1] * 6}).to_csv(folder / "texts.csv",
+                                                                                          index=False)
+    (folder / "texts.toml").write_text(f"""
+[dataset]
+id = "texts"
+revision = "1"
+texts = "texts.csv"
+input_column = "text"
+labels_column = "label"
+
+[[extractors]]
+name = "stops"
+kind = "callable"
+model = "{module}:interrupt"
+""")
+    assert main(["run", str(folder / "texts.toml"), "-o", str(folder / "out"), "-q"]) == 130
+    assert capsys.readouterr().err == "vertebrae run: interrupted\n"

@@ -112,7 +112,7 @@ def test_staged_phases_in_separate_processes_equal_a_run(project, monkeypatch):
     store = project / "store"
     expected = reference(project, store)
     planned = cli(project, "plan", "run.toml", "--store", f"file://{store}", "--output", "plan.json")
-    assert "(6 embed, 18 score, 6 collect)" in planned.stdout and "Next: vertebrae embed plan.json" in planned.stdout
+    assert "(6 embed, 18 score, 6 collect, 3 recomputed where read)" in planned.stdout and "Next: vertebrae embed plan.json" in planned.stdout
     for shard in ("1/2", "2/2"):
         out = cli(project, "embed", "plan.json", "--shard", shard).stdout
         assert "0 failed" in out
@@ -125,6 +125,14 @@ def test_staged_phases_in_separate_processes_equal_a_run(project, monkeypatch):
     timing = json.loads((project / "collected" / "result.json").read_text())["timing"]["runtime"]
     assert {"extract", "score", "stability"} <= set(timing["wide+pca2"])
     assert all(seconds > 0 for seconds in (timing["wide"]["score"], timing["noise"]["stability"]))
+
+
+def test_plan_names_every_phase_so_the_parts_add_up(project, monkeypatch, capsys):
+    """Issue 37 item 20: the jobs no phase stores are counted too, as recomputed where read."""
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store"]) == 0
+    assert "33 jobs (6 embed, 18 score, 6 collect, 3 recomputed where read)" in capsys.readouterr().out
+    assert len(PlanFile.load(project / "plan.json").jobs) == 33
 
 
 def test_collected_result_is_typed(project, monkeypatch):

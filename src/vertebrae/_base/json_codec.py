@@ -260,12 +260,12 @@ def loads(text: str, source: str = "the document") -> Any:
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
-        raise SerializationError(f"$: {source} nests too deeply to be read; not a document vertebrae writes") \
+        raise SerializationError(f"{source} nests too deeply to be read; not a document vertebrae writes") \
             from None
     except ValueError as exc:  # JSONDecodeError, an integer with too many digits, NaN/Infinity
         reason = (f"an integer has more than {sys.get_int_max_str_digits()} digits" if "integer string" in str(exc)
                   else str(exc))
-        raise SerializationError(f"$: {source} is not valid JSON ({reason})") from None
+        raise SerializationError(f"{source} is not valid JSON ({reason})") from None
 
 
 def read(path: str | pathlib.Path) -> Any:
@@ -273,5 +273,5 @@ def read(path: str | pathlib.Path) -> Any:
     try:
         text = pathlib.Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise SerializationError(f"$: {path} is not UTF-8 text ({exc})") from None
+        raise SerializationError(f"{path} is not UTF-8 text ({exc})") from None
     return loads(text, str(path))

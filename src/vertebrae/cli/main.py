@@ -52,6 +52,9 @@ config format (TOML shown; YAML uses the same sections and keys):
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
   [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
                             n_components, whiten, dtype, random_state, name (docs/compression.md)
+  [cache]                   CacheConfig fields: store (a folder, file://, s3://..., gs://...), mode
+                            ("read_write", "read_only", "refresh"), enabled, storage_options,
+                            max_artifact_bytes; the secret only from $VERTEBRAE_CACHE_SECRET (docs/cache.md)
 Relative paths are relative to the config file; unknown sections and keys are rejected.
 Full reference with an example: docs/cli.md
 """
@@ -212,13 +215,18 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
 def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
     """Run ``run()`` and show each distinct warning once, with its count and without source lines.
 
-    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).
+    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).  A failed
+    extractor's note is left out: :func:`_exit_code` prints it once, as the failure it is.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run()
+    failures = {f"{r.name}: {note}" for r in getattr(result, "extractor_results", ()) if r.error is not None
+                for note in r.warnings}
     counts: dict[tuple[str, str], int] = {}
     for item in caught:
+        if str(item.message) in failures:
+            continue
         key = (item.category.__name__, str(item.message))
         counts[key] = counts.get(key, 0) + 1
     if not quiet:
@@ -410,16 +418,12 @@ def _invalid_reason(extractor_result) -> str:
 
 
 def _load(path: pathlib.Path):
-    """Any vertebrae result JSON; a missing file or a malformed document is one clear message."""
-    from ..errors import SerializationError
+    """Any vertebrae result JSON; a missing file or a malformed document is one message naming the file once."""
     from ..families.result_protocol import load_result
 
     if not path.is_file():
         raise VertebraeError(f"result file {str(path)!r} does not exist")
-    try:
-        return load_result(path)
-    except SerializationError as exc:
-        raise SerializationError(f"{path}: {exc}") from None
+    return load_result(path)
 
 
 def _emit(text: str, output: pathlib.Path | None) -> None:
@@ -525,9 +529,7 @@ def _plan(args: argparse.Namespace) -> int:
                      progress=False if args.quiet else None)
     plan.save(args.output)
     if not args.quiet:
-        counts = {phase: sum(job["phase"] == phase for job in plan.jobs) for phase in ("embed", "score", "collect")}
-        print(f"Wrote {args.output}: {len(plan.jobs)} jobs ({counts['embed']} embed, {counts['score']} score, "
-              f"{counts['collect']} collect) over {plan.config['cache']['store']}\n"
+        print(f"Wrote {args.output}: {plan.job_counts()} over {plan.store}\n"
               f"Next: vertebrae embed {args.output}")
     return EXIT_OK
 
@@ -746,7 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("vertebrae: interrupted", file=sys.stderr)
+        print(f"vertebrae {args.command}: interrupted", file=sys.stderr)
         return 130
 
 

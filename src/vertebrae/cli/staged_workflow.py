@@ -62,6 +62,15 @@ class PlanFile:
     def store(self) -> str:
         return self.config["cache"]["store"]
 
+    def job_counts(self) -> str:
+        """``"30 jobs (6 embed, 18 score, 6 collect)"``, plus the jobs no phase stores (views each phase
+        recomputes from what it reads), so the parts add up to the total."""
+        counts = [f"{sum(job['phase'] == phase for job in self.jobs)} {phase}" for phase in PHASES]
+        recomputed = sum(job["phase"] is None for job in self.jobs)
+        if recomputed:
+            counts.append(f"{recomputed} recomputed where read")
+        return f"{len(self.jobs)} jobs ({', '.join(counts)})"
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": PLAN_FORMAT, "schema": PLAN_SCHEMA, "plan_id": self.plan_id, "store": self.store,
                 **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
@@ -84,7 +93,7 @@ class PlanFile:
         try:
             data = json_codec.read(path)  # bounded: no RecursionError, no unbounded integer
         except ValueError as exc:
-            raise SerializationError(f"{path}: not a JSON plan file ({exc})") from None
+            raise SerializationError(f"not a JSON plan file: {exc}") from None
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanError(f"{path} is not a vertebrae plan file (no \"format\": \"{PLAN_FORMAT}\"); a run config "
                             "goes to `vertebrae plan CONFIG` or `vertebrae run CONFIG`")

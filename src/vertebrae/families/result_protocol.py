@@ -225,5 +225,9 @@ def result_from_dict(data: Any) -> Any:
 
 
 def load_result(path: str | pathlib.Path) -> Any:
-    """Load any vertebrae result JSON file, whatever its result type."""
-    return result_from_dict(read_json(path))
+    """Load any vertebrae result JSON file, whatever its result type; every error names the file once."""
+    document = json_codec.read(path)  # a file that is not JSON: its message names the file
+    try:
+        return result_from_dict(json_codec.decode(document))
+    except SerializationError as exc:  # names the place inside the document ("$.timing: ...")
+        raise SerializationError(f"{path}: {exc}") from None
