@@ -152,10 +152,11 @@ def test_a_scheduler_closed_mid_run_fails_the_run_naming_stage_and_extractor(cap
 
 # ----------------------------------------------------------------------------- a lost stability fan-out
 def fanned_out(on_error: str) -> Benchmark:
-    """Stability repeats that take seconds in all (40 repeats of 4,000 x 32), each a fan-out sub-task."""
+    """Stability repeats that take seconds each (40 repeats of 4,000 x 512), each a fan-out sub-task: long enough that
+    a re-run sub-task is still running on another worker when the second kill looks for it."""
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(4), 1000)
-    X = (rng.normal(size=(y.size, 32)) + y[:, None] * 0.3).astype(np.float32)
+    X = (rng.normal(size=(y.size, 512)) + y[:, None] * 0.3).astype(np.float32)
     data = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.declared("fan-out", "1"))
     return Benchmark(data, [PrecomputedExtractor("raw")], stability_config=StabilityConfig(repeats=40),
                      separatix_config=NO_SEPARATIX, on_error=on_error, progress=False)
@@ -198,20 +199,36 @@ def test_a_fan_out_lost_beyond_allowed_failures_ends_in_a_named_execution_error(
     assert what in error["message"] and "KilledWorker" in error["message"]
 
 
-def test_a_fan_out_lost_within_allowed_failures_is_resubmitted_and_the_result_is_identical():
-    # allowed-failures 1: a sub-task killed twice is out of the scheduler's retries; the runner resubmits the job
-    # once. Four workers: the stability job waits on one, the two kills hit two of the others.
+def _lose_one_fan_out_twice():
+    """One run in which the same fan-out sub-task is killed on two workers (out of the scheduler's retries at
+    allowed-failures 1), or None when the scheduler re-ran it where no kill can reach it alone (on the worker whose
+    stability job seceded) and the run finished first: a race of the scheduler's placement, not of the runner."""
     from distributed import get_task_stream
 
     with private_cluster(4, **{"distributed.scheduler.allowed-failures": 1}) as (_, client), \
             get_task_stream(client) as stream:
         thread, box = _run_in_thread(lambda: fanned_out("raise").run(runner=DaskRunner(client)))
         first = _kill_a_fanout_only_worker(client, thread, box)
-        _kill_a_fanout_only_worker(client, thread, box, among=first)
+        try:
+            _kill_a_fanout_only_worker(client, thread, box, among=first)
+        except AssertionError:
+            thread.join(240)
+            return None
         thread.join(240)
         assert not thread.is_alive()
+    return box, stream.data
+
+
+def test_a_fan_out_lost_within_allowed_failures_is_resubmitted_and_the_result_is_identical():
+    # allowed-failures 1: a sub-task killed twice is out of the scheduler's retries; the runner resubmits the job
+    # once. Four workers: the stability job waits on one, the two kills hit two of the others. Where the scheduler
+    # places the re-run sub-task decides whether the second kill can happen, so the run is staged up to 4 times.
+    staged = next((run for run in (_lose_one_fan_out_twice() for _ in range(4)) if run is not None), None)
+    if staged is None:
+        pytest.skip("in 4 runs the scheduler never re-ran a killed sub-task where a second kill could reach it alone")
+    box, tasks = staged
     assert "error" not in box, box.get("error")
-    stability = [task for task in stream.data
+    stability = [task for task in tasks
                  if task["key"].startswith("vertebrae-stability-") and task["key"].endswith("-job")]
     assert [task["status"] for task in stability] == ["error", "OK"]  # lost its fan-out, then resubmitted
     assert without_timing(box["result"]) == without_timing(run_locally(fanned_out("raise")))
