@@ -288,7 +288,7 @@ def _upstream(job: StageJob, done: Sequence[_Done | None]) -> _Done | None:
         if item is not None and item.failed is not None:
             cause = item.failed
             return _Done(failed=dataclasses.replace(
-                cause, failure=dataclasses.replace(cause.failure, upstream=cause.failure.upstream or cause.key)))
+                cause, failure=cause.failure.through(cause.key)))
     if any(item.stale for item in done):
         return _Done(stale=True)
     return None

@@ -39,9 +39,21 @@ class JobFailure:
     def of(cls, job: StageJob, exc: BaseException) -> JobFailure:
         return cls(job.stage, type(exc).__name__, str(exc))
 
+    def through(self, key: str) -> JobFailure:
+        """This failure as inherited by a reader of job ``key``: ``upstream`` names the job that failed first."""
+        return dataclasses.replace(self, upstream=self.upstream or key)
+
     def to_dict(self, extractor: str) -> dict[str, Any]:
         """The ``error`` of a result: the failing stage, the exception type and message, the chain's extractor."""
         return {"stage": self.stage, "type": self.error_type, "message": self.message, "extractor": extractor}
+
+
+class UpstreamFailed(Exception):
+    """Raised while obtaining a job's inputs: the input ``key`` failed (its failure is recorded under that key)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
 
 
 def annotate(exc: BaseException, job: StageJob) -> BaseException:

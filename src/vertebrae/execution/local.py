@@ -11,14 +11,13 @@ computing its inputs.  Per-job wall-clock seconds are recorded beside the artifa
 from __future__ import annotations
 
 import collections
-import dataclasses
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .._base.progress import progress_enabled
 from .caching import JobRun, execute_job, pull, record_not_needed
-from .jobs import JobFailure, RunOutcome, annotate, check_on_error, run_job
+from .jobs import JobFailure, RunOutcome, UpstreamFailed, annotate, check_on_error, run_job
 from .plan import StageJob
 from .registry import definition_of
 
@@ -60,14 +59,6 @@ class LocalRunner:
         return run.outcome
 
 
-class _Upstream(Exception):
-    """An input of a job failed (its failure is recorded under ``key``)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
 class _LocalRun:
     """One run's artifacts in memory, its outcome, and how a job obtains its inputs."""
 
@@ -91,9 +82,9 @@ class _LocalRun:
                 ran = execute_job(job, {}, self.context, compute=lambda: run_job(job, self._inputs(job), self.context))
             else:
                 ran = execute_job(job, self._inputs(job), self.context)
-        except _Upstream as upstream:
+        except UpstreamFailed as upstream:
             cause = self.outcome.failures[upstream.key]
-            self.outcome.failures[job.key] = dataclasses.replace(cause, upstream=cause.upstream or upstream.key)
+            self.outcome.failures[job.key] = cause.through(upstream.key)
             return
         except Exception as exc:
             if self.on_error == "raise":
@@ -113,7 +104,7 @@ class _LocalRun:
                 self.run(self.by_key[key])
                 self.fallback.append(key)
             if key in self.outcome.failures:
-                raise _Upstream(key)
+                raise UpstreamFailed(key)
             inputs[stage] = self.memory[key]
         return inputs
 

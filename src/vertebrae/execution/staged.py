@@ -29,7 +29,7 @@ from ..artifacts.codecs import StoredArtifact
 from ..errors import ArtifactNotFoundError, ConfigError, PlanError, VertebraeError
 from .._base.progress import progress_enabled
 from .caching import JobRun, StageCache, computed_run
-from .jobs import JobFailure, RunOutcome, annotate, check_on_error, run_job
+from .jobs import JobFailure, RunOutcome, UpstreamFailed, annotate, check_on_error, run_job
 from .plan import StageJob, artifact_key
 from .registry import COLLECT, EMBED, PHASES, definition_of
 
@@ -81,14 +81,6 @@ def _record_key(plan_id: str, job_key: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the runner
-class _Upstream(Exception):
-    """An input of a job failed (in this process or, as its record says, in an earlier phase)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
 class StoreRunner:
     """Runs one phase of a plan (one shard of it) against the run's store.
 
@@ -190,9 +182,9 @@ class _StagedRun:
                 ran = computed_run(job, *compute())
             else:
                 ran = self.cache.run(job, compute, self.context, definition_of(job).codec)
-        except _Upstream as upstream:
+        except UpstreamFailed as upstream:
             cause = self.outcome.failures[upstream.key]
-            self._fail(job, dataclasses.replace(cause, upstream=cause.upstream or upstream.key))
+            self._fail(job, cause.through(upstream.key))
             return
         except Exception as exc:
             if obtaining:  # an input's own error (already annotated in raise mode) or a missing phase: not this job's
@@ -222,23 +214,23 @@ class _StagedRun:
         if key in self.memory:
             return self.memory[key]
         if key in self.outcome.failures:
-            raise _Upstream(key)
+            raise UpstreamFailed(key)
         job = self.by_key[key]
         phase = phase_of(job)
         if phase is None:
             try:
                 inputs = {stage: self._obtain(k) for stage, k in job.needs.items()}
-            except _Upstream as upstream:
+            except UpstreamFailed as upstream:
                 cause = self.outcome.failures[upstream.key]
-                self.outcome.failures[key] = dataclasses.replace(cause, upstream=cause.upstream or upstream.key)
-                raise _Upstream(key) from None
+                self.outcome.failures[key] = cause.through(upstream.key)
+                raise UpstreamFailed(key) from None
             try:
                 self._keep(job, computed_run(job, *run_job(job, inputs, self.context)))
             except Exception as exc:
                 if self.on_error == "raise":
                     raise annotate(exc, job)
                 self.outcome.failures[key] = JobFailure.of(job, exc)
-                raise _Upstream(key) from None
+                raise UpstreamFailed(key) from None
             return self.memory[key]
         return self._read(job, phase)
 
@@ -246,17 +238,17 @@ class _StagedRun:
         record = self._record(job) if self.phase == COLLECT else None
         if record is not None and record["failure"] is not None:
             self.outcome.failures[job.key] = JobFailure(**record["failure"])
-            raise _Upstream(job.key)
+            raise UpstreamFailed(job.key)
         ran = self.cache.lookup(job, definition_of(job).codec)
         if ran is None:
             record = record if record is not None else self._record(job)
             if record is not None and record["failure"] is not None:
                 self.outcome.failures[job.key] = JobFailure(**record["failure"])
-                raise _Upstream(job.key)
+                raise UpstreamFailed(job.key)
             if phase == self.phase:  # a job of this phase that another shard has not stored (yet): compute it
                 self._run_own(job)
                 if job.key in self.outcome.failures:
-                    raise _Upstream(job.key)
+                    raise UpstreamFailed(job.key)
                 return self.memory[job.key]
             raise PlanError(f"the {job.stage} artifact of {job.extractor!r} ({job.key}) is not in the store "
                             f"{self.cache.config.url}: run `vertebrae {phase} PLAN` first (every shard of it)")
