@@ -51,8 +51,13 @@ class Items:
 
 @dataclass(frozen=True)
 class Table:
+    """Rows under headers.  ``secondary`` names columns a page of limited width may move out of sight: the HTML
+    report shows them in a folded table beside the first ``keys`` columns (Markdown keeps one table)."""
+
     headers: Sequence[str]
     rows: Sequence[Sequence[Any]]
+    secondary: frozenset[str] = frozenset()
+    keys: int = 2
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -161,17 +162,26 @@ def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
     labels = [_literal(overlap.get("labels", {}).get(k, k)) for k in keys]
     matrix = [[_number(overlap["pairwise_scores"][a].get(b)) for b in keys] for a in keys]
     finite = [v for row in matrix for v in row if not math.isnan(v)]
-    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    if high - low < 1e-6:
-        low, high = low - 0.005, high + 0.005
-    fig = _figure(1.8 + 0.42 * len(keys), 1.2 + 0.38 * len(keys))
+    low, high = _colour_limits(finite)
+    width = max(5.5, 1.8 + 0.42 * len(keys))  # room for the title and the colour bar at 2 or 3 classes
+    fig = _figure(width, max(4.0, 1.2 + 0.38 * len(keys)))
     ax = fig.subplots()
     image = ax.imshow(matrix, vmin=low, vmax=high, cmap="viridis")
     ax.set_xticks(range(len(keys)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(keys)), labels, fontsize=8)
-    fig.colorbar(image, ax=ax, label="pairwise overlap (1 = separated;\nscale fitted to this matrix)")
-    ax.set_title(f"Pairwise overlap: {_literal(ranked[0]['name'])}")
+    ax.set_xlabel("colour scale fitted to this matrix", fontsize=8)
+    fig.colorbar(image, ax=ax, label="pairwise overlap (1 = separated)")
+    ax.set_title(textwrap.fill(f"Pairwise overlap: {_literal(ranked[0]['name'])}", width=int(width * 9)))
     return fig
+
+
+def _colour_limits(values: Sequence[float]) -> tuple[float, float]:
+    """The values' range, widened to 0.01 when flat, never past the score's own 0–1 range (an all-1.0 matrix: 0.99–1)."""
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    if high - low < 0.01:
+        middle = min(max((low + high) / 2, 0.005), 0.995)
+        low, high = middle - 0.005, middle + 0.005
+    return max(low, 0.0), min(high, 1.0)
 
 
 def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:

@@ -25,7 +25,7 @@ h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #d0d7de;padding
 h3{font-size:1.05rem}h4{font-size:.95rem}
 table{border-collapse:collapse;margin:.6rem 0;font-size:.8rem;display:block;overflow-x:auto;max-width:100%}
 th,td{border:1px solid #d0d7de;padding:.2rem .4rem;text-align:left;vertical-align:top;overflow-wrap:break-word}
-th{overflow-wrap:anywhere;min-width:3.5em}td.n{white-space:nowrap}
+th{hyphens:none}td.n{white-space:nowrap}details>summary{cursor:pointer;font-size:.9rem;color:#57606a}
 th{background:#f6f8fa}tr:nth-child(even) td{background:#fbfcfd}
 .answer{background:#eef6ee;border:1px solid #9ccc9c;border-radius:6px;padding:.8rem 1rem}
 .answer strong{font-size:1.05rem}.note{color:#57606a;font-size:.9rem}
@@ -41,13 +41,28 @@ def esc(value: Any, digits: int = 4) -> str:
 
 def _cell(value: Any, tag: str) -> str:
     """One cell: numbers never wrap (class ``n``); text may break after an underscore (``<wbr>``), so a wide
-    table of field names and labels wraps instead of needing sideways scrolling."""
+    table of field names and labels wraps instead of needing sideways scrolling.  A header breaks only there
+    or at a space, never inside a word."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"<{tag} class=\"n\">{esc(value)}</{tag}>"
     return f"<{tag}>{esc(value).replace('_', '_<wbr>')}</{tag}>"
 
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], secondary: frozenset[str] = frozenset(),
+               keys: int = 2) -> str:
+    """A table; columns named in ``secondary`` move to a folded table that repeats the first ``keys`` columns."""
+    shown = [i for i, h in enumerate(headers) if h not in secondary]
+    folded = [i for i, h in enumerate(headers) if h in secondary]
+    main = _table([headers[i] for i in shown], [[row[i] for i in shown] for row in rows])
+    if not folded:
+        return main
+    columns = list(range(min(keys, len(headers)))) + [i for i in folded if i >= keys]
+    more = ", ".join(headers[i] for i in folded)
+    return (main + f"<details><summary>More columns: {esc(more)}</summary>\n"
+            + _table([headers[i] for i in columns], [[row[i] for i in columns] for row in rows]) + "</details>\n")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(_cell(h, "th") for h in headers)
     body = "".join("<tr>" + "".join(_cell(v, "td") for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
@@ -67,7 +82,7 @@ def html_block(block: Any) -> str:
     if isinstance(block, Section):
         return html_section(block)
     if isinstance(block, Table):
-        return html_table(block.headers, block.rows)
+        return html_table(block.headers, block.rows, block.secondary, block.keys)
     if isinstance(block, Items):
         tag = "ol" if block.ordered else "ul"
         return f"<{tag}>" + "".join(f"<li>{_spans(item)}</li>" for item in block.items) + f"</{tag}>\n"

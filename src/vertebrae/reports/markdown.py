@@ -24,7 +24,7 @@ from .markdown_separatix import separatix_detail
 from .markdown_stability import answer_caveats, stability_section
 from .markdown_structure import structure_section
 from .markdown_verdicts import verdict_lines, verdict_section
-from .reading import benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
+from .reading import RANKING_SECONDARY, benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
 
 SectionBuilder = Callable[[Mapping[str, Any]], Section | None]
 
@@ -73,7 +73,8 @@ def _ranking(data: Mapping[str, Any]) -> Section:
         return Section("Ranking", [Para(ranking["heading"])])
     heading, metric = ranking["heading"], ranking["metric"]
     before, _, after = heading.partition(metric)
-    blocks: list[Any] = [Para(before, Strong(metric), after), Table(ranking["columns"], ranking["rows"])]
+    blocks: list[Any] = [Para(before, Strong(metric), after), Table(ranking["columns"], ranking["rows"],
+                                                                           secondary=RANKING_SECONDARY)]
     if ranking["invalid"]:
         blocks.append(Para("Not ranked (invalid primary aggregate): " + ", ".join(ranking["invalid"])))
     return Section("Ranking", blocks)

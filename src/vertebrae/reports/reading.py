@@ -88,6 +88,10 @@ RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_sc
                               "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
                               "probe_score", "embedding_dim", "recipe", "recommendation"]
 SEPARATIX_COLUMNS: list[str] = ["separatix_recommendation", "separatix_confidence"]
+#: What the HTML ranking folds into its "more columns" table so that the ranking fits a 1280 px page: the
+#: metric's own breakdown, the probe hints, the recipe and Separatix's fields.
+RANKING_SECONDARY = frozenset({"primary_metric", "overlap_score", "overlap_macro", "overlap_weighted", "weakest_class",
+                               "best_probe", "probe_metric", "probe_score", "recipe", *SEPARATIX_COLUMNS})
 #: Shown only when a candidate's space is scale-dominated (``embedding.column_scale``).
 SCALE_COLUMN = "dominant columns"
 #: Output, target and label views, shown only when a result carries them.
