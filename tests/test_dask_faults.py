@@ -232,3 +232,42 @@ def test_a_fan_out_lost_within_allowed_failures_is_resubmitted_and_the_result_is
                  if task["key"].startswith("vertebrae-stability-") and task["key"].endswith("-job")]
     assert [task["status"] for task in stability] == ["error", "OK"]  # lost its fan-out, then resubmitted
     assert without_timing(box["result"]) == without_timing(run_locally(fanned_out("raise")))
+
+
+# ----------------------------------------------------------------------------- faults from outside (issue 38.11)
+def _kill_busy_workers(client, thread, count: int, prefix: str = "vertebrae-extract") -> list[str]:
+    """SIGKILL ``count`` workers at once, each while it runs a task whose key starts with ``prefix``."""
+    deadline = time.monotonic() + 60
+    while thread.is_alive() and time.monotonic() < deadline:
+        busy = [address for address, keys in client.processing().items()
+                if any(str(key).startswith(prefix) for key in keys)]
+        if len(busy) >= count:
+            pids = client.run(os.getpid, workers=busy[:count])
+            time.sleep(0.3)  # let the tasks start computing
+            for pid in pids.values():
+                os.kill(pid, signal.SIGKILL)
+            return busy[:count]
+        time.sleep(0.02)
+    raise AssertionError(f"never {count} workers busy with {prefix}* tasks at once")
+
+
+def slow_extractors() -> list[CallableExtractor]:
+    return [CallableExtractor(f"slow{i}", slow_embed, cache_identity=f"slow-v{i}") for i in range(3)]
+
+
+@pytest.mark.parametrize("killed", [1, 2])
+def test_workers_killed_from_outside_mid_run_give_the_undisturbed_result(killed):
+    """One, then two of three workers SIGKILLed by another process while they run extract tasks (no task of
+    ours asks for it): the nannies restart them, the scheduler reruns the lost tasks (the run context is
+    scattered again when every copy went), and the result equals a local run's byte for byte minus timing."""
+    expected = without_timing(run_locally(Benchmark(classes(), slow_extractors(), separatix_config=NO_SEPARATIX,
+                                                    progress=False)))
+    with private_cluster(3) as (_, client):
+        benchmark = Benchmark(classes(), slow_extractors(), separatix_config=NO_SEPARATIX, progress=False)
+        thread, box = _run_in_thread(lambda: benchmark.run(runner=DaskRunner(client, shard_rows=None)))
+        _kill_busy_workers(client, thread, killed)
+        thread.join(180)
+        assert not thread.is_alive()
+    assert "error" not in box, box.get("error")
+    assert without_timing(box["result"]) == expected
+
