@@ -74,8 +74,35 @@ def test_readme_output_blocks_are_the_two_demos():
     assert "raw_pixels" in blocks[0] and "minilm:layer" in blocks[1]
 
 
+#: A ranking row of a demo's console table: rank, extractor, score, recommendation.
+ROW = re.compile(r"^ +(\d+)  (\S+) +(-?\d+\.\d+)  (\S+)$", flags=re.M)
+
+
+def assert_same_demo_output(printed: str, shown: str, tolerance: float) -> None:
+    """The README's block, exactly; or, on a CPU whose BLAS/oneDNN kernels round differently from the machine that
+    printed it, the same candidates with the same recommendations, each score within ``tolerance`` of the
+    README's, and the same lines after the table up to their numbers (near-tied candidates may swap ranks).
+
+    Measured: the digits demo's ``pca_2`` moves by 0.0006 between an Intel (AVX-512) and an AMD EPYC (OpenBLAS
+    Haswell kernels) machine; the text demo's MiniLM candidates by up to 0.024 (MiniLM's states differ by
+    about 1e-6, and k-nearest-neighbour overlap turns such differences into different neighbours), enough to
+    reorder its top three (README, "Its top candidates are close")."""
+    if printed == shown:
+        return
+    got, want = ROW.findall(printed), ROW.findall(shown)
+    assert want and sorted((name, rec) for _, name, _, rec in got) == sorted((name, rec) for _, name, _, rec in want)
+    scores = {name: float(score) for _, name, score, _ in got}
+    drift = {name: abs(scores[name] - float(score)) for _, name, score, _ in want}
+    assert max(drift.values()) <= tolerance, drift
+    numbers = re.compile(r"-?\d+\.\d+|\b\d+\b")
+    tail = lambda text: [numbers.sub("#", line) for line in text.splitlines() if not ROW.match(line)]  # noqa: E731
+    names = re.compile("|".join(re.escape(name) for name in scores))
+    assert [names.sub("X", line) for line in tail(printed)] == [names.sub("X", line) for line in tail(shown)]
+
+
 def test_readme_demo_output_is_what_the_demo_prints(tmp_path, capsys):
-    assert printed_ranking(["demo"], tmp_path, capsys) == output_blocks(README.read_text(encoding="utf-8"))[0]
+    assert_same_demo_output(printed_ranking(["demo"], tmp_path, capsys),
+                            output_blocks(README.read_text(encoding="utf-8"))[0], tolerance=0.002)
     # compact (issue 26.15: ~400 lines for 4 extractors was too long); with stability and verdict sections since
     # the demo runs adaptive repeats
     assert len((tmp_path / "report.md").read_text(encoding="utf-8").splitlines()) < 350
@@ -85,8 +112,8 @@ def test_readme_demo_output_is_what_the_demo_prints(tmp_path, capsys):
 @pytest.mark.filterwarnings("ignore::vertebrae.errors.ScoringWarning")
 def test_readme_text_demo_output_is_what_the_text_demo_prints(tmp_path, capsys, minilm_path):
     assert os.environ["HF_HUB_OFFLINE"] == "1"  # conftest: the model is the local wheel's folder
-    assert printed_ranking(["demo", "--text"], tmp_path, capsys) == \
-        output_blocks(README.read_text(encoding="utf-8"))[1]
+    assert_same_demo_output(printed_ranking(["demo", "--text"], tmp_path, capsys),
+                            output_blocks(README.read_text(encoding="utf-8"))[1], tolerance=0.03)
 
 
 def test_ci_installs_chromium_as_root_then_runs_the_readme_test_command():
