@@ -398,8 +398,8 @@ def test_the_declared_speed_only_config_fields():
     declared = {cls.__name__: tuple(cls.speed_only) for cls in shipped_configs() if cls.speed_only}
     assert declared == {"OverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
                         "ContinuousOverlapScoringConfig": ("offline_chunk_size", "thread_limit"),
-                        "StabilityConfig": ("n_jobs",), "RetrievalConfig": ("thread_limit",),
-                        "SeparatixConfig": ("thread_limit",), "LabelRetrievalMetric": ("block_size",)}
+                        "StabilityConfig": ("n_jobs",),
+                        "SeparatixConfig": ("thread_limit",)}
 
 
 # ----------------------------------------------------------------------------- configs: speed-only proofs
@@ -435,7 +435,9 @@ def test_stability_n_jobs_leaves_the_repeats_bitwise_identical():
     assert results[1].config.n_jobs == 2  # the run used two workers; what it stores does not say so
 
 
-def test_retrieval_thread_limit_leaves_rankings_bitwise_identical_under_one_key():
+def test_retrieval_thread_limit_is_in_the_key_because_blas_threads_round_differently():
+    """Once declared speed-only; on an AMD EPYC (OpenBLAS Haswell kernels) one- and two-thread sgemm differ by up to
+    1.5e-7 per similarity, which moved ``mean_positive_similarity`` in its ninth digit: so each limit has its key."""
     from vertebrae.families.retrieval import RetrievalBenchmark, RetrievalConfig, RetrievalDataset
     from vertebrae.families.retrieval.extractors import PrecomputedPairExtractor
 
@@ -448,8 +450,10 @@ def test_retrieval_thread_limit_leaves_rankings_bitwise_identical_under_one_key(
         benchmark = RetrievalBenchmark(dataset, [PrecomputedPairExtractor("p", queries, gallery)],
                                        retrieval_config=RetrievalConfig(thread_limit=limit, bidirectional=True))
         keys.add(tuple(sorted(benchmark.plan().chain_keys[0].items())))
-        entries.add(json.dumps(benchmark.run().to_dict()["extractor_results"], sort_keys=True))
-    assert len(keys) == 1 and len(entries) == 1
+        forward = benchmark.run().to_dict()["extractor_results"][0]["forward"]
+        entries.add(json.dumps(forward["metrics"], sort_keys=True))
+    assert len(keys) == 3  # the rank stages hash the limit
+    assert len(entries) == 1  # the metrics themselves agree on this data (no near-tied items)
 
 
 def test_separatix_thread_limit_leaves_the_stored_diagnosis_bitwise_identical():
@@ -466,7 +470,9 @@ def test_separatix_thread_limit_leaves_the_stored_diagnosis_bitwise_identical():
     assert len(stored) == 1
 
 
-def test_label_retrieval_block_size_leaves_the_metric_bitwise_identical():
+def test_label_retrieval_block_size_is_in_the_identity_because_block_shapes_round_differently():
+    """Once declared speed-only; on an AMD EPYC (OpenBLAS Haswell kernels) blocks of 7 and 256 queries gave scores
+    0.35215508 and 0.35215516 (a near-tied rank moved), so each block size has its own identity."""
     from vertebrae.scoring.label_retrieval import LabelRetrievalMetric
     from vertebrae.scoring.metrics import run_metrics
     from vertebrae.inputs.targets import build_targets
@@ -477,7 +483,10 @@ def test_label_retrieval_block_size_leaves_the_metric_bitwise_identical():
     X[:, 0] += y
     results = {json.dumps(run_metrics([LabelRetrievalMetric(block_size=size)], X, build_targets(y), None,
                                       seed=0).results[0].to_dict(), sort_keys=True) for size in (256, 7, 1000)}
-    assert len(results) == 1
+    scores = {json.loads(r)["score"] for r in results}
+    assert max(scores) - min(scores) < 1e-6  # the same metric up to float32 round-off
+    assert len({json.dumps(LabelRetrievalMetric(block_size=size).identity(), sort_keys=True)
+                for size in (256, 7, 1000)}) == 3
 
 
 def test_a_retrieval_ranking_hashes_what_it_reads():

@@ -179,7 +179,7 @@ def test_config_normalizes_and_round_trips():
     assert metric.cutoffs == (1, 10)
     assert LabelRetrievalMetric.from_dict(metric.to_dict()) == metric
     assert metric.identity() == {"type": "label_retrieval", "cutoffs": [1, 10], "similarity": "cosine",
-                                 "primary": "precision@10", "name": "label_retrieval"}  # block_size: speed-only
+                                 "primary": "precision@10", "block_size": 256, "name": "label_retrieval"}
 
 
 def test_fast_ranking_equals_a_lexsort():

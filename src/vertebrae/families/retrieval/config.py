@@ -45,9 +45,11 @@ class RetrievalConfig(Config):
     ``cutoffs`` are normalized to a sorted tuple that always contains the primary
     metric's cutoff.  ``memory_budget_bytes`` bounds the similarity block held at once;
     ``block_size`` optionally caps the query rows per block further.  ``thread_limit``
-    caps BLAS threads (``None``: the BLAS library's default); rankings are bitwise identical
-    whatever it is, so it is speed-only.  The block settings are not: a ranking records its
-    block plan.
+    caps BLAS threads (``None``: the BLAS library's default).  It is part of the key: on some CPUs
+    (OpenBLAS's Haswell kernels on an AMD EPYC) a float32 matmul on one thread rounds differently
+    from the same matmul on two (measured up to 1.5e-7 per similarity), which moves the similarity
+    diagnostics and could reorder near-tied items.  The block settings shape outputs too: a ranking
+    records its block plan.
     """
 
     primary_metric: str = "ndcg@10"
@@ -57,8 +59,6 @@ class RetrievalConfig(Config):
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET
     block_size: int | None = None
     thread_limit: int | None = None
-
-    speed_only = ("thread_limit",)
 
     def _validate(self) -> None:
         name = type(self).__name__

@@ -118,9 +118,10 @@ def _ranking_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any]:
     """What a ranking reads of the config: the cutoffs and the block settings (its artifact records the block plan).
 
     Not the primary metric (read by assemble), nor ``bidirectional`` (it only plans the reverse job), nor the
-    similarity (the endpoints' key holds it), nor the speed-only thread limit."""
+    similarity (the endpoints' key holds it).  The thread limit is read: BLAS threads can round the similarities
+    differently (RetrievalConfig)."""
     fingerprint = settings.config.fingerprint()
-    return {name: fingerprint[name] for name in ("cutoffs", "memory_budget_bytes", "block_size")}
+    return {name: fingerprint[name] for name in ("cutoffs", "memory_budget_bytes", "block_size", "thread_limit")}
 
 
 def _reverse_config(settings: RetrievalSettings, chain: Any) -> dict[str, Any] | None:
