@@ -217,8 +217,9 @@ def referee_notes(record: Mapping[str, Any] | None, view: str | None, where: str
     L5_cls from L6_mean on these folds"); ``verdicts``: the probe verdicts over the judged candidates."""
     for decision in (record or {}).get("views", []):
         if decision["view"] == view:
-            basis = "" if decision["basis"] not in (BASES[1], BASES[4]) else \
-                " (paired verdicts need stability, so the quality cohort stands in for the tied set)"
+            basis = {BASES[1]: " (the quality cohort; paired verdicts need stability)",
+                     BASES[4]: " (the quality cohort and the top quarter; paired verdicts need stability)"
+                     }.get(decision["basis"], "")
             clause = tied_clause(verdicts) if verdicts is not None and verdicts.available else None
             tied = "" if clause is None else f"; {clause}"
             return [f"{where}Referee: {decision['summary']}{tied}{basis}; the ranking stays the primary metric's."]
