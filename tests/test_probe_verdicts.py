@@ -14,14 +14,8 @@ from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, ConfigError
 from vertebrae.scoring.metric_result import MetricResult
 from vertebrae.scoring.probe_verdicts import probe_verdicts
 
-from .conftest import gaussian_classes
-
-X, Y = gaussian_classes(n_per_class=30, n_classes=3, dim=6, spread=1.5, seed=1)
-RNG = np.random.default_rng(0)
-#: Two close spaces, a noisy one and a random one: the probe ties some and rules others out.
-SPACES = {"clean": X, "jitter": X + RNG.normal(0, 0.05, X.shape).astype(np.float32),
-          "noisy": X + RNG.normal(0, 3.0, X.shape).astype(np.float32),
-          "random": RNG.normal(size=X.shape).astype(np.float32)}
+# two close spaces, a noisy one and a random one: the probe ties some and rules others out
+from .test_referee import SPACES, X, Y
 
 
 def run(spaces=SPACES, **kwargs) -> BenchmarkResult:
