@@ -248,3 +248,176 @@ def test_the_referee_round_reads_the_embeddings_the_first_round_scored_and_never
     for name in decision.finalists:  # the referee scored the very embedding each finalist was ranked on
         assert result[name].embedding["cache_status"] == "bypassed_unsafe_identity"
     assert {r.name for r in result.extractor_results if "referee" in r.runtime} == set(decision.finalists)
+
+
+# ----------------------------------------------------------------------------- finalist policies
+def judged(result: BenchmarkResult) -> list[str]:
+    """The candidates the referee round scored (its jobs in the plan)."""
+    return [entry["extractor"] for entry in result.metadata["plan"] if entry["stage"] == "referee"]
+
+
+def test_the_default_policy_keeps_the_settings_bytes(refereed):
+    assert "referee_finalists" not in refereed.metadata["settings"]
+    assert "finalists_policy" not in refereed.metadata["referee"]
+
+
+def test_all_judges_every_valid_candidate():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = benchmark(referee_finalists="all").run()
+    [decision] = result.referee_decisions()
+    ranked = [r.name for r in result.ranked_results()]
+    assert decision.finalists == ranked and sorted(judged(result)) == sorted(ranked) and len(ranked) == 4
+    assert decision.basis == "every_valid_candidate" and decision.summary.startswith("every valid candidate: 4;")
+    policy = result.metadata["referee"]["finalists_policy"]
+    assert policy["policy"] == "all" and policy["judged"] == "all" and "judges every valid candidate" in policy["why"]
+    assert result.metadata["settings"]["referee_finalists"] == "all"
+    # the pick and its tied set: probe verdicts over the judged candidates, equal to a direct probe of each
+    for name in ranked:
+        assert decision.results[name].score == LinearProbeMetric()(SPACES[name], Y, seed=0)["score"]
+    verdicts = result.referee_verdicts()
+    assert verdicts.tied_names[0] == decision.pick
+    assert [r.name for r in result.tied_with_best(metric="linear_probe")] == verdicts.tied_names
+    note = next(n for n in result.recommendations if n.startswith("Referee:"))
+    others = verdicts.tied_names[1:]
+    if others:
+        assert f"it cannot tell {decision.pick} from " in note and all(name in note for name in others)
+    assert BenchmarkResult.from_json(result.to_json()).referee_verdicts() == verdicts
+
+
+def widened_by_hand(result: BenchmarkResult) -> list[str]:
+    ranked = [r.name for r in result.ranked_results()]
+    chosen = ({r.name for r in result.tied_with_best()} | {r.name for r in result.quality_cohort()}
+              | set(ranked[:int(np.ceil(len(ranked) / 4))]))
+    return [name for name in ranked if name in chosen]
+
+
+@pytest.mark.parametrize("share, branch", [(1.0, "all"), (0.01, "widened")])
+def test_auto_takes_each_branch_by_its_cost_model(share, branch):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = benchmark(referee_finalists="auto", referee_share=share).run()
+    [decision] = result.referee_decisions()
+    ranked = [r.name for r in result.ranked_results()]
+    widened = widened_by_hand(result)
+    policy = result.metadata["referee"]["finalists_policy"]
+    # the model by hand: probes of the candidates beyond the widened finalists (5 overlap scorings each, width 6)
+    # against every candidate's scoring (width 6 x (1 + 5 stability repeats))
+    estimate = 5.0 * 6 * (len(ranked) - len(widened)) / (6 * 6 * len(ranked))
+    assert policy["estimated_share"] == pytest.approx(estimate) and policy["basis"] == "cost_model"
+    assert policy["judged"] == branch and policy["share"] == share
+    expected = ranked if branch == "all" else widened
+    assert decision.finalists == expected and sorted(judged(result)) == sorted(expected)
+    assert decision.basis == ("every_valid_candidate" if branch == "all"
+                              else "tied_with_best_quality_cohort_and_top_quarter")
+    assert 0 < estimate <= 1.0 and estimate > 0.01  # the two shares force the two branches
+    assert f"Finalist policy 'auto': {policy['why']}." in result.to_markdown()
+
+
+def test_auto_reruns_warm_from_the_cache(tmp_path):
+    config = CacheConfig(store=str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = benchmark(cache_config=config, referee_finalists="auto", referee_share=1.0).run()
+        second = benchmark(cache_config=config, referee_finalists="auto", referee_share=1.0).run()
+    names = judged(second)
+    assert sorted(names) == sorted(judged(first)) and len(names) == 4
+    assert all(second[name].runtime["referee"] == NOT_MEASURED_CACHE_HIT for name in names)  # nothing computed
+    assert second.metadata["referee"] == first.metadata["referee"]
+
+
+def test_bad_policies_are_refused_before_any_work():
+    with pytest.raises(ConfigError, match=r"referee_finalists must be one of \['overlap', 'all', 'auto'\], got 'some'"):
+        benchmark(referee_finalists="some")
+    with pytest.raises(ConfigError, match="no referee is set"):
+        benchmark(referee=None, referee_finalists="all")
+    with pytest.raises(ConfigError, match="referee_share"):
+        benchmark(referee_finalists="auto", referee_share=0.0)
+
+
+# ----------------------------------------------------------------------------- the terminal says what was found
+@pytest.fixture
+def four_spaces(tmp_path):
+    for name, matrix in SPACES.items():
+        np.save(tmp_path / f"{name}.npy", matrix)
+    np.save(tmp_path / "labels.npy", Y)
+    (tmp_path / "run.toml").write_text(
+        '[dataset]\nid = "four"\nrevision = "1"\nlabels = "labels.npy"\n'
+        + "".join(f'[[extractors]]\nname = "{name}"\nembeddings = "{name}.npy"\n' for name in SPACES)
+        + "[scoring]\nk = 3\n[stability]\nrepeats = 5\n[separatix]\nenabled = false\n")
+    return tmp_path
+
+
+def cli(folder, *options) -> tuple[str, BenchmarkResult]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), *options]) == 0
+    return BenchmarkResult.load(folder / "out" / "report.json")
+
+
+def test_the_console_names_the_probe_pick_and_the_referee_pick(four_spaces, capsys):
+    result = cli(four_spaces, "--probe", "--referee", "probe", "--finalists", "all")
+    out = capsys.readouterr().out
+    [agreement] = [a for a in result.agreement() if a.reference_metric == "linear_probe"]
+    tied = result.paired_verdicts(metric="linear_probe").tied_names
+    assert not agreement.top1_same  # the scenario: the probe picks another candidate than overlap
+    line = (f"Linear probe: picks {agreement.reference_top1[0]}, not {agreement.primary_top1} (regret "
+            f"{agreement.regret:.4f} in linear_probe); it cannot tell {tied[0]} from ")
+    [probe_line] = [text for text in out.splitlines() if text.startswith("Linear probe:")]
+    assert probe_line.startswith(line) and all(name in probe_line for name in tied)
+    [decision] = result.referee_decisions()
+    [referee_line] = [text for text in out.splitlines() if text.startswith("Referee:")]
+    assert referee_line.startswith(f"Referee: every valid candidate: 4; the linear probe picks {decision.pick} ")
+    assert result.metadata["referee"]["finalists_policy"]["policy"] == "all"
+
+
+def test_without_the_options_the_console_adds_no_lines(four_spaces, capsys):
+    cli(four_spaces)
+    out = capsys.readouterr().out
+    assert not any(text.startswith(("Linear probe:", "Referee:")) for text in out.splitlines())
+    assert "screened out" not in out
+
+
+def test_the_console_counts_the_screened_out_candidates(four_spaces, capsys):
+    result = cli(four_spaces, "--screen")
+    screened = [r.name for r in result.extractor_results if r.screened_out]
+    assert screened  # the scenario: screening leaves some candidates behind
+    assert (f"{len(screened)} of 4 candidates were screened out before the full evaluation"
+            in capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("how", ["option", "config", "no-referee"])
+def test_a_bad_finalist_policy_is_one_line_and_exit_2(four_spaces, capsys, how):
+    config = four_spaces / "run.toml"
+    argv = ["run", str(config), "-o", str(four_spaces / "out"), "-q"]
+    if how == "option":
+        argv += ["--referee", "probe", "--finalists", "most"]
+    elif how == "config":
+        config.write_text(config.read_text() + '[benchmark]\nreferee = "probe"\nreferee_finalists = "most"\n')
+    else:
+        argv += ["--finalists", "all"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert ("no referee is set: add --referee probe" if how == "no-referee" else
+            "referee_finalists (--finalists) must be one of ['overlap', 'all', 'auto'], got 'most'") in err
+
+
+def test_the_widened_finalists_add_the_top_quarter():
+    """Without stability and with a tight tolerance the overlap finalists are the top candidate alone (no referee
+    needed); auto's widened finalists add the top quarter of 8 candidates, so the referee judges two."""
+    more = {**SPACES, **{f"random{i}": np.random.default_rng(i).normal(size=X.shape).astype(np.float32)
+                         for i in range(4)}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = benchmark(more, stability_config=None, quality_tolerance=0.0).run()
+        widened = benchmark(more, stability_config=None, quality_tolerance=0.0, referee_finalists="auto",
+                            referee_share=0.01).run()
+    ranked = [r.name for r in plain.ranked_results()]
+    assert plain.referee_decisions()[0].finalists == ranked[:1] and judged(plain) == []
+    [decision] = widened.referee_decisions()
+    assert decision.finalists == ranked[:2] and sorted(judged(widened)) == sorted(ranked[:2])
+    assert decision.basis == "quality_cohort_and_top_quarter"
+    assert widened.metadata["referee"]["finalists_policy"]["judged"] == "widened"
+    assert "(the quality cohort and the top quarter; paired verdicts need stability)" in "\n".join(
+        widened.recommendations)

@@ -48,7 +48,8 @@ config format (TOML shown; YAML uses the same sections and keys):
   [screening]               ScreeningConfig fields (start_fraction, start_rows, eta, repeats, ...);
                             turns screening on, as --screen does (docs/screening.md); not for plan
   [benchmark]               quality_tolerance, primary_metric, on_error, probe = true (as --probe),
-                            referee = "probe" (as --referee probe)
+                            referee = "probe" (as --referee probe), referee_finalists = "overlap",
+                            "all" or "auto" (as --finalists), referee_share = 0.25
   [[metrics]]               path = "pkg.module:function", name, higher_is_better, aggregate_valid, params
   [[compression]]           one per variant: method ("none", "pca", "truncated_svd", "quantize", ...),
                             n_components, whiten, dtype, random_state, name (docs/compression.md)
@@ -123,6 +124,11 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
                         help="after the primary metric ranks every candidate, score only each view's finalists (tied "
                              "with the best, plus the quality cohort) with this reference metric and name its pick; "
                              "the ranking is unchanged. NAME: probe (a linear probe; as [benchmark] referee)")
+    parser.add_argument("--finalists", metavar="POLICY", default=None,
+                        help="whom --referee judges: overlap (default: tied with the best plus the quality cohort), "
+                             "all (every valid candidate) or auto (every candidate when that is estimated to cost at "
+                             "most [benchmark] referee_share of the run's scoring, 25%% by default, else the widened "
+                             "finalists); as [benchmark] referee_finalists; see docs/metrics.md (\"The referee\")")
     parser.add_argument("--primary-metric", metavar="NAME", default=None,
                         help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
     parser.add_argument("--cache", metavar="URL", default=None,
@@ -310,7 +316,38 @@ def console_summary(result) -> str:
     verdicts = result.paired_verdicts() if len(result.views()) == 1 else None
     if verdicts is not None and verdicts.available and len(ranked) > 1:  # which differences are real
         why += ".\nTied with the best" + verdict_text(verdicts, result.metadata.get("adaptive_repeats")).rstrip(".")
-    return "\n".join(lines) + "\n\n" + why + "."
+    return "\n".join(lines) + "\n\n" + "\n".join([why + ".", *_found_lines(result)])
+
+
+def _found_lines(result: Any) -> list[str]:
+    """One line each for what --probe, --referee and --screen found (the report says it at length)."""
+    from ..scoring.probe_verdicts import tied_clause
+    from ..selection.referee import referee_notes
+
+    views = result.views()
+    lines = []
+    for view in views:
+        where = "" if len(views) == 1 else f"[{view}] "
+        ranked = result.ranked_results(view)
+        for name, label in result.reference_metrics.items():
+            agreement = next(a for a in result.agreement(view) if a.reference_metric == name)
+            verdicts = result.paired_verdicts(view, name)
+            clause = tied_clause(verdicts) if verdicts.available else None
+            if agreement.primary_top1 is None:
+                continue
+            if agreement.top1_same:
+                head = f"{where}{label.capitalize()}: picks the same top candidate, {agreement.primary_top1}"
+            else:
+                head = (f"{where}{label.capitalize()}: picks {', '.join(agreement.reference_top1)}, not "
+                        f"{agreement.primary_top1} (regret {agreement.regret:.4f} in {name})")
+            lines.append(head + ("" if clause is None else f"; {clause}") + ".")
+        if ranked:
+            lines += referee_notes(result.metadata.get("referee"), view, where, result.referee_verdicts(view))
+    screened = [r for r in result.extractor_results if r.screened_out]
+    if "screening" in result.metadata:
+        lines.append(f"{len(screened)} of {result.metadata['screening']['candidates']} candidates were screened out "
+                     "before the full evaluation (see the report's Screening section).")
+    return lines
 
 
 def _collapsed_caution(best: Any) -> str:
@@ -353,6 +390,8 @@ def _run(args: argparse.Namespace) -> int:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     if args.referee is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "referee": args.referee}
+    if args.finalists is not None:
+        config["benchmark"] = {**config.get("benchmark", {}), "referee_finalists": args.finalists}
     if getattr(args, "screen", False):
         config["screening"] = config.get("screening", {})
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
@@ -582,7 +621,8 @@ def _score(args: argparse.Namespace) -> int:
         return _run(args)
     given = [flag for flag, value in (("--primary-metric", args.primary_metric), ("--cache", args.cache),
                                       ("--dask-address", args.dask_address), ("--output", args.output),
-                                      ("--probe", args.probe or None), ("--referee", args.referee))
+                                      ("--probe", args.probe or None), ("--referee", args.referee),
+                                      ("--finalists", args.finalists))
              if value is not None]
     if given:
         raise VertebraeError(f"{', '.join(given)} apply to a run config, not to a plan file: the plan fixes its "

@@ -39,6 +39,8 @@ Example (TOML)::
     # stage_modules = ["my_project.stages"]   # modules whose @stage functions join the plan
     # probe = true                # add LinearProbeMetric and KNNMetric as reference metrics (vertebrae run --probe)
     # referee = "probe"           # a linear probe judges the finalists (vertebrae run --referee probe)
+    # referee_finalists = "auto"  # whom it judges: "overlap" (default), "all", "auto" (vertebrae run --finalists)
+    # referee_share = 0.25        # "auto" judges every candidate when that costs at most this share of the scoring
 
     [[compression]]               # EmbeddingCompressionConfig fields, one table per variant (optional)
     method = "none"               # keep the raw embedding beside the compressed variants
@@ -73,7 +75,7 @@ from typing import Any
 import numpy as np
 
 from ..selection.agreement import probe_metrics
-from ..selection.referee import referee_metric
+from ..selection.referee import FINALIST_POLICIES, referee_metric
 from ..families.labeled.benchmark import Benchmark
 from ..artifacts.cache import CacheConfig
 from ..extractors.compression import EmbeddingCompressionConfig
@@ -90,7 +92,8 @@ from ..scoring.stability import StabilityConfig
 from ..selection.screening import ScreeningConfig
 from .._base.user_modules import import_user_module
 
-BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules", "probe", "referee"}
+BENCHMARK_KEYS = {"primary_metric", "quality_tolerance", "on_error", "stage_modules", "probe", "referee",
+                  "referee_finalists", "referee_share"}
 #: Top-level sections a run configuration may contain.
 SECTIONS = {"dataset", "extractors", "scoring", "continuous", "stability", "screening", "separatix", "benchmark",
             "metrics", "cache", "compression"}
@@ -194,6 +197,13 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["metrics"] = [*kwargs.get("metrics", []), *(m for m in probe_metrics() if m.name not in named)]
     if "referee" in kwargs:
         kwargs["referee"] = referee_metric(kwargs["referee"], "config [benchmark] referee")
+    if "referee_finalists" in kwargs and kwargs["referee_finalists"] not in FINALIST_POLICIES:
+        raise ConfigError(f"config [benchmark] referee_finalists (--finalists) must be one of "
+                          f"{list(FINALIST_POLICIES)}, got {kwargs['referee_finalists']!r}")
+    if "referee_finalists" in kwargs and "referee" not in kwargs:
+        raise ConfigError(f"config [benchmark] referee_finalists (--finalists) = {kwargs['referee_finalists']!r} "
+                          "chooses whom the referee judges, but no referee is set: add --referee probe (or "
+                          "[benchmark] referee = \"probe\")")
     return kwargs
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..scoring.probe_verdicts import tied_sentence
 from .document import Code, Para, Section, Strong, Table, items
 from .reading import scale_text
 
@@ -51,6 +52,11 @@ def agreement_section(data: Mapping[str, Any]) -> Section | None:
         "they agree). Kendall tau-b compares the whole order and weighted tau (hyperbolic weights) counts the top "
         "of the order most: 1 means the same order, 0 unrelated, -1 reversed.")]
     blocks.append(items([_verdict(a) if len(views) == 1 else (f"[{a['view']}] ", *_verdict(a)) for a in agreements]))
+    probe_lines = _probe_verdict_lines(data, views)
+    if probe_lines:
+        blocks.append(Para(Strong("Probe verdicts"), " (each candidate against the probe's best on the same folds; "
+                           "Nadeau and Bengio's corrected resampled t, docs/metrics.md \"Probe verdicts\"):"))
+        blocks.append(items(probe_lines))
     view_column = ["view"] if len(views) > 1 else []
     rows = [[*([a["view"]] if view_column else []), a["reference_metric"], len(a["candidates"]),
              a["top1_same"], a["primary_top1"], ", ".join(a["reference_top1"]) or None, _number(a["regret"]),
@@ -64,6 +70,24 @@ def agreement_section(data: Mapping[str, Any]) -> Section | None:
     if notes:
         blocks.append(items(notes))
     return Section(agreement_title(data), blocks)
+
+
+def _probe_verdict_lines(data: Mapping[str, Any], views: list[Any]) -> list[str]:
+    """"the linear probe picks X; it cannot tell X from Y and Z on these folds", per view and reference metric whose
+    results carry paired fold scores."""
+    from ..families.result_protocol import result_from_dict
+
+    result = result_from_dict(data)
+    lines = []
+    for view in views:
+        for name, label in result.reference_metrics.items():
+            verdicts = result.paired_verdicts(view, name)
+            if verdicts.available and len(verdicts.against_best) > 1:
+                worse = [c.candidate for c in verdicts.against_best if c.verdict == "worse"]
+                lines.append(f"{'' if len(views) == 1 else '[' + str(view) + '] '}{tied_sentence(label, verdicts)} "
+                             f"({verdicts.n_repeats} paired folds, {verdicts.interval_level:.0%} interval; worse: "
+                             f"{', '.join(worse) or 'none'}).")
+    return lines
 
 
 def agreement_caveats(data: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -10,14 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..scoring.probe_verdicts import tied_clause
 from .document import Code, Para, Section, Table, items
 
 BASIS_TEXT = {"tied_with_best_and_quality_cohort": "tied with the best (paired verdicts) or in the quality cohort",
-              "quality_cohort": "in the quality cohort (paired verdicts need stability repeats)"}
+              "quality_cohort": "in the quality cohort (paired verdicts need stability repeats)",
+              "every_valid_candidate": "with a valid primary score (every one)",
+              "tied_with_best_quality_cohort_and_top_quarter": "tied with the best (paired verdicts), in the quality "
+                                                               "cohort or in the top quarter of the ranking",
+              "quality_cohort_and_top_quarter": "in the quality cohort or the top quarter of the ranking (paired "
+                                                "verdicts need stability repeats)"}
 
 
 def referee_section(data: Mapping[str, Any]) -> Section | None:
-    """Per view: the finalists, their referee scores and the pick; None when no referee ran."""
+    """Per view: the finalists, their referee scores, the pick and whom it cannot tell from it; None without a
+    referee."""
+    from ..families.result_protocol import result_from_dict
+
     record = data["metadata"].get("referee")
     if not record:
         return None
@@ -27,8 +36,16 @@ def referee_section(data: Mapping[str, Any]) -> Section | None:
         f"The ranking is by {primary}. The {label} (", Code(metric), ") referees only the finalists of each view — the "
         f"candidates {'; '.join(sorted({BASIS_TEXT[d['basis']] for d in record['views']}))} — and names its pick "
         "among them; it never changes the ranking.")]
+    policy = record.get("finalists_policy")
+    if policy is not None:
+        blocks.append(Para(f"Finalist policy {policy['policy']!r}: {policy['why']}."))
     several = len(record["views"]) > 1
-    blocks.append(items([f"[{d['view']}] {d['summary']}." if several else f"{d['summary']}." for d in record["views"]]))
+    result = result_from_dict(data)
+    lines = []
+    for d in record["views"]:
+        clause = _tied_clause(result.referee_verdicts(d["view"]))
+        lines.append(f"{'[' + str(d['view']) + '] ' if several else ''}{d['summary']}{clause}.")
+    blocks.append(items(lines))
     notes = [f"{'' if not several else '[' + str(d['view']) + '] '}{d['basis_note']}" for d in record["views"]
              if d["basis_note"]]
     if notes:
@@ -43,3 +60,9 @@ def referee_section(data: Mapping[str, Any]) -> Section | None:
     if any(d["needed"] for d in record["views"]):
         blocks.append(Table([*(["view"] if several else []), "finalist", metric, "pick", "error"], rows))
     return Section(f"Referee: which finalist would a {label} pick?", blocks)
+
+
+def _tied_clause(verdicts: Any) -> str:
+    """"; it cannot tell X from Y on these folds" over the judged candidates ("" without paired fold scores)."""
+    clause = tied_clause(verdicts) if verdicts.available else None
+    return "" if clause is None else f"; {clause}"

@@ -119,10 +119,10 @@ def against_best(ranked: Sequence[tuple[str, Sequence[float]]], *, higher_is_bet
 
 
 def adjacent(ranked: Sequence[tuple[str, Sequence[float]]], *, higher_is_better: bool,
-             interval_level: float) -> list[PairedComparison]:
+             interval_level: float, interval: Interval | None = None) -> list[PairedComparison]:
     """Each rank against the rank above it (candidate: the lower-ranked one; reference: the one above)."""
     return [compare_paired(lower, upper, lower_scores, upper_scores, higher_is_better=higher_is_better,
-                           interval_level=interval_level)
+                           interval_level=interval_level, interval=interval)
             for (upper, upper_scores), (lower, lower_scores) in zip(ranked, ranked[1:])]
 
 
@@ -131,7 +131,8 @@ class PairedVerdicts:
     """The paired verdicts of one view, or why there are none (``available`` False and a ``reason``).
 
     ``against_best`` is in ranking order and starts with the best itself; ``adjacent`` has one
-    entry per adjacent pair of the ranking.
+    entry per adjacent pair of the ranking.  Probe verdicts (:mod:`vertebrae.scoring.probe_verdicts`) have the
+    same shape, ordered by the probe's score, with ``n_repeats`` the number of paired folds (splits x repeats).
     """
 
     view: str | None

@@ -30,12 +30,14 @@ from ..front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, che
                           validate_extractor_list)
 from ...inputs.audio import check_extractor_rates
 from ...inputs.multimodal import check_extractor_fields
-from ...selection.referee import check_referee, decide, finalists, referee_notes, referee_record
+from ...selection.referee import (DEFAULT_REFEREE_SHARE, check_finalist_policy, check_referee, choose_finalists,
+                                  decide, referee_notes, referee_record)
 from ...extractors.profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
 from .results import BenchmarkResult, ExtractorResult
 from ...scoring.memory import MemoryConfig, check_budget_feasible
 from ...scoring.metric_result import OVERLAP_METRIC, MetricResult
 from ...scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
+from ...scoring.probe_verdicts import capitalized, tied_sentence
 from ...scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from ...scoring.separatix import SeparatixConfig
 from ...scoring.stability import StabilityConfig, plan_repeats
@@ -64,6 +66,9 @@ class BenchmarkSettings:
     resource_profiling: ResourceProfilingConfig | None = None
     #: The reference metric that judges each view's finalists (vertebrae.selection.referee); None: no referee.
     referee: Metric | None = None
+    #: Whom the referee judges (vertebrae.selection.referee.FINALIST_POLICIES) and ``"auto"``'s cost share.
+    referee_policy: str = "overlap"
+    referee_share: float = DEFAULT_REFEREE_SHARE
 
     def to_dict(self) -> dict[str, Any]:
         return {"scoring_config": self.scoring_config.to_dict(), "continuous_config": self.continuous_config.to_dict(),
@@ -74,7 +79,9 @@ class BenchmarkSettings:
                 "memory_config": None if self.memory_config is None else self.memory_config.to_dict(),
                 "compression": [config.to_dict() for config in self.compression],
                 "resource_profiling": None if self.resource_profiling is None else self.resource_profiling.to_dict(),
-                **({} if self.referee is None else {"referee": self.referee.identity()})}
+                **({} if self.referee is None else {"referee": self.referee.identity()}),
+                **({} if self.referee_policy == "overlap" else  # the default keeps older keys and bytes
+                   {"referee_finalists": self.referee_policy, "referee_share": self.referee_share})}
 
 
 class Benchmark(FrontDoor):
@@ -99,6 +106,8 @@ class Benchmark(FrontDoor):
                  memory_config: MemoryConfig | None = None,
                  cache_config: CacheConfig | None = None,
                  referee: Metric | None = None,
+                 referee_finalists: str = "overlap",
+                 referee_share: float = DEFAULT_REFEREE_SHARE,
                  screening: ScreeningConfig | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
@@ -128,7 +137,9 @@ class Benchmark(FrontDoor):
             separatix_config=separatix_config, metrics=custom_metrics, stability_config=stability_config,
             compression=check_compression("Benchmark", compression), memory_config=memory_config,
             resource_profiling=check_profiling("Benchmark", resource_profiling),
-            referee=check_referee(referee, dataset.target_type))
+            referee=check_referee(referee, dataset.target_type),
+            **dict(zip(("referee_policy", "referee_share"), check_finalist_policy(referee_finalists, referee_share,
+                                                                                  referee))))
         check_config("target_view_config", target_view_config, TargetViewConfig)
         check_config("label_view_config", label_view_config, LabelViewConfig)
         self.target_view_config, self.label_view_config = target_view_config, label_view_config
@@ -229,7 +240,7 @@ class Benchmark(FrontDoor):
         if referee is None:
             return result
         started = time.perf_counter()
-        chosen = {view: finalists(result, view) for view in result.views()}
+        chosen, policy = choose_finalists(result, self.settings.referee_policy, self.settings.referee_share)
         refereed = {name for names, _, _ in chosen.values() if len(names) > 1 for name in names}
         scores: dict[str, MetricResult] = {}
         if refereed:  # a second round of the one run path: the referee stage, for the finalists only
@@ -245,7 +256,7 @@ class Benchmark(FrontDoor):
                                                     "key": keys["referee"]})
         decisions = [decide(view, names, basis, note, referee, {n: scores[n] for n in names if n in scores},
                             self.settings.primary_metric) for view, (names, basis, note) in chosen.items()]
-        result.metadata["referee"] = referee_record(referee, decisions)
+        result.metadata["referee"] = referee_record(referee, decisions, policy)
         result.timing["referee"] = {"seconds": time.perf_counter() - started}
         result.recommendations = benchmark_recommendations(result)
         return result
@@ -323,6 +334,17 @@ def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult],
     return result
 
 
+def probe_verdict_notes(result: BenchmarkResult, view: str | None, where: str) -> list[str]:
+    """One line per reference metric with paired fold scores: its pick and the candidates it cannot tell from it."""
+    notes = []
+    for name, label in result.reference_metrics.items():
+        verdicts = result.paired_verdicts(view, name)
+        if verdicts.available and len(verdicts.against_best) > 1:
+            notes.append(f"{where}{capitalized(tied_sentence(label, verdicts))} "
+                         f"({verdicts.n_repeats} paired folds, corrected resampled t, {verdicts.interval_level:.0%}).")
+    return notes
+
+
 def benchmark_recommendations(result: BenchmarkResult) -> list[str]:
     """Short practitioner guidance derived from each view's ranking (never a composite score)."""
     views = result.views()
@@ -336,7 +358,8 @@ def benchmark_recommendations(result: BenchmarkResult) -> list[str]:
             continue
         best = ranked[0]
         notes.append(f"{where}Top candidate: {best.name} ({best.primary_metric_name} = {best.primary_score:.4f}).")
-        notes += referee_notes(result.metadata.get("referee"), view, where)
+        notes += probe_verdict_notes(result, view, where)
+        notes += referee_notes(result.metadata.get("referee"), view, where, result.referee_verdicts(view))
         cohort = result.quality_cohort(view=view)
         if len(cohort) > 1:
             notes.append(f"{where}Within {result.metadata['quality_tolerance']} of the best: "

@@ -33,6 +33,7 @@ from ...scoring.metric_result import OVERLAP_METRIC, MetricResult
 from ...scoring.overlap import OverlapScoreResult
 from ...scoring.paired_verdicts import (NEEDS_STABILITY, PairedComparison, PairedVerdicts, adjacent, against_best,
                                         best_itself)
+from ...scoring.probe_verdicts import probe_verdicts
 from ...scoring.separatix import SeparatixResult
 from ...scoring.stability import ADAPTIVE_SCHEMA, StabilityResult, ranking_stability
 
@@ -536,13 +537,18 @@ class BenchmarkResult(ResultFamily):
                             "candidate with one StabilityConfig)")
         return ranked, None
 
-    def paired_verdicts(self, view: str | None = None) -> PairedVerdicts:
-        """Every ranked candidate of one view against its best on the same stability repeats (docs/stability.md).
+    def paired_verdicts(self, view: str | None = None, metric: str | None = None) -> PairedVerdicts:
+        """Every ranked candidate of one view against its best on the same repeats (docs/stability.md), or with
+        ``metric=`` (e.g. ``"linear_probe"``) on the same folds of that probe metric (probe verdicts,
+        :mod:`vertebrae.scoring.probe_verdicts`; docs/metrics.md).
 
-        Derived from the stored repeat scores (nothing extra is written to the JSON).  When the
+        Derived from the stored repeat or fold scores (nothing extra is written to the JSON).  When the
         verdicts cannot be given, ``available`` is False and ``reason`` says why and what to do
-        (without stability: how to turn it on).  ``view=None`` means the only view.
+        (without stability: how to turn it on).  ``view=None`` means the only view.  A probe metric
+        that ran only as the referee is judged over the candidates it judged.
         """
+        if metric is not None and metric != OVERLAP_METRIC:
+            return self._probe_verdicts(view, metric)
         task = self._one_view(view, "paired verdicts")
         ranked, reason = self._paired_ranking(task)
         if reason is not None:
@@ -558,27 +564,62 @@ class BenchmarkResult(ResultFamily):
                               n_repeats=len(scores[0][1]), against_best=tuple(against_best(scores, **rule)),
                               adjacent=tuple(adjacent(scores, **rule)))
 
-    def _available_verdicts(self, view: str | None) -> PairedVerdicts:
-        verdicts = self.paired_verdicts(view)
+    def _probe_verdicts(self, view: str | None, metric: str) -> PairedVerdicts:
+        """Probe verdicts of ``metric`` in one view: over every ranked candidate that scored it, else (a metric that
+        ran only as the referee) over the referee's judged candidates."""
+        task = self._one_view(view, "paired verdicts")
+        if any(metric in r.metrics for r in self.extractor_results):
+            ranked = [r for r in self.ranked_results(task) if metric in r.metrics]
+            return probe_verdicts(task, [(r.name, r.metrics[metric]) for r in ranked], metric)
+        if (self.metadata.get("referee") or {}).get("metric") == metric:
+            return self.referee_verdicts(task)
+        known = sorted({name for r in self.extractor_results for name in r.metrics}
+                       | {(self.metadata.get("referee") or {}).get("metric")} - {None})
+        raise ConfigError(f"no metric {metric!r} in this result, so it has no probe verdicts; its metrics: {known} "
+                          "(add the probe with metrics=[LinearProbeMetric()] or vertebrae run --probe)")
+
+    def referee_verdicts(self, view: str | None = None) -> PairedVerdicts:
+        """Probe verdicts over the candidates the referee judged in one view (its pick and its tied set).
+
+        ``available`` is False when no referee ran or it judged fewer than two candidates' folds.
+        """
+        task = self._one_view(view, "referee verdicts")
+        record = self.metadata.get("referee") or {}
+        decision = next((d for d in record.get("views", []) if d["view"] == task), None)
+        if decision is None or not decision["results"]:
+            why = "no referee ran" if decision is None else "the referee was not needed (one finalist)"
+            return PairedVerdicts(view=task, available=False, reason=why)
+        return probe_verdicts(task, [(name, MetricResult.from_dict(decision["results"][name]))
+                                     for name in decision["finalists"] if name in decision["results"]],
+                              record["metric"])
+
+    def _available_verdicts(self, view: str | None, metric: str | None = None) -> PairedVerdicts:
+        verdicts = self.paired_verdicts(view, metric)
         if not verdicts.available:
             where = "" if verdicts.view is None else f" for view {verdicts.view!r}"
-            raise ConfigError(f"no paired verdicts{where}: {verdicts.reason}")
+            of = "" if metric is None else f" of metric {metric!r}"
+            raise ConfigError(f"no paired verdicts{of}{where}: {verdicts.reason}")
         return verdicts
 
-    def tied_with_best(self, view: str | None = None) -> list[ExtractorResult]:
+    def tied_with_best(self, view: str | None = None, metric: str | None = None) -> list[ExtractorResult]:
         """The best of one view and every candidate statistically tied with it (paired verdict ``tied``).
 
-        Valid results only, in ranking order, direction-aware.  Raises ConfigError saying why
-        (and how to turn stability on) when there are no paired verdicts; compare
-        :meth:`quality_cohort`, which uses a fixed tolerance instead of the repeats.
+        Valid results only, direction-aware.  By default the primary ranking's, on the stability repeats;
+        ``metric="linear_probe"`` gives that probe metric's best and its tied set on the same folds
+        (probe verdicts, in the probe's order).  Raises ConfigError saying why (and how to turn
+        stability on) when there are no such verdicts; compare :meth:`quality_cohort`, which uses a
+        fixed tolerance instead of the repeats.
         """
-        verdicts = self._available_verdicts(view)
+        verdicts = self._available_verdicts(view, metric)
+        if metric is not None and metric != OVERLAP_METRIC:
+            return [self[name] for name in verdicts.tied_names]
         tied = set(verdicts.tied_names)
         return [r for r in self._paired_ranking(verdicts.view)[0] if r.name in tied]
 
-    def rank_verdicts(self, view: str | None = None) -> list[PairedComparison]:
-        """Each rank of one view against the rank above it on the same repeats (ConfigError when unavailable)."""
-        return list(self._available_verdicts(view).adjacent)
+    def rank_verdicts(self, view: str | None = None, metric: str | None = None) -> list[PairedComparison]:
+        """Each rank of one view against the rank above it on the same repeats (or, with ``metric=``, the same
+        folds of that probe metric, in its order); ConfigError when unavailable."""
+        return list(self._available_verdicts(view, metric).adjacent)
 
     def _verdict_columns(self, result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         """The row's paired verdict against the best of its view; all None when unranked or unavailable."""
