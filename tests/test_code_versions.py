@@ -31,7 +31,7 @@ PINS = pathlib.Path(__file__).with_name("code_versions.json")
 #: The modules whose classes are the shipped extractors and encoders.
 EXTRACTOR_MODULES = ("vertebrae.extractors.base", "vertebrae.extractors.huggingface", "vertebrae.extractors.hf_vision",
                      "vertebrae.extractors.hf_audio", "vertebrae.extractors.sentence_transformers",
-                     "vertebrae.extractors.onnx", "vertebrae.extractors.torch", "vertebrae.extractors.keras",
+                     "vertebrae.extractors.onnx", "vertebrae.extractors.onnx_text", "vertebrae.extractors.torch", "vertebrae.extractors.keras",
                      "vertebrae.extractors.jax", "vertebrae.families.retrieval.extractors", "vertebrae.families.zero_shot.encoders",
                      "vertebrae.families.zero_shot.image_text", "vertebrae.inputs.multimodal")
 STAGE_MODULES = ("vertebrae.families.labeled.stages", "vertebrae.families.retrieval.stages", "vertebrae.families.zero_shot.stages",
