@@ -150,7 +150,7 @@ def test_every_stage_and_extractor_source_matches_its_pinned_version():
             problems.append(f"{name}: version {version} is not the pinned {pinned[name][0]}: update the pin")
     problems += [f"{name} is pinned but no longer shipped: remove its pin" for name in pinned if name not in current]
     assert current["extractor:vertebrae.extractors.huggingface.HFTextExtractor"][0] == 2  # longest-first batching
-    assert len([name for name in current if name.startswith("extractor:")]) == 19
+    assert len([name for name in current if name.startswith("extractor:")]) == 20
     assert not problems, ("\n".join(problems) + "\n(rewrite tests/code_versions.json with "
                                                "VERTEBRAE_UPDATE_CODE_PINS=1 pytest tests/test_code_versions.py)")
 

@@ -743,8 +743,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         with third_party_output(getattr(args, "quiet", False)), warnings.catch_warnings():
-            # vertebrae's own deprecations (an old option spelling in a config) reach the terminal
-            warnings.filterwarnings("default", category=DeprecationWarning, module=r"vertebrae\.")
+            if not getattr(args, "quiet", False):  # vertebrae's deprecations (an old spelling in a config) are shown
+                warnings.filterwarnings("default", category=DeprecationWarning, module=r"vertebrae\.")
             return COMMANDS[args.command](args)
     except VertebraeError as exc:
         print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
