@@ -181,6 +181,13 @@ def test_tap_rejections(kwargs, message):
         TorchExtractor("cnn", small_cnn(), **kwargs)
 
 
+def test_a_torchscript_file_cannot_be_tapped(tmp_path):
+    path = tmp_path / "cnn.pt"
+    torch.jit.save(torch.jit.script(small_cnn()), str(path))
+    with pytest.raises(ConfigError, match="forward hooks, which TorchScript modules do not support"):
+        TorchExtractor("cnn", path, layers=["features.1"])
+
+
 def test_poolings_that_need_tokens_and_vector_outputs_are_refused_by_module(images):
     with pytest.raises(ExtractorError, match=r"module 'features.4' returns a feature map \(2, 5, 6, 5\); pooling "
                                              "'cls' needs tokens"):

@@ -190,6 +190,9 @@ class TorchExtractor(BatchedExtractor):
         self.factory: Callable[[], Any] | None = None
         self.model_: Any = None
         if isinstance(model, (str, os.PathLike)):
+            if self.layers is not None:
+                raise ConfigError(f"{where}: layers=[...] taps modules with forward hooks, which TorchScript modules "
+                                  "do not support; pass the nn.Module (or a factory that builds it)")
             self.script_path = check_paths("model", model, where=where)[0]
         elif is_torch_module(model):
             self.model_ = model
