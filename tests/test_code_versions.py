@@ -31,7 +31,7 @@ PINS = pathlib.Path(__file__).with_name("code_versions.json")
 #: The modules whose classes are the shipped extractors and encoders.
 EXTRACTOR_MODULES = ("vertebrae.extractors.base", "vertebrae.extractors.huggingface", "vertebrae.extractors.hf_vision",
                      "vertebrae.extractors.hf_audio", "vertebrae.extractors.sentence_transformers",
-                     "vertebrae.extractors.onnx", "vertebrae.extractors.torch", "vertebrae.extractors.keras",
+                     "vertebrae.extractors.onnx", "vertebrae.extractors.onnx_text", "vertebrae.extractors.torch", "vertebrae.extractors.keras",
                      "vertebrae.extractors.jax", "vertebrae.families.retrieval.extractors", "vertebrae.families.zero_shot.encoders",
                      "vertebrae.families.zero_shot.image_text", "vertebrae.inputs.multimodal")
 STAGE_MODULES = ("vertebrae.families.labeled.stages", "vertebrae.families.retrieval.stages", "vertebrae.families.zero_shot.stages",
@@ -150,7 +150,7 @@ def test_every_stage_and_extractor_source_matches_its_pinned_version():
             problems.append(f"{name}: version {version} is not the pinned {pinned[name][0]}: update the pin")
     problems += [f"{name} is pinned but no longer shipped: remove its pin" for name in pinned if name not in current]
     assert current["extractor:vertebrae.extractors.huggingface.HFTextExtractor"][0] == 2  # longest-first batching
-    assert len([name for name in current if name.startswith("extractor:")]) == 19
+    assert len([name for name in current if name.startswith("extractor:")]) == 20
     assert not problems, ("\n".join(problems) + "\n(rewrite tests/code_versions.json with "
                                                "VERTEBRAE_UPDATE_CODE_PINS=1 pytest tests/test_code_versions.py)")
 

@@ -45,8 +45,8 @@ labels_column = "label"
 name = "bert"
 kind = "hf_text"
 model = "tiny_bert"
-hidden_layer = [1, -1]
-pooling = ["mean", "cls"]
+layers = [1, -1]
+poolings = ["mean", "cls"]
 batch_size = 8
 device = "cpu"
 
@@ -111,7 +111,7 @@ def test_run_on_a_csv_equals_the_python_benchmark(project, tweets, tiny_bert):
     assert main(["run", str(folder / "models.toml"), "-o", str(folder / "out"), "-q"]) == 0
     pipelines = __import__(module)
     dataset = BenchmarkDataset.from_arrays(tweets.texts, tweets.labels, identity=DatasetIdentity.declared("tweets", "1"))
-    extractors = [HFTextExtractor("bert", folder / "tiny_bert", hidden_layer=[1, -1], pooling=["mean", "cls"],
+    extractors = [HFTextExtractor("bert", folder / "tiny_bert", layers=[1, -1], poolings=["mean", "cls"],
                                   batch_size=8, device="cpu", progress=False),
                   SklearnExtractor("tfidf", pipelines.tfidf_svd())]
     expected = Benchmark(dataset, extractors, separatix_config=SeparatixConfig(enabled=False), progress=False).run()
@@ -140,12 +140,29 @@ def test_staged_commands_accept_the_same_config(project, monkeypatch):
     assert collected == ran
 
 
+@pytest.mark.filterwarnings("ignore::vertebrae.ScoringWarning")
+def test_the_old_option_spelling_runs_the_same_and_says_the_new_one(project):
+    """``hidden_layer`` / ``pooling`` in a config: one release of grace, a DeprecationWarning on the terminal."""
+    folder, _ = project
+    assert main(["run", str(folder / "models.toml"), "-o", str(folder / "new"), "-q"]) == 0
+    config = folder / "models.toml"
+    config.write_text(config.read_text().replace("layers = [", "hidden_layer = [").replace("poolings = [", "pooling = ["))
+    with pytest.warns(DeprecationWarning) as caught:  # (pytest records them; a terminal run prints them)
+        assert main(["run", str(config), "-o", str(folder / "old"), "-q"]) == 0
+    messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)
+                and w.filename.endswith("model_config.py")]
+    assert messages == [f"config extractors[0] ('bert', kind 'hf_text'): HFTextExtractor 'bert': {old}= is deprecated "
+                        f"and will be removed in the next release; spell it {new}= (the spelling of every extractor "
+                        "and run config)" for old, new in (("hidden_layer", "layers"), ("pooling", "poolings"))]
+    assert report_without_timing(folder / "old" / "report.json") == report_without_timing(folder / "new" / "report.json")
+
+
 @pytest.mark.parametrize("edit, message", [
     (("kind = \"sklearn\"", "kind = \"sklearn_pipeline\""), "config extractors[1] kind 'sklearn_pipeline' is unknown"),
-    (("hidden_layer = [1, -1]", "layers = [1, -1]"), "config section extractors[0] has unknown key(s) ['layers'] for "
-                                                       "kind 'hf_text'; allowed: ['batch_size', 'cache_identity', "
-                                                       "'device', 'hidden_layer', 'kind', 'max_length', 'model', "
-                                                       "'name', 'padding_side', 'pooling']"),
+    (("layers = [1, -1]", "layer = [1, -1]"), "config section extractors[0] has unknown key(s) ['layer'] for "
+                                              "kind 'hf_text'; allowed: ['batch_size', 'cache_identity', 'device', "
+                                              "'hidden_layer', 'kind', 'layers', 'max_length', 'model', 'name', "
+                                              "'padding_side', 'pooling', 'poolings']"),
     (("input_column = \"text\"", "input_column = \"body\""), "tweets.csv: column 'body' not found; columns are "
                                                              "['text', 'label']"),
     (("labels_column = \"label\"", "labels_column = \"sentiment\""), "labels column(s) ['sentiment'] not found"),

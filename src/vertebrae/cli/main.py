@@ -38,8 +38,8 @@ config format (TOML shown; YAML uses the same sections and keys):
                             audio = "clips.npz" with sampling_rate and labels
   [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv); or
                             name, kind, model and the kind's options, e.g. kind = "hf_text", model =
-                            "models/minilm", hidden_layer = [4, -1], pooling = ["mean", "cls"]; kinds:
-                            sentence_transformers, hf_text, hf_vision, hf_audio, onnx, torch, keras,
+                            "models/minilm", layers = [4, -1], poolings = ["mean", "cls"]; kinds:
+                            sentence_transformers, hf_text, hf_vision, hf_audio, onnx, onnx_text, torch, keras,
                             jax, sklearn, callable, precomputed
   [scoring]                 OverlapScoringConfig fields, e.g. k = "auto"
   [continuous]              ContinuousOverlapScoringConfig fields (regression)
@@ -782,7 +782,9 @@ COMMANDS = {"demo": _demo, "run": _run, "score": _score, "report": _report, "com
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        with third_party_output(getattr(args, "quiet", False)):
+        with third_party_output(getattr(args, "quiet", False)), warnings.catch_warnings():
+            if not getattr(args, "quiet", False):  # vertebrae's deprecations (an old spelling in a config) are shown
+                warnings.filterwarnings("default", category=DeprecationWarning, module=r"vertebrae\.")
             return COMMANDS[args.command](args)
     except VertebraeError as exc:
         print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)

@@ -21,6 +21,7 @@ import importlib
 import inspect
 import pathlib
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,6 +62,8 @@ KINDS: dict[str, Kind] = {
     "hf_audio": Kind("vertebrae.extractors.hf_audio:HFAudioExtractor", model="model_path", hub_models=("model",)),
     "onnx": Kind("vertebrae.extractors.onnx:ONNXExtractor", model="model_path", paths=("model",),
                  imports=("input_fn", "output_fn")),
+    "onnx_text": Kind("vertebrae.extractors.onnx_text:ONNXTextExtractor", model="model_path",
+                      paths=("model", "tokenizer")),
     "torch": Kind("vertebrae.extractors.torch:TorchExtractor", model="model", path_or_import=("model",),
                   paths=("checkpoint_paths",), imports=("collate_fn", "output_fn")),
     "keras": Kind("vertebrae.extractors.keras:KerasExtractor", model="model", path_or_import=("model",)),
@@ -244,12 +247,17 @@ def _build(entry: CheckedEntry, progress: bool | None) -> Any:
         kwargs[spec.model if key == "model" else key] = value
     if "progress" in inspect.signature(cls).parameters:
         kwargs["progress"] = progress
-    try:
-        return cls(entry.name, **kwargs)
-    except VertebraeError as exc:
-        raise type(exc)(f"{entry.where}: {exc}") from None
-    except TypeError as exc:  # a value of the wrong type that the class does not check itself
-        raise ConfigTypeError(f"{entry.where}: {exc}") from None
+    with warnings.catch_warnings(record=True) as caught:  # re-raised below with the entry's location
+        warnings.simplefilter("always", DeprecationWarning)
+        try:
+            built = cls(entry.name, **kwargs)
+        except VertebraeError as exc:
+            raise type(exc)(f"{entry.where}: {exc}") from None
+        except TypeError as exc:  # a value of the wrong type that the class does not check itself
+            raise ConfigTypeError(f"{entry.where}: {exc}") from None
+    for item in caught:  # an old option spelling: the config entry to edit, and the new spelling
+        warnings.warn(f"{entry.where}: {item.message}", item.category, stacklevel=1)
+    return built
 
 
 def import_object(path: str, where: str) -> Any:

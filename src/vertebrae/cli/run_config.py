@@ -16,7 +16,7 @@ Example (TOML)::
     [[extractors]]
     name = "minilm"
     embeddings = "minilm.npy"     # .npy, .npz, .parquet or .csv
-    # or a model (vertebrae.cli.model_config): kind = "hf_text", model = "models/minilm", hidden_layer = [4, -1], ...
+    # or a model (vertebrae.cli.model_config): kind = "hf_text", model = "models/minilm", layers = [4, -1], ...
 
     [scoring]                     # OverlapScoringConfig fields
     k = "auto"

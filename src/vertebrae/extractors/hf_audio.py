@@ -91,8 +91,7 @@ class HFAudioExtractor(LayerPoolingExtractor):
         #: Whether the model is given the padding mask (the feature extractor's own default says).
         self.takes_mask = bool(preprocessor.get("return_attention_mask", False))
         self.n_layers = num_hidden_layers(self.model_dir, where=where, keys=("encoder_layers", "num_hidden_layers"))
-        self._set_layer_poolings(layers, poolings, where=where, allowed=AUDIO_POOLINGS,
-                                 arguments=("layers", "poolings"))
+        self._set_layer_poolings(layers, poolings, where=where, allowed=AUDIO_POOLINGS)
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
         self.model_: Any = None

@@ -133,8 +133,7 @@ class HFVisionExtractor(LayerPoolingExtractor):
         config = vision_config(self.model_dir, where=where)
         self.model_type = str(config.get("model_type", ""))
         self.n_layers = vision_layer_count(config, where=where)
-        self._set_layer_poolings(layers, poolings, where=where, allowed=VISION_POOLINGS,
-                                 arguments=("layers", "poolings"), whole_model=(POOLER,))
+        self._set_layer_poolings(layers, poolings, where=where, allowed=VISION_POOLINGS, whole_model=(POOLER,))
         if "cls" in self.poolings and self.model_type in NO_CLS_MODEL_TYPES:
             raise ConfigError(f"{where}: a {self.model_type} model has no CLS token, so pooling 'cls' is undefined; use "
                               "'mean', 'max' or 'pooler'")

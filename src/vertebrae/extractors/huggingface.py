@@ -26,13 +26,11 @@ import numpy as np
 from ..errors import ConfigError, DependencyError, InputTypeError, InputValidationError
 from .._base.extras import install_hint
 from .base import check_cache_identity
-from .batching import BatchedExtractor, check_texts
+from .batching import BatchedExtractor, check_texts, longest_first
 from .model_identity import files_sha256
+from .pooling import POOLINGS, as_tuple, check_poolings, pool, renamed
 from .torch import check_device, frozen, resolve_device, to_device
 
-POOLINGS = ("mean", "cls", "max", "last_token")
-#: Texts tokenized at once to order rows by length (the token ids of a chunk are dropped after counting).
-LENGTH_CHUNK = 10_000
 
 
 def local_model_dir(model_path_or_id: Any, *, where: str) -> Path:
@@ -84,34 +82,20 @@ def num_hidden_layers(model_dir: Path, *, where: str, keys: Sequence[str] = LAYE
                                "pass a transformers encoder folder")
 
 
-def _as_tuple(value: Any) -> tuple[Any, ...]:
-    return (value,) if isinstance(value, (str, int)) else tuple(value)
-
-
-def resolve_layers(hidden_layer: Any, n_layers: int, *, where: str, argument: str = "hidden_layer") -> tuple[int, ...]:
+def resolve_layers(requested: Any, n_layers: int, *, where: str, argument: str = "layers") -> tuple[int, ...]:
     """Layer indices into the ``n_layers + 1`` hidden states (0 = embeddings); negatives count from the top."""
     layers = []
-    for layer in _as_tuple(hidden_layer):
+    for layer in as_tuple(requested):
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -(n_layers + 1) <= layer <= n_layers:
             raise ConfigError(f"{where}: {argument} {layer!r} is out of range; this model has {n_layers + 1} hidden "
                               f"states: 0 (embeddings) to {n_layers}, or -1 (last) to {-(n_layers + 1)}")
         resolved = int(layer) % (n_layers + 1)
         if resolved in layers:
-            raise ConfigError(f"{where}: {argument} lists layer {resolved} twice ({hidden_layer!r})")
+            raise ConfigError(f"{where}: {argument} lists layer {resolved} twice ({requested!r})")
         layers.append(resolved)
     if not layers:
         raise ConfigError(f"{where}: {argument} is empty; pass an int or a list of ints")
     return tuple(layers)
-
-
-def check_poolings(pooling: Any, *, where: str, allowed: tuple[str, ...] = POOLINGS,
-                   argument: str = "pooling") -> tuple[str, ...]:
-    poolings = _as_tuple(pooling)
-    bad = [p for p in poolings if p not in allowed]
-    if bad or not poolings or len(set(poolings)) != len(poolings):
-        raise ConfigError(f"{where}: {argument} must be one of {list(allowed)} or a list of distinct ones, got "
-                          f"{pooling!r}")
-    return poolings
 
 
 def layer_pooling_outputs(layers: Sequence[int], poolings: Sequence[str]
@@ -119,23 +103,6 @@ def layer_pooling_outputs(layers: Sequence[int], poolings: Sequence[str]
     """Every (hidden layer, pooling) pair and its output name ``layer<L>_<pooling>`` (text and vision alike)."""
     pairs = tuple(itertools.product(layers, poolings))
     return pairs, tuple(f"layer{layer}_{pooling}" for layer, pooling in pairs)
-
-
-def pool(hidden: Any, mask: Any, pooling: str) -> Any:
-    """Pool token states ``(batch, tokens, width)`` over the attended positions given by ``mask``."""
-    import torch
-
-    if pooling == "mean":
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-    if pooling == "max":
-        return hidden.masked_fill(~mask.bool().unsqueeze(-1), torch.finfo(hidden.dtype).min).amax(1)
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
-    attended = mask.long()
-    if pooling == "cls":  # the first attended position (position 0 unless the batch is left-padded)
-        return hidden[rows, attended.argmax(1)]
-    # last_token: the last attended position, wherever the padding sits
-    return hidden[rows, mask.shape[1] - 1 - attended.flip(1).argmax(1)]
 
 
 class LayerPoolingExtractor(BatchedExtractor):
@@ -149,13 +116,13 @@ class LayerPoolingExtractor(BatchedExtractor):
 
     n_layers: int
 
-    def _set_layer_poolings(self, hidden_layer: Any, pooling: Any, *, where: str, allowed: Sequence[str] = POOLINGS,
-                            arguments: tuple[str, str] = ("hidden_layer", "pooling"),
+    def _set_layer_poolings(self, layers: Any, poolings: Any, *, where: str, allowed: Sequence[str] = POOLINGS,
+                            arguments: tuple[str, str] = ("layers", "poolings"),
                             whole_model: Sequence[str] = ()) -> None:
         """Resolve the layers and poolings; ``arguments`` are their keyword names in error messages;
         ``whole_model`` poolings are one output each, not one per layer."""
-        self.hidden_layers = resolve_layers(hidden_layer, self.n_layers, where=where, argument=arguments[0])
-        self.poolings = check_poolings(pooling, where=where, allowed=allowed, argument=arguments[1])
+        self.hidden_layers = resolve_layers(layers, self.n_layers, where=where, argument=arguments[0])
+        self.poolings = check_poolings(poolings, where=where, allowed=allowed, argument=arguments[1])
         self.pairs, names = layer_pooling_outputs(self.hidden_layers,
                                                   [p for p in self.poolings if p not in whole_model])
         self.outputs = names + tuple(p for p in self.poolings if p in whole_model)
@@ -180,8 +147,10 @@ class LayerPoolingExtractor(BatchedExtractor):
 class HFTextExtractor(LayerPoolingExtractor):
     """Texts through ``AutoModel``; one output per (hidden layer, pooling) pair from one forward pass per batch.
 
-    ``hidden_layer`` indexes the model's hidden states (0 = the embedding layer, -1 =
-    the last layer); ``max_length`` truncates (default: the tokenizer's limit);
+    ``layers`` index the model's hidden states (0 = the embedding layer, -1 = the last
+    layer, default); ``poolings`` are any of :data:`POOLINGS` (default ``"mean"``);
+    ``hidden_layer`` / ``pooling`` are their old spellings (deprecated, accepted for one
+    release); ``max_length`` truncates (default: the tokenizer's limit);
     ``padding_side`` overrides the tokenizer's (``"left"`` passes position ids counted
     over attended tokens so absolute-position encoders see unshifted positions).
     """
@@ -190,15 +159,20 @@ class HFTextExtractor(LayerPoolingExtractor):
     version = 2
     computes_with = ("torch", "transformers", "tokenizers")
 
-    def __init__(self, name: str, model_path_or_id: Any, *, hidden_layer: int | Sequence[int] = -1,
-                 pooling: str | Sequence[str] = "mean", max_length: int | None = None, batch_size: int = 32,
+    def __init__(self, name: str, model_path_or_id: Any, *, layers: int | Sequence[int] | None = None,
+                 poolings: str | Sequence[str] | None = None, max_length: int | None = None, batch_size: int = 32,
                  device: str = "auto", padding_side: str | None = None, cache_identity: str | None = None,
+                 hidden_layer: int | Sequence[int] | None = None, pooling: str | Sequence[str] | None = None,
                  progress: bool | None = None) -> None:
         super().__init__(name, batch_size, progress)
         where = f"HFTextExtractor {name!r}"
+        arguments = ("hidden_layer" if hidden_layer is not None else "layers",
+                     "pooling" if pooling is not None else "poolings")
+        layers = renamed(where, ("layers", layers), ("hidden_layer", hidden_layer), -1)
+        poolings = renamed(where, ("poolings", poolings), ("pooling", pooling), "mean")
         self.model_dir = local_model_dir(model_path_or_id, where=where)
         self.n_layers = num_hidden_layers(self.model_dir, where=where)
-        self._set_layer_poolings(hidden_layer, pooling, where=where)
+        self._set_layer_poolings(layers, poolings, where=where, arguments=arguments)
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
             raise ConfigError(f"{where}: max_length must be a positive integer or None, got {max_length!r}")
         if padding_side not in (None, "left", "right"):
@@ -254,18 +228,12 @@ class HFTextExtractor(LayerPoolingExtractor):
             return self._pooled(hidden, encoded["attention_mask"])
 
         with frozen(model, device):
-            return self._stream(len(texts), embed, order=self._longest_first(texts))
-
-    def _longest_first(self, texts: list[str]) -> np.ndarray:
-        """Row order by token count, longest first (ties in dataset order); tokenized in chunks, keeping only counts."""
-        counts = np.empty(len(texts), dtype=np.int64)
-        for start in range(0, len(texts), LENGTH_CHUNK):
-            ids = self.tokenizer_(texts[start:start + LENGTH_CHUNK], truncation=True, max_length=self.max_length)
-            counts[start:start + len(ids["input_ids"])] = [len(row) for row in ids["input_ids"]]
-        return np.argsort(-counts, kind="stable")
+            order = longest_first(texts, lambda chunk: [len(row) for row in tokenizer(
+                chunk, truncation=True, max_length=self.max_length)["input_ids"]])
+            return self._stream(len(texts), embed, order=order)
 
 
-def token_states(extractor: HFTextExtractor, texts: Any, *, hidden_layer: int = -1
+def token_states(extractor: HFTextExtractor, texts: Any, *, layer: int | None = None, hidden_layer: int | None = None
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per-token hidden states ``(n_tokens, width)`` of each text and its tokens' character offsets.
 
@@ -274,7 +242,8 @@ def token_states(extractor: HFTextExtractor, texts: Any, *, hidden_layer: int = 
     """
     where = f"HFTextExtractor {extractor.name!r}"
     texts = check_texts(texts, where=where)
-    (layer,) = resolve_layers(hidden_layer, extractor.n_layers, where=where)
+    (layer,) = resolve_layers(renamed(where, ("layer", layer), ("hidden_layer", hidden_layer), -1), extractor.n_layers,
+                              where=where, argument="layer")
     tokenizer, model = extractor.load()
     device = resolve_device(extractor.device, where=where)
     states, offsets = [], []

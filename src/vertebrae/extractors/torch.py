@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from .._base.fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
 from .model_identity import check_paths, files_sha256, function_identity, trusted_function
+from .module_taps import check_layer_names, check_layers_exist, check_tap_poolings, pool_tap, tap_tensor, tapped
 
 _DEVICE_TYPES = ("auto", "cpu", "cuda", "mps")
 
@@ -155,6 +157,11 @@ class TorchExtractor(BatchedExtractor):
     of dataset rows into the model input (default: one float32 tensor);
     ``output_fn(model output)`` returns a tensor, or with ``outputs=("a", "b")`` a
     mapping holding those named outputs (default: the model output itself).
+
+    ``layers=["features.3", ...]`` instead taps those submodules (``model.named_modules()``
+    names) with forward hooks in the same single forward pass, and ``poolings`` (default
+    ``"mean"``) pools each: one named output ``<module>_<pooling>`` per pair, as the Hugging
+    Face extractors name theirs (see :mod:`vertebrae.extractors.module_taps`).
     """
 
     version = 1
@@ -164,6 +171,7 @@ class TorchExtractor(BatchedExtractor):
                  output_fn: Callable[[Any], Any] | None = None, device: str = "auto",
                  outputs: Sequence[str] | None = None, batch_size: int = 64,
                  checkpoint_paths: Any = None, cache_identity: str | None = None, inference_mode: bool = True,
+                 layers: str | Sequence[str] | None = None, poolings: str | Sequence[str] | None = None,
                  progress: bool | None = None) -> None:
         super().__init__(name, batch_size, progress)
         where = f"TorchExtractor {name!r}"
@@ -173,6 +181,7 @@ class TorchExtractor(BatchedExtractor):
         self.collate_fn, self.output_fn = collate_fn, output_fn
         self.device = check_device(device, where=where)
         self.outputs = check_outputs(outputs, where=where)
+        self._set_taps(layers, poolings, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
         self.inference_mode = bool(inference_mode)
         self.checkpoint_paths = None if checkpoint_paths is None else check_paths("checkpoint_paths", checkpoint_paths,
@@ -181,9 +190,14 @@ class TorchExtractor(BatchedExtractor):
         self.factory: Callable[[], Any] | None = None
         self.model_: Any = None
         if isinstance(model, (str, os.PathLike)):
+            if self.layers is not None:
+                raise ConfigError(f"{where}: layers=[...] taps modules with forward hooks, which TorchScript modules "
+                                  "do not support; pass the nn.Module (or a factory that builds it)")
             self.script_path = check_paths("model", model, where=where)[0]
         elif is_torch_module(model):
             self.model_ = model
+            if self.layers is not None:
+                check_layers_exist(model, self.layers, where=where)
         elif callable(model):
             if self.checkpoint_paths is None and self.cache_identity is None:
                 raise InputValidationError(f"{where}: a model factory needs checkpoint_paths=... (the files it loads) "
@@ -194,6 +208,24 @@ class TorchExtractor(BatchedExtractor):
                                  f"function, got {type(model).__name__}")
         trusted = trusted_function(collate_fn) and trusted_function(output_fn) and trusted_function(self.factory)
         self.cache_eligible = trusted or self.cache_identity is not None
+
+    def _set_taps(self, layers: Any, poolings: Any, *, where: str) -> None:
+        """With ``layers``: every (module, pooling) pair is an output, so ``outputs``/``output_fn`` cannot also be set."""
+        self.layers: tuple[str, ...] | None = None
+        self.poolings: tuple[str, ...] | None = None
+        self.pairs: tuple[tuple[str, str], ...] = ()
+        if layers is None:
+            if poolings is not None:
+                raise ConfigError(f"{where}: poolings={poolings!r} pools tapped modules; name them with "
+                                  "layers=[...] (model.named_modules() names)")
+            return
+        if self.outputs is not None or self.output_fn is not None:
+            raise ConfigError(f"{where}: layers=[...] names the outputs itself (<module>_<pooling>); drop outputs= "
+                              "and output_fn=, which read the model's own output")
+        self.layers = check_layer_names(layers, where=where)
+        self.poolings = check_tap_poolings("mean" if poolings is None else poolings, where=where)
+        self.pairs = tuple(itertools.product(self.layers, self.poolings))
+        self.outputs = check_outputs([f"{layer}_{pooling}" for layer, pooling in self.pairs], where=where)
 
     def recipe(self) -> dict[str, Any]:
         if self.script_path is not None:
@@ -208,7 +240,9 @@ class TorchExtractor(BatchedExtractor):
         return {"type": "torch", "model": model, "collate_fn": function_identity(self.collate_fn),
                 "output_fn": function_identity(self.output_fn),
                 "outputs": None if self.outputs is None else list(self.outputs), "batch_size": self.batch_size,
-                "device": self.device, "inference_mode": self.inference_mode, "cache_identity": self.cache_identity}
+                "device": self.device, "inference_mode": self.inference_mode, "cache_identity": self.cache_identity,
+                "layers": None if self.layers is None else list(self.layers),
+                "poolings": None if self.poolings is None else list(self.poolings)}
 
     def load(self) -> Any:
         """The model, loaded on first use (a TorchScript file or a factory call)."""
@@ -223,6 +257,8 @@ class TorchExtractor(BatchedExtractor):
                     raise ExtractorError(f"TorchExtractor {self.name!r}: the model factory returned "
                                          f"{type(built).__name__}, not a torch.nn.Module")
                 self.model_ = built.to(device)
+            if self.layers is not None:
+                check_layers_exist(self.model_, self.layers, where=f"TorchExtractor {self.name!r}")
         return self.model_
 
     def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
@@ -232,12 +268,40 @@ class TorchExtractor(BatchedExtractor):
         device = resolve_device(self.device, where=where)
         collate = self.collate_fn or default_collate
 
+        if self.layers is not None:
+            return self._embed_taps(X, n_rows, model, device, collate)
+
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             raw = call_model(model, to_device(collate(take_rows(X, rows)), device))
             return self._named_outputs(raw if self.output_fn is None else self.output_fn(raw))
 
         with frozen(model, device, inference_mode=self.inference_mode):
             return self._stream(n_rows, embed)
+
+    def _embed_taps(self, X: Any, n_rows: int, model: Any, device: Any, collate: Callable[[Any], Any]
+                    ) -> dict[str, np.ndarray]:
+        """One forward pass per batch; each tapped module's output pooled into its outputs."""
+        where = f"TorchExtractor {self.name!r}"
+        layers = self.layers or ()
+
+        with frozen(model, device, inference_mode=self.inference_mode), tapped(model, layers) as seen:
+            def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
+                for captured in seen.values():
+                    captured.clear()
+                inputs = to_device(collate(take_rows(X, rows)), device)
+                call_model(model, inputs)
+                tensors = {layer: tap_tensor(layer, seen[layer], where=where) for layer in layers}
+                return {name: to_numpy(pool_tap(layer, tensors[layer], pooling, inputs, where=where).float())
+                        for name, (layer, pooling) in zip(self.outputs or (), self.pairs)}
+
+            return self._stream(n_rows, embed)
+
+    def _output_metadata(self) -> dict[str, dict[str, Any]]:
+        """A tapped output's module (the ``hidden_layer`` field) and pooling."""
+        if self.layers is None:
+            return super()._output_metadata()
+        return {name: {"hidden_layer": layer, "pooling": pooling}
+                for name, (layer, pooling) in zip(self.outputs or (), self.pairs)}
 
     def _named_outputs(self, out: Any) -> dict[str, np.ndarray]:
         if self.outputs is None:
