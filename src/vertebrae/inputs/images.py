@@ -131,6 +131,8 @@ class ImageInputs(Sequence):
                 image, _ = bounded_open(Image, data, self.max_image_pixels, where)
                 image.load()
                 return image.convert("RGB")
+        except InputValidationError:  # over the budget: named already (a ValueError, like Pillow's own)
+            raise
         except _decode_errors(Image) as exc:
             raise InputValidationError(f"{where} cannot be decoded ({exc}); replace or drop the file") from None
 
@@ -217,6 +219,8 @@ def image_files(paths: Any, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) ->
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the budget decides
                 opened, smaller = bounded_open(Image, data, max_image_pixels, where)
                 Image.open(io.BytesIO(data)).verify()
+        except InputValidationError:  # over the budget: named already (a ValueError, like Pillow's own)
+            raise
         except _decode_errors(Image) as exc:
             raise InputValidationError(f"{where} is not a readable image ({exc}); it may be truncated or not an "
                                        f"image: replace it or drop row {row}") from None
