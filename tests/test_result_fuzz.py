@@ -207,16 +207,17 @@ def fuzz(corpus: dict[str, dict], folder, count: int, seed: int) -> tuple[list[t
 
 
 def test_a_stratified_sample_of_mutations_renders_or_is_refused_in_one_line(corpus, tmp_path):
-    """Every field of every kind of result, once (about 2,400 files x 4 calls; a few minutes)."""
-    findings, tally = fuzz(corpus, tmp_path, 2_450, seed=38)
-    assert tally["files"] == 2_450 and tally["rendered"] > 0 and tally["refused"] > 0, tally
+    """500 fields of the 2,400 (list items folded), one change each, x 4 calls (about a minute)."""
+    findings, tally = fuzz(corpus, tmp_path, 500, seed=38)
+    assert tally["files"] == 500 and tally["rendered"] > 0 and tally["refused"] > 0, tally
     assert not findings, (len(findings), findings[:15])
 
 
 @pytest.mark.slow
 def test_5000_mutated_files_across_every_family_render_or_are_refused(corpus, tmp_path):
     """The issue's bar: at least 5,000 files across families (screened, adaptive, refereed and probe results
-    included) x the 4 calls, 0 raw tracebacks, none over the per-call limit."""
+    included) x the 4 calls, 0 raw tracebacks, none over the per-call limit.  Stratified, so every field gets two
+    changes (about 15 minutes on a 2-core machine)."""
     findings, tally = fuzz(corpus, tmp_path, 5_200, seed=7)
     assert tally["files"] == 5_200 and tally["calls"] == 5_200 * len(CALLS), tally
     assert not findings, (len(findings), findings[:15])

@@ -176,10 +176,11 @@ def bounded_open(Image: Any, data: bytes, max_image_pixels: int, where: str) -> 
     width, height = image.size
     if width * height <= max_image_pixels:
         return image, False
-    for scale in _DRAFT_SCALES:
-        size = (math.ceil(width / scale), math.ceil(height / scale))
-        if size[0] * size[1] <= max_image_pixels:
-            if image.draft("RGB", size) is not None and image.size[0] * image.size[1] <= max_image_pixels:
+    for scale in _DRAFT_SCALES:  # JPEG decodes 1/scale as ceil(width / scale) x ceil(height / scale)
+        if math.ceil(width / scale) * math.ceil(height / scale) <= max_image_pixels:
+            # Pillow picks the largest scale whose result is at least the size asked for: this one
+            asked = (max(1, width // scale), max(1, height // scale))
+            if image.draft("RGB", asked) is not None and image.size[0] * image.size[1] <= max_image_pixels:
                 return image, True
             break
     raise InputValidationError(
