@@ -35,7 +35,8 @@ config format (TOML shown; YAML uses the same sections and keys):
                             groups, groups_column, name; raw inputs for model extractors: texts =
                             "data.csv" (.csv/.parquet) with input_column (labels from labels_column),
                             images = "folder/" (class subfolders) or a table of paths with input_column,
-                            audio = "clips.npz" with sampling_rate and labels
+                            max_image_pixels (default 50000000), follow_links ("inside"/"anywhere":
+                            links out of an image folder), audio = "clips.npz" with sampling_rate and labels
   [[extractors]]            one per extractor: name, embeddings = "x.npy" (.npy/.npz/.parquet/.csv); or
                             name, kind, model and the kind's options, e.g. kind = "hf_text", model =
                             "models/minilm", layers = [4, -1], poolings = ["mean", "cls"]; kinds:

@@ -134,6 +134,9 @@ DATASET_FIELDS = {
     "input_column": (lambda v: isinstance(v, str), "a column name"),
     "sampling_rate": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
                       "a positive whole number of Hz such as 16000"),
+    "max_image_pixels": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                         "a positive whole number of pixels such as 50000000"),
+    "follow_links": (lambda v: v in ("inside", "anywhere"), '"inside" (the default) or "anywhere"'),
 }
 DATASET_KEYS = set(DATASET_FIELDS)
 

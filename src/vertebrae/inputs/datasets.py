@@ -147,12 +147,15 @@ class BenchmarkDataset:
     def from_image_paths(cls, paths: Any, labels: Any, *, identity: DatasetIdentity | None = None,
                          target_type: str | None = None, label_names: Sequence[Any] | None = None,
                          target_names: Sequence[str] | None = None, groups: Any = None,
-                         name: str | None = None) -> "BenchmarkDataset":
-        """Dataset over image files, loaded lazily as RGB Pillow images (see :mod:`vertebrae.inputs.images`)."""
-        from .images import image_files
+                         name: str | None = None, max_image_pixels: int | None = None) -> "BenchmarkDataset":
+        """Dataset over image files, loaded lazily as RGB Pillow images (see :mod:`vertebrae.inputs.images`).
+
+        ``max_image_pixels`` bounds what one file may decode to (default ``images.DEFAULT_MAX_IMAGE_PIXELS``)."""
+        from .images import DEFAULT_MAX_IMAGE_PIXELS, image_files
 
         identity = require_identity(identity, where="BenchmarkDataset.from_image_paths")
-        return cls._from_raw(image_files(paths), labels, identity, target_type, label_names, target_names, groups,
+        budget = DEFAULT_MAX_IMAGE_PIXELS if max_image_pixels is None else max_image_pixels
+        return cls._from_raw(image_files(paths, budget), labels, identity, target_type, label_names, target_names, groups,
                              name)
 
     @classmethod

@@ -10,27 +10,42 @@ with its row before any extractor runs.  A file that fails later (it changed or 
 after the dataset was built, or decodes badly past the header) raises an error naming its
 row when its batch loads, and the run's ``on_error`` policy records or raises it.
 
+Decoding is bounded: a file whose header declares more pixels than ``max_image_pixels``
+(:data:`DEFAULT_MAX_IMAGE_PIXELS`, well below Pillow's own limit; models resize their inputs far
+below it anyway) is decoded at a reduced size within the budget where its format allows it
+(``Image.draft``: JPEG scales by 1/2, 1/4 or 1/8 while decoding) and refused, named, before any
+decoding otherwise.  Pillow's ``DecompressionBombWarning`` is never passed on: the budget has
+already decided.
+
 The dataset's content is the SHA-256 of each file's bytes (or of each in-memory image's
-pixels) plus the loading rule (:data:`LOADER`), never the paths alone: a renamed folder keeps
-its cache, an edited image does not.
+pixels) plus the loading rule (:data:`LOADER`; and the budget when it reduced a file), never the
+paths alone: a renamed folder keeps its cache, an edited image does not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import DependencyError, InputTypeError, InputValidationError
+from .._base.config import check_int
+from ..errors import DataWarning, DependencyError, InputTypeError, InputValidationError
 from .._base.fingerprint import content_sha256
 
 #: How an item becomes an extractor's input: Pillow decodes it and converts it to 8-bit RGB.
 LOADER = {"library": "pillow", "mode": "RGB"}
+#: The most pixels one image file may decode to (50 megapixels: 150 MB of RGB); Pillow warns at 89.5 and refuses
+#: at 179 megapixels.  A file that declares more is decoded at a reduced size within it, or refused.
+DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
+#: JPEG's reduced decoding scales (``Image.draft``), smallest reduction first.
+_DRAFT_SCALES = (2, 4, 8)
 
 
 def _pillow() -> Any:
@@ -56,8 +71,12 @@ class ImageInputs(Sequence):
     """
 
     def __init__(self, *, files: tuple[Path, ...] | None = None, arrays: tuple[np.ndarray, ...] | None = None,
-                 file_sha256: tuple[str, ...] | None = None, row_numbers: tuple[int, ...] | None = None) -> None:
+                 file_sha256: tuple[str, ...] | None = None, row_numbers: tuple[int, ...] | None = None,
+                 max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, reduced: tuple[bool, ...] | None = None) -> None:
         self.files, self.arrays, self.file_sha256 = files, arrays, file_sha256
+        #: The pixel budget of one decoded file, and which files it makes decode at a reduced size.
+        self.max_image_pixels = max_image_pixels
+        self.reduced = reduced if reduced is not None else (False,) * len(files or ())
         #: The dataset row of each item, for messages (a subset's item 0 is some other dataset row).
         self.row_numbers = row_numbers
         self._content: str | None = None
@@ -85,7 +104,8 @@ class ImageInputs(Sequence):
         pick = (lambda items: None if items is None else tuple(items[i] for i in positions))
         numbers = tuple(positions) if self.row_numbers is None else tuple(self.row_numbers[i] for i in positions)
         return ImageInputs(files=pick(self.files), arrays=pick(self.arrays), file_sha256=pick(self.file_sha256),
-                           row_numbers=numbers)
+                           row_numbers=numbers, max_image_pixels=self.max_image_pixels,
+                           reduced=pick(self.reduced) if self.files is not None else None)
 
     def _position(self, index: Any) -> int:
         row = int(index)
@@ -104,13 +124,17 @@ class ImageInputs(Sequence):
         if hashlib.sha256(data).hexdigest() != self.file_sha256[position]:
             raise InputValidationError(f"image row {row} ({str(path)!r}) changed since the dataset was built; rebuild "
                                        "the dataset so its identity matches the files")
+        where = f"image row {row} ({str(path)!r})"
         try:
-            image = Image.open(io.BytesIO(data))
-            image.load()
-            return image.convert("RGB")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the budget has decided
+                image, _ = bounded_open(Image, data, self.max_image_pixels, where)
+                image.load()
+                return image.convert("RGB")
+        except InputValidationError:  # over the budget: named already (a ValueError, like Pillow's own)
+            raise
         except _decode_errors(Image) as exc:
-            raise InputValidationError(f"image row {row} ({str(path)!r}) cannot be decoded ({exc}); replace or drop "
-                                       "the file") from None
+            raise InputValidationError(f"{where} cannot be decoded ({exc}); replace or drop the file") from None
 
     def __vertebrae_content__(self) -> str:
         """The content digest dataset identity and artifact keys hash (see vertebrae._base.fingerprint); computed once,
@@ -118,6 +142,8 @@ class ImageInputs(Sequence):
         if self._content is None:
             content = (["files", list(self.file_sha256 or ())] if self.files is not None
                        else ["pixels", content_sha256(list(self.arrays or ()))])
+            if any(self.reduced):  # the budget decided how those files decode
+                content += ["reduced within max_image_pixels", self.max_image_pixels]
             self._content = content_sha256([LOADER, *content])
         return self._content
 
@@ -140,8 +166,34 @@ def _common_root(files: Sequence[Path]) -> str:
         return ""
 
 
-def image_files(paths: Any) -> ImageInputs:
-    """Validate image files up front: each exists, is hashed, and has a header Pillow verifies."""
+def bounded_open(Image: Any, data: bytes, max_image_pixels: int, where: str) -> tuple[Any, bool]:
+    """The opened (not yet decoded) image of ``data`` and whether it decodes at a reduced size.
+
+    Only the header is read here.  An image declaring more than ``max_image_pixels`` pixels is drafted to the
+    least reduction that fits (JPEG) or refused, naming ``where``, before a pixel is decoded.
+    """
+    image = Image.open(io.BytesIO(data))
+    width, height = image.size
+    if width * height <= max_image_pixels:
+        return image, False
+    for scale in _DRAFT_SCALES:  # JPEG decodes 1/scale as ceil(width / scale) x ceil(height / scale)
+        if math.ceil(width / scale) * math.ceil(height / scale) <= max_image_pixels:
+            # Pillow picks the largest scale whose result is at least the size asked for: this one
+            asked = (max(1, width // scale), max(1, height // scale))
+            if image.draft("RGB", asked) is not None and image.size[0] * image.size[1] <= max_image_pixels:
+                return image, True
+            break
+    raise InputValidationError(
+        f"{where} declares {width:,} x {height:,} = {width * height:,} pixels, more than max_image_pixels = "
+        f"{max_image_pixels:,} (decoded as RGB it would take {width * height * 3 / 2**20:,.0f} MiB), and its "
+        f"format ({image.format}) cannot be decoded at a reduced size within it; it is refused before decoding: "
+        "downscale the file, drop it, or raise max_image_pixels")
+
+
+def image_files(paths: Any, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> ImageInputs:
+    """Validate image files up front: each exists, is hashed, declares at most ``max_image_pixels`` pixels (or
+    decodes at a reduced size within them), and has a header Pillow verifies."""
+    max_image_pixels = check_int("from_image_paths", "max_image_pixels", max_image_pixels, minimum=1)
     if isinstance(paths, (str, bytes, os.PathLike)) or not hasattr(paths, "__iter__"):
         raise InputTypeError(f"paths must be a sequence of image file paths (one per row), got {type(paths).__name__}; "
                              "for a folder pass sorted(Path(folder).glob('*.png'))")
@@ -149,7 +201,7 @@ def image_files(paths: Any) -> ImageInputs:
     if not items:
         raise InputValidationError("paths is empty; a benchmark needs at least two classes with two rows each")
     Image = _pillow()
-    files, digests = [], []
+    files, digests, reduced = [], [], []
     for row, item in enumerate(items):
         if not isinstance(item, (str, os.PathLike)):
             raise InputTypeError(f"paths[{row}] is {type(item).__name__}, not a path")
@@ -162,14 +214,26 @@ def image_files(paths: Any) -> ImageInputs:
         except OSError as exc:
             raise InputValidationError(f"paths[{row}] ({str(path)!r}) cannot be read ({exc.strerror or exc}); check "
                                        "its permissions") from None
+        where = f"paths[{row}] ({str(path)!r})"
         try:
-            Image.open(io.BytesIO(data)).verify()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the budget decides
+                opened, smaller = bounded_open(Image, data, max_image_pixels, where)
+                Image.open(io.BytesIO(data)).verify()
+        except InputValidationError:  # over the budget: named already (a ValueError, like Pillow's own)
+            raise
         except _decode_errors(Image) as exc:
-            raise InputValidationError(f"paths[{row}] ({str(path)!r}) is not a readable image ({exc}); it may be "
-                                       f"truncated or not an image: replace it or drop row {row}") from None
+            raise InputValidationError(f"{where} is not a readable image ({exc}); it may be truncated or not an "
+                                       f"image: replace it or drop row {row}") from None
+        if smaller:
+            warnings.warn(f"{where} declares more than max_image_pixels = {max_image_pixels:,} pixels; it is decoded "
+                          f"at a reduced size ({opened.size[0]} x {opened.size[1]}) within them", DataWarning,
+                          stacklevel=3)
         files.append(path)
         digests.append(hashlib.sha256(data).hexdigest())
-    return ImageInputs(files=tuple(files), file_sha256=tuple(digests))
+        reduced.append(smaller)
+    return ImageInputs(files=tuple(files), file_sha256=tuple(digests), max_image_pixels=max_image_pixels,
+                       reduced=tuple(reduced))
 
 
 def in_memory_images(images: Any) -> ImageInputs:

@@ -6,7 +6,11 @@ One of three keys names the source (relative paths are relative to the config fi
   ``labels_column`` unless ``labels = "..."`` names another file;
 - ``images = "photos/"``: a folder with one subfolder per class (the subfolder names are the labels), or
   ``images = "images.csv"``: a table whose ``input_column`` holds image paths (relative to the table's
-  folder) and whose ``labels_column`` holds the labels;
+  folder) and whose ``labels_column`` holds the labels; ``max_image_pixels`` bounds what one file may
+  decode to (see :mod:`vertebrae.inputs.images`).  A folder follows a symbolic link (to a class folder,
+  a subfolder or a file) only when its target lies inside the folder, unless ``follow_links =
+  "anywhere"``: a link out of it is refused, named, by default (a dataset folder describes its own
+  files, and a link planted in a shared folder must not read elsewhere unasked);
 - ``audio = "clips.npz"``: one waveform per array in archive order (1-D samples or 2-D channels x
   samples, lengths may differ), or ``clips.npy``: one 2-D (clips x samples) or 3-D array; with
   ``sampling_rate`` (Hz) and ``labels = "..."``.
@@ -27,6 +31,8 @@ from ..errors import ConfigError, ConfigTypeError, InputValidationError
 from .io import _load_numpy, _read_parquet, load_column
 
 SOURCES = ("texts", "images", "audio")
+#: How an image folder treats symbolic links: follow those whose target lies inside it (default), or any.
+FOLLOW_LINKS = ("inside", "anywhere")
 TABLE_SUFFIXES = (".csv", ".parquet")
 IMAGE_SUFFIXES = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 
@@ -37,7 +43,7 @@ def source_of(section: Mapping[str, Any]) -> str | None:
     if len(given) > 1:
         raise ConfigError(f"config [dataset] names {given}; give one raw-input source (texts, images or audio)")
     if not given:
-        for key in ("input_column", "sampling_rate"):
+        for key in ("input_column", "sampling_rate", "max_image_pixels", "follow_links"):
             if key in section:
                 raise ConfigError(f"config [dataset] {key} applies to a raw-input source; add texts, images or audio")
         return None
@@ -57,12 +63,18 @@ def load_source(section: Mapping[str, Any], resolve: Any) -> tuple[str, Any, Any
         return "audio", load_waveforms(path), _separate_labels(section, resolve, "audio"), {"sampling_rate": rate}
     if "sampling_rate" in section:
         raise ConfigError(f"config [dataset] sampling_rate applies to audio, not to {source}")
+    if "max_image_pixels" in section and source != "images":
+        raise ConfigError(f"config [dataset] max_image_pixels applies to images, not to {source}")
+    if "follow_links" in section and not (source == "images" and path.is_dir()):
+        raise ConfigError("config [dataset] follow_links applies to a folder of images, not to a table or to "
+                          f"{source}")
+    options = {"max_image_pixels": section["max_image_pixels"]} if "max_image_pixels" in section else {}
     if source == "images" and path.is_dir():
         if any(key in section for key in ("labels", "labels_column", "input_column")):
             raise ConfigError("config [dataset] images is a folder: its class subfolders are the labels; leave out "
                               "labels, labels_column and input_column (or give a table of image paths)")
-        paths, labels = image_folder(path)
-        return "images", paths, labels, {}
+        paths, labels = image_folder(path, section.get("follow_links", "inside"))
+        return "images", paths, labels, options
     table = _table(path, source)
     column = section.get("input_column")
     if column is None:
@@ -78,7 +90,7 @@ def load_source(section: Mapping[str, Any], resolve: Any) -> tuple[str, Any, Any
                           "labels = \"labels.csv\"")
     if source == "texts":
         return "texts", values, labels, {}
-    return "images", [_image_file(path, i, value) for i, value in enumerate(values)], labels, {}
+    return "images", [_image_file(path, i, value) for i, value in enumerate(values)], labels, options
 
 
 def dataset_from_source(section: Mapping[str, Any], resolve: Any, **options: Any) -> Any:
@@ -90,7 +102,7 @@ def dataset_from_source(section: Mapping[str, Any], resolve: Any, **options: Any
     if kind == "texts":
         return BenchmarkDataset.from_arrays(inputs, labels, **options)
     if kind == "images":
-        return BenchmarkDataset.from_image_paths(inputs, labels, **options)
+        return BenchmarkDataset.from_image_paths(inputs, labels, **extra, **options)
     return BenchmarkDataset.from_audio_arrays(inputs, labels, **extra, **options)
 
 
@@ -142,8 +154,15 @@ def _image_file(table_path: pathlib.Path, row: int, value: str) -> str:
     return str(path)
 
 
-def image_folder(folder: pathlib.Path) -> tuple[list[str], list[str]]:
-    """Image files below each class subfolder (sorted), and their labels (the subfolder names)."""
+def image_folder(folder: pathlib.Path, follow_links: str = "inside") -> tuple[list[str], list[str]]:
+    """Image files below each class subfolder (sorted), and their labels (the subfolder names).
+
+    A symbolic link is followed only while its target lies inside ``folder`` (``follow_links="anywhere"``: any);
+    a link out of it is refused, naming the link and its target.  A link that leads back to a folder already
+    walked is not walked again."""
+    if follow_links not in FOLLOW_LINKS:
+        raise ConfigError(f"config [dataset] follow_links must be one of {list(FOLLOW_LINKS)}, got {follow_links!r}")
+    root = folder.resolve()
     classes = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     loose = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     if loose:
@@ -153,13 +172,43 @@ def image_folder(folder: pathlib.Path) -> tuple[list[str], list[str]]:
         raise InputValidationError(f"{folder}: no class subfolders; put each image in a subfolder named by its label")
     paths, labels = [], []
     for cls in classes:
-        images = sorted(p for p in cls.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-                        and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        images = sorted(_images_below(cls, folder, root, follow_links))
         if not images:
             raise InputValidationError(f"{cls}: the class folder holds no images ({', '.join(IMAGE_SUFFIXES)})")
         paths += [str(p) for p in images]
         labels += [cls.name] * len(images)
     return paths, labels
+
+
+def _images_below(cls: pathlib.Path, folder: pathlib.Path, root: pathlib.Path, follow_links: str) -> list[pathlib.Path]:
+    """The image files below one class folder (hidden names skipped), every link checked against the rule."""
+    found, walked, pending = [], set(), [cls]
+    while pending:
+        directory = pending.pop()
+        real = _followed(directory, folder, root, follow_links)
+        if real in walked:
+            continue
+        walked.add(real)
+        for entry in directory.iterdir():
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                pending.append(entry)
+            elif entry.is_file() and entry.suffix.lower() in IMAGE_SUFFIXES:
+                _followed(entry, folder, root, follow_links)
+                found.append(entry)
+    return found
+
+
+def _followed(path: pathlib.Path, folder: pathlib.Path, root: pathlib.Path, follow_links: str) -> pathlib.Path:
+    """Where ``path`` really is; a place outside the dataset folder is refused unless links may go anywhere."""
+    real = path.resolve()
+    if follow_links == "inside" and real != root and root not in real.parents:
+        raise InputValidationError(
+            f"{path}: a symbolic link to {real}, outside the dataset folder {folder}; an image folder follows links "
+            "only inside itself: move or copy the files in, or set follow_links = \"anywhere\" in [dataset] to "
+            "follow links out of it")
+    return real
 
 
 def load_waveforms(path: pathlib.Path) -> list[np.ndarray]:
@@ -195,7 +244,7 @@ def source_files(section: Mapping[str, Any], resolve: Any) -> list[tuple[str, st
     path = resolve(given)
     if source == "images" and path.is_dir():
         return [("image", str(pathlib.Path(given) / pathlib.Path(p).relative_to(path)), pathlib.Path(p))
-                for p in image_folder(path)[0]]
+                for p in image_folder(path, section.get("follow_links", "inside"))[0]]
     files = [("inputs", given, path)]
     if source == "images":
         values = _column_values(_table(path, source), section["input_column"], path, "image path")

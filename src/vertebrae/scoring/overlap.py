@@ -35,6 +35,11 @@ _LOG = logging.getLogger(__name__)
 #: Seed used when the caller gives none: unseeded MiniBatchKMeans drifts between runs.
 DEFAULT_SEED = 0
 BACKEND = "MiniBatchKMeans"
+#: The most classes (or labels) one overlap score takes.  The score and its result hold a value for every
+#: ordered pair of classes, so time and size grow with the square of the class count: 1,000 classes are about
+#: 1 million pairwise scores (about 35 s per scoring call and 48 MB of result JSON on a 2-core machine), and
+#: 100,000 classes would be 10 billion.  Refused before any work (docs/scoring.md, "How many classes").
+MAX_CLASSES = 1_000
 
 _KMEANS_FORBIDDEN = {
     "n_clusters": "the prototype count is set through k / min_k / max_k",
@@ -331,9 +336,15 @@ def merged_key_notes(mapping: Mapping[str, int], counts: Mapping[str, int], cata
 def check_class_settings(config: OverlapScoringConfig, counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
     """Check ``exclude_classes`` and the keys of a ``k`` mapping against the dataset's classes.
 
-    Called by the scorer and by ``Benchmark`` (so typos fail before any extractor
-    runs).  Returns the classes that enter the macro/weighted aggregation.
+    Called by the scorer and by ``Benchmark`` (so typos, and more classes than :data:`MAX_CLASSES`, fail before
+    any extractor runs).  Returns the classes that enter the macro/weighted aggregation.
     """
+    if len(counts) > MAX_CLASSES:
+        raise InputValidationError(
+            f"the targets have {len(counts):,} classes; the overlap score takes at most {MAX_CLASSES:,}, because it "
+            f"scores every ordered pair of classes ({len(counts) * (len(counts) - 1):,} pairs here), so its time and "
+            "its result grow with the square of the class count. Score coarser classes (a label view: "
+            "LabelViewConfig, or a mapping of the labels onto groups) or a subset of the classes")
     for key in config.exclude_classes:
         if key not in counts:
             raise InputValidationError(

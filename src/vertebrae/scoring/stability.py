@@ -174,7 +174,9 @@ class StabilitySummary:
                    interval_low=float(low), interval_high=float(high))
 
 
-_SUMMARY_SCHEMA = {name: NUMBER for name in ("mean", "std", "min", "max", "interval_low", "interval_high")}
+_SUMMARY_SCHEMA = both({name: NUMBER for name in ("mean", "std", "min", "max", "interval_low", "interval_high")},
+                       rule(lambda s: s["min"] <= s["max"] and s["interval_low"] <= s["interval_high"],
+                            "a summary needs min <= max and interval_low <= interval_high"))
 #: What reports read of a serialized StabilityResult (checked on load; see vertebrae._base.result_schema); the
 #: config itself is checked by StabilityConfig.from_dict.
 SCHEMA = both({"config": {"repeats": AnyOf((INT, Choice((AUTO,)))), "mode": str, "interval_level": NUMBER},

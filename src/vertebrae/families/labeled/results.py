@@ -25,7 +25,7 @@ from ..result_protocol import (CHAIN_SCHEMA, ENVELOPE_SCHEMA, IDENTITY_SCHEMA, R
                                TIMING_ENVELOPE_SCHEMA, ChainResult, Ranked, check_header, rank_results, read_json,
                                reading, register_result_type)
 from ...execution.caching import NOT_MEASURED_CACHE_HIT
-from ..._base.result_schema import ANY, NUMBER, AnyOf, Choice, MapOf, Number, Switch, both, check, nullable, rule
+from ..._base.result_schema import ANY, INT, NUMBER, AnyOf, Choice, MapOf, Number, Switch, both, check, nullable, rule
 # Loading and recommendations live at the protocol layer (reports use them without this module); kept importable here.
 from ..result_protocol import load_result, recommendation_label, result_from_dict  # noqa: F401
 from ...scoring import metric_result, overlap, separatix, stability
@@ -346,12 +346,26 @@ def _named_classes(names: str) -> Any:
 
 
 #: What reports read of a candidate's screening record (vertebrae.selection.screening).
+_VERDICT = Choice(("best", "tied", "worse"))
+#: Why a candidate left at a rung: its verdict was worse, or it was not among the rung's best 1/eta.
+_LEFT_BECAUSE = Choice(("worse", "cut"))
 _RUNG_SCHEMA = {"rung": int, "rows": int, "partial_score": NUMBER, "repeat_scores": [NUMBER],
-                "verdict": {"verdict": Choice(("best", "tied", "worse")), "mean_difference": NUMBER}, "continued": bool,
-                "cache_status?": {"extract_rows": str, "rung_score": str}}
-SCREENING_SCHEMA = both({"status": Choice(("finalist", "screened_out")), "rungs": [_RUNG_SCHEMA]},
-                        rule(lambda s: s["status"] == "finalist" or (s["rungs"] and not s["rungs"][-1]["continued"]),
-                             "a screened-out candidate's last rung must say it did not continue"))
+                "verdict": {"verdict": _VERDICT, "mean_difference": NUMBER}, "continued": bool,
+                "reason?": nullable(_LEFT_BECAUSE), "cache_status?": {"extract_rows": str, "rung_score": str}}
+SCREENING_SCHEMA = both(
+    Switch("status", {"finalist": {"rungs": [_RUNG_SCHEMA]},
+                      "screened_out": {"rungs": [_RUNG_SCHEMA], "last_rung": int, "rows": int, "partial_score": NUMBER,
+                                       "verdict": _VERDICT, "reason": _LEFT_BECAUSE}}),
+    rule(lambda s: s["status"] == "finalist" or (s["rungs"] and not s["rungs"][-1]["continued"]),
+         "a screened-out candidate's last rung must say it did not continue"))
+#: ``metadata["screening"]``: the settings the report states, and what each rung kept.
+SCREENING_RECORD_SCHEMA = {
+    "config": {"repeats": INT, "subsample_fraction": NUMBER, "eta": NUMBER, "seed": INT}, "candidates": int,
+    "finalists": [str], "rungs": [{"rung": int, "rows": int, "new_rows": int, "candidates": int, "survivors": int,
+                                   "final": bool, "best?": nullable(str)}]}
+#: ``metadata["reference_metrics"]``: the reference metrics that ran beside the primary (name and label, in order).
+#: A later-round feature that adds a metadata record (a probe verdict, a referee policy) declares it beside these.
+REFERENCE_METRICS_SCHEMA = nullable([{"name": str, "label": str}])
 
 _EXTRACTOR_SCHEMA = both(
     {**CHAIN_SCHEMA, "extractor_type": str, "recipe": {"type?": str}, "overlap": nullable(overlap.SCHEMA),
@@ -383,10 +397,8 @@ SCHEMA = both({
         **ENVELOPE_SCHEMA, "primary_metric": str, "quality_tolerance?": Number(low=0.0),
         "input_files?": [{"role": ANY, "path": ANY, "sha256": ANY, "size_bytes": ANY}],
         "label_catalog?": nullable({"entries": [{"key": str, "display": ANY}]}), "referee?": referee.SCHEMA,
-        "adaptive_repeats?": ADAPTIVE_SCHEMA,
-        "screening?": {"config": dict, "candidates": int, "finalists": [str],
-                       "rungs": [{"rung": int, "rows": int, "new_rows": int, "candidates": int, "survivors": int,
-                                  "final": bool}]}},
+        "adaptive_repeats?": ADAPTIVE_SCHEMA, "screening?": SCREENING_RECORD_SCHEMA,
+        "reference_metrics?": REFERENCE_METRICS_SCHEMA},
     "timing?": {**TIMING_ENVELOPE_SCHEMA, "runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list),
                 "referee?": referee.TIMING_SCHEMA}},
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
