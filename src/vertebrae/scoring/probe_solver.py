@@ -69,10 +69,15 @@ class Backend:
         csr = csr.astype(np.float64)
         if self.library == "numpy":
             return csr
+        import warnings
+
         torch = self._torch
-        return torch.sparse_csr_tensor(torch.as_tensor(csr.indptr, dtype=torch.int64),
-                                       torch.as_tensor(csr.indices, dtype=torch.int64),
-                                       torch.as_tensor(csr.data), size=csr.shape, device=self.device)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            return torch.sparse_csr_tensor(torch.as_tensor(csr.indptr, dtype=torch.int64),
+                                           torch.as_tensor(csr.indices, dtype=torch.int64),
+                                           torch.as_tensor(csr.data), size=csr.shape, device=self.device,
+                                           check_invariants=False)
 
     def zeros(self, shape: tuple[int, ...]) -> Any:
         if self.library == "numpy":
