@@ -81,8 +81,11 @@ class LinearProbeMetric(Config):
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
 
+    #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py).
+    version: ClassVar[int] = 2
+
     def identity(self) -> dict[str, Any]:
-        return {"type": "linear_probe", **self.fingerprint()}
+        return {"type": "linear_probe", "version": self.version, **self.fingerprint()}
 
     def folds(self, target_type: str, seed: int | None, grouped: bool, n_splits: int | None = None) -> Any:
         """The cross-validation splitter (see the class docstring)."""
