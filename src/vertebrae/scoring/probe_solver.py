@@ -161,9 +161,8 @@ class FoldBasis:
     X: Any = None          # CSR, scaled (CSR path only)
     XT: Any = None         # its transpose as CSR (CSR path only)
     mu: Any = None         # the scaled column means (CSR path only)
-    Z2: Any = None
-    X2T: Any = None
-    n: int = 0
+    Z2: Any = None         # Z * Z, made on first use (dense path)
+    X2T: Any = None        # (X * X)^T as CSR (CSR path only)
 
     def dot(self, W: Any) -> Any:
         if self.Z is not None:
@@ -227,7 +226,7 @@ def fold_basis(X: Any, backend: Backend, sparse_input: bool) -> FoldBasis:
         Xs = (X.astype(np.float64) @ sparse.diags(1.0 / scale, format="csr")).tocsr()
         return FoldBasis(backend, backend.asarray(mean), backend.asarray(scale), backend.asarray(n * var / scale ** 2),
                          X=backend.sparse(Xs), XT=backend.sparse(Xs.T.tocsr()),
-                         X2T=backend.sparse(Xs.multiply(Xs).T.tocsr()), mu=backend.asarray(mean / scale), n=n)
+                         X2T=backend.sparse(Xs.multiply(Xs).T.tocsr()), mu=backend.asarray(mean / scale))
     Xc = (backend.asarray(X) - backend.asarray(mean)[None, :]) / backend.asarray(scale)[None, :]
     if n >= d:
         evals, V = backend.eigh(Xc.T @ Xc)
@@ -242,7 +241,7 @@ def fold_basis(X: Any, backend: Backend, sparse_input: bool) -> FoldBasis:
         Z = U * s[None, :]
         V = (Xc.T @ U) / s[None, :]
         colsq = s * s
-    return FoldBasis(backend, backend.asarray(mean), backend.asarray(scale), colsq, V=V, Z=Z, n=n)
+    return FoldBasis(backend, backend.asarray(mean), backend.asarray(scale), colsq, V=V, Z=Z)
 
 
 def _rank_mask(backend: Backend, evals: Any, n: int, d: int) -> Any:
@@ -505,7 +504,7 @@ def choose_C(X: Any, y: np.ndarray, inner_splits: list[tuple[np.ndarray, np.ndar
              ) -> tuple[float, list[float], list[FoldModel]]:
     """The grid value with the best mean inner-fold score (the smallest on ties, as ``GridSearchCV``), each inner
     fold's path warm-started from its previous ``C``; returns it, the mean scores and the last inner models."""
-    bases = [fold_basis(_rows(X, train), backend, sparse_input) for train, _ in inner_splits]
+    bases = [fold_basis(X[train], backend, sparse_input) for train, _ in inner_splits]
     warm: list[Any] = [None] * len(inner_splits)
     means, models_at_best, best = [], [], -np.inf
     for C in sorted(grid):
@@ -514,13 +513,9 @@ def choose_C(X: Any, y: np.ndarray, inner_splits: list[tuple[np.ndarray, np.ndar
             model = fit_fold(basis, y[train], target_type, C=C, alpha=0.0, max_iter=max_iter, warm=warm[j])
             warm[j] = model.warm
             models.append(model)
-        mean = float(np.mean([score(y[test], model.predict(_rows(X, test))[0])
+        mean = float(np.mean([score(y[test], model.predict(X[test])[0])
                               for (_, test), model in zip(inner_splits, models)]))
         means.append(mean)
         if mean > best:
             best, chosen, models_at_best = mean, C, models
     return chosen, means, models_at_best
-
-
-def _rows(X: Any, index: np.ndarray) -> Any:
-    return X[index]
