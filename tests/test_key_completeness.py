@@ -378,7 +378,8 @@ CONFIG_CASES = {
     "KNNMetric": ({}, {"k": 3, "max_block_bytes": 1 << 20, "name": "knn3"}),
     "LabelRetrievalMetric": ({}, {"cutoffs": (1, 5), "similarity": "dot", "primary": "mrr", "block_size": 8,
                                   "name": "lr"}),
-    "LinearProbeMetric": ({}, {"n_splits": 3, "C": 2.0, "max_iter": 50, "alpha": 2.0, "name": "lp"}),
+    "LinearProbeMetric": ({}, {"n_splits": 3, "C": 2.0, "max_iter": 50, "alpha": 2.0, "name": "lp", "n_repeats": 2,
+                               "C_grid": (0.1, 1.0), "device": "cuda"}),
     "LogMEMetric": ({}, {"max_iter": 50, "tol": 1e-6, "max_dense_bytes": 1 << 20, "name": "lm"}),
 }
 

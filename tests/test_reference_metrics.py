@@ -1,7 +1,7 @@
 """KNNMetric, LinearProbeMetric and LogMEMetric against independent references.
 
 kNN: scikit-learn's ``KNeighborsClassifier``/``KNeighborsRegressor`` (cosine, brute force), refitted without the
-held-out row (or its group).  Linear probe: ``cross_val_score`` of the same pipeline on the same folds.  LogME: a
+held-out row (or its group).  Linear probe: ``cross_val_score`` of the same pipeline converged to tol=1e-10.  LogME: a
 closed-form case derived by hand, the Gaussian marginal likelihood maximized numerically, and its invariances.
 """
 
@@ -133,11 +133,19 @@ def test_knn_sparse_input_equals_dense_and_collapsed_space_is_not_rankable(blobs
 
 
 # ------------------------------------------------------------------------------------------------ linear probe
+# The probe is solved to its optimum (tests/test_probe_solver.py checks coefficients and every prediction); here
+# the whole metric equals cross_val_score of the same pipeline converged to tol=1e-10, on float64 features
+# (scikit-learn would keep float32 features in float32).
+def _tight(C: float = 1.0) -> LogisticRegression:
+    return LogisticRegression(C=C, tol=1e-10, max_iter=100_000)
+
+
 @pytest.mark.parametrize("seed", [0, 7])
 def test_probe_single_label_equals_cross_val_score_on_the_same_folds(blobs, seed):
     X, y = blobs
+    X = X.astype(np.float64)
     payload = LinearProbeMetric(n_splits=4)(X, _labels(y), target_metadata=SINGLE, seed=seed)
-    reference = cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), X, y,
+    reference = cross_val_score(make_pipeline(StandardScaler(), _tight()), X, y,
                                 cv=StratifiedKFold(4, shuffle=True, random_state=seed), scoring="balanced_accuracy")
     assert payload["score"] == pytest.approx(reference.mean(), abs=1e-9)
     assert payload["diagnostics"]["fold_scores"] == pytest.approx(reference.tolist(), abs=1e-9)
@@ -145,9 +153,10 @@ def test_probe_single_label_equals_cross_val_score_on_the_same_folds(blobs, seed
 
 def test_probe_groups_regression_and_multi_label_equal_cross_val_score(blobs):
     X, y = blobs
+    X = X.astype(np.float64)
     groups = np.arange(len(X)) % 6
     payload = LinearProbeMetric(C=0.5)(X, _labels(y), target_metadata=SINGLE, groups=_labels(groups), seed=3)
-    reference = cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(C=0.5, max_iter=1000)), X, y,
+    reference = cross_val_score(make_pipeline(StandardScaler(), _tight(0.5)), X, y,
                                 groups=groups, cv=GroupKFold(5, shuffle=True, random_state=3),
                                 scoring="balanced_accuracy")
     assert payload["score"] == pytest.approx(reference.mean(), abs=1e-9)
@@ -161,16 +170,16 @@ def test_probe_groups_regression_and_multi_label_equal_cross_val_score(blobs):
 
     indicator = np.stack([y == 0, y >= 2, y % 2 == 1], axis=1).astype(np.int8)
     payload = LinearProbeMetric()(X, sparse.csr_matrix(indicator), target_metadata=MULTI, seed=2)
-    reference = cross_val_score(make_pipeline(StandardScaler(), OneVsRestClassifier(LogisticRegression(max_iter=1000))),
+    reference = cross_val_score(make_pipeline(StandardScaler(), OneVsRestClassifier(_tight())),
                                 X, indicator, cv=KFold(5, shuffle=True, random_state=2), scoring="f1_macro")
     assert payload["score"] == pytest.approx(reference.mean(), abs=1e-9)
 
 
 def test_probe_keeps_sparse_input_sparse(blobs):
     X, y = blobs
-    X = sparse.csr_matrix(np.where(X > 0.5, X, 0.0))
+    X = sparse.csr_matrix(np.where(X > 0.5, X, 0.0).astype(np.float64))
     payload = LinearProbeMetric()(X, _labels(y), target_metadata=SINGLE, seed=0)
-    reference = cross_val_score(make_pipeline(StandardScaler(with_mean=False), LogisticRegression(max_iter=1000)),
+    reference = cross_val_score(make_pipeline(StandardScaler(with_mean=False), _tight()),
                                 X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy")
     assert payload["score"] == pytest.approx(reference.mean(), abs=1e-9)
     assert "with_mean=False" in payload["metadata"]["scaling"]

@@ -1,17 +1,16 @@
-"""LinearProbeMetric: the cross-validated score of a standardized linear model, as a user would train it.
+"""LinearProbeMetric: the cross-validated score of a standardized linear model, as a user would train it, solved exactly.
 
-The model, folds and scorer are scikit-learn's, assembled here once so that the
-metric equals ``cross_val_score(make_pipeline(StandardScaler(), model), X, y,
-cv=folds, scoring=...)`` on the same folds (the test checks exactly that).  Sparse
-input stays CSR: it is scaled without centering (``StandardScaler(with_mean=False)``),
-which keeps it sparse; the model's intercept absorbs the mean.  Defaults and
-measured speed are in docs/metrics.md ("Reference metrics").
+The objective, folds and scorer are scikit-learn's (``make_pipeline(StandardScaler(), LogisticRegression(C))``,
+one-vs-rest for multi-label, ``Ridge(alpha)`` for regression, on seeded ``StratifiedKFold`` / ``KFold`` /
+``GroupKFold`` folds); the optimum is found by :mod:`.probe_solver` (Newton-CG on each fold's principal axes), which
+reaches it where scikit-learn's default tolerance stops short.  Sparse input stays CSR.  ``C="auto"`` picks ``C``
+per training fold by nested cross-validation over ``C_grid``.  Method, guarantee and measured speed:
+docs/metrics.md ("Reference metrics").
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings as warnings_module
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -19,29 +18,43 @@ import numpy as np
 
 from .._base.config import Config, check_float, check_int
 from .._base.sparse import is_sparse
-from ..errors import MetricError
+from ..errors import ConfigError, MetricError
 from ..inputs.targets import TARGET_TYPES
-from .metric_targets import MetricTargets, group_codes, metric_targets
+from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
+from .probe_solver import backend_for, choose_C, fold_basis, fit_fold
+
+#: The default ``C_grid`` of ``C="auto"``: 1e-4 ... 1e4 by factors of 10.
+C_GRID = tuple(10.0 ** k for k in range(-4, 5))
+#: Inner folds of ``C="auto"`` (the same splitter kind as the outer folds, on each training fold).
+INNER_SPLITS = 3
+#: A prediction whose deciding margin is below this is a near tie (counted in ``diagnostics.near_ties``).
+NEAR_TIE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
 class LinearProbeMetric(Config):
-    """Held-out quality of a linear model on standardized embeddings, averaged over ``n_splits`` folds.
+    """Held-out quality of a linear model on standardized embeddings, averaged over ``n_repeats x n_splits`` folds.
 
-    Estimates what a user gets by training a linear probe on the embedding: balanced
-    accuracy of ``LogisticRegression(C, max_iter)`` for single-label targets, macro-F1
-    of one-vs-rest logistic regressions for multi-label targets, R² of ``Ridge(alpha)``
-    (averaged over targets) for regression.  Folds: ``StratifiedKFold`` (single-label)
-    or ``KFold`` (multi-label, regression), shuffled with the score stage's ``seed``;
-    with groups, ``GroupKFold`` (shuffled with the same seed), so no group is in a
-    training and a test fold at once.
+    Estimates what a user gets by training a linear probe on the embedding: balanced accuracy of an L2 logistic
+    regression with ``C`` (scikit-learn's ``LogisticRegression`` objective, solved to its optimum) for single-label
+    targets, macro-F1 of one-vs-rest logistic regressions for multi-label targets, R² of ``Ridge(alpha)`` (averaged
+    over targets) for regression.  Folds: ``StratifiedKFold`` (single-label) or ``KFold`` (multi-label,
+    regression), shuffled with the score stage's ``seed``; with groups, ``GroupKFold`` (shuffled with the same
+    seed), so no group is in a training and a test fold at once.  Repeat ``r >= 1`` reshuffles with a seed derived
+    from ``(seed, r)``; repeat 0 is exactly the unrepeated folds.  ``C="auto"`` chooses ``C`` from ``C_grid`` in
+    every training fold by an inner ``INNER_SPLITS``-fold cross-validation (classification only; regression uses
+    ``alpha``).  ``max_iter`` bounds the Newton iterations of one fit; ``device`` runs the solver on torch
+    ("cuda") with the same results to 1e-4.
     """
 
     n_splits: int = 5
-    C: float = 1.0
+    C: float | str = 1.0
     max_iter: int = 1000
     alpha: float = 1.0
+    n_repeats: int = 1
+    C_grid: tuple[float, ...] = C_GRID
+    device: str = "cpu"
     name: str = "linear_probe"
 
     higher_is_better: ClassVar[bool] = True
@@ -54,68 +67,114 @@ class LinearProbeMetric(Config):
         owner = type(self).__name__
         self._set("name", check_metric_name(self.name, owner))
         self._set("n_splits", check_int(owner, "n_splits", self.n_splits, minimum=2))
-        self._set("C", check_float(owner, "C", self.C, low=0.0, low_open=True))
+        if self.C != "auto":
+            self._set("C", check_float(owner, "C", self.C, low=0.0, low_open=True))
         self._set("max_iter", check_int(owner, "max_iter", self.max_iter, minimum=1))
         self._set("alpha", check_float(owner, "alpha", self.alpha, low=0.0))
+        self._set("n_repeats", check_int(owner, "n_repeats", self.n_repeats, minimum=1))
+        if isinstance(self.C_grid, (str, bytes)) or not hasattr(self.C_grid, "__iter__") or not len(self.C_grid):
+            raise ConfigError(f"{owner}.C_grid must be a non-empty sequence of positive floats, got {self.C_grid!r}")
+        grid = tuple(check_float(owner, "C_grid", c, low=0.0, low_open=True) for c in self.C_grid)
+        if list(grid) != sorted(set(grid)):
+            raise ConfigError(f"{owner}.C_grid must be strictly increasing, got {list(grid)}; sort it")
+        self._set("C_grid", grid)
+        if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
+
+    #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py).
+    version: ClassVar[int] = 2
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "linear_probe", **self.fingerprint()}
+        return {"type": "linear_probe", "version": self.version, **self.fingerprint()}
 
-    def estimator(self, target_type: str, seed: int | None, *, sparse_input: bool = False) -> Any:
-        """The pipeline fitted on every training fold: scaling, then the model of ``target_type``."""
-        from sklearn.linear_model import LogisticRegression, Ridge
-        from sklearn.multiclass import OneVsRestClassifier
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
-        if target_type == "regression":
-            model: Any = Ridge(alpha=self.alpha)
-        else:
-            model = LogisticRegression(C=self.C, max_iter=self.max_iter, random_state=seed)
-            if target_type == "multi_label":
-                model = OneVsRestClassifier(model)
-        return make_pipeline(StandardScaler(with_mean=not sparse_input), model)
-
-    def folds(self, target_type: str, seed: int | None, grouped: bool) -> Any:
+    def folds(self, target_type: str, seed: int | None, grouped: bool, n_splits: int | None = None) -> Any:
         """The cross-validation splitter (see the class docstring)."""
         from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
 
+        n_splits = n_splits or self.n_splits
         if grouped:
-            return GroupKFold(self.n_splits, shuffle=True, random_state=seed)
+            return GroupKFold(n_splits, shuffle=True, random_state=seed)
         if target_type == "single_label":
-            return StratifiedKFold(self.n_splits, shuffle=True, random_state=seed)
-        return KFold(self.n_splits, shuffle=True, random_state=seed)
+            return StratifiedKFold(n_splits, shuffle=True, random_state=seed)
+        return KFold(n_splits, shuffle=True, random_state=seed)
+
+    def splits(self, targets: MetricTargets, codes: np.ndarray | None, seed: int | None
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every (train, test) pair, repeat-major: repeat 0 with ``seed``, repeat r with :func:`repeat_seed`."""
+        n = targets.y.shape[0]
+        out = []
+        for repeat in range(self.n_repeats):
+            splitter = self.folds(targets.target_type, repeat_seed(seed, repeat), codes is not None)
+            out.extend(splitter.split(np.zeros((n, 1)), _split_target(targets), groups=codes))
+        return out
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.model_selection import cross_val_score
-
         n = embeddings.shape[0]
         targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
         codes = group_codes(self.name, groups, n)
         notes = [*targets.warnings, *self._fold_notes(targets, codes, n)]
+        backend = backend_for(self.device)
         sparse_input = is_sparse(embeddings)
-        y = targets.y[:, 0] if targets.target_type == "regression" and targets.y.shape[1] == 1 else targets.y
-        folds = self.folds(targets.target_type, seed, codes is not None)
-        with warnings_module.catch_warnings(record=True) as caught:
-            warnings_module.simplefilter("always")
-            scores = cross_val_score(self.estimator(targets.target_type, seed, sparse_input=sparse_input),
-                                     embeddings, y, groups=codes, cv=folds, scoring=targets.scorer,
-                                     error_score="raise")
-        unconverged = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+        X = embeddings.tocsr() if sparse_input else np.asarray(embeddings)
+        auto = self.C == "auto" and targets.target_type != "regression"
+
+        def score(y_true: np.ndarray, predicted: np.ndarray) -> float:
+            return prediction_score(dataclasses.replace(targets, y=y_true), predicted)
+
+        splits = self.splits(targets, codes, seed)
+        scores, chosen, near_ties, fits = [], [], 0, []
+        for train, test in splits:
+            C, warm = self.C, None
+            if auto:
+                inner = self.folds(targets.target_type, seed, codes is not None, INNER_SPLITS).split(
+                    np.zeros((train.size, 1)), _split_target(targets, train),
+                    groups=None if codes is None else codes[train])
+                C, _, inner_models = choose_C(X, targets.y,
+                                              [(train[a], train[b]) for a, b in inner], self.C_grid,
+                                              targets.target_type, score, backend=backend,
+                                              sparse_input=sparse_input, max_iter=self.max_iter)
+                chosen.append(C)
+                warm = inner_models[0].warm
+            basis = fold_basis(X[train], backend, sparse_input)
+            model = fit_fold(basis, targets.y[train], targets.target_type, C=C, alpha=self.alpha,
+                             max_iter=self.max_iter, warm=warm)
+            predicted, margins = model.predict(X[test])
+            scores.append(score(targets.y[test], predicted))
+            near_ties += 0 if margins is None else int((margins < NEAR_TIE).sum())
+            fits.extend(model.fits)
+        unconverged = sum(not fit.converged for fit in fits)
         if unconverged:
-            notes.append(f"the logistic regression did not converge within max_iter={self.max_iter} in "
-                         f"{unconverged} fit(s); raise max_iter for a fully converged probe")
-        return {"score": float(scores.mean()),
-                "diagnostics": {"measure": targets.scorer, "fold_scores": scores.tolist(),
-                                "fold_std": float(scores.std()), "unconverged_fits": unconverged},
+            notes.append(f"the logistic regression did not reach its optimum within max_iter={self.max_iter} "
+                         f"Newton iterations in {unconverged} fit(s); raise max_iter")
+        fold_scores = np.asarray(scores)
+        diagnostics: dict[str, Any] = {
+            "measure": targets.scorer, "fold_scores": fold_scores.tolist(), "fold_std": float(fold_scores.std()),
+            "unconverged_fits": unconverged, "near_ties": near_ties,
+            "solver": "closed-form ridge" if targets.target_type == "regression" else "newton-cg",
+            "newton_iterations": [fit.newton_iterations for fit in fits],
+            "cg_iterations": [fit.cg_iterations for fit in fits],
+            "max_gradient_ratio": max((fit.gradient_ratio for fit in fits), default=0.0)}
+        if auto:
+            diagnostics["chosen_C"] = chosen
+        return {"score": float(fold_scores.mean()),
+                "diagnostics": diagnostics,
                 "warnings": notes,
                 "metadata": {"model": _model_name(targets.target_type), "scaling": (
                                  "StandardScaler(with_mean=False) (sparse input stays sparse)" if sparse_input
                                  else "StandardScaler()"),
-                             "folds": type(folds).__name__,
-                             "n_splits": self.n_splits, "seed": seed}}
+                             "solver": ("vertebrae.scoring.probe_solver: " + (
+                                 "ridge in closed form on each fold's principal axes" if not sparse_input else
+                                 "ridge by conjugate gradients on the sparse matrix")
+                                 if targets.target_type == "regression" else
+                                 "vertebrae.scoring.probe_solver: Newton-CG with a Kronecker-factored "
+                                 "preconditioner on each fold's " + (
+                                     "principal axes" if not sparse_input else "sparse matrix (implicitly centered)")),
+                             "device": self.device, "C": "auto" if auto else self.C,
+                             "folds": type(self.folds(targets.target_type, seed, codes is not None)).__name__,
+                             "n_splits": self.n_splits, "n_repeats": self.n_repeats, "seed": seed,
+                             "fold_test_sizes": [int(test.size) for _, test in splits],
+                             "fold_train_sizes": [int(train.size) for train, _ in splits]}}
 
     def _fold_notes(self, targets: MetricTargets, codes: np.ndarray | None, n: int) -> list[str]:
         """Fail when the folds cannot be made; note classes too small to appear in every test fold."""
@@ -136,6 +195,19 @@ class LinearProbeMetric(Config):
         small = [targets.names[j] for j in np.flatnonzero(counts < self.n_splits)]
         return [] if not small else [f"class(es) {small[:5]} have fewer rows than n_splits={self.n_splits}, so some "
                                      "test folds lack them"]
+
+
+def repeat_seed(seed: int | None, repeat: int) -> int | None:
+    """The fold seed of repeat ``repeat``: the stage seed itself for repeat 0, else one drawn from ``(seed, repeat)``."""
+    if repeat == 0 or seed is None:
+        return seed
+    return int(np.random.SeedSequence([seed, repeat]).generate_state(1)[0])
+
+
+def _split_target(targets: MetricTargets, rows: np.ndarray | None = None) -> np.ndarray:
+    """What the splitter stratifies on: class codes (single-label); anything of the right length otherwise."""
+    y = targets.y if rows is None else targets.y[rows]
+    return y if targets.target_type == "single_label" else np.zeros(y.shape[0])
 
 
 def _model_name(target_type: str) -> str:

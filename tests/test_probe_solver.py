@@ -1,0 +1,248 @@
+"""The exact probe solver against scikit-learn converged to tol=1e-10, fold by fold and as the whole metric.
+
+Reference: ``StandardScaler`` then ``LogisticRegression(tol=1e-10, max_iter=100_000)`` (``OneVsRestClassifier`` of it
+for multi-label, ``Ridge`` for regression) on the same training fold.  Coefficients must agree to 1e-4 relative and
+every prediction must be equal, except where the reference's own decision margin is below 1e-6.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy import sparse
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import GridSearchCV, GroupKFold, KFold, StratifiedKFold, cross_val_score
+from sklearn.multiclass import OneVsRestClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from vertebrae import ConfigError, LinearProbeMetric, MetricError
+from vertebrae.scoring.linear_probe import repeat_seed
+from vertebrae.scoring.probe_solver import Backend, fit_fold, fold_basis
+
+SINGLE = {"target_type": "single_label"}
+MULTI = {"target_type": "multi_label"}
+REGRESSION = {"target_type": "regression"}
+
+
+def _tight() -> LogisticRegression:
+    return LogisticRegression(tol=1e-10, max_iter=100_000)
+
+
+def _labels(y) -> np.ndarray:
+    return np.array([f"vk:int:{c:02d}" for c in y])
+
+
+def _classes(n: int, d: int, k: int, seed: int, spread: float = 0.6) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % k
+    return rng.normal(0.0, spread, (k, d))[y] + rng.normal(size=(n, d)), y
+
+
+def _heavy_spectrum(n: int, d: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Features with a MiniLM-like heavy spectrum: singular values ~ j^-1.5, mixed by a random rotation so that
+    per-column standardization does not undo it, plus a few large-mean columns."""
+    X, y = _classes(n, d, k, seed, spread=0.4)
+    rng = np.random.default_rng(seed + 1)
+    rotation = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    X = (X * np.arange(1, d + 1) ** -1.5) @ rotation
+    X[:, :3] += 40.0
+    return X, y
+
+
+def _compare(ours, reference, X_test, standardized_test, multinomial: bool) -> int:
+    """Assert coefficients (standardized space) within 1e-4 relative and predictions equal up to near ties;
+    returns how many predictions were excused as near ties."""
+    scaler = reference.steps[0][1] if hasattr(reference, "steps") else None
+    model = reference.steps[-1][1]
+    coef_ours = ours.coef * scaler.scale_[:, None]
+    intercept_ours = ours.intercept + scaler.mean_ @ ours.coef if scaler.with_mean else ours.intercept
+    if isinstance(model, OneVsRestClassifier):
+        coef_ref = np.stack([e.coef_[0] for e in model.estimators_], axis=1)
+        intercept_ref = np.array([e.intercept_[0] for e in model.estimators_])
+        margins = np.abs(np.stack([e.decision_function(standardized_test) for e in model.estimators_], axis=1))
+    elif isinstance(model, Ridge):
+        coef_ref, intercept_ref, margins = np.atleast_2d(model.coef_).T, np.atleast_1d(model.intercept_), None
+    else:
+        coef_ref, intercept_ref = model.coef_.T, model.intercept_
+        decision = model.decision_function(standardized_test)
+        if decision.ndim == 1:
+            margins = np.abs(decision)
+        else:
+            top2 = np.sort(decision, axis=1)[:, -2:]
+            margins = top2[:, 1] - top2[:, 0]
+    if multinomial:  # the softmax is blind to a common intercept shift
+        intercept_ours, intercept_ref = intercept_ours - intercept_ours.mean(), intercept_ref - intercept_ref.mean()
+    assert np.linalg.norm(coef_ours - coef_ref) <= 1e-4 * np.linalg.norm(coef_ref)
+    assert np.linalg.norm(intercept_ours - intercept_ref) <= 1e-4 * max(np.linalg.norm(intercept_ref), 1.0)
+    predicted = ours.predict(X_test)[0]
+    expected = reference.predict(X_test)
+    if isinstance(model, Ridge):
+        np.testing.assert_allclose(predicted.reshape(expected.shape), expected, rtol=1e-8, atol=1e-8)
+        return 0
+    differ = predicted.reshape(expected.shape) != expected
+    near = margins.reshape(differ.shape) < 1e-6
+    assert not (differ & ~near).any()
+    return int(near.sum())
+
+
+def _fold_cases():
+    binary = _classes(200, 10, 2, seed=1)
+    three = _classes(300, 12, 3, seed=2)
+    twenty = _classes(1000, 16, 20, seed=3, spread=1.0)
+    wide = _classes(60, 300, 3, seed=4)
+    constant = _classes(150, 8, 3, seed=5)
+    constant[0][:, 2] = 3.25
+    heavy = _heavy_spectrum(400, 60, 3, seed=6)
+    return {"binary": binary, "3-class": three, "20-class": twenty, "60x300": wide, "constant column": constant,
+            "heavy spectrum": heavy}
+
+
+@pytest.mark.parametrize("case", list(_fold_cases()))
+def test_single_label_folds_equal_tightly_converged_logistic_regression(case):
+    X, y = _fold_cases()[case]
+    train, test = next(StratifiedKFold(5, shuffle=True, random_state=0).split(X, y))
+    ours = fit_fold(fold_basis(X[train], Backend(), False), y[train], "single_label", C=1.0, alpha=1.0,
+                    max_iter=1000)
+    assert all(fit.converged for fit in ours.fits)
+    reference = make_pipeline(StandardScaler(), _tight()).fit(X[train], y[train])
+    _compare(ours, reference, X[test], reference[0].transform(X[test]), multinomial=len(np.unique(y)) > 2)
+
+
+def test_multi_label_regression_and_sparse_folds_equal_their_references():
+    X, y = _classes(240, 10, 4, seed=7)
+    indicator = np.stack([y == 0, y >= 2, y % 2 == 1, np.zeros_like(y, bool)], axis=1).astype(np.int8)
+    train, test = next(KFold(5, shuffle=True, random_state=1).split(X))
+    basis = fold_basis(X[train], Backend(), False)
+    ours = fit_fold(basis, indicator[train, :3], "multi_label", C=0.3, alpha=1.0, max_iter=1000)
+    reference = make_pipeline(StandardScaler(), OneVsRestClassifier(LogisticRegression(C=0.3, tol=1e-10,
+                                                                                        max_iter=100_000)))
+    reference.fit(X[train], indicator[train, :3])
+    _compare(ours, reference, X[test], reference[0].transform(X[test]), multinomial=False)
+    # a label that never occurs in the training fold is predicted constant, as OneVsRestClassifier does
+    constant = fit_fold(basis, indicator[train], "multi_label", C=0.3, alpha=1.0, max_iter=1000)
+    assert (constant.predict(X[test])[0][:, 3] == 0).all()
+
+    values = np.stack([X[:, 0] * 3 + X[:, 2], X[:, 1] - X[:, 4] ** 2], axis=1)
+    ridge = fit_fold(basis, values[train], "regression", C=1.0, alpha=2.5, max_iter=1000)
+    reference = make_pipeline(StandardScaler(), Ridge(alpha=2.5)).fit(X[train], values[train])
+    _compare(ridge, reference, X[test], reference[0].transform(X[test]), multinomial=False)
+
+    Xs = sparse.csr_matrix(np.where(X > 0.7, X, 0.0))
+    for target_type, targets, model in [("single_label", y, _tight()),
+                                        ("regression", values, Ridge(alpha=2.5, solver="sparse_cg", tol=1e-12))]:
+        ours = fit_fold(fold_basis(Xs[train], Backend(), True), targets[train], target_type, C=1.0, alpha=2.5,
+                        max_iter=1000)
+        reference = make_pipeline(StandardScaler(with_mean=False), model).fit(Xs[train], targets[train])
+        _compare(ours, reference, Xs[test], reference[0].transform(Xs[test]), multinomial=target_type != "regression")
+
+
+def test_torch_backend_runs_the_same_solver():
+    """The torch path (what device="cuda" runs) on the CPU: the same code, the same optimum."""
+    pytest.importorskip("torch")
+    X, y = _classes(300, 12, 3, seed=2)
+    Xs = sparse.csr_matrix(np.where(X > 0.5, X, 0.0))
+    for matrix, is_sparse in ((X, False), (Xs, True)):
+        fits = [fit_fold(fold_basis(matrix, backend, is_sparse), y, "single_label", C=1.0, alpha=1.0, max_iter=1000)
+                for backend in (Backend(), Backend("torch", "cpu"))]
+        np.testing.assert_allclose(fits[1].coef, fits[0].coef, rtol=1e-6, atol=1e-8)
+        np.testing.assert_array_equal(fits[1].predict(matrix)[0], fits[0].predict(matrix)[0])
+
+
+# --------------------------------------------------------------------------------------------- whole metric
+def _reference_scores(model, X, y, cv, scoring, groups=None) -> list[float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cross_val_score(model, X, y, groups=groups, cv=cv, scoring=scoring).tolist()
+
+
+def test_metric_fold_scores_equal_cross_val_score_of_the_converged_pipeline():
+    X, y = _heavy_spectrum(300, 40, 3, seed=8)
+    payload = LinearProbeMetric()(X, _labels(y), target_metadata=SINGLE, seed=4)
+    expected = _reference_scores(make_pipeline(StandardScaler(), _tight()), X, y,
+                                 StratifiedKFold(5, shuffle=True, random_state=4), "balanced_accuracy")
+    assert payload["diagnostics"]["fold_scores"] == pytest.approx(expected, abs=1e-12)
+    assert payload["diagnostics"]["unconverged_fits"] == 0 and payload["diagnostics"]["near_ties"] == 0
+    assert payload["diagnostics"]["max_gradient_ratio"] <= 1e-10
+    assert payload["metadata"]["fold_test_sizes"] == [60] * 5 and payload["metadata"]["fold_train_sizes"] == [240] * 5
+
+    groups = np.arange(len(X)) % 7
+    payload = LinearProbeMetric(C=0.5)(X, _labels(y), target_metadata=SINGLE, groups=_labels(groups), seed=3)
+    expected = _reference_scores(make_pipeline(StandardScaler(), LogisticRegression(C=0.5, tol=1e-10,
+                                                                                    max_iter=100_000)),
+                                 X, y, GroupKFold(5, shuffle=True, random_state=3), "balanced_accuracy", groups)
+    assert payload["diagnostics"]["fold_scores"] == pytest.approx(expected, abs=1e-12)
+    assert payload["metadata"]["folds"] == "GroupKFold"
+
+    indicator = np.stack([y == 0, y >= 1, X[:, 0] > 0], axis=1).astype(np.int8)
+    payload = LinearProbeMetric()(X, sparse.csr_matrix(indicator), target_metadata=MULTI, seed=2)
+    expected = _reference_scores(make_pipeline(StandardScaler(), OneVsRestClassifier(_tight())), X, indicator,
+                                 KFold(5, shuffle=True, random_state=2), "f1_macro")
+    assert payload["diagnostics"]["fold_scores"] == pytest.approx(expected, abs=1e-12)
+
+    Xs = sparse.csr_matrix(np.where(np.abs(X - X.mean(0)) > 0.01, X, 0.0))
+    payload = LinearProbeMetric()(Xs, _labels(y), target_metadata=SINGLE, seed=0)
+    expected = _reference_scores(make_pipeline(StandardScaler(with_mean=False), _tight()), Xs, y,
+                                 StratifiedKFold(5, shuffle=True, random_state=0), "balanced_accuracy")
+    assert payload["diagnostics"]["fold_scores"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_repeats_keep_the_first_repeat_and_reshuffle_the_rest():
+    X, y = _classes(150, 6, 3, seed=9)
+    once = LinearProbeMetric(n_splits=3)(X, _labels(y), target_metadata=SINGLE, seed=5)
+    twice = LinearProbeMetric(n_splits=3, n_repeats=2)(X, _labels(y), target_metadata=SINGLE, seed=5)
+    scores = twice["diagnostics"]["fold_scores"]
+    assert len(scores) == 6 and scores[:3] == once["diagnostics"]["fold_scores"]
+    assert twice["metadata"]["n_repeats"] == 2 and twice["metadata"]["n_splits"] == 3
+    assert len(twice["metadata"]["fold_test_sizes"]) == 6 and sum(twice["metadata"]["fold_test_sizes"]) == 300
+    second = _reference_scores(make_pipeline(StandardScaler(), _tight()), X, y,
+                               StratifiedKFold(3, shuffle=True, random_state=repeat_seed(5, 1)), "balanced_accuracy")
+    assert scores[3:] == pytest.approx(second, abs=1e-12)
+    assert repeat_seed(5, 1) != 5 and repeat_seed(5, 1) == repeat_seed(5, 1)
+
+
+def test_auto_C_equals_grid_search_on_the_same_inner_folds():
+    X, y = _classes(180, 8, 3, seed=10, spread=0.35)
+    grid = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
+    payload = LinearProbeMetric(n_splits=3, C="auto", C_grid=grid)(X, _labels(y), target_metadata=SINGLE, seed=1)
+    chosen = payload["diagnostics"]["chosen_C"]
+    expected = []
+    for train, _ in StratifiedKFold(3, shuffle=True, random_state=1).split(X, y):
+        search = GridSearchCV(make_pipeline(StandardScaler(), _tight()), {"logisticregression__C": list(grid)},
+                              cv=StratifiedKFold(3, shuffle=True, random_state=1), scoring="balanced_accuracy",
+                              refit=False).fit(X[train], y[train])
+        expected.append(search.best_params_["logisticregression__C"])
+    assert chosen == expected
+    assert len(set(expected)) >= 1 and payload["metadata"]["C"] == "auto"
+    fixed = [LinearProbeMetric(n_splits=3, C=c)(X, _labels(y), target_metadata=SINGLE, seed=1) for c in set(chosen)]
+    assert all(p["diagnostics"]["unconverged_fits"] == 0 for p in fixed)
+
+
+def test_config_and_device_are_validated_and_keyed():
+    with pytest.raises(ConfigError, match="C_grid must be strictly increasing"):
+        LinearProbeMetric(C="auto", C_grid=(1.0, 0.1))
+    with pytest.raises(ConfigError, match="C must be"):
+        LinearProbeMetric(C="best")
+    with pytest.raises(ConfigError, match="device must be 'cpu' or 'cuda'"):
+        LinearProbeMetric(device="tpu")
+    with pytest.raises(ConfigError, match="n_repeats must be >= 1"):
+        LinearProbeMetric(n_repeats=0)
+    identities = {repr(LinearProbeMetric(**kw).identity()) for kw in
+                  ({}, {"C": "auto"}, {"C": "auto", "C_grid": (0.1, 1.0)}, {"n_repeats": 2}, {"device": "cuda"})}
+    assert len(identities) == 5
+    assert LinearProbeMetric.from_dict(LinearProbeMetric(C="auto").to_dict()) == LinearProbeMetric(C="auto")
+
+
+def test_device_cuda_matches_cpu():
+    torch = pytest.importorskip("torch")
+    X, y = _heavy_spectrum(400, 48, 4, seed=11)
+    if not torch.cuda.is_available():
+        with pytest.raises(MetricError, match="torch sees no CUDA device"):
+            LinearProbeMetric(device="cuda")(X, _labels(y), target_metadata=SINGLE, seed=0)
+        pytest.skip("no CUDA device on this machine: device='cuda' is checked only for its clear error here")
+    cpu = LinearProbeMetric()(X, _labels(y), target_metadata=SINGLE, seed=0)
+    gpu = LinearProbeMetric(device="cuda")(X, _labels(y), target_metadata=SINGLE, seed=0)
+    assert gpu["diagnostics"]["fold_scores"] == pytest.approx(cpu["diagnostics"]["fold_scores"], abs=1e-4)
+    assert gpu["score"] == pytest.approx(cpu["score"], abs=1e-4)
