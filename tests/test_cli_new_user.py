@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from vertebrae.cli.main import main
+from vertebrae.scoring.overlap import OverlapScoringConfig
 
 from .conftest import gaussian_classes
 
@@ -265,3 +266,52 @@ def test_text_demo_reuses_its_cache(tmp_path, monkeypatch, capsys, minilm_path):
     assert {r["embedding"]["cache_status"] for r in second["extractor_results"]} == {"hit"}
     assert [r["primary_score"] for r in first["extractor_results"]] == \
         [r["primary_score"] for r in second["extractor_results"]]
+
+
+# ------------------------------------------------------------------ 13. one line for a warning every result shares
+def test_a_warning_every_result_shares_is_one_line(tmp_path, capsys):
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=8, seed=3)
+    np.save(tmp_path / "y.npy", y)
+    entries = []
+    for width in range(2, 9):  # seven candidates: the first 2..8 columns
+        np.save(tmp_path / f"x{width}.npy", X[:, :width])
+        entries.append(f'[[extractors]]\nname = "first{width}"\nembeddings = "x{width}.npy"\n')
+    (tmp_path / "run.toml").write_text('[dataset]\nid = "blobs"\nrevision = "1"\nlabels = "y.npy"\n' + "".join(entries)
+                                       + "[scoring]\nk = 10\n[separatix]\nenabled = false\n")
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    note = ("every class (3 classes): k reduced from 10 (fixed) to 4 because each has only 20 sample(s) "
+            "(min_samples_per_cluster=5)")
+    assert err == f"vertebrae run: ScoringWarning: {note} (in all 7 results)\n"
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert all(r["warnings"] == [note] for r in data["extractor_results"])  # each result still records it
+
+
+def test_a_warning_some_results_share_names_them(tmp_path, capsys):
+    X, y = gaussian_classes(n_per_class=20, n_classes=3, dim=4, seed=3)
+    X = np.vstack([X, X[:6] + 0.01])
+    y = np.concatenate([y, [3] * 6])  # a fourth class of 6 rows: its k is reduced, the others' are not
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    (tmp_path / "run.toml").write_text(
+        '[dataset]\nid = "blobs"\nrevision = "1"\nlabels = "y.npy"\n'
+        + "".join(f'[[extractors]]\nname = "{name}"\nembeddings = "x.npy"\n' for name in ("a", "b", "c"))
+        + '[scoring]\nk = 4\n[separatix]\nenabled = false\n')
+    assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert err == ("vertebrae run: ScoringWarning: class '3': k reduced from 4 (fixed) to 2 because it has only 6 "
+                   "sample(s) (min_samples_per_cluster=5) (in all 3 results)\n")
+
+
+def test_grouped_notes_name_the_classes_reduced_alike():
+    from vertebrae.inputs.labels import LabelCatalog
+    from vertebrae.scoring.overlap import resolve_k
+
+    catalog = LabelCatalog(["a", "b", "c", "d", "e"])
+    counts = dict(zip(catalog.keys, [20, 20, 20, 12, 100]))
+    k, _, notes = resolve_k(counts, OverlapScoringConfig(k=10), catalog)
+    assert list(k.values()) == [4, 4, 4, 2, 10]  # capacity min(n, max(2, n // 5)), the rule of docs/scoring.md
+    assert notes == ["classes 'a', 'b', 'c' (3 of 5): k reduced from 10 (fixed) to 4 because each has only 20 "
+                     "sample(s) (min_samples_per_cluster=5)",
+                     "class 'd': k reduced from 10 (fixed) to 2 because it has only 12 sample(s) "
+                     "(min_samples_per_cluster=5)"]
