@@ -381,7 +381,7 @@ def test_cli_run_with_cache_flag_and_section(tmp_path, capsys):
     assert main(["run", str(tmp_path / "run.toml"), "--output", str(tmp_path / "out2"), "--cache",
                  str(tmp_path / "other")]) == 0
     out = capsys.readouterr().out
-    assert f"Cache: {tmp_path / 'other'} (read_write)" in out
+    assert f"cache: 0 of 1 extraction(s) reused; computed: raw (store {tmp_path / 'other'}, read_write)" in out
     assert main(["cache", "list", "--store", str(tmp_path / "other")]) == 0
     assert "raw (precomputed)" in capsys.readouterr().out
 

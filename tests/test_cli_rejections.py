@@ -239,7 +239,7 @@ def test_missing_labels_say_their_rows_are_0_based(tmp_path, capsys):
     (tmp_path / "run.toml").write_text('[dataset]\nid = "d"\nrevision = "1"\nlabels = "y.csv"\n'
                                        '[[extractors]]\nname = "raw"\nembeddings = "x.npy"\n')
     assert main(["run", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "-q"]) == 2
-    assert "at rows 2, 5, 8, 11 (0-based; 4 row(s))" in _one_line_error(capsys, "run")
+    assert "at rows 2, 5, 8, 11 (0-based; 4 row(s); line(s) 4, 7, 10, 13 in an editor)" in _one_line_error(capsys, "run")
 
 
 def _help(argv, capsys) -> str:

@@ -74,7 +74,7 @@ def test_on_error_record_keeps_the_other_extractors_and_marks_the_failure():
     bad = SklearnExtractor("pca32", PCA(32, random_state=0))
     result = Benchmark(dataset(), [bad, good], separatix_config=NO_SEPARATIX, on_error="record").run()
     failed = result["pca32"]
-    assert failed.error["stage"] == "extract" and failed.error["type"] == "ExtractorError"
+    assert failed.error["stage"] == "extract" and failed.error["type"] == "UserCodeError"
     assert "n_components=32" in failed.error["message"] and not failed.aggregate_valid
     assert [r.name for r in result.ranked_results()] == ["pca3"]
     reloaded = type(result).from_dict(result.to_dict())

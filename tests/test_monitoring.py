@@ -79,7 +79,7 @@ def test_continue_records_a_failed_snapshot_with_the_same_columns_and_goes_on(da
     scores = [k for k in failed if k.startswith(("metric.", "runtime.", "overlap_", "stability_"))
               and k != "stability_mode"]
     assert all(failed[k] is None for k in [*scores, "primary_score", "rank", "weakest_class"])
-    assert (failed["error_stage"], failed["error_type"]) == ("extract", "ExtractorError")
+    assert (failed["error_stage"], failed["error_type"]) == ("extract", "UserCodeError")
     assert "RuntimeError: checkpoint is corrupt" in failed["error_message"]
     assert "Traceback" in failed["error_traceback"] and "boom" in failed["error_traceback"]
     assert ok["error_type"] is None and ok["metric.mean_norm"] == pytest.approx(mean_norm(X, None)["score"])
@@ -106,7 +106,7 @@ def test_raise_writes_the_failure_row_then_reraises(data, tmp_path):
         m.evaluate(boom, snapshot_id="bad")
     assert isinstance(info.value.__cause__, RuntimeError)
     _, rows = read_history(path)
-    assert [(r["status"], r["snapshot_id"], r["error_type"]) for r in rows] == [("failed", "bad", "ExtractorError")]
+    assert [(r["status"], r["snapshot_id"], r["error_type"]) for r in rows] == [("failed", "bad", "UserCodeError")]
     assert m.history == rows
 
 
@@ -330,7 +330,7 @@ def test_console_reporter_prints_one_line_per_evaluation(data, capsys):
         f"[vertebrae monitor] #0 snapshot_id=e0 epoch=0 overlap={ok['primary_score']:.4f} "
         f"interval=[{ok['stability_interval_low']:.4f}, {ok['stability_interval_high']:.4f}] "
         f"weakest={ok['weakest_class']}",
-        "[vertebrae monitor] #1 snapshot_id=e1 epoch=1 FAILED in extract: ExtractorError: extractor 'e1' failed "
+        "[vertebrae monitor] #1 snapshot_id=e1 epoch=1 FAILED in extract: UserCodeError: extractor 'e1' failed "
         "during fit/transform: RuntimeError: checkpoint is corrupt"]
 
 
@@ -353,7 +353,7 @@ def test_markdown_trend_table(data):
     assert "| # | snapshot | epoch | status | overlap | change | overlap_score | stability_interval |" in text
     interval = f"[{rows[1]['stability_interval_low']:.4f}, {rows[1]['stability_interval_high']:.4f}]"
     assert (f"| 1 | e\\|1 | 1 | ok | {second:.4f} | {second - first:+.4f} | {second:.4f} | {interval} |") in text
-    assert "| 2 | e2 | 2 | failed | – | – | – | – | – | ExtractorError in extract: extractor 'e2'" in text
+    assert "| 2 | e2 | 2 | failed | – | – | – | – | – | UserCodeError in extract: extractor 'e2'" in text
     assert render_trend(m.history) == text
     plain = monitor(ds).to_markdown()
     assert plain == "# Representation trend\n\nNo evaluations recorded yet.\n"

@@ -15,8 +15,8 @@ from .errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundErro
                      ArtifactSignatureError, ArtifactWarning, CompressionWarning, ConfigError, ConfigTypeError,
                      DataWarning, DensificationBudgetError, DependencyError, ExecutionError, ExtractorError,
                      HistoryError, HistoryLockedError, HistoryWarning, InputTypeError, InputValidationError,
-                     MemoryBudgetError, MetricError, PlanError, ScoringWarning, SerializationError, VertebraeError,
-                     VertebraeWarning)
+                     MemoryBudgetError, MetricError, PlanError, ScoringWarning, SerializationError, UserCodeError,
+                     VertebraeError, VertebraeWarning)
 from .families.labeled.benchmark import Benchmark
 from .families.labeled.results import BenchmarkResult, ExtractorResult
 from .families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
@@ -77,7 +77,7 @@ __all__ = [
     "RepresentationMonitor", "ConsoleReporter", "read_history",
     # every error and warning a user catches or filters
     "VertebraeError", "ConfigError", "ConfigTypeError", "InputValidationError", "InputTypeError", "ExtractorError",
-    "MetricError", "SerializationError", "DependencyError", "DensificationBudgetError", "MemoryBudgetError",
+    "UserCodeError", "MetricError", "SerializationError", "DependencyError", "DensificationBudgetError", "MemoryBudgetError",
     "ExecutionError", "PlanError", "HistoryError", "HistoryLockedError",
     "ArtifactError", "ArtifactNotFoundError", "ArtifactIntegrityError", "ArtifactSignatureError", "ArtifactRaceError",
     "VertebraeWarning", "ScoringWarning", "DataWarning", "CompressionWarning", "ArtifactWarning", "HistoryWarning",

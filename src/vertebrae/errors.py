@@ -40,6 +40,22 @@ class ExtractorError(VertebraeError, ValueError):
     """An extractor failed or returned output that cannot be scored."""
 
 
+class UserCodeError(ExtractorError):
+    """An exception raised inside user code (an extractor's or encoder's fit, transform or encode): a failure
+    of that code, not bad input (the CLI exits 1 and names the extractor, not 2).
+
+    The original exception is the ``__cause__``; ``user_traceback`` is its formatted traceback (the user's
+    frames), kept as text so that it survives the trip back from a dask worker.
+    """
+
+    def __init__(self, message: str, user_traceback: str = "") -> None:
+        super().__init__(message)
+        self.user_traceback = user_traceback
+
+    def __reduce__(self):
+        return type(self), (str(self), self.user_traceback), self.__dict__
+
+
 class MetricError(VertebraeError, ValueError):
     """A metric failed or returned a payload that breaks the metric contract."""
 

@@ -69,6 +69,8 @@ class Store(Protocol):
 
     def sweep(self, min_age: datetime.timedelta, *, dry_run: bool = False) -> list[str]: ...
 
+    def check_writable(self) -> None: ...
+
 
 def build_manifest(key: str, artifact: StoredArtifact, files: Mapping[str, Mapping[str, Any]],
                    versions: Mapping[str, str] | None, metadata: Mapping[str, Any] | None) -> Manifest:
@@ -138,6 +140,9 @@ class MemoryStore:
         """Memory leaves no files behind."""
         return []
 
+    def check_writable(self) -> None:
+        """Memory can always be written."""
+
 
 class FsspecStore:
     """A store on any fsspec filesystem: local paths and ``file://`` (``s3://`` / ``gs://`` with the extras).
@@ -166,6 +171,22 @@ class FsspecStore:
 
     def __repr__(self) -> str:
         return f"FsspecStore({self.url!r})"
+
+    def check_writable(self) -> None:
+        """Create a local store's folder now, or say in one ``ArtifactError`` why it cannot be written: a run
+        that cannot store would otherwise finish, store nothing, and look cached.  An object store is not
+        probed (that costs a request and its permissions may allow writes only); its first write says."""
+        if not self._local:
+            return
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            problem = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+            raise ArtifactError(f"the cache store {self.url} cannot be created ({problem}); give a folder that can be "
+                                "written, or mode = \"read_only\" to only read an existing cache") from None
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise ArtifactError(f"the cache store {self.url} is not writable; give a folder that can be written, or "
+                                "mode = \"read_only\" to only read an existing cache")
 
     def __reduce__(self):
         reopen = functools.partial(FsspecStore, secret=self._secret, max_artifact_bytes=self.max_artifact_bytes)

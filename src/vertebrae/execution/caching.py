@@ -308,7 +308,9 @@ def stage_cache(config: Any) -> StageCache | None:
     if not config.enabled:
         return None
     cache = StageCache(config)
-    cache.store  # noqa: B018 - an unknown protocol or a missing s3fs/gcsfs fails here, before any extractor runs
+    store = cache.store  # an unknown protocol or a missing s3fs/gcsfs fails here, before any extractor runs
+    if config.mode != "read_only":  # so does a local folder that cannot be written
+        store.check_writable()
     return cache
 
 

@@ -1,16 +1,18 @@
 """The one wrapper around calls into user code (an extractor's or encoder's fit, transform, encode).
 
 vertebrae's own errors pass through unchanged (they already name the argument and the fix);
-any other exception becomes an :class:`~vertebrae.errors.ExtractorError` that names the
-call, with the original exception as ``__cause__``.
+any other exception becomes a :class:`~vertebrae.errors.UserCodeError` (an ``ExtractorError``)
+that names the call, with the original exception as ``__cause__`` and its traceback as text
+(what ``vertebrae run --traceback`` shows).
 """
 
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterator
 
-from ..errors import ExtractorError, VertebraeError
+from ..errors import UserCodeError, VertebraeError
 
 
 @contextlib.contextmanager
@@ -21,4 +23,4 @@ def user_code(what: str) -> Iterator[None]:
     except VertebraeError:
         raise
     except Exception as exc:
-        raise ExtractorError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise UserCodeError(f"{what}: {type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))) from exc

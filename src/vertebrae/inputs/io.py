@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import DependencyError, InputValidationError
 from .._base.extras import install_hint
+from .targets import TargetSource
 
 MATRIX_SUFFIXES = (".npy", ".npz", ".parquet", ".csv")
 #: Largest run configuration file read: a config names its data files, it does not hold data.
@@ -148,6 +149,34 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
     raise InputValidationError(f"{path}: unsupported {what} format {suffix!r}; use .npy, .txt, .csv or .parquet")
 
 
+def labels_source(path: str | pathlib.Path, given: str | pathlib.Path, column: Any,
+                  role: str = "labels") -> TargetSource:
+    """Where a labels file's rows are, for messages: the file as the config names it, its column, and (for
+    ``.txt`` and ``.csv``) the line an editor shows for each row.  Read after :func:`load_column` accepted
+    the file, so every line holds one row."""
+    import csv
+
+    path = pathlib.Path(path)
+    columns = "" if column is None else f", column {column!r}" if isinstance(column, str) else f", columns {list(column)}"
+    description = f"the {role} file {str(given)!r}{columns}"
+    suffix = path.suffix.lower()
+    if suffix == ".txt":
+        return TargetSource(description, tuple(range(1, len(path.read_text(encoding="utf-8").splitlines()) + 1)))
+    if suffix != ".csv":
+        return TargetSource(description)
+    lines = []
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None) or []
+        if column is None and len(header) == 1:  # the file's only column, named by its header
+            description += f", column {header[0]!r}"
+        end = reader.line_num
+        for _ in reader:  # a quoted cell may span lines: a row starts on the line after the previous one ends
+            lines.append(end + 1)
+            end = reader.line_num
+    return TargetSource(description, tuple(lines))
+
+
 def _reject_lines(path: pathlib.Path, what: str, numbers: list[int], problem: str) -> None:
     """Name the offending lines (1-based, as editors number them) instead of letting rows shift."""
     if numbers:
@@ -235,7 +264,28 @@ def _parse_yaml(path: pathlib.Path, text: str) -> Any:
     try:
         return yaml.load(text, Loader=BoundedLoader)  # a SafeLoader subclass: no Python objects
     except yaml.YAMLError as exc:
-        raise InputValidationError(f"{path}: invalid YAML: {exc}") from None
+        raise InputValidationError(f"{path}: invalid YAML: {_yaml_problem(exc, text)}") from None
+
+
+def _yaml_problem(exc: Any, text: str) -> str:
+    """PyYAML's multi-line message (naming ``<unicode string>`` and quoting the text) as one line with the line
+    and column, 1-based, as TOML's errors and editors give them."""
+    import yaml
+
+    def at(line: int, column: int) -> str:
+        return f"line {line + 1}, column {column + 1}"
+
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow: a position in the text
+        before = text[:exc.position]
+        shown = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        return f"unacceptable character {shown}: {exc.reason} (at {at(before.count(chr(10)), len(before) - before.rfind(chr(10)) - 1)})"
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return " ".join(str(exc).replace('in "<unicode string>", ', "").split())
+    message = f"{exc.problem} (at {at(exc.problem_mark.line, exc.problem_mark.column)}"
+    if exc.context:
+        start = exc.context_mark
+        message += f"; {exc.context}" + ("" if start is None else f" started at {at(start.line, start.column)}")
+    return message + ")"
 
 
 def _check_expanded_size(path: pathlib.Path, root: Any) -> None:

@@ -28,7 +28,8 @@ import numpy as np
 
 from .audio import check_waveform
 from ..errors import ConfigError, ConfigTypeError, InputValidationError
-from .io import _load_numpy, _read_parquet, load_column
+from .io import _load_numpy, _read_parquet, labels_source, load_column
+from .targets import TargetSource, build_targets
 
 SOURCES = ("texts", "images", "audio")
 #: How an image folder treats symbolic links: follow those whose target lies inside it (default), or any.
@@ -50,8 +51,10 @@ def source_of(section: Mapping[str, Any]) -> str | None:
     return given[0]
 
 
-def load_source(section: Mapping[str, Any], resolve: Any) -> tuple[str, Any, Any, dict[str, Any]]:
-    """``(kind, inputs, labels, constructor options)`` of the source; ``kind`` picks the dataset constructor."""
+def load_source(section: Mapping[str, Any],
+                resolve: Any) -> tuple[str, Any, Any, TargetSource | None, dict[str, Any]]:
+    """``(kind, inputs, labels, where the labels are, constructor options)`` of the source; ``kind`` picks the
+    dataset constructor; the labels' source is None for an image folder (its subfolder names are the labels)."""
     source = source_of(section)
     path = resolve(section[source])
     if source == "audio":
@@ -60,7 +63,7 @@ def load_source(section: Mapping[str, Any], resolve: Any) -> tuple[str, Any, Any
         rate = section["sampling_rate"]
         if isinstance(rate, bool) or not isinstance(rate, int) or rate < 1:
             raise ConfigTypeError(f"config [dataset] sampling_rate must be a positive whole number of Hz, got {rate!r}")
-        return "audio", load_waveforms(path), _separate_labels(section, resolve, "audio"), {"sampling_rate": rate}
+        return "audio", load_waveforms(path), *_separate_labels(section, resolve, "audio"), {"sampling_rate": rate}
     if "sampling_rate" in section:
         raise ConfigError(f"config [dataset] sampling_rate applies to audio, not to {source}")
     if "max_image_pixels" in section and source != "images":
@@ -74,7 +77,7 @@ def load_source(section: Mapping[str, Any], resolve: Any) -> tuple[str, Any, Any
             raise ConfigError("config [dataset] images is a folder: its class subfolders are the labels; leave out "
                               "labels, labels_column and input_column (or give a table of image paths)")
         paths, labels = image_folder(path, section.get("follow_links", "inside"))
-        return "images", paths, labels, options
+        return "images", paths, labels, None, options
     table = _table(path, source)
     column = section.get("input_column")
     if column is None:
@@ -82,23 +85,27 @@ def load_source(section: Mapping[str, Any], resolve: Any) -> tuple[str, Any, Any
                           f"the {'texts' if source == 'texts' else 'image paths'}")
     values = _column_values(table, column, path, "text" if source == "texts" else "image path")
     if "labels" in section:
-        labels = _separate_labels(section, resolve, source)
+        labels, where = _separate_labels(section, resolve, source)
     elif "labels_column" in section:
         labels = load_column(path, section["labels_column"], "labels")
+        where = labels_source(path, section[source], section["labels_column"], source)
     else:
         raise ConfigError(f"config [dataset] needs labels_column = \"...\" (a column of {section[source]!r}) or "
                           "labels = \"labels.csv\"")
     if source == "texts":
-        return "texts", values, labels, {}
-    return "images", [_image_file(path, i, value) for i, value in enumerate(values)], labels, options
+        return "texts", values, labels, where, {}
+    return "images", [_image_file(path, i, value) for i, value in enumerate(values)], labels, where, options
 
 
 def dataset_from_source(section: Mapping[str, Any], resolve: Any, **options: Any) -> Any:
     """The ``BenchmarkDataset`` of the source (``options``: identity, target options, name; None values left out)."""
     from .datasets import BenchmarkDataset
 
-    kind, inputs, labels, extra = load_source(section, resolve)
+    kind, inputs, labels, where, extra = load_source(section, resolve)
     options = {key: value for key, value in options.items() if value is not None}
+    if where is not None:  # the dataset would name them ``y``; here they are a file's column and rows
+        build_targets(labels, n_samples=len(inputs), argument=where,
+                      **{key: options[key] for key in ("target_type", "label_names", "target_names") if key in options})
     if kind == "texts":
         return BenchmarkDataset.from_arrays(inputs, labels, **options)
     if kind == "images":
@@ -106,10 +113,11 @@ def dataset_from_source(section: Mapping[str, Any], resolve: Any, **options: Any
     return BenchmarkDataset.from_audio_arrays(inputs, labels, **extra, **options)
 
 
-def _separate_labels(section: Mapping[str, Any], resolve: Any, source: str) -> Any:
+def _separate_labels(section: Mapping[str, Any], resolve: Any, source: str) -> tuple[Any, TargetSource]:
     if "labels" not in section:
         raise ConfigError(f"config [dataset] {source} needs labels = \"labels.csv\" (one label per row)")
-    return load_column(resolve(section["labels"]), section.get("labels_column"), "labels")
+    path, column = resolve(section["labels"]), section.get("labels_column")
+    return load_column(path, column, "labels"), labels_source(path, section["labels"], column)
 
 
 def _table(path: pathlib.Path, source: str) -> Any:

@@ -25,10 +25,27 @@ _SHOWN = 5
 _TYPED_KINDS = "biufUS"
 
 
-def _rows_text(rows: Sequence[int]) -> str:
-    rows = list(rows)
+@dataclass(frozen=True)
+class TargetSource:
+    """Where targets were read from (a file and its column), so a message names them instead of ``y``, and
+    gives each row's line as an editor numbers it (``lines``: the 1-based line of every row, when the file
+    has lines: a CSV's row 7 is line 9 under its header)."""
+
+    description: str
+    lines: tuple[int, ...] | None = None
+
+    def __str__(self) -> str:
+        return self.description
+
+
+def _rows_text(rows: Sequence[int], argument: str | TargetSource) -> str:
+    rows = [int(row) for row in rows]
     shown = ", ".join(map(str, rows[:_SHOWN])) + (", ..." if len(rows) > _SHOWN else "")
-    return f"{shown} (0-based; {len(rows)} row(s))"
+    lines = getattr(argument, "lines", None)
+    if lines is None:
+        return f"{shown} (0-based; {len(rows)} row(s))"
+    at = ", ".join(str(lines[row]) for row in rows[:_SHOWN]) + (", ..." if len(rows) > _SHOWN else "")
+    return f"{shown} (0-based; {len(rows)} row(s); line(s) {at} in an editor)"
 
 
 @dataclass(frozen=True)
@@ -130,7 +147,7 @@ def _is_missing(value: Any) -> bool:
 
 def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequence[Any] | None = None,
                   target_names: Sequence[str] | None = None, n_samples: int | None = None,
-                  argument: str = "y") -> Targets:
+                  argument: str | TargetSource = "y") -> Targets:
     """Validate user targets and return the matching targets object.
 
     ``target_type=None`` infers the type: a 2-D array, a sparse matrix, or a sequence
@@ -202,7 +219,7 @@ def _looks_continuous(y: Any, values: list[Any]) -> bool:
     return bool(distinct >= _INTEGER_CONTINUOUS_VALUES and distinct > _INTEGER_CONTINUOUS_SHARE * n)
 
 
-def _single_label(y: Any, argument: str, inferred: bool = False) -> SingleLabelTargets:
+def _single_label(y: Any, argument: str | TargetSource, inferred: bool = False) -> SingleLabelTargets:
     if isinstance(y, str) or not hasattr(y, "__len__"):
         raise InputTypeError(f"{argument} must be a 1-D sequence of class labels, got {type(y).__name__}")
     if isinstance(y, np.ndarray) and y.ndim != 1:
@@ -216,7 +233,7 @@ def _single_label(y: Any, argument: str, inferred: bool = False) -> SingleLabelT
     else:
         missing = [i for i, v in enumerate(values) if _is_missing(v)]
     if len(missing):
-        raise InputValidationError(f"{argument} has missing labels (None/NaN) at rows {_rows_text(missing)}; "
+        raise InputValidationError(f"{argument} has missing labels (None/NaN) at rows {_rows_text(missing, argument)}; "
                                    "drop those rows or assign them a class")
     codes, catalog = _encode_labels(y, values, argument)
     targets = SingleLabelTargets(codes, catalog)
@@ -233,12 +250,15 @@ def _single_label(y: Any, argument: str, inferred: bool = False) -> SingleLabelT
             "ids, every class needs at least 2 rows")
     if small:
         names = ", ".join(f"{catalog.display(k)!r} ({c} sample)" for k, c in list(small.items())[:_SHOWN])
-        raise InputValidationError(f"{argument}: class(es) {names} have fewer than 2 samples; a class needs at least 2 "
-                                   "samples to be scored: drop those rows or merge the class")
+        code = {key: j for j, key in enumerate(catalog.keys)}
+        rows = np.flatnonzero(np.isin(codes, [code[k] for k in small]))
+        raise InputValidationError(f"{argument}: class(es) {names} have fewer than 2 samples, at rows "
+                                   f"{_rows_text(rows, argument)}; a class needs at least 2 samples to be scored: drop "
+                                   "those rows or merge the class")
     return targets
 
 
-def _encode_labels(y: Any, values: list[Any], argument: str) -> tuple[np.ndarray, LabelCatalog]:
+def _encode_labels(y: Any, values: list[Any], argument: str | TargetSource) -> tuple[np.ndarray, LabelCatalog]:
     """Catalog codes of every row; typed NumPy arrays take a vectorized path (one key per distinct value)."""
     if isinstance(y, np.ndarray) and y.dtype.kind in _TYPED_KINDS:
         uniques, inverse = np.unique(y, return_inverse=True)
@@ -268,7 +288,7 @@ def _encode_labels(y: Any, values: list[Any], argument: str) -> tuple[np.ndarray
     return np.fromiter((position[k] for k in keys), dtype=np.int32, count=len(keys)), catalog
 
 
-def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str) -> MultiLabelTargets:
+def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str | TargetSource) -> MultiLabelTargets:
     if is_sparse(y) or (isinstance(y, np.ndarray) and y.ndim == 2):
         indicator = sparse_module().csr_matrix(y)
         if indicator.shape[0] == 0:
@@ -321,7 +341,7 @@ def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str) -> Mul
         names, keys = [catalog.value(k) for k in catalog.keys], list(catalog.keys)
     empty = np.flatnonzero(np.diff(indicator.indptr) == 0)
     if empty.size:
-        raise InputValidationError(f"{argument}: rows {_rows_text(empty)} have no label; every multi-label row needs at "
+        raise InputValidationError(f"{argument}: rows {_rows_text(empty, argument)} have no label; every multi-label row needs at "
                                    "least one label (drop the rows, or add an explicit 'none' label and exclude it)")
     # Reorder columns into catalog order so column j is always catalog.keys[j].
     catalog = LabelCatalog(names)
@@ -343,7 +363,7 @@ def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str) -> Mul
     return targets
 
 
-def _regression(y: Any, target_names: Sequence[str] | None, argument: str) -> RegressionTargets:
+def _regression(y: Any, target_names: Sequence[str] | None, argument: str | TargetSource) -> RegressionTargets:
     try:
         values = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError):
@@ -354,7 +374,7 @@ def _regression(y: Any, target_names: Sequence[str] | None, argument: str) -> Re
         raise InputValidationError(f"{argument} must be 1-D or 2-D (rows x targets) for regression, got shape {values.shape}")
     bad = ~np.isfinite(values).all(axis=1)
     if bad.any():
-        raise InputValidationError(f"{argument} has NaN/inf regression targets at rows {_rows_text(np.flatnonzero(bad))}; "
+        raise InputValidationError(f"{argument} has NaN/inf regression targets at rows {_rows_text(np.flatnonzero(bad), argument)}; "
                                    "drop or impute them")
     if values.shape[0] < 3:
         raise InputValidationError(f"{argument} has {values.shape[0]} rows; regression scoring needs at least 3")

@@ -30,6 +30,7 @@ from ..inputs.labels import LabelCatalog, decode_key, semantic_key
 from .._base.result_schema import NUMBER, Choice, MapOf, both, nullable, rule
 from ..inputs.targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .._base.threads import DEFAULT_THREAD_LIMIT, limited_threads
+from .._base.call_warnings import call_warnings
 
 _LOG = logging.getLogger(__name__)
 #: Seed used when the caller gives none: unseeded MiniBatchKMeans drifts between runs.
@@ -280,6 +281,8 @@ class OverlapScoreResult:
 
 
 # ----------------------------------------------------------------------- k resolution
+#: Classes a grouped k note names before "...".
+_SHOWN_CLASSES = 5
 def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: LabelCatalog
               ) -> tuple[dict[str, int], dict[str, str], list[str]]:
     """Per-class k from class size, ``min_k``, ``max_k`` and ``min_samples_per_cluster``.
@@ -287,12 +290,13 @@ def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: 
     capacity(c) = max(2, n_c // min_samples_per_cluster), capped at n_c: the most
     prototypes a class can support.  ``"auto"`` asks for clip(capacity, min_k, max_k);
     an integer or mapping asks for that value.  When the request exceeds capacity the
-    class gets the capacity and a warning with the numbers.  Returns (k per class,
+    class gets the capacity and a warning with the numbers, one for all the classes reduced alike (same
+    request, size and k: balanced data is one fact, not one line per class).  Returns (k per class,
     source per class, warnings).
     """
     resolved: dict[str, int] = {}
     source: dict[str, str] = {}
-    notes: list[str] = []
+    reduced: dict[tuple[int, str, int, int], list[str]] = {}
     for key, n in counts.items():
         capacity = min(n, max(2, n // config.min_samples_per_cluster))
         if isinstance(config.k, Mapping) and key in config.k:
@@ -303,12 +307,26 @@ def resolve_k(counts: Mapping[str, int], config: OverlapScoringConfig, catalog: 
             want, source[key] = min(config.max_k, max(config.min_k, capacity)), "auto"
         resolved[key] = min(want, capacity)
         if resolved[key] < want:
-            notes.append(
-                f"class {catalog.display(key)!r}: k reduced from {want} ({source[key]}) to {resolved[key]} because it has "
-                f"only {n} sample(s) (min_samples_per_cluster={config.min_samples_per_cluster})")
+            reduced.setdefault((want, source[key], resolved[key], n), []).append(key)
+    notes = [_k_note(keys, len(counts), want, how, k, n, config.min_samples_per_cluster, catalog)
+             for (want, how, k, n), keys in reduced.items()]
     if isinstance(config.k, Mapping):
         notes.extend(merged_key_notes(config.k, counts, catalog))
     return resolved, source, notes
+
+
+def _k_note(keys: list[str], n_classes: int, want: int, how: str, k: int, n: int, min_samples: int,
+            catalog: LabelCatalog) -> str:
+    """``class 'tiny': k reduced ...``, ``classes 'a', 'b': ...`` or ``every class (10 classes): ...``."""
+    shown = ", ".join(repr(catalog.display(key)) for key in keys[:_SHOWN_CLASSES])
+    if len(keys) == 1:
+        who, has = f"class {shown}", "it has"
+    else:
+        who = (f"every class ({n_classes} classes)" if len(keys) == n_classes else
+               f"classes {shown}{', ...' if len(keys) > _SHOWN_CLASSES else ''} ({len(keys)} of {n_classes})")
+        has = "each has"
+    return (f"{who}: k reduced from {want} ({how}) to {k} because {has} only {n} sample(s) "
+            f"(min_samples_per_cluster={min_samples})")
 
 
 def merged_key_notes(mapping: Mapping[str, int], counts: Mapping[str, int], catalog: LabelCatalog) -> list[str]:
@@ -441,8 +459,7 @@ class OverlapIndexScorer:
         from_oi = {v: k for k, v in to_oi.items()}
         kmeans_kwargs = {**cfg.kmeans_kwargs, "random_state": seed}
         excluded = [to_oi[k] for k in cfg.exclude_classes]
-        with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with limited_threads(cfg.thread_limit), call_warnings() as caught:
             # OverlapIndex casts to float64 and L2-normalizes (in float32) on its own copy, so
             # ordinary input goes in as it is, without a copy here; rows whose scale its float32
             # arithmetic cannot take are first scaled by a power of two (per row when
@@ -501,8 +518,7 @@ class OverlapIndexScorer:
         _LOG.info("ContinuousOverlapIndex on %d x %d with %d %s null permutation(s); this is slow (about 70 s at "
                   "20,000 x 384 with 20 permutations on 2 cores)", X.shape[0], X.shape[1], cfg.n_null_permutations,
                   cfg.null_mode)
-        with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with limited_threads(cfg.thread_limit), call_warnings() as caught:
             coi = ContinuousOverlapIndex(
                 model_type=BACKEND, kmeans_k=cfg.k, kmeans_kwargs=kmeans_kwargs,
                 offline_chunk_size=cfg.offline_chunk_size, target_cover=cfg.target_cover,

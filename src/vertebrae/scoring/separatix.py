@@ -32,6 +32,7 @@ from .._base.result_schema import ANY, NUMBER, MapOf, Switch, both, nullable, ru
 from ..inputs.targets import MultiLabelTargets, RegressionTargets, SingleLabelTargets, Targets, build_targets
 from .._base.threads import DEFAULT_THREAD_LIMIT, limited_threads
 from .overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig
+from .._base.call_warnings import call_warnings
 
 #: separatix's own ``max_dense_mb`` default, used when no vertebrae budget is set.
 SEPARATIX_DEFAULT_MAX_DENSE_MB = 512
@@ -265,8 +266,7 @@ class SeparatixScorer:
         from separatix.exceptions import DensificationError
 
         try:
-            with limited_threads(cfg.thread_limit), warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with limited_threads(cfg.thread_limit), call_warnings() as caught:
                 report = separatix_diagnose(
                     Xf, _separatix_y(targets), groups=group_keys, return_report=True, target_mode=mode,
                     budget=cfg.budget, densify_policy=cfg.densify_policy, max_dense_mb=max_dense_mb,

@@ -244,7 +244,7 @@ def scoring_input(job: Any, inputs: Mapping[str, Any], context: Any) -> tuple[An
     return evaluated(inputs).matrix, context.targets(job), context.dataset.groups
 
 
-@stage(PIPELINE, "score", version=2, reads=("embedding",), optional_reads=("compress", "budget"),
+@stage(PIPELINE, "score", version=3, reads=("embedding",), optional_reads=("compress", "budget"),
        context=("targets",), packages=("overlapindex",), config=scoring_fingerprint, codec=SCORE_CODEC, phase=SCORE,
        runtime="seconds_and_steps", scoring_units=lambda settings: 1)
 def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
@@ -261,7 +261,7 @@ def _stability_config(settings: Any, chain: Any) -> dict[str, Any] | None:
             **scoring_fingerprint(settings, chain)}
 
 
-@stage(PIPELINE, "stability", version=2, reads=("embedding",), optional_reads=("compress", "budget"),
+@stage(PIPELINE, "stability", version=3, reads=("embedding",), optional_reads=("compress", "budget"),
        context=("targets",), packages=("overlapindex",), config=_stability_config, codec=STABILITY_CODEC,
        phase=SCORE, runtime="seconds_and_steps", scoring_units=lambda settings: settings.stability_config.repeats)
 def stability(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> StabilityArtifact:
@@ -299,7 +299,7 @@ ROUND_CODEC = dataclasses.replace(document_codec("stability_round", lambda a: {"
                                   cached=True)
 
 
-@stage(PIPELINE, "stability_round", version=2, reads=("embedding",), optional_reads=("compress", "budget"),
+@stage(PIPELINE, "stability_round", version=3, reads=("embedding",), optional_reads=("compress", "budget"),
        context=("targets",), packages=("overlapindex",), config=_round_config, codec=ROUND_CODEC, final=True,
        runtime="seconds", scoring_units=lambda settings: len(range(*repeat_window(settings))))
 def stability_round(job: Any, inputs: Mapping[str, Any], context: Any,
