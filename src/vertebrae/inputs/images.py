@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError, InputTypeError, InputValidationError
+from .._base.files import read_regular
 from .._base.fingerprint import content_sha256
 
 #: How an item becomes an extractor's input: Pillow decodes it and converts it to 8-bit RGB.
@@ -97,7 +98,7 @@ class ImageInputs(Sequence):
         path = self.files[position]
         row = position if self.row_numbers is None else self.row_numbers[position]
         try:
-            data = path.read_bytes()
+            data = read_regular(path)  # a FIFO swapped in since the dataset was built must not hang the run
         except OSError as exc:
             raise InputValidationError(f"image row {row} ({str(path)!r}) cannot be read now ({exc.strerror or exc}); "
                                        "it was readable when the dataset was built") from None
@@ -158,7 +159,7 @@ def image_files(paths: Any) -> ImageInputs:
             what = "is not a file" if path.exists() else "does not exist"
             raise InputValidationError(f"paths[{row}] ({str(path)!r}) {what}; fix the path or drop row {row}")
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except OSError as exc:
             raise InputValidationError(f"paths[{row}] ({str(path)!r}) cannot be read ({exc.strerror or exc}); check "
                                        "its permissions") from None
