@@ -113,9 +113,9 @@ class PlanFile:
                 check_signature(content, data.get("signature"), secret, str(path), domain=PLAN_DOMAIN,
                                 what="plan file")
             except ArtifactSignatureError as exc:
-                raise ArtifactSignatureError(f"{exc}: the store's secret (${SECRET_ENV}) is set, so only a plan "
-                                             "signed with it runs; write the plan again with `vertebrae plan` and "
-                                             f"${SECRET_ENV} set") from None
+                raise ArtifactSignatureError(f"{exc} (the store's secret ${SECRET_ENV} is set, so only a plan "
+                                             "signed with it runs: write the plan again with `vertebrae plan` and "
+                                             f"${SECRET_ENV} set)") from None
         if data.get("schema") != PLAN_SCHEMA:
             raise PlanError(f"{path} has plan schema {data.get('schema')!r}; this vertebrae reads schema {PLAN_SCHEMA}:"
                             " write the plan again with this version")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._base.names import printable
 from .markdown_stability import interval_text
 from .markdown_table import table, text
 

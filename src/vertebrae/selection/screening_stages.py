@@ -122,7 +122,7 @@ RUNG_CODEC = dataclasses.replace(document_codec("rung_score", lambda a: {"stabil
                                  cached=True)
 
 
-@stage(PIPELINE, "rung_score", version=1, reads=("embedding",), optional_reads=("compress",), context=("targets",),
+@stage(PIPELINE, "rung_score", version=2, reads=("embedding",), optional_reads=("compress",), context=("targets",),
        packages=("overlapindex",), config=_rung_config, codec=RUNG_CODEC, final=True, runtime="seconds",
        scoring_units=lambda settings: settings.stability_config.repeats)
 def rung_score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> StabilityArtifact:

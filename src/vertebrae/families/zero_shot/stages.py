@@ -165,7 +165,7 @@ def _overlap_config(settings: ZeroShotSettings, chain: Any) -> dict[str, Any]:
     return {"overlap": settings.scoring_config.fingerprint()}
 
 
-@stage(PIPELINE, "overlap", version=1, reads=("encode_samples",), optional_reads=("compress",), context=("targets",),
+@stage(PIPELINE, "overlap", version=2, reads=("encode_samples",), optional_reads=("compress",), context=("targets",),
        packages=("overlapindex",), config=_overlap_config, runtime="seconds")
 def overlap(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> OverlapScoreResult:
     """OverlapIndex of the sample embeddings: contextual evidence, never mixed into the zero-shot score.
