@@ -222,15 +222,20 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
             os.environ[name] = value
 
 
-def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
+def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
+                         keep: Callable[[Any], None] | None = None) -> Any:
     """Run ``run()`` and show each distinct warning once, with its count and without source lines.
 
     The results keep every warning; the terminal gets a digest (nothing with ``--quiet``).  A failed
-    extractor's note is left out: :func:`_exit_code` prints it once, as the failure it is.
+    extractor's note is left out: :func:`_exit_code` prints it once, as the failure it is.  ``keep(result)``
+    runs before anything is printed: the JSON result is written there, so nothing that renders a name can
+    lose a finished run.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run()
+    if keep is not None:
+        keep(result)
     failures = {f"{r.name}: {note}" for r in getattr(result, "extractor_results", ()) if r.error is not None
                 for note in r.warnings}
     counts: dict[tuple[str, str], int] = {}
@@ -271,11 +276,13 @@ def _output_file(path: pathlib.Path | None) -> None:
     _output_folder(path.parent, "--output's folder")
 
 
-def _write_reports(result, output: pathlib.Path | None, quiet: bool) -> None:
-    """The JSON result first (nothing renders a name before it is safe on disk), then the reports and the summary."""
+def _write_reports(result, output: pathlib.Path | None, quiet: bool, *, json_written: bool = False) -> None:
+    """The JSON result first (unless ``json_written``: nothing renders a name before it is safe on disk), then the
+    reports and the summary."""
     output = pathlib.Path(".") if output is None else output
     json_path, markdown_path, html_path = (output / name for name in REPORT_FILES)
-    result.save_json(json_path)
+    if not json_written:
+        result.save_json(json_path)
     result.save_markdown(markdown_path)
     result.save_html(html_path)
     if not quiet:
@@ -376,10 +383,14 @@ def _run(args: argparse.Namespace) -> int:
         config["screening"] = config.get("screening", {})
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
+
+    def keep(result: Any) -> None:
+        result.metadata["input_files"] = files
+        result.save_json((pathlib.Path(".") if args.output is None else args.output) / REPORT_FILES[0])
+
     with _dask_runner(address, args.dask_timeout, progress=False if args.quiet else None) as runner:
-        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
-    result.metadata["input_files"] = files
-    _write_reports(result, args.output, args.quiet)
+        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner), keep)
+    _write_reports(result, args.output, args.quiet, json_written=True)
     return _exit_code(args.command, result)
 
 
@@ -627,9 +638,11 @@ def _collect(args: argparse.Namespace) -> int:
     progress = False if args.quiet else None
     benchmark = plan_benchmark(plan, specs, progress)
     runner = phase_runner(plan, COLLECT, metric_specs=specs, progress=progress)
-    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
-    result.metadata["input_files"] = plan.input_files
-    result.save_json(args.output)
+    def keep(result: Any) -> None:
+        result.metadata["input_files"] = plan.input_files
+        result.save_json(args.output)
+
+    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner), keep)
     if not args.quiet:
         _say(console_summary(result))
         _say(f"\nWrote {args.output}")

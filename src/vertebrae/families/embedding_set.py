@@ -85,7 +85,7 @@ def _check_stored_values(part: str | None, matrix: Any) -> None:
         validate_embeddings(matrix, argument=what)
     except InputValidationError as exc:
         raise ValueError(str(exc)) from None
-    if is_constant(matrix):
+    if matrix.shape[0] > 1 and is_constant(matrix):  # one row (a single query) is no repetition
         raise ValueError(f"{what} are one row repeated throughout (a space that separates nothing)")
 
 
