@@ -235,8 +235,11 @@ class FsspecStore:
         """The published manifest, ``None`` when absent; a malformed one raises ArtifactIntegrityError."""
         path = self._path(key, MANIFEST_FILE)
         try:
-            with self._open(path, key) as fileobj:
-                text = fileobj.read()
+            if self._local:
+                with self._open(path, key) as fileobj:
+                    text = fileobj.read()
+            else:  # one request; an open object store file may expire when a concurrent writer replaces it
+                text = self.fs.cat_file(path)
         except FileNotFoundError:
             return None
         except ArtifactError:
