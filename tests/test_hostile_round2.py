@@ -332,8 +332,8 @@ def test_file_names_with_undecodable_bytes_never_lose_a_finished_run(tmp_path):
             pixels = (rng.random((8, 8, 3)) * 100 + base).clip(0, 255).astype(np.uint8)
             Image.fromarray(pixels).save(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"imgs", folder, name)))
     (tmp_path / "pixels_module.py").write_text(EXTRACTOR_MODULE)
-    (tmp_path / "run.toml").write_text('[dataset]\nid = "imgs"\nrevision = "1"\nimages = "imgs"\n\n'
-                                       '[[extractors]]\nname = "pix"\nkind = "callable"\nmodel = "pixels_module:pixels"\n')
+    (tmp_path / "run.toml").write_text('[dataset]\nid = "imgs"\nrevision = "1"\nimages = "imgs"\n\n[[extractors]]\n'
+                                       'name = "pix"\nkind = "callable"\nmodel = "pixels_module:pixels"\n')
     env = {"PYTHONPATH": f"{SRC}{os.pathsep}{tmp_path}"}
     done = vertebrae_cli("run", "run.toml", "-o", "out", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
@@ -473,5 +473,6 @@ def test_a_pickle_checkpoint_is_refused_in_one_line_naming_the_file_and_the_fix(
                                        '[[extractors]]\nname = "pickled"\nkind = "hf_text"\nmodel = "model"\n')
     done = vertebrae_cli("run", "run.toml", "-o", "out", "-q", cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert f"{tmp_path / 'model' / 'pytorch_model.bin'}" in done.stderr and "convert the checkpoint to safetensors" in done.stderr
+    assert str(tmp_path / "model" / "pytorch_model.bin") in done.stderr
+    assert "convert the checkpoint to safetensors" in done.stderr
     assert "the pickle ran" not in done.stdout + done.stderr

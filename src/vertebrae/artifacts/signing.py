@@ -1,4 +1,4 @@
-"""Signed manifests (and plan files): what tells an entry this cache wrote from one forged by another writer of the store.
+"""Signed manifests and plan files: what tells an entry this cache wrote from one forged by another writer.
 
 A sha256 per data file stops accidental corruption, not forgery: anyone who can write to the store
 can replace a matrix and write a manifest with consistent checksums.  With a secret, every manifest

@@ -35,11 +35,12 @@ def user_code(what: str) -> Iterator[None]:
 
 
 def _torch_load_file(trace: TracebackType | None) -> str:
-    """The file ``torch.load`` was reading, from its frame in the traceback (``'the model's checkpoint'`` when
-    the traceback does not show it)."""
+    """The file ``torch.load`` was reading, quoted, from its frame in the traceback (``of the model`` when the
+    traceback does not show it: "the checkpoint of the model holds ...")."""
     while trace is not None:
         frame = trace.tb_frame
-        if frame.f_code.co_name == "load" and frame.f_code.co_filename.replace("\\", "/").endswith("torch/serialization.py"):
+        code = frame.f_code
+        if code.co_name == "load" and code.co_filename.replace("\\", "/").endswith("torch/serialization.py"):
             source = frame.f_locals.get("f")
             if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
                 return repr(str(source))
