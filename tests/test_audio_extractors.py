@@ -141,8 +141,9 @@ def test_names_metadata_and_recipe_need_no_model(audio_models):
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"sampling_rate": 8000}, ConfigError, "does not match the model's feature extractor \\(16000 Hz\\); resample"),
-    ({"sampling_rate": True}, ConfigError, "sampling_rate must be a positive integer"),
-    ({"sampling_rate": 0}, ConfigError, "sampling_rate must be a positive integer"),
+    ({"sampling_rate": True}, ConfigError, "sampling_rate must be a whole number of Hz"),
+    ({"sampling_rate": 0}, ConfigError, "sampling_rate must be a whole number of Hz"),
+    ({"sampling_rate": 2**63}, ConfigError, "sampling_rate must be a whole number of Hz from 1 to 10000000"),
     ({"sampling_rate": RATE, "poolings": "cls"}, ConfigError, r"poolings must be one of \['mean', 'max'\]"),
     ({"sampling_rate": RATE, "layers": 3}, ConfigError, "layers 3 is out of range"),
 ])

@@ -178,7 +178,8 @@ def test_the_core_reaches_no_plug_in(core):
 def test_the_json_codec_is_at_the_foundation():
     graph = import_graph()
     assert "vertebrae._base.json_codec" in graph
-    assert reaches(graph, "vertebrae._base.json_codec") <= {"vertebrae.errors", "vertebrae._base.sparse"}
+    assert reaches(graph, "vertebrae._base.json_codec") <= {"vertebrae.errors", "vertebrae._base.sparse",
+                                                             "vertebrae._base.names"}
 
 
 def test_the_foundation_imports_nothing_above_it():

@@ -8,6 +8,7 @@ stores, so even the cache facts agree).
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -83,14 +84,20 @@ def project(tmp_path: pathlib.Path) -> pathlib.Path:
 def cli(project: pathlib.Path, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
     """One vertebrae command in a fresh Python process (what a separate machine would run)."""
     done = subprocess.run([sys.executable, "-m", "vertebrae.cli.main", *args], cwd=project, capture_output=True,
-                          text=True, timeout=300, env={**_env(), "PYTHONPATH": str(project)})
+                          text=True, timeout=300, env={**_env(), "PYTHONPATH": os.pathsep.join([_source_path(),
+                                                                                            str(project)])})
     assert done.returncode == expect, done.stderr
     return done
 
 
-def _env() -> dict[str, str]:
-    import os
+def _source_path() -> str:
+    """The folder the vertebrae under test was imported from, so each phase runs the same code as the test."""
+    import vertebrae
 
+    return str(pathlib.Path(vertebrae.__file__).parents[1])
+
+
+def _env() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 

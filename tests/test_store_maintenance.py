@@ -62,7 +62,7 @@ def test_verify_list_and_prune_report_each_bad_entry_and_go_on(tmp_path, capsys)
     assert out[-2].startswith("4 artifact(s) checked") and "2 valid, 1 corrupt, 1 unreadable" in out[-2]
     assert out[-1].startswith("signatures not checked")  # no secret here
 
-    assert main(["cache", "list", "--store", str(root)]) == 0
+    assert main(["cache", "list", "--store", str(root)]) == 1  # an unreadable entry: listed, and a non-zero exit
     out = capsys.readouterr().out
     assert all(_key(i) in out for i in (0, 2, 3))
     assert f"UNREADABLE {_key(1)}:" in out and "3 artifact(s)" in out and "1 unreadable" in out

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .names import json_escaped
 from .sparse import is_sparse, sparse_module
 from ..errors import SerializationError
 
@@ -236,8 +237,9 @@ def _canonical(value: Any) -> str:
 
 
 def dumps(obj: Any) -> str:
-    """Deterministic text: sorted keys, two-space indent, no NaN."""
-    return json.dumps(encode(obj), sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    """Deterministic text: sorted keys, two-space indent, no NaN; a name that is not valid Unicode (a file name's
+    undecodable bytes) is kept as its ``\\uXXXX`` escape, so the text always encodes as UTF-8."""
+    return json_escaped(json.dumps(encode(obj), sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False)) + "\n"
 
 
 def write(obj: Any, path: str | pathlib.Path) -> pathlib.Path:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._base.config import Config, FrozenDict, check_bool, check_choice, check_str_mapping
 from .manifest import parse_time
-from .signing import SECRET_ENV, check_secret
+from .signing import SECRET_ENV, check_secret, secret_from_env
 from .store import DEFAULT_MAX_ARTIFACT_BYTES, SECRET_OPTION, Store, check_max_artifact_bytes, open_store, redact_url
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactRaceError, ConfigError
 from .._base.extras import install_hint
@@ -62,7 +62,7 @@ class CacheConfig(Config):
         check_bool(owner, "enabled", self.enabled)
         check_choice(owner, "mode", self.mode, CACHE_MODES)
         if self.secret is None and os.environ.get(SECRET_ENV):
-            self._set("secret", check_secret(f"${SECRET_ENV}", os.environ[SECRET_ENV]))
+            self._set("secret", secret_from_env())
         check_secret(f"{owner}.secret", self.secret)
         try:
             check_max_artifact_bytes(f"{owner}.max_artifact_bytes", self.max_artifact_bytes)
@@ -146,7 +146,10 @@ class CacheEntry:
 
 def list_entries(store: Store) -> Iterator[CacheEntry]:
     """Every entry of the store; one whose manifest cannot be read is listed with its ``problem``, never skipped
-    silently and never the end of the listing."""
+    silently and never the end of the listing, and so is a stage folder the store refuses to list (a link out of it,
+    named ``<stage>/*``)."""
+    for folder, problem in store.refused():
+        yield CacheEntry(key=folder, kind="-", extractor="-", dataset="-", bytes=0, created_at="-", problem=problem)
     for key in store.keys():
         try:
             manifest = store.manifest(key)
@@ -164,9 +167,11 @@ def list_entries(store: Store) -> Iterator[CacheEntry]:
 def verify_store(store: Store) -> Iterator[tuple[str, ArtifactError | None]]:
     """``(key, None)`` for every valid artifact, ``(key, why)`` for every other, one bad entry never stopping the
     rest: every file is re-read against its checksums and the artifact decoded as its stage declares (a document a
-    run could not use is corrupt, not valid)."""
+    run could not use is corrupt, not valid).  A stage folder the store refuses to list (a link out of it) is
+    ``("<stage>/*", why)``."""
     from ..execution.registry import codec_of_kind
 
+    yield from store.refused()
     for key in store.keys():
         try:
             stored = store.read(key)

@@ -1,10 +1,12 @@
-"""Signed manifests: what tells an entry this cache wrote from one forged by another writer of the store.
+"""Signed manifests and plan files: what tells an entry this cache wrote from one forged by another writer.
 
 A sha256 per data file stops accidental corruption, not forgery: anyone who can write to the store
 can replace a matrix and write a manifest with consistent checksums.  With a secret, every manifest
 carries an HMAC-SHA256 over its canonical content (key, kind, every data file's size and sha256, every
 array's description, versions, metadata), and a reader holding the same secret refuses a manifest
-whose signature is missing or wrong.  The secret is never stored, logged or hashed into a key.
+whose signature is missing or wrong.  A staged run's plan file, which travels with the store, is signed the
+same way under its own domain (a manifest's signature never passes for a plan's).  The secret is never stored,
+logged or hashed into a key.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -24,8 +27,9 @@ SECRET_ENV = "VERTEBRAE_CACHE_SECRET"
 MIN_SECRET_CHARS = 16
 _PREFIX = "hmac-sha256:"
 SIGNATURE = re.compile(re.escape(_PREFIX) + r"[0-9a-f]{64}")
-#: Separates manifest signatures from any other HMAC made with the same secret.
-_DOMAIN = b"vertebrae manifest signature v1\n"
+#: Separate manifest and plan-file signatures from each other and from any other HMAC made with the same secret.
+MANIFEST_DOMAIN = b"vertebrae manifest signature v1\n"
+PLAN_DOMAIN = b"vertebrae plan signature v1\n"
 
 
 def check_secret(owner: str, secret: Any) -> str | None:
@@ -39,23 +43,29 @@ def check_secret(owner: str, secret: Any) -> str | None:
     return secret
 
 
+def secret_from_env() -> str | None:
+    """The secret in :data:`SECRET_ENV` (checked), None when it is unset or empty."""
+    return check_secret(f"${SECRET_ENV}", os.environ.get(SECRET_ENV) or None)
+
+
 def canonical(content: Mapping[str, Any]) -> bytes:
     """One byte string per manifest content: sorted keys, no whitespace, ASCII (what the HMAC covers)."""
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       allow_nan=False).encode("ascii")
 
 
-def sign(content: Mapping[str, Any], secret: str) -> str:
-    """``hmac-sha256:<hex>`` of the canonical ``content``."""
-    digest = hmac.new(secret.encode("utf-8"), _DOMAIN + canonical(content), hashlib.sha256).hexdigest()
+def sign(content: Mapping[str, Any], secret: str, domain: bytes = MANIFEST_DOMAIN) -> str:
+    """``hmac-sha256:<hex>`` of the canonical ``content`` (``domain``: what kind of document it signs)."""
+    digest = hmac.new(secret.encode("utf-8"), domain + canonical(content), hashlib.sha256).hexdigest()
     return _PREFIX + digest
 
 
-def check_signature(content: Mapping[str, Any], signature: str | None, secret: str, where: str) -> None:
+def check_signature(content: Mapping[str, Any], signature: str | None, secret: str, where: str, *,
+                    domain: bytes = MANIFEST_DOMAIN, what: str = "manifest") -> None:
     """Raise :class:`ArtifactSignatureError` unless ``signature`` is ``content``'s under ``secret``."""
     if signature is None:
-        raise ArtifactSignatureError(f"{where}: the manifest is unsigned (written without this cache's secret, or "
+        raise ArtifactSignatureError(f"{where}: the {what} is unsigned (written without this cache's secret, or "
                                      "forged); it is not read")
-    if not hmac.compare_digest(signature, sign(content, secret)):
-        raise ArtifactSignatureError(f"{where}: the manifest's signature does not match its content (forged, "
+    if not isinstance(signature, str) or not hmac.compare_digest(signature, sign(content, secret, domain)):
+        raise ArtifactSignatureError(f"{where}: the {what}'s signature does not match its content (forged, "
                                      "edited, or signed with another secret); it is not read")

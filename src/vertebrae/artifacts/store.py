@@ -24,10 +24,11 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from .._base.files import NotRegularFileError, open_regular
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError, ArtifactWarning
 from .codecs import (HashingSink, StoredArtifact, array_summary, check_npy_size, decode_artifact, file_writers,
                      npy_layout)
-from .manifest import MANIFEST_FILE, Manifest, check_key, logical_name, stored_name, utc_now
+from .manifest import KEY, MANIFEST_FILE, Manifest, check_key, logical_name, stored_name, utc_now
 from .signing import check_secret
 
 MEMORY_URL = "memory://"
@@ -62,6 +63,8 @@ class Store(Protocol):
     def delete(self, key: str) -> None: ...
 
     def keys(self) -> Iterator[str]: ...
+
+    def refused(self) -> Iterator[tuple[str, ArtifactError]]: ...
 
     def manifests(self) -> Iterator[Manifest]: ...
 
@@ -126,6 +129,10 @@ class MemoryStore:
 
     def keys(self) -> Iterator[str]:
         return iter(sorted(self._entries))
+
+    def refused(self) -> Iterator[tuple[str, ArtifactError]]:
+        """Memory has no folders to refuse."""
+        return iter(())
 
     def manifests(self) -> Iterator[Manifest]:
         return (self._entries[key][1] for key in self.keys())
@@ -210,12 +217,24 @@ class FsspecStore:
         Following such a link would read, write or delete files that are not the store's (a planted link
         in a shared cache folder), so it is refused; links that stay inside the root are fine.
         """
-        if self._local:
-            real = os.path.realpath(path)
-            if not real.startswith(self._real_root + os.sep):
-                raise ArtifactError(f"a symbolic link leads {path} outside the store {self.url} (to {real}); "
-                                    "vertebrae does not follow it: remove the link")
+        if self._local and self._leaves_root(path):
+            raise ArtifactError(f"a symbolic link leads {path} outside the store {self.url} (to "
+                                f"{os.path.realpath(path)}); vertebrae does not follow it: remove the link")
         return path
+
+    def _leaves_root(self, path: str) -> bool:
+        return not os.path.realpath(path).startswith(self._real_root + os.sep)
+
+    def _open(self, path: str, key: str) -> Any:
+        """``path`` opened for binary reading; on a local disk only a regular file, opened without blocking (a FIFO
+        planted there would hang a plain open, a device never end): anything else is corrupt, never read."""
+        if not self._local:
+            return self.fs.open(path, "rb")
+        try:
+            return open_regular(path)
+        except NotRegularFileError as exc:
+            raise ArtifactIntegrityError(f"{self.url}/{key}: {path.rsplit('/', 1)[-1]} is {exc.kind}, not a regular "
+                                         "file the store wrote; it is not read") from None
 
     def _error(self, action: str, key: str, exc: BaseException) -> ArtifactError:
         return ArtifactError(self._scrub(f"cannot {action} {key!r} in {self.url}: {type(exc).__name__}: {exc}"))
@@ -237,9 +256,15 @@ class FsspecStore:
         """The published manifest, ``None`` when absent; a malformed one raises ArtifactIntegrityError."""
         path = self._path(key, MANIFEST_FILE)
         try:
-            text = self.fs.cat_file(path)
+            if self._local:
+                with self._open(path, key) as fileobj:
+                    text = fileobj.read()
+            else:  # one request; an open object store file may expire when a concurrent writer replaces it
+                text = self.fs.cat_file(path)
         except FileNotFoundError:
             return None
+        except ArtifactError:
+            raise
         except Exception as exc:  # any backend's failure: OSError, botocore, google-auth, aiohttp...
             raise self._error("read the manifest of", key, exc) from None
         manifest = Manifest.from_json(text)
@@ -320,7 +345,7 @@ class FsspecStore:
         size = int(entry["bytes"])
         sink, path = HashingSink(), self._path(key, name)
         try:
-            with self.fs.open(path, "rb") as fileobj:
+            with self._open(path, key) as fileobj:
                 actual = fileobj.seek(0, io.SEEK_END)
                 if actual != size:
                     raise ArtifactIntegrityError(f"{self.url}/{key}: {name} has {actual} bytes, the manifest records "
@@ -374,7 +399,10 @@ class FsspecStore:
             raise self._error("stat the files of", key, exc) from None
 
     def keys(self) -> Iterator[str]:
-        """Keys with a manifest file, sorted (the manifest's content is not checked here)."""
+        """Keys with a manifest file, sorted (the manifest's content is not checked here).  In a local store an
+        entry folder that is a link out of the store is listed too (reading it is refused: ``UNREADABLE``)."""
+        if self._local:
+            return iter(sorted(self._local_listing()[0]))
         try:
             paths = self.fs.glob(f"{self.root}/*/*/{MANIFEST_FILE}")
         except FileNotFoundError:
@@ -389,6 +417,42 @@ class FsspecStore:
             except ArtifactError:
                 continue  # a foreign folder in the store root is not ours to interpret
         return iter(sorted(keys))
+
+    def refused(self) -> Iterator[tuple[str, ArtifactError]]:
+        """Stage folders of a local store that are links out of it, as ``(\"<stage>/*\", why)``: their entries cannot
+        be listed without following the link, so ``vertebrae cache verify`` and ``list`` report the folder itself."""
+        return iter(self._local_listing()[1] if self._local else ())
+
+    def _local_listing(self) -> tuple[list[str], list[tuple[str, ArtifactError]]]:
+        """(keys, refused stage folders) of a local store, walked without following a link out of the root."""
+        keys: list[str] = []
+        refused: list[tuple[str, ArtifactError]] = []
+        try:
+            stages = sorted(os.scandir(self.root), key=lambda entry: entry.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return keys, refused
+        except OSError as exc:
+            raise self._error("list", "*", exc) from None
+        for stage in stages:
+            if not KEY.fullmatch(f"{stage.name}/{'0' * 16}") or not stage.is_dir():
+                continue  # a foreign file or folder in the store root is not ours to interpret
+            try:
+                self._inside(stage.path)
+            except ArtifactError as exc:
+                refused.append((f"{stage.name}/*", exc))
+                continue
+            try:
+                entries = sorted(os.scandir(stage.path), key=lambda entry: entry.name)
+            except OSError as exc:
+                refused.append((f"{stage.name}/*", self._error("list", f"{stage.name}/*", exc)))
+                continue
+            for entry in entries:
+                key = f"{stage.name}/{entry.name}"
+                if not KEY.fullmatch(key):
+                    continue
+                if self._leaves_root(entry.path) or os.path.lexists(os.path.join(entry.path, MANIFEST_FILE)):
+                    keys.append(key)
+        return keys, refused
 
     def manifests(self) -> Iterator[Manifest]:
         """Every readable manifest; an unreadable one is skipped with an :class:`ArtifactWarning`."""

@@ -27,6 +27,16 @@ EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 #: Seconds ``--dask-address`` waits for the scheduler (dask's own default, 30 s, looks like a hang).
 DASK_TIMEOUT = 5.0
 
+#: What every command that runs a config or a plan says of trust (docs/security.md).
+SECURITY_HELP = """\
+security: a run config, a plan file and the stage_modules it names are code, not data: a kind = "callable"
+  extractor runs whatever importable function it names (model = "subprocess:check_call" runs commands
+  taken from the dataset's texts) and a stage module runs its top-level code when imported: trust them as
+  you would a Python script. A cache store is data, safe to share when signed ($VERTEBRAE_CACHE_SECRET; a plan
+  file is then signed too and a phase refuses one that is not); a result file is data: reading it never
+  runs code or reads another file. See docs/security.md
+"""
+
 RUN_CONFIG_HELP = """\
 config format (TOML shown; YAML uses the same sections and keys):
   [dataset]                 id, revision (or identity = "content"), labels = "labels.csv"
@@ -60,8 +70,8 @@ config format (TOML shown; YAML uses the same sections and keys):
                             max_artifact_bytes; the secret only from $VERTEBRAE_CACHE_SECRET (docs/cache.md)
 Relative paths are relative to the config file; unknown sections and keys are rejected.
 Full reference with an example: docs/cli.md
-"""
 
+""" + SECURITY_HELP
 
 def _parser() -> argparse.ArgumentParser:
     from .. import __version__
@@ -252,7 +262,8 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
             os.environ[name] = value
 
 
-def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> Any:
+def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
+                         keep: Callable[[Any], None] | None = None) -> Any:
     """Run ``run()`` and show each distinct warning once, with its count and without source lines.
 
     The results keep every warning; the terminal gets a digest (nothing with ``--quiet``): a note that
@@ -263,6 +274,8 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> A
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run()
+    if keep is not None:
+        keep(result)
     results = getattr(result, "extractor_results", ())
     failures = {f"{r.name}: {note}" for r in results if r.error is not None for note in r.warnings}
     names = sorted((r.name for r in results), key=len, reverse=True)  # the longest name a message starts with
@@ -289,7 +302,7 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any]) -> A
                 message += f" (in all {len(where)} results)" if len(where) == len(results) else \
                     f" (in {len(where)} results: {', '.join(where)})"
             times = f" ({count} times)" if count > 1 else ""
-            print(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
+            _say(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
     return result
 
 
@@ -318,17 +331,28 @@ def _output_file(path: pathlib.Path | None) -> None:
     _output_folder(path.parent, "--output's folder")
 
 
-def _write_reports(result, output: pathlib.Path | None, quiet: bool) -> None:
+def _write_reports(result, output: pathlib.Path | None, quiet: bool, *, json_written: bool = False) -> None:
+    """The JSON result first (unless ``json_written``: nothing renders a name before it is safe on disk), then the
+    reports and the summary."""
     output = pathlib.Path(".") if output is None else output
     json_path, markdown_path, html_path = (output / name for name in REPORT_FILES)
-    result.save_json(json_path)
+    if not json_written:
+        result.save_json(json_path)
     result.save_markdown(markdown_path)
     result.save_html(html_path)
     if not quiet:
-        print(console_summary(result))
+        _say(console_summary(result))
         if result.metadata.get("cache"):
-            print(f"\n{cache_line(result)}")
-        print(f"\nWrote {json_path}, {markdown_path} and {html_path}")
+            _say(f"\n{cache_line(result)}")
+        _say(f"\nWrote {json_path}, {markdown_path} and {html_path}")
+
+
+def _say(text: str, file: Any = None) -> None:
+    """Print (to stdout, or ``file``), a name's undecodable bytes shown as ``\\xNN``, as in the reports (a strict
+    UTF-8 terminal cannot take them at all)."""
+    from .._base.names import printable
+
+    print(printable(text), file=file)
 
 
 def cache_line(result) -> str:
@@ -473,10 +497,14 @@ def _run(args: argparse.Namespace) -> int:
         config["screening"] = config.get("screening", {})
     benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
     files = input_files(config, args.config)
+
+    def keep(result: Any) -> None:
+        result.metadata["input_files"] = files
+        result.save_json((pathlib.Path(".") if args.output is None else args.output) / REPORT_FILES[0])
+
     with _dask_runner(address, args.dask_timeout, progress=False if args.quiet else None) as runner:
-        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
-    result.metadata["input_files"] = files
-    _write_reports(result, args.output, args.quiet)
+        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner), keep)
+    _write_reports(result, args.output, args.quiet, json_written=True)
     return _exit_code(args.command, result)
 
 
@@ -563,7 +591,8 @@ a staged run, each command in any process or machine that reaches the store and 
   vertebrae score plan.json --shard 1/2      # and --shard 2/2 elsewhere
   vertebrae collect plan.json --output result.json
 See docs/distributed.md#a-staged-run-over-a-shared-store
-"""
+
+""" + SECURITY_HELP
 
 
 def _add_staged_commands(sub) -> None:
@@ -635,6 +664,7 @@ def _options_json(text: str | None) -> dict:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from ..artifacts.signing import SECRET_ENV, secret_from_env
     from .staged_workflow import make_plan
     from .run_config import load_run_config, with_metric_options
 
@@ -644,19 +674,22 @@ def _plan(args: argparse.Namespace) -> int:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     plan = make_plan(config, args.config, args.store, _options_json(args.storage_options),
                      progress=False if args.quiet else None)
-    plan.save(args.output)
+    secret = secret_from_env()
+    plan.save(args.output, secret)
     if not args.quiet:
-        print(f"Wrote {args.output}: {plan.job_counts()} over {plan.store}\n"
+        signed = f", signed with ${SECRET_ENV}" if secret is not None else ""
+        print(f"Wrote {args.output}{signed}: {plan.job_counts()} over {plan.store}\n"
               f"Next: vertebrae embed {args.output}")
     return EXIT_OK
 
 
 def _phase(args: argparse.Namespace, phase: str) -> int:
     """``embed`` or ``score`` of a plan file: run this shard's jobs, store them, print what happened."""
+    from ..artifacts.signing import secret_from_env
     from ..execution.staged import Shard
     from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
 
-    plan = PlanFile.load(args.plan)
+    plan = PlanFile.load(args.plan, secret_from_env())
     shard = Shard() if args.shard is None else Shard.parse(args.shard)
     progress = False if args.quiet else None
     specs: list[str] = []
@@ -711,21 +744,24 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
+    from ..artifacts.signing import secret_from_env
     from ..execution.registry import COLLECT
     from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
 
     _output_file(args.output)
-    plan = PlanFile.load(args.plan)
+    plan = PlanFile.load(args.plan, secret_from_env())
     specs = score_metrics(plan, [])
     progress = False if args.quiet else None
     benchmark = plan_benchmark(plan, specs, progress)
     runner = phase_runner(plan, COLLECT, metric_specs=specs, progress=progress)
-    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner))
-    result.metadata["input_files"] = plan.input_files
-    result.save_json(args.output)
+    def keep(result: Any) -> None:
+        result.metadata["input_files"] = plan.input_files
+        result.save_json(args.output)
+
+    result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner), keep)
     if not args.quiet:
-        print(console_summary(result))
-        print(f"\nWrote {args.output}")
+        _say(console_summary(result))
+        _say(f"\nWrote {args.output}")
     return _exit_code(args.command, result)
 
 
@@ -737,7 +773,8 @@ def _add_cache_commands(sub) -> None:
                                        "--storage-options or the usual environment (AWS_*, GOOGLE_*).")
     actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     shown = {
-        "list": "list every artifact: key, kind, extractor, dataset, bytes, created",
+        "list": "list every artifact: key, kind, extractor, dataset, bytes, created; exit 1 if any entry's manifest "
+                "cannot be read (or a stage folder is a link out of the store)",
         "verify": "re-check every file against its manifest checksums; exit 1 if any artifact is corrupt or "
                   "unreadable",
         "prune": "delete artifacts older than --older-than and/or the oldest beyond --max-bytes, and leftover files "
@@ -808,7 +845,7 @@ def _cache(args: argparse.Namespace) -> int:
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
         _print_bad_entries(bad)
         print(f"{len(rows)} artifact(s) in {config.url}{unusable}")
-        return EXIT_OK
+        return EXIT_FAILURE if bad else EXIT_OK
     deleted = [] if older_than is None and max_bytes is None else prune_store(
         store, older_than=older_than, max_bytes=max_bytes, dry_run=args.dry_run, entries=entries)
     leftovers = store.sweep(leftover_age, dry_run=args.dry_run)
@@ -867,7 +904,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserCodeError as exc:
         return _user_code_failure(args.command, exc, getattr(args, "traceback", False))
     except VertebraeError as exc:
-        print(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
+        _say(f"vertebrae {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"vertebrae {args.command}: interrupted", file=sys.stderr)

@@ -82,6 +82,7 @@ from ..extractors.compression import EmbeddingCompressionConfig
 from ..inputs.datasets import BenchmarkDataset
 from ..errors import ConfigError, ConfigTypeError, InputValidationError
 from ..inputs.identity import DatasetIdentity
+from ..inputs.audio import MAX_SAMPLING_RATE
 from ..inputs.io import file_record, labels_source, load_column, load_config_file
 from .model_config import KINDS, build_extractors, check_extractors
 from ..inputs.raw import dataset_from_source, source_files, source_of
@@ -133,8 +134,8 @@ DATASET_FIELDS = {
     "images": (_is_path, 'a folder of class subfolders, or a .csv/.parquet table of image paths'),
     "audio": (_is_path, 'a .npz (one array per clip) or .npy file'),
     "input_column": (lambda v: isinstance(v, str), "a column name"),
-    "sampling_rate": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                      "a positive whole number of Hz such as 16000"),
+    "sampling_rate": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SAMPLING_RATE,
+                      f"a whole number of Hz from 1 to {MAX_SAMPLING_RATE} such as 16000"),
     "max_image_pixels": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
                          "a positive whole number of pixels such as 50000000"),
     "follow_links": (lambda v: v in ("inside", "anywhere"), '"inside" (the default) or "anywhere"'),

@@ -7,7 +7,10 @@ then executes one phase of it with the core's
 :class:`~vertebrae.execution.staged.StoreRunner` (``embed``: extractions and compressed
 variants; ``score``: the scoring stages; ``collect``: the assembled results), so the
 collected result equals a ``vertebrae run CONFIG --cache STORE`` on a fresh store, minus
-``timing``.  This module belongs to the command line: it builds the benchmark from a run
+``timing``.  With the store's secret set (``$VERTEBRAE_CACHE_SECRET``), ``plan`` signs the plan file and every
+later phase refuses a plan that is unsigned or forged: a plan file is code (its config names the extractors and
+modules a phase runs), so one that travels through a shared store must be one a holder of the secret wrote.
+This module belongs to the command line: it builds the benchmark from a run
 config (:mod:`vertebrae.cli.run_config`), which the execution core never does.
 """
 
@@ -24,7 +27,8 @@ from ..artifacts.codecs import StoredArtifact
 from ..families.labeled.benchmark import Benchmark
 from ..families.labeled.stages import PIPELINE
 from ..artifacts.cache import CacheConfig
-from ..errors import ArtifactNotFoundError, ConfigError, PlanError, SerializationError
+from ..artifacts.signing import PLAN_DOMAIN, SECRET_ENV, check_signature, sign
+from ..errors import ArtifactNotFoundError, ArtifactSignatureError, ConfigError, PlanError, SerializationError
 from ..execution.plan import artifact_key
 from ..execution.registry import PHASES, readers_of
 from ..execution.staged import Shard, StoreRunner, phase_of
@@ -75,14 +79,20 @@ class PlanFile:
         return {"format": PLAN_FORMAT, "schema": PLAN_SCHEMA, "plan_id": self.plan_id, "store": self.store,
                 **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 
-    def save(self, path: pathlib.Path) -> None:
+    def save(self, path: pathlib.Path, secret: str | None = None) -> None:
+        """Write the plan atomically; with ``secret``, signed (every field, under the plan-file domain)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        content = self.to_dict()
+        if secret is not None:
+            content["signature"] = sign(content, secret, PLAN_DOMAIN)
         temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        temporary.write_text(json.dumps(content, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         temporary.replace(path)  # a reader never sees half a plan
 
     @classmethod
-    def load(cls, path: pathlib.Path) -> PlanFile:
+    def load(cls, path: pathlib.Path, secret: str | None = None) -> PlanFile:
+        """Read and check a plan file; with ``secret`` (the store's), one that is unsigned or whose signature does
+        not match is refused (:class:`~vertebrae.errors.ArtifactSignatureError`) before any field is used."""
         if not path.is_file():
             raise PlanError(f"plan file {str(path)!r} does not exist; write one with `vertebrae plan CONFIG --store "
                             "URL --output PLAN.json`")
@@ -97,6 +107,15 @@ class PlanFile:
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanError(f"{path} is not a vertebrae plan file (no \"format\": \"{PLAN_FORMAT}\"); a run config "
                             "goes to `vertebrae plan CONFIG` or `vertebrae run CONFIG`")
+        if secret is not None:
+            content = {name: value for name, value in data.items() if name != "signature"}
+            try:
+                check_signature(content, data.get("signature"), secret, str(path), domain=PLAN_DOMAIN,
+                                what="plan file")
+            except ArtifactSignatureError as exc:
+                raise ArtifactSignatureError(f"{exc} (the store's secret ${SECRET_ENV} is set, so only a plan "
+                                             "signed with it runs: write the plan again with `vertebrae plan` and "
+                                             f"${SECRET_ENV} set)") from None
         if data.get("schema") != PLAN_SCHEMA:
             raise PlanError(f"{path} has plan schema {data.get('schema')!r}; this vertebrae reads schema {PLAN_SCHEMA}:"
                             " write the plan again with this version")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..inputs.audio import check_waveform
+from ..inputs.audio import MAX_SAMPLING_RATE, check_waveform
 from ..errors import ConfigError, DependencyError, ExtractorError, InputValidationError
 from .._base.extras import install_hint
 from .base import check_cache_identity
@@ -78,8 +78,10 @@ class HFAudioExtractor(LayerPoolingExtractor):
         preprocessor = _read_json(self.model_dir / "preprocessor_config.json", where=where,
                                   fix="an audio model folder holds its feature extractor (save it there with "
                                       "feature_extractor.save_pretrained(folder))")
-        if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, np.integer)) or sampling_rate <= 0:
-            raise ConfigError(f"{where}: sampling_rate must be a positive integer (Hz), got {sampling_rate!r}")
+        if (isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, np.integer))
+                or not 0 < sampling_rate <= MAX_SAMPLING_RATE):
+            raise ConfigError(f"{where}: sampling_rate must be a whole number of Hz from 1 to {MAX_SAMPLING_RATE}, "
+                              f"got {sampling_rate!r}")
         expected = preprocessor.get("sampling_rate")
         if expected is not None and int(sampling_rate) != expected:
             raise ConfigError(f"{where}: sampling_rate {int(sampling_rate)} Hz does not match the model's feature "

@@ -3,16 +3,20 @@
 vertebrae's own errors pass through unchanged (they already name the argument and the fix);
 any other exception becomes a :class:`~vertebrae.errors.UserCodeError` (an ``ExtractorError``)
 that names the call, with the original exception as ``__cause__`` and its traceback as text
-(what ``vertebrae run --traceback`` shows).
+(what ``vertebrae run --traceback`` shows).  torch's refusal to unpickle a
+checkpoint under ``weights_only`` (a multi-line essay that suggests turning the protection off) becomes
+one line naming the file and the fix: convert it to safetensors.
 """
 
 from __future__ import annotations
 
 import contextlib
+import pickle
 import traceback
 from collections.abc import Iterator
+from types import TracebackType
 
-from ..errors import UserCodeError, VertebraeError
+from ..errors import ExtractorError, UserCodeError, VertebraeError
 
 
 @contextlib.contextmanager
@@ -23,4 +27,25 @@ def user_code(what: str) -> Iterator[None]:
     except VertebraeError:
         raise
     except Exception as exc:
-        raise UserCodeError(f"{what}: {type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc))) from exc
+        if isinstance(exc, pickle.UnpicklingError) and str(exc).startswith("Weights only load failed"):
+            raise ExtractorError(f"{what}: the checkpoint {_torch_load_file(exc.__traceback__)} holds Python objects "
+                                 "that torch.load(weights_only=True) refuses to unpickle, and vertebrae never loads a "
+                                 "pickle that could run code: convert the checkpoint to safetensors (save the state "
+                                 "dict with safetensors.torch.save_file, or a transformers model with "
+                                 "save_pretrained(safe_serialization=True)) and load that") from exc
+        raise UserCodeError(f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())}",
+                            "".join(traceback.format_exception(exc))) from exc
+
+
+def _torch_load_file(trace: TracebackType | None) -> str:
+    """The file ``torch.load`` was reading, quoted, from its frame in the traceback (``of the model`` when the
+    traceback does not show it: "the checkpoint of the model holds ...")."""
+    while trace is not None:
+        frame = trace.tb_frame
+        code = frame.f_code
+        if code.co_name == "load" and code.co_filename.replace("\\", "/").endswith("torch/serialization.py"):
+            source = frame.f_locals.get("f")
+            if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
+                return repr(str(source))
+        trace = trace.tb_next
+    return "of the model"

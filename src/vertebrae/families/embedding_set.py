@@ -18,7 +18,7 @@ from typing import Any
 from ..artifacts.codecs import ArtifactCodec, StoredArtifact, output_array
 from ..extractors.compression import (Compressor, EmbeddingCompressionConfig, attributed, declares_matryoshka,
                                       raw_variant_metadata)
-from ..inputs.embeddings import embedding_metadata
+from ..inputs.embeddings import embedding_metadata, is_constant, validate_embeddings
 from ..errors import ArtifactIntegrityError, InputValidationError
 
 
@@ -71,7 +71,22 @@ def _described(part: str | None, matrix: Any, metadata: Any) -> Embedding:
              for name, value in expected.items() if metadata.get(name) != value]
     if wrong:
         raise ValueError(f"the metadata of part {part!r} does not describe its matrix: {', '.join(wrong)}")
+    _check_stored_values(part, matrix)
     return Embedding(matrix, dict(metadata))
+
+
+def _check_stored_values(part: str | None, matrix: Any) -> None:
+    """A stored matrix holds what an extraction can store: finite values (NaN or infinity never passes validation
+    before it is written) that are not one constant row.  Anything else was forged or damaged with consistent
+    checksums (an unsigned store), so it is corrupt -- recomputed in ``read_write`` mode -- not a hit whose run fails
+    later in scoring.  (An extractor whose honest output is constant is recomputed, and fails, as on a cold run.)"""
+    what = f"the stored {'' if part is None else _noun(part) + ' '}embeddings"
+    try:
+        validate_embeddings(matrix, argument=what)
+    except InputValidationError as exc:
+        raise ValueError(str(exc)) from None
+    if matrix.shape[0] > 1 and is_constant(matrix):  # one row (a single query) is no repetition
+        raise ValueError(f"{what} are one row repeated throughout (a space that separates nothing)")
 
 
 #: Extractions: what the embedding cache reuses.

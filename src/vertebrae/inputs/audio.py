@@ -39,12 +39,19 @@ class AudioInputs(list):
         return (AudioInputs, (list(self), self.sampling_rate))
 
 
+#: The highest sampling rate accepted (Hz): far above any audio rate (384 kHz is the highest in common use), and
+#: a bound on what durations are computed from (a rate of 2**63 Hz overflows int64 arithmetic downstream).
+MAX_SAMPLING_RATE = 10_000_000
+
+
 def check_sampling_rate(sampling_rate: Any, *, where: str) -> int:
+    """A whole number of Hz in 1..MAX_SAMPLING_RATE, else a clear error naming ``where``."""
     if isinstance(sampling_rate, (bool, np.bool_)) or not isinstance(sampling_rate, (int, np.integer)):
         raise InputTypeError(f"{where}: sampling_rate must be a positive integer (samples per second, e.g. 16000), "
                              f"got {sampling_rate!r}")
-    if sampling_rate <= 0:
-        raise InputValidationError(f"{where}: sampling_rate must be a positive integer, got {sampling_rate}")
+    if not 0 < sampling_rate <= MAX_SAMPLING_RATE:
+        raise InputValidationError(f"{where}: sampling_rate must be a whole number of Hz from 1 to "
+                                   f"{MAX_SAMPLING_RATE} (e.g. 16000), got {sampling_rate}")
     return int(sampling_rate)
 
 

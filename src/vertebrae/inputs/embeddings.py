@@ -225,9 +225,13 @@ def distinct_rows(matrix: np.ndarray | sparse.csr_matrix, *, normalize: bool = F
     n, width = matrix.shape
     direction = np.random.default_rng(0).standard_normal(width)
     projected = np.empty(n, dtype=np.float64)
+    peak = float(max_abs(matrix, per_row=False))
+    shift = 0 if peak == 0 else -int(np.frexp(peak)[1])  # one power of two for the whole matrix: exact
     for start in range(0, n, _SCALE_BLOCK_ROWS):
         block = matrix[start:start + _SCALE_BLOCK_ROWS]
-        block = block.astype(np.float64) if is_sparse(block) else np.asarray(block, dtype=np.float64)
+        block = block.astype(np.float64) if is_sparse(block) else np.array(block, dtype=np.float64)
+        # Scale before squaring: at 1e+-154 and beyond (or subnormal) the squares overflow or underflow.
+        block = unit_scaled(block, per_row=True) if normalize else _times_power_of_two(block, shift)
         values = np.asarray(block @ direction).ravel()
         if normalize:
             squares = block.multiply(block).sum(axis=1) if is_sparse(block) else np.einsum("ij,ij->i", block, block)
@@ -236,6 +240,16 @@ def distinct_rows(matrix: np.ndarray | sparse.csr_matrix, *, normalize: bool = F
         projected[start:start + len(values)] = values
     scale = float(np.abs(projected).max()) or 1.0
     return int(np.unique(np.round(projected / (scale * _SAME_ROW_RTOL))).size)
+
+
+def _times_power_of_two(block: np.ndarray | sparse.csr_matrix, shift: int) -> np.ndarray | sparse.csr_matrix:
+    """``block * 2**shift`` (float64, in place: the block is already a copy), exact in floating point."""
+    if shift == 0:
+        return block
+    if is_sparse(block):
+        block.data = np.ldexp(block.data, shift)
+        return block
+    return np.ldexp(block, shift, out=block)
 
 
 #: A space is scale-dominated when its largest column standard deviation exceeds this multiple of the median one ...

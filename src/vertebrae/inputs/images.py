@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .._base.config import check_int
+from .._base.files import read_regular
 from ..errors import DataWarning, DependencyError, InputTypeError, InputValidationError
 from .._base.fingerprint import content_sha256
 
@@ -117,7 +118,7 @@ class ImageInputs(Sequence):
         path = self.files[position]
         row = position if self.row_numbers is None else self.row_numbers[position]
         try:
-            data = path.read_bytes()
+            data = read_regular(path)  # a FIFO swapped in since the dataset was built must not hang the run
         except OSError as exc:
             raise InputValidationError(f"image row {row} ({str(path)!r}) cannot be read now ({exc.strerror or exc}); "
                                        "it was readable when the dataset was built") from None
@@ -210,7 +211,7 @@ def image_files(paths: Any, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) ->
             what = "is not a file" if path.exists() else "does not exist"
             raise InputValidationError(f"paths[{row}] ({str(path)!r}) {what}; fix the path or drop row {row}")
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except OSError as exc:
             raise InputValidationError(f"paths[{row}] ({str(path)!r}) cannot be read ({exc.strerror or exc}); check "
                                        "its permissions") from None

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._base.files import NotRegularFileError, check_regular, open_regular
 from ..errors import DependencyError, InputValidationError
 from .._base.extras import install_hint
 from .targets import TargetSource
@@ -30,7 +31,14 @@ MAX_CONFIG_NODES = 100_000
 
 
 def _existing(path: str | pathlib.Path, what: str) -> pathlib.Path:
+    """``path`` if it is a regular file; a FIFO, socket or device is refused by name (opening one would hang or
+    never end), anything else does not exist."""
     path = pathlib.Path(path)
+    try:
+        check_regular(path)
+    except NotRegularFileError as exc:
+        raise InputValidationError(f"the {what} file {str(path)!r} is {exc.kind}, not a regular file; vertebrae "
+                                   "reads only regular files: point the config at the file itself") from None
     if not path.is_file():
         raise InputValidationError(f"{what} file {str(path)!r} does not exist")
     return path
@@ -70,7 +78,7 @@ def _load_numpy(path: pathlib.Path, what: str) -> Any:
     if path.suffix.lower() == ".npz":
         expected, right_kind = "a .npz archive (numpy.savez or scipy.sparse.save_npz)", zipfile.is_zipfile(path)
     else:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
             expected, right_kind = "a .npy file (numpy.save)", handle.read(6) == b"\x93NUMPY"
     if not right_kind:
         raise InputValidationError(f"{path}: the {what} file is not {expected}; save the array with numpy, or name "
@@ -211,7 +219,7 @@ def file_record(role: str, given: str | pathlib.Path, path: pathlib.Path) -> dic
     import hashlib
 
     digest = hashlib.sha256()
-    with _existing(path, role).open("rb") as handle:
+    with open_regular(_existing(path, role)) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return {"role": role, "path": str(given), "size_bytes": path.stat().st_size, "sha256": digest.hexdigest()}

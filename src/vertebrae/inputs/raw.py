@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from .audio import check_waveform
+from .audio import MAX_SAMPLING_RATE, check_waveform
 from ..errors import ConfigError, ConfigTypeError, InputValidationError
-from .io import _load_numpy, _read_parquet, labels_source, load_column
+from .io import _existing, _load_numpy, _read_parquet, labels_source, load_column
 from .targets import TargetSource, build_targets
 
 SOURCES = ("texts", "images", "audio")
@@ -61,8 +61,9 @@ def load_source(section: Mapping[str, Any],
         if "sampling_rate" not in section:
             raise ConfigError("config [dataset] audio needs sampling_rate = 16000 (the waveforms' rate in Hz)")
         rate = section["sampling_rate"]
-        if isinstance(rate, bool) or not isinstance(rate, int) or rate < 1:
-            raise ConfigTypeError(f"config [dataset] sampling_rate must be a positive whole number of Hz, got {rate!r}")
+        if isinstance(rate, bool) or not isinstance(rate, int) or not 1 <= rate <= MAX_SAMPLING_RATE:
+            raise ConfigTypeError(f"config [dataset] sampling_rate must be a whole number of Hz from 1 to "
+                                  f"{MAX_SAMPLING_RATE} (e.g. 16000), got {rate!r}")
         return "audio", load_waveforms(path), *_separate_labels(section, resolve, "audio"), {"sampling_rate": rate}
     if "sampling_rate" in section:
         raise ConfigError(f"config [dataset] sampling_rate applies to audio, not to {source}")
@@ -121,8 +122,7 @@ def _separate_labels(section: Mapping[str, Any], resolve: Any, source: str) -> t
 
 
 def _table(path: pathlib.Path, source: str) -> Any:
-    if not path.is_file():
-        raise InputValidationError(f"the {source} file {str(path)!r} does not exist")
+    _existing(path, source)
     suffix = path.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
         folder = " or a folder of class subfolders" if source == "images" else ""
@@ -221,8 +221,7 @@ def _followed(path: pathlib.Path, folder: pathlib.Path, root: pathlib.Path, foll
 
 def load_waveforms(path: pathlib.Path) -> list[np.ndarray]:
     """Waveforms from ``.npz`` (one array per clip, archive order) or ``.npy`` (2-D or 3-D, one clip per row)."""
-    if not path.is_file():
-        raise InputValidationError(f"the audio file {str(path)!r} does not exist")
+    _existing(path, "audio")
     suffix = path.suffix.lower()
     if suffix == ".npy":
         array = _load_numpy(path, "audio")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._base.names import printable
 from .markdown_stability import interval_text
 from .markdown_table import table, text
 
@@ -89,7 +90,7 @@ def render_comparison_markdown(comparison: Mapping[str, Any]) -> str:
     if comparison["class_regressions"]:
         parts += ["\n## Per-class regressions\n", table(["extractor", "class", "score A", "score B", "delta"],
                                                         _class_rows(comparison))]
-    return "\n".join(parts)
+    return printable("\n".join(parts))
 
 
 def render_comparison_html(comparison: Mapping[str, Any]) -> str:
@@ -104,4 +105,4 @@ def render_comparison_html(comparison: Mapping[str, Any]) -> str:
     if comparison["class_regressions"]:
         body += ["<h2>Per-class regressions</h2>\n",
                  html_table(["extractor", "class", "score A", "score B", "delta"], _class_rows(comparison))]
-    return page(f"vertebrae comparison: {a} vs {b}", body)
+    return printable(page(f"vertebrae comparison: {a} vs {b}", body))

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._base.extras import install_hint
+from .._base.names import printable
 
 #: Candidates shown in the per-class figure and the most classes a heatmap or per-class plot shows.
 TOP_CANDIDATES = 3
@@ -39,9 +40,10 @@ def _literal(text: Any) -> str:
     """``text`` as matplotlib shows it literally: every ``$`` escaped (``\\$``), so no span of it is mathtext.
 
     Escaping works for every text matplotlib draws from a string, including tick labels it creates while
-    drawing (which a ``parse_math=False`` set on the figure's Text objects beforehand would miss).
+    drawing (which a ``parse_math=False`` set on the figure's Text objects beforehand would miss).  A file name's
+    undecodable bytes (lone surrogates, which matplotlib's font code refuses) are shown as ``\\xNN``.
     """
-    return str(text).replace("$", r"\$")
+    return printable(str(text)).replace("$", r"\$")
 
 
 def _figure(width: float, height: float) -> Any:

@@ -13,6 +13,7 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._base.names import printable
 from ..errors import SerializationError
 from . import figures
 from .document import Code, Items, Para, Section, Span, Strong, Table
@@ -203,9 +204,9 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
 
 
 def render_html(data: Mapping[str, Any]) -> str:
-    """The HTML report of any serialized vertebrae result."""
+    """The HTML report of any serialized vertebrae result (a file name's undecodable bytes shown as ``\\xNN``)."""
     kind = data.get("result_type") if isinstance(data, Mapping) else None
     if kind not in RENDERERS:
         raise SerializationError(f"$.result_type: no HTML report for result type {kind!r}; expected one of "
                                  f"{sorted(RENDERERS)}")
-    return RENDERERS[kind](data)
+    return printable(RENDERERS[kind](data))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._base.names import printable
 from ..errors import SerializationError
 
 
@@ -21,10 +22,10 @@ def _markdown_renderers() -> dict[str, Callable[[Mapping[str, Any]], str]]:
 
 
 def render_markdown(data: Mapping[str, Any]) -> str:
-    """The Markdown report of any serialized vertebrae result."""
+    """The Markdown report of any serialized vertebrae result (a file name's undecodable bytes shown as ``\\xNN``)."""
     renderers = _markdown_renderers()
     kind = data.get("result_type")
     if kind not in renderers:
         raise SerializationError(f"$.result_type: no Markdown report for result type {kind!r}; expected one of "
                                  f"{sorted(renderers)}")
-    return renderers[kind](data)
+    return printable(renderers[kind](data))
