@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError
 from .._base.extras import install_hint
-from ..inputs.images import LOADER, ImageInputs
+from ..inputs.images import LOADER, ImageInputs, upright
 from .base import check_cache_identity
 from .batching import n_inputs, take_rows
 from .huggingface import LayerPoolingExtractor, local_model_dir, read_model_config
@@ -81,8 +81,9 @@ def load_processor(model_dir: Path, backend: str, *, where: str) -> Any:
 
 
 def pixel_values(processor: Any, X: Any, rows: np.ndarray, device: Any) -> Any:
-    """The processor's ``pixel_values`` for the images at ``rows`` (loaded now: one batch in memory)."""
-    images = [image.convert("RGB") if hasattr(image, "convert") else image for image in take_rows(X, rows)]
+    """The processor's ``pixel_values`` for the images at ``rows`` (loaded now: one batch in memory); a PIL image
+    passed directly is turned upright and made RGB by the datasets' loading rule (``LOADER``)."""
+    images = [upright(image).convert("RGB") if hasattr(image, "convert") else image for image in take_rows(X, rows)]
     return to_device(dict(processor(images=images, return_tensors="pt")), device)["pixel_values"]
 
 
