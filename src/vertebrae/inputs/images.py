@@ -1,4 +1,4 @@
-"""Image datasets: images that load lazily, one batch at a time, as upright RGB Pillow images (EXIF orientation applied).
+"""Image datasets: images that load lazily, one batch at a time, as upright RGB Pillow images (EXIF applied).
 
 ``BenchmarkDataset.from_image_paths`` and ``from_images`` keep an :class:`ImageInputs` as the
 dataset's inputs.  Indexing it loads one image (an extractor's batch loads only its rows), so
