@@ -21,7 +21,7 @@ from .markdown_metrics import metrics_detail
 from .markdown_resources import resource_section
 from .markdown_screening import screened_out_text, screening_section
 from .markdown_separatix import separatix_detail
-from .markdown_stability import answer_caveats, stability_section
+from .markdown_stability import answer_caveats, draw_note, stability_section
 from .markdown_structure import structure_section
 from .markdown_verdicts import verdict_lines, verdict_section
 from .reading import RANKING_SECONDARY, benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
@@ -219,8 +219,9 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
         return Section(r["name"], [Para(screened_out_text(r))], level=3)
     o = r["overlap"]
     weakest = r.get("weakest_class")
+    note = draw_note(o["score"], r.get("stability"))
     blocks: list[Any] = [Para(f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted "
-                              f"{o['weighted_score']:.4f}); recommendation ", Code(r["recommendation"]), "."
+                              f"{o['weighted_score']:.4f}{'; ' + note if note else ''}); recommendation ", Code(r["recommendation"]), "."
                               + (f" Weakest class: {weakest['display']} ({weakest['score']:.4f})." if weakest else ""))]
     meta = o["metadata"]
     if meta.get("excluded_classes"):
