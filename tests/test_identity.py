@@ -22,7 +22,7 @@ from sklearn.random_projection import GaussianRandomProjection
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, CacheConfig, CallableExtractor, CallableMetric,
                            DatasetIdentity, SeparatixConfig, SklearnExtractor)
-from vertebrae._base.fingerprint import UNIDENTIFIED, canonical, identified
+from vertebrae._base.fingerprint import UNIDENTIFIED, canonical, content_sha256, identified
 
 IDENTITY = DatasetIdentity.declared("identity", "1")
 QUIET = dict(separatix_config=SeparatixConfig(enabled=False))
@@ -84,6 +84,76 @@ def test_editing_a_module_level_function_changes_its_key_and_the_cache_recompute
     assert edited["features"].embedding["cache_status"] == "miss"
     assert edited["features"].embedding["embedding_dim"] == 2 and before["features"].embedding["embedding_dim"] == 6
     sys.modules.pop(MODULE, None)
+
+
+GLOBALS_MODULE = "vertebrae_identity_globals"
+GLOBALS_SOURCE = """
+import numpy as np
+
+W = np.eye(6)
+RNG = np.random.default_rng(0)
+
+
+def project(X):
+    return X @ W
+
+
+def through_helper(X):
+    return helper(X) + 0.0
+
+
+def helper(X):
+    return X @ W
+
+
+def with_default(X, M=W):
+    return X @ M
+
+
+def noisy(X):
+    return X + RNG.normal(size=X.shape)
+"""
+
+
+def test_a_rebound_module_global_is_a_miss_never_a_stale_hit(tmp_path, monkeypatch):
+    """``W = np.eye(6); def f(X): return X @ W``: rebinding ``W`` used to be a hit with the old embedding."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / f"{GLOBALS_MODULE}.py").write_text(GLOBALS_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    sys.modules.pop(GLOBALS_MODULE, None)
+    importlib.invalidate_caches()
+    module = importlib.import_module(GLOBALS_MODULE)
+    cache = CacheConfig(store=str(tmp_path / "cache"))
+
+    def statuses():
+        result = run([CallableExtractor(name, getattr(module, name)) for name in ("project", "through_helper",
+                                                                                  "with_default")],
+                     cache_config=cache)
+        return ({r.name: r.embedding["cache_status"] for r in result.extractor_results},
+                {r.name: r.embedding["embedding_dim"] for r in result.extractor_results})
+
+    everything = {"project": "miss", "through_helper": "miss", "with_default": "miss"}
+    assert statuses() == (everything, {"project": 6, "through_helper": 6, "with_default": 6})
+    assert statuses()[0] == {name: "hit" for name in everything}
+    module.W = np.eye(6)[:, :2]  # rebound: what project and helper (through through_helper) compute changes
+    assert statuses() == ({"project": "miss", "through_helper": "miss", "with_default": "hit"},
+                          {"project": 2, "through_helper": 2, "with_default": 6})
+    module.with_default.__defaults__ = (np.eye(6)[:, :3],)  # a default value is read too
+    assert statuses() == ({"project": "hit", "through_helper": "hit", "with_default": "miss"},
+                          {"project": 2, "through_helper": 2, "with_default": 3})
+    module.W = np.eye(6)  # content, not object identity: the first entries are found again
+    assert statuses()[0] == {"project": "hit", "through_helper": "hit", "with_default": "hit"}
+    # a global that cannot be hashed (a random generator's state) makes the function an unsafe identity ...
+    assert not identified(canonical(module.noisy))
+    unsafe = run([CallableExtractor("noisy", module.noisy)], cache_config=cache)
+    assert unsafe["noisy"].embedding["cache_status"] == "bypassed_unsafe_identity"
+    # ... unless its cache_identity vouches for it
+    declared = [CallableExtractor("noisy", module.noisy, cache_identity="noisy-seed0-v1")]
+    assert run(declared, cache_config=cache)["noisy"].embedding["cache_status"] == "miss"
+    assert run(declared, cache_config=cache)["noisy"].embedding["cache_status"] == "hit"
+    assert canonical(module.project)["globals"]["W"] == {"content": content_sha256(module.W)}
+    assert canonical(module.through_helper)["globals"]["helper"]["globals"]["W"] == {"content": content_sha256(module.W)}
+    sys.modules.pop(GLOBALS_MODULE, None)
 
 
 # ----------------------------------------------------------------------------- the rules

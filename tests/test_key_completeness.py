@@ -215,7 +215,7 @@ def extractor_cases(models) -> dict[str, tuple[dict, dict]]:
                              "max_length": 8, "batch_size": 2, "device": "cpu", "padding_side": "left",
                              "cache_identity": "v2", "hidden_layer": 1, "pooling": "max"}),
         "HFVisionExtractor": ({"name": "e", "model_path": models["vision"]},
-                              {"model_path": models["vision2"], "layers": 1, "poolings": "max", "batch_size": 2,
+                              {"model_path": models["vision2"], "layers": 1, "poolings": "max", "final_norm": True, "batch_size": 2,
                                "device": "cpu", "processor_backend": "torchvision", "cache_identity": "v2"}),
         "HFAudioExtractor": ({"name": "e", "model_path": models["audio"], "sampling_rate": 16000},
                              {"model_path": models["audio2"], "sampling_rate": 8000, "layers": 1, "poolings": "max",

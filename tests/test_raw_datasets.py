@@ -50,8 +50,40 @@ def test_image_paths_load_lazily_as_rgb_pil_images(image_folder):
     assert isinstance(loaded, Image.Image) and loaded.mode == "RGB"
     np.testing.assert_array_equal(np.asarray(loaded), images[3])  # PNG is lossless
     assert dataset.summary()["structure"] == {"family": "images", "modality": "image", "source": "files",
-                                              "loader": {"library": "pillow", "mode": "RGB"}, "n_images": 8,
+                                              "loader": {"library": "pillow", "mode": "RGB", "exif_orientation": "applied"},
+                                              "n_images": 8,
                                               "common_root": str(paths[0].parent.resolve())}
+
+
+def test_exif_orientation_6_is_applied_on_load_as_a_manual_transpose_gives(tmp_path):
+    """A phone photo stored sideways (EXIF orientation 6: turn 90 degrees clockwise to view) is embedded upright."""
+    import hashlib
+
+    from vertebrae._base.fingerprint import content_sha256
+
+    stored = np.random.default_rng(1).integers(0, 256, size=(6, 10, 3), dtype=np.uint8)  # 6 high, 10 wide
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation
+    path = tmp_path / "phone.jpg"
+    Image.fromarray(stored).save(path, "JPEG", exif=exif, quality=95)
+    with Image.open(path) as raw:
+        assert raw.getexif()[0x0112] == 6
+        decoded = np.asarray(raw.convert("RGB"))  # the pixels as stored, not turned
+    turned = np.rot90(decoded, k=-1)  # orientation 6 by hand: rotate 90 degrees clockwise
+    assert decoded.shape == (6, 10, 3) and turned.shape == (10, 6, 3)
+    other = tmp_path / "plain.png"
+    Image.fromarray(stored).save(other)
+    dataset = BenchmarkDataset.from_image_paths([path, other, path, other], [0, 1, 0, 1], identity=ID)
+    np.testing.assert_array_equal(np.asarray(dataset.inputs[0]), turned)
+    np.testing.assert_array_equal(np.asarray(dataset.inputs[1]), stored)  # no tag: unchanged
+    with Image.open(path) as opened:  # a PIL image handed over in memory follows the same rule
+        in_memory = BenchmarkDataset.from_images([opened, stored, opened, stored], [0, 1, 0, 1], identity=ID)
+    np.testing.assert_array_equal(in_memory.inputs.arrays[0], turned)
+    # the rule is part of the content the dataset's identity hashes
+    digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (path, other, path, other)]
+    rule = {"library": "pillow", "mode": "RGB", "exif_orientation": "applied"}
+    assert dataset.inputs.__vertebrae_content__() == content_sha256([rule, "files", digests])
+    assert dataset.summary()["structure"]["loader"] == rule
 
 
 def test_image_identity_is_file_content_not_paths(image_folder, tmp_path):
@@ -282,7 +314,7 @@ def test_dataframe_of_image_paths(image_folder):
     assert dataset.identity == direct.identity
     np.testing.assert_array_equal(np.asarray(dataset.extractor_input[2]), images[2])
     assert dataset.summary()["structure"]["family"] == "dataframe"
-    assert dataset.summary()["structure"]["loader"] == {"library": "pillow", "mode": "RGB"}
+    assert dataset.summary()["structure"]["loader"] == {"library": "pillow", "mode": "RGB", "exif_orientation": "applied"}
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

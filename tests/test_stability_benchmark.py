@@ -216,11 +216,81 @@ def test_report_states_the_ranked_position_and_the_order_agreement(wine_run) -> 
     assert ranking["ranked_order"] == ["pca_4", "raw"]
     assert ranking["pair_agreement"] == [{"better": "pca_4", "worse": "raw", "agreement": agreement}]
     assert ranking["order_stable"] is (agreement >= 0.9)
-    text = result.to_markdown()
+    text = result.to_markdown().replace("\\]", "]")  # "[...]:" is escaped so Markdown reads no link reference
     s = result["pca_4"].stability.summary
     assert (f"**The ranked score lies outside its own stability interval** for pca_4 ({result['pca_4'].overlap.score:.4f}"
-            f" is above [{s.interval_low:.4f}, {s.interval_high:.4f}], mean {s.mean:.4f})") in text
+            f", above its stability interval [{s.interval_low:.4f}, {s.interval_high:.4f}]: this draw is repeat 0 and "
+            f"the highest of its 20 repeats; repeat mean {s.mean:.4f})") in text
     assert "The first repeat (repeat 0) is the primary draw" in text
+
+
+def _reason(r) -> str:
+    """The words that must stand beside pca_4's draw, derived here from its repeats (numpy, not the report)."""
+    values = np.array(r.stability.repeat_scores["score"])
+    assert r.overlap.score == values[0] == values.max()  # repeat 0, the luckiest of the 20
+    high = np.percentile(values, 97.5)
+    assert r.overlap.score > high
+    return (f"above its stability interval [{np.percentile(values, 2.5):.4f}, {high:.4f}]: this draw is repeat 0 and "
+            "the highest of its 20 repeats")
+
+
+def test_a_draw_outside_its_interval_says_why_on_every_line_that_shows_it(wine_run) -> None:
+    """Issue 37 item 3: the README's pca_4 ranks at 0.6746 with the interval [0.5537, 0.6624]; the headline, the
+    tables and the detail showed the draw alone.  Every Markdown and console line showing that draw now says why."""
+    from vertebrae.cli.main import console_summary
+    from vertebrae.families.result_protocol import result_from_dict
+
+    result, *_ = wine_run
+    pca, raw = result["pca_4"], result["raw"]
+    reason, draw = _reason(pca), f"{pca.overlap.score:.4f}"
+    mean = f"repeat mean {pca.stability.summary.mean:.4f}"
+    assert raw.stability_position["relative_to_interval"] == "inside"
+    markdown = result.to_markdown().replace("\\]", "]")  # a "[...]:" in a table cell is escaped for Markdown
+    # the paired verdicts show each draw against the best's on the same repeats, not against a stability interval
+    verdicts = markdown.index("## Which differences are real?")
+    markdown = markdown[:verdicts] + markdown[markdown.index("\n## ", verdicts + 1):]
+    console = console_summary(result)
+    showing = [line for line in markdown.splitlines() + console.splitlines() if draw in line]
+    assert len(showing) >= 8  # lead, note, caveat, answer table, ranking, stability table, detail, console x2
+    for line in showing:
+        assert reason in line, line
+    assert all(mean in line or "repeat mean" in console.splitlines()[0] for line in showing)
+    lead = next(line for line in markdown.splitlines() if line.startswith("**Top candidate: pca_4**"))
+    assert lead.startswith(f"**Top candidate: pca_4** — overlap {draw} ({reason}; {mean})")
+    # a draw inside its interval is shown with the repeat mean beside it and no reason
+    s = raw.stability.summary
+    raw_row = next(line for line in console.splitlines() if " raw " in line)
+    assert raw_row.split() == ["2", "raw", f"{raw.overlap.score:.4f}", f"{s.mean:.4f}", raw.recommendation]
+    # the repeat means can disagree with the draws' order: the "ahead" line says so in the same line
+    data = result.serialized()
+    swapped = json_codec.loads(json_codec.dumps(data))
+    for r in swapped["extractor_results"]:
+        if r["name"] == "raw":
+            r["stability"]["summaries"]["score"]["mean"] = pca.stability.summary.mean + 0.01
+    ahead = console_summary(result_from_dict(swapped)).splitlines()
+    top = next(line for line in ahead if line.startswith("Top candidate"))
+    assert (f"ahead of raw on the ranked draw, though raw's repeat mean is higher "
+            f"({pca.stability.summary.mean + 0.01:.4f} vs {pca.stability.summary.mean:.4f})") in top
+
+
+def test_the_reason_for_a_subsample_draw_and_a_lowest_draw_by_hand() -> None:
+    """Hand-built stability records: a subsample run scores the draw on every row; a draw can be the lowest."""
+    from vertebrae.reports.markdown_stability import draw_note
+
+    def record(mode, primary, repeats=(0.45, 0.52, 0.58, 0.64)):
+        return {"summaries": {"score": {"interval_low": 0.5, "interval_high": 0.6, "mean": 0.55}},
+                "repeat_scores": {"score": list(repeats)}, "includes_primary_draw": primary,
+                "config": {"mode": mode, "subsample_fraction": 0.8}}
+
+    assert draw_note(0.55, record("prototype", True)) is None
+    assert draw_note(0.45, record("prototype", True)) == ("below its stability interval [0.5000, 0.6000]: this draw "
+                                                          "is repeat 0 and the lowest of its 4 repeats; repeat mean "
+                                                          "0.5500")
+    assert draw_note(0.62, record("prototype", True, (0.62, 0.52, 0.58, 0.64)), with_mean=False) == (
+        "above its stability interval [0.5000, 0.6000]: this draw is repeat 0, with only 1 of its 4 repeats above it")
+    assert draw_note(0.7, record("subsample", False)) == ("above its stability interval [0.5000, 0.6000]: this draw "
+                                                          "scores every row, the repeats 0.8 subsamples; repeat mean "
+                                                          "0.5500")
 
 
 def test_tied_extractors_are_flagged_as_an_unstable_ranking() -> None:

@@ -161,3 +161,29 @@ def test_hierarchy_levels_from_arrays_keep_readable_displays_and_a_catalog_per_l
     assert "np." not in result.to_markdown() and "np." not in result.to_json()
     assert result.to_dict()["dataset_summary"]["label_levels"]["leaf"]["label_catalog"]["entries"][1] == {
         "key": leaf_catalog.keys[1], "display": "(1, 'dog')"}
+
+
+def test_the_markdown_has_one_per_class_table_per_view_with_that_views_classes():
+    """Issue 37 item 5: the second level's classes were in no table (its row was all dashes under the first's)."""
+    from vertebrae.reports.markdown_table import cell
+
+    X, y = gaussian_classes(n_per_class=10, n_classes=4, dim=4)
+    paths = [(("round", "sharp")[int(c) // 2], ("o", "c", "v", "z")[int(c)]) for c in y]
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY).with_label_hierarchy(paths, ("family", "leaf"))
+    result = Benchmark(dataset, extractors(X), label_view_config=LabelViewConfig(), **QUIET).run()
+    md = result.to_markdown()
+    section = md[md.index("## Per-class overlap"):]
+    section = section[:section.index("\n## ", 1)]
+    assert section.count("| extractor |") == 2 and "–" not in section
+    for view, n_classes in (("level=family", 2), ("level=leaf", 4)):
+        table = section[section.index(f"### {view}"):]
+        table = table[:table.index("### ", 4)] if "### " in table[4:] else table
+        lines = [line for line in table.splitlines() if line.startswith("|")]
+        names = [r.name for r in result.extractor_results if r.label_view == view.split("=")[1]]
+        assert len(lines) == 2 + len(names)
+        overlap = result[names[0]].overlap.to_dict()
+        assert lines[0] == "| extractor | " + " | ".join(overlap["labels"][k] for k in overlap["per_class_scores"]) + " |"
+        assert len(overlap["per_class_scores"]) == n_classes
+        for line, name in zip(lines[2:], names):
+            expected = [cell(v) for v in result[name].overlap.per_class_scores.values()]
+            assert line == "| " + " | ".join([name, *expected]) + " |"

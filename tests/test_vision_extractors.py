@@ -133,6 +133,35 @@ def test_outputs_equal_a_direct_forward_with_the_pooling_written_out(vision_mode
     assert set(got) == set(extractor.output_names())
 
 
+@pytest.mark.parametrize("model", ["vit", "dinov2", "siglip", "clip"])
+def test_final_norm_outputs_are_the_normalized_last_layer_of_a_direct_forward(vision_models, image_dataset, model):
+    """ViT, DINOv2 and SigLIP normalize ``last_hidden_state``; CLIP normalizes only its CLS (``pooler_output``)."""
+    poolings, n_special = CASES[model]
+    token = [p for p in poolings if p != "pooler"]
+    extractor = HFVisionExtractor(model, vision_models[model], layers=-1, poolings=token, final_norm=True,
+                                  batch_size=3, device="cpu", progress=False)
+    assert extractor.output_names() == (*(f"layer2_{p}" for p in token), *(f"final_norm_{p}" for p in token))
+    assert extractor.output_metadata()["final_norm_mean"] == {"hidden_layer": 2, "pooling": "mean", "final_norm": True}
+    got = extractor.transform_many(image_dataset.inputs)
+    out = direct_states(vision_models[model], [image_dataset.inputs[i] for i in range(8)])
+    if model == "clip":  # last_hidden_state is the raw last block; the final norm is post_layernorm
+        np.testing.assert_allclose(out.last_hidden_state.numpy(), out.hidden_states[-1].numpy())
+        from transformers import AutoModel
+
+        normed = AutoModel.from_pretrained(str(vision_models[model])).vision_model.post_layernorm
+        with torch.no_grad():
+            states = normed(out.hidden_states[-1]).numpy()
+        np.testing.assert_allclose(got["final_norm_cls"], out.pooler_output.numpy(), atol=1e-5, rtol=1e-4)
+    else:
+        states = out.last_hidden_state.numpy()
+    assert not np.allclose(states, out.hidden_states[-1].numpy(), atol=1e-3)  # the norm changes the states
+    expected = {"cls": states[:, 0], "mean": states[:, n_special:].mean(axis=1), "max": states[:, n_special:].max(axis=1)}
+    for pooling in token:
+        np.testing.assert_allclose(got[f"final_norm_{pooling}"], expected[pooling], atol=1e-5, rtol=1e-4)
+    if model == "vit":  # the standard ViT linear-probe feature: the final-norm CLS token
+        np.testing.assert_allclose(got["final_norm_cls"], out.last_hidden_state[:, 0].numpy(), atol=1e-5, rtol=1e-4)
+
+
 def test_batched_equals_unbatched_for_images_of_different_sizes(vision_models, image_dataset):
     def run(batch_size):
         return HFVisionExtractor("vit", vision_models["vit"], layers=[1, 2], poolings=["cls", "mean"],
@@ -173,6 +202,9 @@ def test_processor_settings_and_the_loading_path_enter_the_recipe(vision_models,
     ("convnext", {"layers": -4}, ConfigError, "layers -4 is out of range"),
     ("vit", {"processor_backend": "cv2"}, ConfigError, "processor_backend must be one of"),
     ("vit", {"batch_size": 0}, InputValidationError, "batch_size must be a positive integer"),
+    ("convnext", {"final_norm": True}, ConfigError, "final norm applies to the pooled vector, which is the 'pooler'"),
+    ("vit", {"final_norm": "yes"}, ConfigError, "final_norm must be True or False"),
+    ("vit", {"final_norm": True, "poolings": "pooler"}, ConfigError, "add one of them to poolings"),
 ])
 def test_vision_rejections(vision_models, model, kwargs, error, message):
     with pytest.raises(error, match=message):

@@ -10,7 +10,8 @@ their items in order (mappings by sorted key), each item tagged with its type, s
 (image files, audio) declares its content digest with a ``__vertebrae_content__()`` method.
 
 Callables are identified by what they compute, never by name alone: a module-level
-function by its qualified name and a hash of its source; anything else by a declared
+function by its qualified name, a hash of its source, its default values and the module globals
+it reads (followed through the functions of its own module it calls); anything else by a declared
 identity (a ``__vertebrae_identity__()`` method any object may define, or a
 ``cache_identity`` string).  What cannot be identified that way (a lambda, a closure, a
 bound method of an opaque object, an estimator with ``random_state=None``, an object
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import dis
 import functools
 import hashlib
 import inspect
@@ -126,10 +128,60 @@ def source_identity(fn: Any, source: str) -> dict[str, Any]:
     return {"callable": callable_name(fn), "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
 
 
-def _callable(fn: Any) -> Any:
+def function_document(fn: Any, _seen: frozenset[int] = frozenset()) -> dict[str, Any] | None:
+    """A module-level function's identity: its name and source hash plus what the source names but does not
+    hold — default values and the module globals it reads — or None when it has no source (a lambda, a closure).
+
+    ``W = np.eye(6); def f(X): return X @ W`` reads ``W``: rebinding ``W`` changes what ``f`` computes, so its
+    content is part of ``f``'s identity.  A global that cannot be hashed (an open model, a random generator)
+    makes the function unidentified, so it is cached only with a declared ``cache_identity``.
+    """
     source = function_source(fn)
-    if source is not None:
-        return source_identity(fn, source)
+    if source is None:
+        return None
+    document = source_identity(fn, source)
+    if fn.__defaults__ or fn.__kwdefaults__:
+        document["defaults"] = canonical([list(fn.__defaults__ or ()), dict(fn.__kwdefaults__ or {})])
+    seen = _seen | {id(fn)}
+    read = {name: _global_value(fn.__globals__[name], fn.__module__, seen)
+            for name in sorted(_global_names(fn.__code__)) if name in fn.__globals__}
+    if read:
+        document["globals"] = read
+    return document
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` loads, nested code (comprehensions, inner functions, lambdas) included."""
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _global_value(value: Any, module: str, seen: frozenset[int]) -> Any:
+    """What stands for one global a function reads: a module by name, a function of the same module with its own
+    globals (once: recursion is named, not followed), a function or routine of another module by name and source
+    (the package version or its own source identifies it), anything else by content (:func:`canonical`)."""
+    if isinstance(value, types.ModuleType):
+        return {"module": value.__name__}
+    if isinstance(value, types.FunctionType) and value.__module__ == module:
+        if id(value) in seen:
+            return {"callable": callable_name(value)}
+        document = function_document(value, seen)
+        return document if document is not None else _callable(value)
+    if isinstance(value, types.FunctionType):
+        source = function_source(value)
+        return source_identity(value, source) if source is not None else _callable(value)
+    if inspect.isroutine(value) or isinstance(value, np.ufunc):  # builtins, NumPy functions and ufuncs
+        return {"callable": callable_name(value)}
+    return canonical(value)
+
+
+def _callable(fn: Any) -> Any:
+    document = function_document(fn)
+    if document is not None:
+        return document
     if isinstance(fn, functools.partial):
         return {"partial": canonical(fn.func), "args": canonical(list(fn.args)), "keywords": canonical(fn.keywords)}
     if isinstance(fn, types.MethodType):  # the method's code and the object it is bound to

@@ -382,30 +382,42 @@ def cache_line(result) -> str:
 def console_summary(result) -> str:
     """An aligned ranking table (any name length), then a line naming the top candidate and why, and (with
     stability) the verdict line: which candidates are tied with the best."""
+    from ..families.labeled.benchmark import ranked_draw_note
     from ..reports.markdown_verdicts import verdict_text
 
     ranked = result.ranked_results()
     if not ranked:
         return "Ranking unavailable: no extractor has a valid primary aggregate."
     metric = ranked[0].primary_metric_name
-    headers = ["rank", "extractor", metric, "recommendation"]
-    rows = [[str(i), r.name, f"{r.primary_score:.4f}", getattr(r, "recommendation", "–")]
-            for i, r in result.ranking()]
+    repeats = metric == "overlap" and any(getattr(r, "stability", None) is not None for r in ranked)
+    headers = ["rank", "extractor", metric] + (["repeat mean"] if repeats else []) + ["recommendation"]
+    rows = [[str(i), r.name, f"{r.primary_score:.4f}"]
+            + ([f"{r.stability.summary.mean:.4f}" if r.stability is not None else "–"] if repeats else [])
+            + [getattr(r, "recommendation", "–")] for i, r in result.ranking()]
+    #: After a row, outside the aligned columns: why its ranked draw lies outside its stability interval.
+    notes = [(ranked_draw_note(r, with_mean=False) if repeats else None) for _, r in result.ranking()]
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    right = {0, 2}  # numbers right-aligned, text left-aligned
+    right = {0, 2, 3} if repeats else {0, 2}  # numbers right-aligned, text left-aligned
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(row) for row in rows]
+    lines = [line(headers), "  ".join("-" * w for w in widths)] + [line(row) + (f"  ({note})" if note else "")
+                                                                  for row, note in zip(rows, notes)]
     best = ranked[0]
-    why = f"Top candidate: {best.name} — highest {metric} ({best.primary_score:.4f})"
+    note = ranked_draw_note(best) if repeats else None
+    why = (f"Top candidate: {best.name} — highest {metric} ({best.primary_score:.4f}"
+           + (f"; {note})" if note else f", repeat mean {best.stability.summary.mean:.4f})" if repeats
+              and best.stability is not None else ")"))
     if len(ranked) > 1:
         tied = [r.name for r in ranked[1:] if r.primary_score == best.primary_score]
         gap = abs(best.primary_score - ranked[1].primary_score)
         why += (f", tied with {', '.join(tied)} (equal scores share rank 1; the first in input order is named)"
                 if tied else f", {gap:.4f} ahead of {ranked[1].name}" if gap >= 5e-5
                 else f", less than 0.0001 ahead of {ranked[1].name}")
+        if not tied and repeats and _mean_ahead(ranked[1], best):
+            why += (f" on the ranked draw, though {ranked[1].name}'s repeat mean is higher "
+                    f"({ranked[1].stability.summary.mean:.4f} vs {best.stability.summary.mean:.4f})")
         cohort = result.quality_cohort()
         if len(cohort) > 1:
             why += f"; {len(cohort) - 1} other(s) within the quality tolerance, so compare them on cost"
@@ -447,6 +459,12 @@ def _found_lines(result: Any) -> list[str]:
         lines.append(f"{len(screened)} of {result.metadata['screening']['candidates']} candidates were screened out "
                      "before the full evaluation (see the report's Screening section).")
     return lines
+
+
+def _mean_ahead(runner_up: Any, best: Any) -> bool:
+    """Whether the repeats put the runner-up ahead of the ranked best (the draw and the repeat means disagree)."""
+    return (runner_up.stability is not None and best.stability is not None
+            and runner_up.stability.summary.mean > best.stability.summary.mean)
 
 
 def _collapsed_caution(best: Any) -> str:

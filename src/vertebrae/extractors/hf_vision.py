@@ -4,7 +4,9 @@
 vision tower of a CLIP / SigLIP checkpoint).  One forward pass per batch
 (``output_hidden_states=True``) yields every requested (layer, pooling) pair as its own named
 output, ``layer<L>_<pooling>`` as :class:`~vertebrae.extractors.huggingface.HFTextExtractor` names
-them, plus ``pooler`` (the model's own pooled output) when asked for.
+them, plus ``pooler`` (the model's own pooled output) when asked for, and with ``final_norm=True``
+``final_norm_<pooling>``: the last block's states through the model's final norm (for ViT and DINOv2
+``last_hidden_state``), whose CLS token is the feature most ViT linear probes read.
 
 Layer ``L`` is ``hidden_states[L]``: 0 is the patch embedding (or the ConvNeXt stem), ``n`` the
 last block's output *before* any final layer norm.  Poolings over token models: ``cls`` the first
@@ -27,7 +29,7 @@ import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError
 from .._base.extras import install_hint
-from ..inputs.images import LOADER, ImageInputs
+from ..inputs.images import LOADER, ImageInputs, upright
 from .base import check_cache_identity
 from .batching import n_inputs, take_rows
 from .huggingface import LayerPoolingExtractor, local_model_dir, read_model_config
@@ -39,6 +41,13 @@ VISION_POOLINGS = ("cls", "mean", "max", "pooler")
 POOLER = "pooler"
 #: Model types whose states have no CLS token: feature maps (ConvNeXt) or patch tokens only (SigLIP).
 NO_CLS_MODEL_TYPES = ("convnext", "convnextv2", "siglip", "siglip_vision_model", "siglip2", "siglip2_vision_model")
+#: Model type -> the tower's final norm over the last block's tokens.  ViT, DINOv2 and SigLIP apply it to
+#: ``last_hidden_state``; CLIP applies ``post_layernorm`` to the CLS token only (its ``pooler_output``), and here
+#: to every token.  ConvNeXt normalizes only the pooled vector (its ``pooler``), so it has no entry.
+FINAL_NORMS = {"vit": "layernorm", "dinov2": "layernorm", "dinov2_with_registers": "layernorm",
+               "clip_vision_model": "post_layernorm", "siglip_vision_model": "post_layernorm",
+               "siglip2_vision_model": "post_layernorm"}
+FINAL_NORM = "final_norm"
 #: How ``AutoImageProcessor`` resizes and normalizes: fixed, so installing torchvision never changes embeddings.
 PROCESSOR_BACKENDS = ("pil", "torchvision")
 
@@ -81,8 +90,9 @@ def load_processor(model_dir: Path, backend: str, *, where: str) -> Any:
 
 
 def pixel_values(processor: Any, X: Any, rows: np.ndarray, device: Any) -> Any:
-    """The processor's ``pixel_values`` for the images at ``rows`` (loaded now: one batch in memory)."""
-    images = [image.convert("RGB") if hasattr(image, "convert") else image for image in take_rows(X, rows)]
+    """The processor's ``pixel_values`` for the images at ``rows`` (loaded now: one batch in memory); a PIL image
+    passed directly is turned upright and made RGB by the datasets' loading rule (``LOADER``)."""
+    images = [upright(image).convert("RGB") if hasattr(image, "convert") else image for image in take_rows(X, rows)]
     return to_device(dict(processor(images=images, return_tensors="pt")), device)["pixel_values"]
 
 
@@ -90,6 +100,35 @@ def check_processor_backend(backend: Any, *, where: str) -> str:
     if backend not in PROCESSOR_BACKENDS:
         raise ConfigError(f"{where}: processor_backend must be one of {list(PROCESSOR_BACKENDS)}, got {backend!r}")
     return backend
+
+
+def check_final_norm(final_norm: Any, model_type: str, poolings: Sequence[str], *, where: str) -> bool:
+    """``final_norm`` is a bool, and True only for a model type whose tower normalizes its last block's tokens."""
+    if not isinstance(final_norm, bool):
+        raise ConfigError(f"{where}: final_norm must be True or False, got {final_norm!r}")
+    if not final_norm:
+        return False
+    if model_type in ("convnext", "convnextv2"):
+        raise ConfigError(f"{where}: a {model_type} model's final norm applies to the pooled vector, which is the "
+                          "'pooler' output; ask for poolings='pooler' instead of final_norm=True")
+    if model_type not in FINAL_NORMS:
+        raise ConfigError(f"{where}: final_norm=True is defined for model types {sorted(FINAL_NORMS)}, not "
+                          f"{model_type!r}; use layers=-1 (before any final norm) or 'pooler'")
+    if not any(p != POOLER for p in poolings):
+        raise ConfigError(f"{where}: final_norm=True pools the normalized last layer with 'cls', 'mean' or 'max'; "
+                          "add one of them to poolings")
+    return True
+
+
+def final_norm_module(tower: Any, model_type: str, *, where: str) -> Any:
+    """The tower's final norm (``FINAL_NORMS``), checked to be a real layer (not missing or an identity)."""
+    import torch
+
+    norm = getattr(tower, FINAL_NORMS[model_type], None)
+    if not isinstance(norm, torch.nn.Module) or isinstance(norm, torch.nn.Identity):
+        raise ConfigError(f"{where}: {type(tower).__name__} has no final norm {FINAL_NORMS[model_type]!r}; drop "
+                          "final_norm=True")
+    return norm
 
 
 def pool_states(hidden: Any, pooling: str, n_special: int) -> Any:
@@ -115,17 +154,18 @@ def special_tokens(tower: Any) -> int:
 class HFVisionExtractor(LayerPoolingExtractor):
     """Images through ``AutoModel``; one output per (layer, pooling) pair from one forward pass per batch.
 
-    ``layers`` index the hidden states (0 = embeddings, -1 = the last block); ``poolings`` are
-    any of ``cls``, ``mean``, ``max`` and ``pooler``.  A CLIP or SigLIP checkpoint contributes its
-    vision tower.  ``processor_backend`` fixes how the image processor resizes (``"pil"`` by default).
+    ``layers`` index the hidden states (0 = embeddings, -1 = the last block, before any final norm);
+    ``poolings`` are any of ``cls``, ``mean``, ``max`` and ``pooler``; ``final_norm=True`` adds each
+    token pooling of the last block after the model's final norm (``final_norm_cls``, ...).  A CLIP or
+    SigLIP checkpoint contributes its vision tower.  ``processor_backend`` fixes how the image processor resizes (``"pil"`` by default).
     """
 
     version = 1
     computes_with = ("torch", "transformers", "pillow")
 
     def __init__(self, name: str, model_path: Any, *, layers: int | Sequence[int] = -1,
-                 poolings: str | Sequence[str] = "mean", batch_size: int = 32, device: str = "auto",
-                 processor_backend: str = "pil", cache_identity: str | None = None,
+                 poolings: str | Sequence[str] = "mean", final_norm: bool = False, batch_size: int = 32,
+                 device: str = "auto", processor_backend: str = "pil", cache_identity: str | None = None,
                  progress: bool | None = None) -> None:
         super().__init__(name, batch_size, progress)
         where = f"HFVisionExtractor {name!r}"
@@ -137,6 +177,11 @@ class HFVisionExtractor(LayerPoolingExtractor):
         if "cls" in self.poolings and self.model_type in NO_CLS_MODEL_TYPES:
             raise ConfigError(f"{where}: a {self.model_type} model has no CLS token, so pooling 'cls' is undefined; use "
                               "'mean', 'max' or 'pooler'")
+        self.final_norm = check_final_norm(final_norm, self.model_type, self.poolings, where=where)
+        #: The token poolings of the normalized last layer, one output each (``final_norm_<pooling>``).
+        self.normed = tuple(p for p in self.poolings if p != POOLER) if self.final_norm else ()
+        self.outputs = (self.outputs[:len(self.pairs)] + tuple(f"{FINAL_NORM}_{p}" for p in self.normed)
+                        + self.outputs[len(self.pairs):])
         self.processor_backend = check_processor_backend(processor_backend, where=where)
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
@@ -145,7 +190,7 @@ class HFVisionExtractor(LayerPoolingExtractor):
 
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_vision", "model_files_sha256": files_sha256([self.model_dir]),
-                "layers": list(self.hidden_layers), "poolings": list(self.poolings),
+                "layers": list(self.hidden_layers), "poolings": list(self.poolings), "final_norm": self.final_norm,
                 "processor_backend": self.processor_backend, "image_loader": dict(LOADER), "batch_size": self.batch_size,
                 "device": self.device, "cache_identity": self.cache_identity}
 
@@ -161,6 +206,8 @@ class HFVisionExtractor(LayerPoolingExtractor):
             if "cls" in self.poolings and special_tokens(tower) == 0:
                 raise ConfigError(f"{where}: {type(tower).__name__} has no CLS token, so pooling 'cls' is undefined; "
                                   "use 'mean', 'max' or 'pooler'")
+            if self.final_norm:
+                final_norm_module(tower, self.model_type, where=where)
             self.processor_, self.model_ = processor, tower.to(resolve_device(self.device, where=where))
         return self.processor_, self.model_
 
@@ -170,11 +217,15 @@ class HFVisionExtractor(LayerPoolingExtractor):
         processor, model = self.load()
         device = resolve_device(self.device, where=where)
         n_special = special_tokens(model)
+        norm = final_norm_module(model, self.model_type, where=where) if self.final_norm else None
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             out = model(pixel_values=pixel_values(processor, X, rows, device), output_hidden_states=True)
             pooled = {name: pool_states(out.hidden_states[layer], pooling, n_special)
                       for name, (layer, pooling) in zip(self.outputs, self.pairs)}
+            if norm is not None:
+                normed = norm(out.hidden_states[-1])
+                pooled.update({f"{FINAL_NORM}_{p}": pool_states(normed, p, n_special) for p in self.normed})
             if POOLER in self.poolings:
                 if getattr(out, "pooler_output", None) is None:
                     raise ConfigError(f"{where}: {type(model).__name__} returns no pooler output; drop 'pooler'")
@@ -183,3 +234,8 @@ class HFVisionExtractor(LayerPoolingExtractor):
 
         with frozen(model, device):
             return self._stream(n, embed)
+
+    def _output_metadata(self) -> dict[str, dict[str, Any]]:
+        """The pairs' and ``pooler``'s metadata, and each normalized pooling's: the last layer, ``final_norm`` True."""
+        return {**super()._output_metadata(), **{f"{FINAL_NORM}_{p}": {"hidden_layer": self.n_layers, "pooling": p,
+                                                                        FINAL_NORM: True} for p in self.normed}}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputTypeError, InputValidationError
-from .._base.fingerprint import function_source, source_identity
+from .._base.fingerprint import function_document, identified, source_identity
 
 _CHUNK = 1 << 20
 #: A file modified this recently may change again within the timestamp resolution: never memoized (git's rule).
@@ -67,17 +67,22 @@ def check_paths(argument: str, paths: Any, *, where: str) -> tuple[Path, ...]:
 
 
 def function_identity(fn: Callable[..., Any] | None) -> dict[str, Any] | None:
-    """Qualified name plus a hash of the source of a function (``None`` stays ``None``; no source hashes as "")."""
+    """Qualified name, source hash, defaults and the globals a function reads (``None`` stays ``None``; a function
+    without source hashes its source as "")."""
     if fn is None:
         return None
-    return source_identity(fn, function_source(fn) or "")
+    return function_document(fn) or source_identity(fn, "")
 
 
 def trusted_function(fn: Callable[..., Any] | None) -> bool:
-    """True for ``None`` and functions :func:`~vertebrae._base.fingerprint.canonical` identifies by name and source.
+    """True for ``None`` and functions :func:`~vertebrae._base.fingerprint.canonical` identifies by name, source and
+    the globals they read.
 
-    Lambdas, closures, nested functions, partials and callable objects can carry state
-    a recipe cannot see, so an extractor using one is not cache-eligible unless the
+    Lambdas, closures, nested functions, partials, callable objects and functions reading a global that
+    cannot be hashed can carry state a recipe cannot see, so an extractor using one is not cache-eligible unless the
     user declares a ``cache_identity``.
     """
-    return fn is None or function_source(fn) is not None
+    if fn is None:
+        return True
+    document = function_document(fn)
+    return document is not None and identified(document)

@@ -1,4 +1,4 @@
-"""Image datasets: images that load lazily, one batch at a time, as RGB Pillow images.
+"""Image datasets: images that load lazily, one batch at a time, as upright RGB Pillow images (EXIF applied).
 
 ``BenchmarkDataset.from_image_paths`` and ``from_images`` keep an :class:`ImageInputs` as the
 dataset's inputs.  Indexing it loads one image (an extractor's batch loads only its rows), so
@@ -40,8 +40,10 @@ from .._base.files import read_regular
 from ..errors import DataWarning, DependencyError, InputTypeError, InputValidationError
 from .._base.fingerprint import content_sha256
 
-#: How an item becomes an extractor's input: Pillow decodes it and converts it to 8-bit RGB.
-LOADER = {"library": "pillow", "mode": "RGB"}
+#: How an item becomes an extractor's input: Pillow decodes it, turns it upright by its EXIF orientation (as
+#: ``PIL.ImageOps.exif_transpose`` does: a phone photo stored sideways is embedded as it is viewed) and
+#: converts it to 8-bit RGB.  Part of the dataset's content hash, so datasets hashed under the old rule miss.
+LOADER = {"library": "pillow", "mode": "RGB", "exif_orientation": "applied"}
 #: The most pixels one image file may decode to (50 megapixels: 150 MB of RGB); Pillow warns at 89.5 and refuses
 #: at 179 megapixels.  A file that declares more is decoded at a reduced size within it, or refused.
 DEFAULT_MAX_IMAGE_PIXELS = 50_000_000
@@ -131,7 +133,7 @@ class ImageInputs(Sequence):
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the budget has decided
                 image, _ = bounded_open(Image, data, self.max_image_pixels, where)
                 image.load()
-                return image.convert("RGB")
+                return upright(image).convert("RGB")
         except InputValidationError:  # over the budget: named already (a ValueError, like Pillow's own)
             raise
         except _decode_errors(Image) as exc:
@@ -158,6 +160,14 @@ class ImageInputs(Sequence):
 
     def __repr__(self) -> str:
         return f"ImageInputs({len(self)} images, {self.source})"
+
+
+def upright(image: Any) -> Any:
+    """``image`` as it is viewed: turned by its EXIF orientation tag (a new image, the tag dropped), as phone cameras
+    store a portrait photo sideways and let viewers turn it."""
+    from PIL import ImageOps
+
+    return ImageOps.exif_transpose(image)
 
 
 def _common_root(files: Sequence[Path]) -> str:
@@ -254,7 +264,7 @@ def in_memory_images(images: Any) -> ImageInputs:
 def _rgb_array(item: Any, row: int) -> np.ndarray:
     if not isinstance(item, np.ndarray):
         if type(item).__module__.startswith("PIL."):
-            return np.asarray(item.convert("RGB"), dtype=np.uint8).copy()
+            return np.asarray(upright(item).convert("RGB"), dtype=np.uint8).copy()
         raise InputTypeError(f"images[{row}] is {type(item).__name__}; pass a uint8 array or a PIL image")
     if item.dtype != np.uint8:
         raise InputValidationError(f"images[{row}] has dtype {item.dtype}; images are 8-bit: convert with "

@@ -21,7 +21,7 @@ from .markdown_metrics import metrics_detail
 from .markdown_resources import resource_section
 from .markdown_screening import screened_out_text, screening_section
 from .markdown_separatix import separatix_detail
-from .markdown_stability import answer_caveats, stability_section
+from .markdown_stability import answer_caveats, draw_note, stability_section
 from .markdown_structure import structure_section
 from .markdown_verdicts import verdict_lines, verdict_section
 from .reading import RANKING_SECONDARY, benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
@@ -162,17 +162,32 @@ def _overlap_configuration(data: Mapping[str, Any]) -> Section:
 
 
 def _per_class(data: Mapping[str, Any]) -> Section | None:
-    """One row per extractor, one column per class (at most MAX_TABLE_CLASSES; beyond, a summary per extractor)."""
+    """One table per target view (each view has its own classes): a row per extractor, a column per class (at most
+    MAX_TABLE_CLASSES; beyond, a summary per extractor)."""
+    from ..families.result_protocol import result_from_dict
+
     scored = _scored(data)
     if not scored:
         return None
+    note = "1.0 means the class is separated from the others; the weakest classes set the ceiling of a space."
+    views = {r.name: r.view for r in result_from_dict(data).extractor_results}
+    by_view: dict[str | None, list[Mapping[str, Any]]] = {}
+    for r in scored:
+        by_view.setdefault(views[r["name"]], []).append(r)
+    if len(by_view) == 1:
+        return Section("Per-class overlap", [Para(note), *_per_class_blocks(scored)])
+    return Section("Per-class overlap", [Para(note, " One table per target view: each view has its own classes."),
+                                         *(Section(view or "dataset targets", _per_class_blocks(results), level=3)
+                                           for view, results in by_view.items())])
+
+
+def _per_class_blocks(scored: list[Mapping[str, Any]]) -> list[Any]:
+    """The per-class table of results that share their classes (one view)."""
     first = scored[0]["overlap"]
     keys = list(first["per_class_scores"])
-    note = "1.0 means the class is separated from the others; the weakest classes set the ceiling of a space."
     if len(keys) <= MAX_TABLE_CLASSES:
         rows = [[r["name"], *(r["overlap"]["per_class_scores"].get(k) for k in keys)] for r in scored]
-        return Section("Per-class overlap",
-                       [Para(note), Table(["extractor", *(_display(first, k) for k in keys)], rows)])
+        return [Table(["extractor", *(_display(first, k) for k in keys)], rows)]
     rows = []
     for r in scored:
         scores = sorted((v, _display(r["overlap"], k)) for k, v in r["overlap"]["per_class_scores"].items()
@@ -181,9 +196,8 @@ def _per_class(data: Mapping[str, Any]) -> Section | None:
         weakest = ", ".join(f"{name} ({v:.4f})" for v, name in scores[:3])
         rows.append([r["name"], values[0] if values else None, values[len(values) // 2] if values else None,
                      values[-1] if values else None, weakest])
-    return Section("Per-class overlap", [
-        Para(note, f" {len(keys)} classes: a summary per extractor here; every class is in ", Code("per_class_scores"),
-             " in the JSON."), Table(["extractor", "min", "median", "max", "weakest classes"], rows)])
+    return [Para(f"{len(keys)} classes: a summary per extractor here; every class is in ", Code("per_class_scores"),
+                 " in the JSON."), Table(["extractor", "min", "median", "max", "weakest classes"], rows)]
 
 
 def _pairwise(o: Mapping[str, Any]) -> list[Any]:
@@ -205,8 +219,9 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
         return Section(r["name"], [Para(screened_out_text(r))], level=3)
     o = r["overlap"]
     weakest = r.get("weakest_class")
+    note = draw_note(o["score"], r.get("stability"))
     blocks: list[Any] = [Para(f"Overlap score {o['score']:.4f} (macro {o['macro_score']:.4f}, weighted "
-                              f"{o['weighted_score']:.4f}); recommendation ", Code(r["recommendation"]), "."
+                              f"{o['weighted_score']:.4f}{'; ' + note if note else ''}); recommendation ", Code(r["recommendation"]), "."
                               + (f" Weakest class: {weakest['display']} ({weakest['score']:.4f})." if weakest else ""))]
     meta = o["metadata"]
     if meta.get("excluded_classes"):

@@ -14,6 +14,37 @@ def interval_text(low: float | None, high: float | None) -> str | None:
     return None if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
 
 
+def draw_note(score: float | None, stability: Mapping[str, Any] | None, *, with_mean: bool = True) -> str | None:
+    """Why a ranked score lies outside its own stability interval, for the same line as the score; None inside.
+
+    The ranking is by the seeded draw (the primary score; in prototype mode repeat 0 of the repeats) and
+    the interval is the central percentile range of all repeats, so with few repeats the draw is often one
+    of the extremes the interval leaves out.  Said where the score is shown, with the repeat mean beside it
+    (``with_mean=False`` where a column already shows the mean).
+    """
+    if score is None or not stability:
+        return None
+    summary = stability["summaries"]["score"]
+    position = score_position(score, stability["repeat_scores"]["score"], summary["interval_low"],
+                              summary["interval_high"])
+    where = position["relative_to_interval"]
+    if where == "inside":
+        return None
+    n = position["n_repeats"]
+    beyond = position["repeats_above"] if where == "above" else position["repeats_below"]
+    extreme = "highest" if where == "above" else "lowest"
+    config = stability["config"]
+    if stability.get("includes_primary_draw"):
+        why = (f"this draw is repeat 0 and the {extreme} of its {n} repeats" if beyond == 0
+               else f"this draw is repeat 0, with only {beyond} of its {n} repeats {where} it")
+    elif config["mode"] == "subsample":
+        why = f"this draw scores every row, the repeats {config['subsample_fraction']} subsamples"
+    else:
+        why = f"this draw is one seed of the scorer, the {n} repeats other seeds"
+    return (f"{where} its stability interval {interval_text(summary['interval_low'], summary['interval_high'])}: "
+            f"{why}" + (f"; repeat mean {summary['mean']:.4f}" if with_mean else ""))
+
+
 def _analysed(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in data["extractor_results"] if r.get("stability")]
 
@@ -29,10 +60,9 @@ def answer_caveats(data: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     caveats: list[tuple[Any, ...]] = []
     outside = []
     for r in _analysed(data):
-        s, position = r["stability"]["summaries"]["score"], _position(r)
-        if position["relative_to_interval"] != "inside":
-            outside.append(f"{r['name']} ({position['score']:.4f} is {position['relative_to_interval']} "
-                           f"[{s['interval_low']:.4f}, {s['interval_high']:.4f}], mean {s['mean']:.4f})")
+        note = draw_note(r["overlap"]["score"], r["stability"])
+        if note is not None:
+            outside.append(f"{r['name']} ({r['overlap']['score']:.4f}, {note})")
     if outside:
         caveats.append((Strong("The ranked score lies outside its own stability interval"),
                         " for " + "; ".join(outside) + ": the ranked draw is an outlier among its own repeats, so "
@@ -69,7 +99,9 @@ def stability_section(data: Mapping[str, Any]) -> Section | None:
     for r in analysed:
         s, position = r["stability"]["summaries"]["score"], _position(r)
         rows.append([r["name"], position["score"], position["percentile"], s["mean"], s["std"], s["min"], s["max"],
-                     interval_text(s["interval_low"], s["interval_high"]), s["interval_high"] - s["interval_low"]])
+                     draw_note(r["overlap"]["score"], r["stability"]) or interval_text(s["interval_low"],
+                                                                                        s["interval_high"]),
+                     s["interval_high"] - s["interval_low"]])
     blocks.append(Table(["extractor", "ranked score", "ranked percentile", "mean", "std", "min", "max",
                          "stability_interval", "width"], rows))
     ranking = data.get("ranking_stability")

@@ -57,11 +57,12 @@ def score_with_interval(score: float | None, low: float | None, high: float | No
 def benchmark_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     """The lead sentence, recommendation notes and the short summary table (headers None without a ranking)."""
     from ..families.result_protocol import result_from_dict
-    from .markdown_stability import interval_text
+    from .markdown_stability import draw_note, interval_text
 
     result = result_from_dict(data)
     ranked = result.ranked_results()
     notes = list(data["recommendations"])
+    stability = {r["name"]: r.get("stability") for r in data["extractor_results"]}
     if not ranked:
         return {"lead": "No extractor has a valid primary aggregate, so there is no ranking.", "notes": notes,
                 "headers": None, "rows": [], "top_text": ""}
@@ -71,15 +72,30 @@ def benchmark_answer(data: Mapping[str, Any]) -> dict[str, Any]:
     for i, r in result.ranking():
         summary = r.stability.summary if r.stability is not None else None
         low, high = (summary.interval_low, summary.interval_high) if summary else (None, None)
-        score = score_with_interval(r.primary_score, low, high) if with_interval else r.primary_score
+        note = draw_note(r.primary_score, stability[r.name]) if with_interval else None
+        score = (score_with_interval(r.primary_score, low, high) if note is None else f"{r.primary_score:.4f}, {note}") \
+            if with_interval else r.primary_score
         rows.append([i, r.name, score, r.recommendation] + ([] if with_interval else [interval_text(low, high)]))
     headers = ["rank", "extractor", f"{best.primary_metric_name} (primary)", "recommendation"]
     if not with_interval:
         headers.append("overlap stability interval")
     top_text = f"Top candidate: {best.name}"
-    lead = (f"{top_text} — {best.primary_metric_name} {best.primary_score:.4f}, "
+    lead = (f"{top_text} — {best.primary_metric_name} {best.primary_score:.4f}"
+            f"{_beside_the_draw(best.primary_score, stability[best.name]) if with_interval else ''}, "
             f"recommendation {best.recommendation}.")
     return {"lead": lead, "notes": notes, "headers": headers, "rows": rows, "top_text": top_text}
+
+
+def _beside_the_draw(score: float, stability: Mapping[str, Any] | None) -> str:
+    """`` (repeat mean 0.9712, stability interval [...])`` after a ranked draw; why, when the draw is outside it."""
+    from .markdown_stability import draw_note, interval_text
+
+    if not stability:
+        return ""
+    summary = stability["summaries"]["score"]
+    note = draw_note(score, stability)
+    return (f" ({note})" if note else f" (repeat mean {summary['mean']:.4f}, stability interval "
+                                      f"{interval_text(summary['interval_low'], summary['interval_high'])})")
 
 
 #: Row-builder columns of the ranking table (see ``vertebrae.families.labeled.results.result_row``): the spec's core
@@ -109,7 +125,7 @@ def scale_text(scale: Mapping[str, Any]) -> str:
 def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
     """Heading, columns and rows of the ranking table (columns None when no aggregate is valid)."""
     from ..families.result_protocol import result_from_dict
-    from .markdown_stability import interval_text
+    from .markdown_stability import draw_note, interval_text
 
     result = result_from_dict(data)
     ranked = result.ranked_results()
@@ -120,6 +136,7 @@ def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
     valid_rows = [r for r in rows if r["rank"] is not None]
     recipes = {r["name"]: r["recipe"] for r in data["extractor_results"]}
     scales = {r["name"]: (r.get("embedding") or {}).get("column_scale") for r in data["extractor_results"]}
+    stability = {r["name"]: r.get("stability") for r in data["extractor_results"]}
     views = [c for c in VIEW_COLUMNS if any(row.get(c) is not None for row in valid_rows)]
     columns = RANKING_COLUMNS[:2] + views + RANKING_COLUMNS[2:]
     if any(row["separatix_status"] is not None for row in valid_rows):
@@ -128,8 +145,9 @@ def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
         columns.append(SCALE_COLUMN)
 
     def value(row: Mapping[str, Any], column: str) -> Any:
-        if column == "stability_interval":
-            return interval_text(row["stability_interval_low"], row["stability_interval_high"])
+        if column == "stability_interval":  # beside the ranked score: why, when that score is outside it
+            return (draw_note(row["overlap_score"], stability[row["extractor"]])
+                    or interval_text(row["stability_interval_low"], row["stability_interval_high"]))
         if column == "recipe":
             return recipe_summary(recipes[row["extractor"]])
         if column == SCALE_COLUMN:

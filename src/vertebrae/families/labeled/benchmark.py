@@ -345,6 +345,15 @@ def probe_verdict_notes(result: BenchmarkResult, view: str | None, where: str) -
     return notes
 
 
+def ranked_draw_note(result: ExtractorResult, *, with_mean: bool = True) -> str | None:
+    """Why a ranked overlap score lies outside its own stability interval (None inside, or without repeats)."""
+    from ...reports.markdown_stability import draw_note
+
+    if result.stability is None or result.primary_metric_name != "overlap":
+        return None
+    return draw_note(result.primary_score, result.stability.to_dict(), with_mean=with_mean)
+
+
 def benchmark_recommendations(result: BenchmarkResult) -> list[str]:
     """Short practitioner guidance derived from each view's ranking (never a composite score)."""
     views = result.views()
@@ -357,7 +366,8 @@ def benchmark_recommendations(result: BenchmarkResult) -> list[str]:
                          "unavailable.")
             continue
         best = ranked[0]
-        notes.append(f"{where}Top candidate: {best.name} ({best.primary_metric_name} = {best.primary_score:.4f}).")
+        notes.append(f"{where}Top candidate: {best.name} ({best.primary_metric_name} = {best.primary_score:.4f}"
+                     f"{'; ' + note if (note := ranked_draw_note(best)) else ''}).")
         notes += probe_verdict_notes(result, view, where)
         notes += referee_notes(result.metadata.get("referee"), view, where, result.referee_verdicts(view))
         cohort = result.quality_cohort(view=view)
