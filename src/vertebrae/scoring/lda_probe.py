@@ -1,0 +1,145 @@
+"""LDAProbeMetric: a shrinkage linear discriminant probe (Ledoit–Wolf), one covariance solve per fold.
+
+Per training fold (standardized by ``StandardScaler``), the shared covariance is the prior-weighted sum of
+each class's Ledoit–Wolf covariance, shrunk on that class's own standardized rows and scaled back
+(``sum_k prior_k D_k ((1 - s_k) R_k + s_k mu_k I) D_k``: ``R_k`` the class's correlation matrix, ``D_k`` its
+standard deviations, ``mu_k = trace(R_k) / D``, ``s_k`` the Ledoit–Wolf shrinkage of the standardized rows,
+Ledoit and Wolf, "A well-conditioned estimator for large-dimensional covariance matrices", 2004).  One
+least-squares solve against the class means gives the discriminants ``coef = cov^+ means`` and
+``intercept = -means coef / 2 + log(prior)``; the test fold is scored by balanced accuracy of the largest
+discriminant.  That is ``LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")`` inside
+``make_pipeline(StandardScaler(), ...)`` on :class:`~vertebrae.LinearProbeMetric`'s folds.  Measured speed:
+docs/metrics.md ("Closed-form probes").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._base.config import Config, check_int
+from .._base.sparse import is_sparse
+from ..errors import MetricError
+from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payload, standardized_folds
+from .metrics import check_metric_name
+
+#: Dense float64 D x D arrays held at once: the shared covariance, one class's scatter, the solver's copy.
+COVARIANCE_COPIES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class LDAProbeMetric(Config):
+    """Held-out balanced accuracy of shrinkage linear discriminant analysis on standardized embeddings,
+    averaged over ``n_splits`` folds.
+
+    Estimates how well one shared, well-conditioned Gaussian covariance separates the class means: the
+    probe a user gets from ``LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")``.  It needs no
+    iterations and no regularization grid (the Ledoit–Wolf shrinkage is estimated), so it is the cheapest
+    probe to *screen* a grid toward a linear probe (``ScreeningConfig(metric=LDAProbeMetric())``), and it
+    stays stable with fewer rows than dimensions.  Single-label targets only; dense embeddings only (the
+    covariance is dense anyway).  Folds are LinearProbeMetric's (seeded, stratified, grouped).
+    """
+
+    n_splits: int = 5
+    max_dense_bytes: int = 2**30
+    name: str = "lda_probe"
+
+    higher_is_better: ClassVar[bool] = True
+    aggregate_valid: ClassVar[bool] = True
+    #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
+    reference: ClassVar[str] = "shrinkage LDA probe"
+    supported_target_types: ClassVar[tuple[str, ...]] = ("single_label",)
+
+    def _validate(self) -> None:
+        owner = type(self).__name__
+        self._set("name", check_metric_name(self.name, owner))
+        self._set("n_splits", check_int(owner, "n_splits", self.n_splits, minimum=2))
+        self._set("max_dense_bytes", check_int(owner, "max_dense_bytes", self.max_dense_bytes, minimum=1))
+
+    def identity(self) -> dict[str, Any]:
+        return {"type": "lda_probe", **self.fingerprint()}
+
+    def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
+                 groups: Any = None, seed: int | None = None) -> dict[str, Any]:
+        target_type = (target_metadata or {}).get("target_type", "single_label")
+        if target_type not in self.supported_target_types:
+            raise MetricError(f"metric {self.name!r} (shrinkage LDA) is defined for single-label targets only, got "
+                              f"{target_type}; use RidgeProbeMetric or LinearProbeMetric for {target_type} targets")
+        if is_sparse(embeddings):
+            raise MetricError(f"metric {self.name!r} (shrinkage LDA) needs dense embeddings (its covariance is dense "
+                              "and scikit-learn's LinearDiscriminantAnalysis refuses sparse input); use "
+                              "RidgeProbeMetric, which keeps sparse input sparse, or densify the embeddings")
+        folds = probe_folds(self.name, self.n_splits, embeddings, labels, target_metadata, groups, seed,
+                            self.supported_target_types)
+        check_dense_budget(self.name, embeddings.shape[1], COVARIANCE_COPIES, self.max_dense_bytes,
+                           "LDAProbeMetric.max_dense_bytes")
+        scores, shrinkages = [], []
+        for (train, test), fold in zip(folds.splits, standardized_folds(embeddings, folds.splits)):
+            classes, coef, intercept, shrinkage = _discriminants(fold.train, folds.targets.y[train])
+            shrinkages.append(shrinkage)
+            predicted = classes[(fold.test @ coef.T + intercept).argmax(axis=1)]
+            scores.append(fold_score(folds.targets, test, predicted))
+        return probe_payload(folds, scores, {"shrinkage": shrinkages}, {
+            "model": 'LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")', "scaling": "StandardScaler()",
+            "shrinkage": "Ledoit-Wolf, per class on its standardized rows"}, seed, self.n_splits)
+
+
+def _discriminants(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
+    """``(classes, coef, intercept, shrinkage per class)`` of shrinkage LDA fitted on a standardized training fold."""
+    from scipy import linalg
+
+    classes, codes = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise MetricError(f"a training fold holds the single class {classes.tolist()}; a classifier needs two "
+                          "(the groups put every other class's rows in one fold): lower n_splits or drop the groups")
+    n, dim = X.shape
+    counts = np.bincount(codes)
+    priors = counts / n
+    means = np.empty((classes.size, dim))
+    covariance = np.zeros((dim, dim))
+    shrinkages = []
+    for k in range(classes.size):
+        rows = X[codes == k]
+        means[k] = rows.mean(axis=0)
+        shrunk, scale, shrinkage = _ledoit_wolf_standardized(rows)
+        shrunk *= scale[:, None]
+        shrunk *= scale[None, :]
+        covariance += priors[k] * shrunk
+        shrinkages.append(shrinkage)
+    coef = linalg.lstsq(covariance, means.T)[0].T
+    intercept = -0.5 * np.einsum("kd,kd->k", means, coef) + np.log(priors)
+    return classes, coef, intercept, shrinkages
+
+
+def _ledoit_wolf_standardized(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The Ledoit–Wolf covariance of one class's rows after standardizing them (``StandardScaler``), the
+    standard deviations that scale it back, and the shrinkage.
+
+    On standardized rows ``Z`` (``n x D``, centered): ``S = Z^T Z / n``, ``mu = trace(S) / D``; the shrinkage is
+    ``min(b, d) / d`` with ``d = ||S - mu I||_F^2 / D`` and ``b = (sum_i ||z_i||^4 / n - ||S||_F^2) / (n D)``
+    (0 when ``b`` is 0, and for a single dimension).
+    """
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(rows)
+    Z = rows - scaler.mean_
+    Z /= scaler.scale_
+    Z -= Z.mean(axis=0)  # LedoitWolf centers the standardized rows again
+    n, dim = Z.shape
+    S = Z.T @ Z / n
+    trace = np.einsum("ij,ij->", Z, Z) / n
+    mu = trace / dim
+    shrinkage = 0.0
+    if dim > 1:
+        squared = np.einsum("ij,ij->", S, S)
+        row_norms = np.einsum("ij,ij->i", Z, Z)
+        beta = (row_norms @ row_norms / n - squared) / (dim * n)
+        delta = (squared - 2.0 * mu * trace + dim * mu**2) / dim
+        beta = min(beta, delta)
+        shrinkage = 0.0 if beta == 0 else beta / delta
+    S *= 1.0 - shrinkage
+    S.flat[:: dim + 1] += shrinkage * mu
+    return S, scaler.scale_.astype(np.float64), float(shrinkage)
