@@ -14,7 +14,7 @@ residual is kept (the first on ties) and scores the test fold: what ``RidgeClass
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -86,10 +86,13 @@ class RidgeProbeMetric(Config):
         side = min(max(len(train) for train, _ in folds.splits), dim)
         check_dense_budget(self.name, side, GRAM_COPIES, self.max_dense_bytes, "RidgeProbeMetric.max_dense_bytes")
         alphas = np.asarray(self.alphas)
+        by_features = not is_sparse(embeddings) and side == dim
+        spectra = (_feature_spectra(embeddings, folds.splits) if by_features else
+                   map(_spectrum, standardized_folds(embeddings, folds.splits)))
         scores, chosen = [], []
-        for (train, test), fold in zip(folds.splits, standardized_folds(embeddings, folds.splits)):
+        for (train, test), spectrum in zip(folds.splits, spectra):
             Y, decode = _encoded(folds.targets, train)
-            best, decision = _ridge_path(fold, Y, alphas)
+            best, decision = _ridge_path(spectrum, Y, alphas)
             chosen.append(float(alphas[best]))
             scores.append(fold_score(folds.targets, test, decode(decision)))
         edge = sorted({a for a in chosen if a in (alphas.min(), alphas.max())})
@@ -126,10 +129,10 @@ def _encoded(targets: MetricTargets, train: np.ndarray) -> tuple[np.ndarray, Any
     return 2.0 * np.eye(classes.size)[codes] - 1.0, lambda decision: classes[decision.argmax(axis=1)]
 
 
-def _ridge_path(fold: StandardizedFold, Y: np.ndarray, alphas: np.ndarray) -> tuple[int, np.ndarray]:
+def _ridge_path(spectrum: Spectrum, Y: np.ndarray, alphas: np.ndarray) -> tuple[int, np.ndarray]:
     """The index of the alpha with the smallest mean squared leave-one-out residual, and the test fold's decision
     values of the ridge fitted on the whole training fold with it."""
-    w, P, test_factor = _spectrum(fold)
+    w, P, test_factor = spectrum
     n = P.shape[0]
     mean = Y.mean(axis=0)
     Yc = Y - mean
@@ -148,7 +151,43 @@ def _ridge_path(fold: StandardizedFold, Y: np.ndarray, alphas: np.ndarray) -> tu
     return best, test_factor(inverse[:, best, None] * Q) + mean
 
 
-def _spectrum(fold: StandardizedFold) -> tuple[np.ndarray, np.ndarray, Any]:
+#: ``(w, P, test_factor)`` of a training fold (see :func:`_spectrum`).
+Spectrum = tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]
+
+
+def _feature_spectra(embeddings: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[Spectrum]:
+    """:func:`_spectrum` of every fold of dense rows with more training rows than columns, at the cost of one Gram
+    matrix of all rows: each fold's is that minus its test rows' (the folds' test rows partition the rows).
+
+    The rows are centered once by their overall mean in float64 (so the subtraction loses nothing to a large
+    mean); each fold is then centered and scaled by its own ``StandardScaler`` statistics inside the Gram matrix
+    and the products, so no standardized copy of a fold is made.
+    """
+    from sklearn.preprocessing import StandardScaler
+
+    rows = np.subtract(embeddings, embeddings.mean(axis=0, dtype=np.float64), dtype=np.float64)
+    gram = rows.T @ rows
+    for train, test in splits:
+        fold, held = rows[train], rows[test]
+        scaler = StandardScaler().fit(fold)  # the pipeline's own scaling (and its rule for constant columns)
+        mean, scale = scaler.mean_, scaler.scale_
+        scatter = gram - held.T @ held
+        scatter -= train.size * np.outer(mean, mean)
+        w, V = np.linalg.eigh(scatter / np.outer(scale, scale))
+        V /= scale[:, None]  # coefficients on the unscaled, centered rows
+        shift = mean @ V
+        P = fold @ V
+        P -= shift
+        del fold
+
+        def through_features(B: np.ndarray, V: np.ndarray = V, held: np.ndarray = held,
+                             shift: np.ndarray = shift) -> np.ndarray:
+            return held @ (V @ B) - shift @ B
+
+        yield w, P, through_features
+
+
+def _spectrum(fold: StandardizedFold) -> Spectrum:
     """``(w, P, test_factor)`` of a training fold: ``P P^T`` is the centered rows' Gram matrix ``X X^T`` with
     ``P^T P = diag(w)``, and ``test_factor(B)`` is ``T V B``: the test rows' decision values for coefficients ``V B``.
 
