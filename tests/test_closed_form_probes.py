@@ -19,7 +19,8 @@ from sklearn.preprocessing import StandardScaler
 
 from vertebrae import (ConfigError, ConfigTypeError, LDAProbeMetric, LinearProbeMetric, MetricError,
                        RidgeProbeMetric, load_metric)
-from vertebrae.scoring.lda_probe import _discriminants
+from vertebrae.scoring.closed_form import standardized_folds
+from vertebrae.scoring.lda_probe import ClassScatter, _discriminants
 from vertebrae.scoring.metrics import check_metric
 
 SINGLE = {"target_type": "single_label"}
@@ -144,12 +145,11 @@ def test_lda_equals_shrinkage_lda(shape):
     got, ref = _check_lda(X, y, seed=6)
     assert all(0 < s <= 1 for fold in got["diagnostics"]["shrinkage"] for s in fold)
     # the discriminants themselves, on the first training fold
-    train, _ = next(LinearProbeMetric().folds("single_label", 6, False).split(X, y))
-    fitted = ref["estimator"][0]
-    classes, coef, intercept, _ = _discriminants(fitted[0].transform(X[train]), y[train])
-    full = make_pipeline(StandardScaler(), LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")).fit(
-        X[train], y[train])
-    expected_coef, expected_intercept = full[-1].coef_, full[-1].intercept_
+    splits = list(LinearProbeMetric().folds("single_label", 6, False).split(X, y))
+    train, test = splits[0]
+    classes, coef, intercept, _ = _discriminants(next(standardized_folds(X, splits)), y[train], ClassScatter(X, y),
+                                                 test)
+    expected_coef, expected_intercept = ref["estimator"][0][-1].coef_, ref["estimator"][0][-1].intercept_
     if n_classes == 2:  # scikit-learn keeps the difference of the two discriminants
         coef, intercept = coef[1:] - coef[:1], intercept[1:] - intercept[:1]
     np.testing.assert_allclose(coef, expected_coef, rtol=1e-9, atol=1e-9 * np.abs(expected_coef).max())

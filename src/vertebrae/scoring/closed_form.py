@@ -63,12 +63,13 @@ class StandardizedFold:
 
     Dense: ``train`` and ``test`` are float64 copies, centered and scaled by the training fold.  Sparse (CSR):
     they are scaled but not centered (``StandardScaler(with_mean=False)``, so they stay sparse); ``offset`` is the
-    training mean after scaling, which a model with an intercept subtracts implicitly.
+    training mean after scaling, which a model with an intercept subtracts implicitly.  ``scale``: the scaler's.
     """
 
     train: Any
     test: Any
     offset: np.ndarray | None
+    scale: np.ndarray
 
 
 def standardized_folds(embeddings: Any, splits: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[StandardizedFold]:
@@ -82,11 +83,11 @@ def standardized_folds(embeddings: Any, splits: list[tuple[np.ndarray, np.ndarra
         if sparse_input:
             inverse = 1.0 / scale
             yield StandardizedFold(_scaled_columns(embeddings[train], inverse), _scaled_columns(embeddings[test],
-                                   inverse), scaler.mean_.astype(np.float64) * inverse)
+                                   inverse), scaler.mean_.astype(np.float64) * inverse, scale)
             continue
         mean = scaler.mean_.astype(np.float64)
         yield StandardizedFold(_standardized(embeddings[train], mean, scale), _standardized(embeddings[test], mean,
-                               scale), None)
+                               scale), None, scale)
 
 
 def _standardized(rows: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

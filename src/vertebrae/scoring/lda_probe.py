@@ -23,7 +23,8 @@ import numpy as np
 from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
 from ..errors import MetricError
-from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payload, standardized_folds
+from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
+    standardized_folds
 from .metrics import check_metric_name
 
 #: Dense float64 D x D arrays held at once: the shared covariance, one class's scatter, the solver's copy.
@@ -76,9 +77,11 @@ class LDAProbeMetric(Config):
                             self.supported_target_types)
         check_dense_budget(self.name, embeddings.shape[1], COVARIANCE_COPIES, self.max_dense_bytes,
                            "LDAProbeMetric.max_dense_bytes")
+        codes = folds.targets.y
+        scatter = ClassScatter(embeddings, codes)
         scores, shrinkages = [], []
         for (train, test), fold in zip(folds.splits, standardized_folds(embeddings, folds.splits)):
-            classes, coef, intercept, shrinkage = _discriminants(fold.train, folds.targets.y[train])
+            classes, coef, intercept, shrinkage = _discriminants(fold, codes[train], scatter, test)
             shrinkages.append(shrinkage)
             predicted = classes[(fold.test @ coef.T + intercept).argmax(axis=1)]
             scores.append(fold_score(folds.targets, test, predicted))
@@ -87,26 +90,61 @@ class LDAProbeMetric(Config):
             "shrinkage": "Ledoit-Wolf, per class on its standardized rows"}, seed, self.n_splits)
 
 
-def _discriminants(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
-    """``(classes, coef, intercept, shrinkage per class)`` of shrinkage LDA fitted on a standardized training fold."""
-    from scipy import linalg
+class ClassScatter:
+    """Every class's rows centered by the class mean (float64) and their Gram matrix, computed once per call: a
+    training fold's class scatter is that Gram minus its test rows' (the folds' test rows partition the rows), so
+    the folds together cost one pass over the rows instead of one each."""
 
-    classes, codes = np.unique(y, return_inverse=True)
+    def __init__(self, embeddings: np.ndarray, codes: np.ndarray) -> None:
+        self.rows, self.centered, self.grams = [], [], []
+        for k in range(int(codes.max()) + 1):
+            rows = np.flatnonzero(codes == k)
+            block = embeddings[rows]
+            centered = np.subtract(block, block.mean(axis=0, dtype=np.float64), dtype=np.float64)
+            self.rows.append(rows)
+            self.centered.append(centered)
+            self.grams.append(centered.T @ centered)
+
+    def fold(self, k: int, test: np.ndarray) -> np.ndarray:
+        """The centered scatter (sum of outer products around the training rows' mean) of class ``k``'s training
+        rows, in the input's coordinates."""
+        held_out = np.isin(self.rows[k], test)
+        held = self.centered[k][held_out]
+        kept = held_out.size - held.shape[0]
+        shift = -held.sum(axis=0) / kept  # the training rows' mean (the class's rows sum to 0 here)
+        scatter = self.grams[k] - held.T @ held
+        scatter -= kept * np.outer(shift, shift)
+        return scatter
+
+
+def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
+                   test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
+    """``(classes, coef, intercept, shrinkage per class)`` of shrinkage LDA on a standardized training fold
+    (``y``: its class codes; ``test``: the fold's test rows, whose scatter ``scatter`` takes away)."""
+    from scipy import linalg
+    from sklearn.preprocessing import StandardScaler
+
+    classes, local = np.unique(y, return_inverse=True)
     if classes.size < 2:
         raise MetricError(f"a training fold holds the single class {classes.tolist()}; a classifier needs two "
                           "(the groups put every other class's rows in one fold): lower n_splits or drop the groups")
-    n, dim = X.shape
-    counts = np.bincount(codes)
-    priors = counts / n
+    n, dim = fold.train.shape
+    priors = np.bincount(local) / n
     means = np.empty((classes.size, dim))
     covariance = np.zeros((dim, dim))
     shrinkages = []
-    for k in range(classes.size):
-        rows = X[codes == k]
-        means[k] = rows.mean(axis=0)
-        shrunk, scale, shrinkage = _ledoit_wolf_standardized(rows)
-        shrunk *= scale[:, None]
-        shrunk *= scale[None, :]
+    for k, code in enumerate(classes):
+        rows = fold.train[local == k]
+        scaler = StandardScaler().fit(rows)  # LinearDiscriminantAnalysis standardizes each class (its rule too)
+        means[k] = scaler.mean_
+        Z = rows - scaler.mean_
+        Z /= scaler.scale_
+        scale = fold.scale * scaler.scale_  # the class's standardization in the input's coordinates
+        correlation = scatter.fold(int(code), test)
+        correlation /= rows.shape[0] * np.outer(scale, scale)
+        shrunk, shrinkage = _ledoit_wolf(correlation, np.einsum("ij,ij->i", Z, Z))
+        shrunk *= scaler.scale_[:, None]
+        shrunk *= scaler.scale_[None, :]
         covariance += priors[k] * shrunk
         shrinkages.append(shrinkage)
     coef = linalg.lstsq(covariance, means.T)[0].T
@@ -114,32 +152,23 @@ def _discriminants(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return classes, coef, intercept, shrinkages
 
 
-def _ledoit_wolf_standardized(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """The Ledoit–Wolf covariance of one class's rows after standardizing them (``StandardScaler``), the
-    standard deviations that scale it back, and the shrinkage.
+def _ledoit_wolf(S: np.ndarray, row_norms: np.ndarray) -> tuple[np.ndarray, float]:
+    """The Ledoit–Wolf covariance of standardized, centered rows ``Z`` from ``S = Z^T Z / n`` and the squared row
+    norms ``||z_i||^2`` (``S`` is overwritten), and the shrinkage.
 
-    On standardized rows ``Z`` (``n x D``, centered): ``S = Z^T Z / n``, ``mu = trace(S) / D``; the shrinkage is
-    ``min(b, d) / d`` with ``d = ||S - mu I||_F^2 / D`` and ``b = (sum_i ||z_i||^4 / n - ||S||_F^2) / (n D)``
-    (0 when ``b`` is 0, and for a single dimension).
+    ``mu = trace(S) / D``; the shrinkage is ``min(b, d) / d`` with ``d = ||S - mu I||_F^2 / D`` and
+    ``b = (sum_i ||z_i||^4 / n - ||S||_F^2) / (n D)`` (0 when ``b`` is 0, and for a single dimension).
     """
-    from sklearn.preprocessing import StandardScaler
-
-    scaler = StandardScaler().fit(rows)
-    Z = rows - scaler.mean_
-    Z /= scaler.scale_
-    Z -= Z.mean(axis=0)  # LedoitWolf centers the standardized rows again
-    n, dim = Z.shape
-    S = Z.T @ Z / n
-    trace = np.einsum("ij,ij->", Z, Z) / n
+    n, dim = row_norms.size, S.shape[0]
+    trace = float(np.trace(S))
     mu = trace / dim
     shrinkage = 0.0
     if dim > 1:
         squared = np.einsum("ij,ij->", S, S)
-        row_norms = np.einsum("ij,ij->i", Z, Z)
         beta = (row_norms @ row_norms / n - squared) / (dim * n)
         delta = (squared - 2.0 * mu * trace + dim * mu**2) / dim
         beta = min(beta, delta)
         shrinkage = 0.0 if beta == 0 else beta / delta
     S *= 1.0 - shrinkage
     S.flat[:: dim + 1] += shrinkage * mu
-    return S, scaler.scale_.astype(np.float64), float(shrinkage)
+    return S, float(shrinkage)

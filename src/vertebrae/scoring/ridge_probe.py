@@ -28,9 +28,11 @@ from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe
 from .metric_targets import MetricTargets
 from .metrics import check_metric_name
 
-#: The default alphas: 19 half-decades from 1e-3 to 1e6, wide enough for a few to a few thousand standardized
-#: dimensions and tens to tens of thousands of rows (an alpha at either end of the grid is reported as a note).
-DEFAULT_ALPHAS = tuple(float(10.0 ** (k / 2)) for k in range(-6, 13))
+#: The default alphas: the 9 decades from 1e-2 to 1e6 (RidgeClassifierCV's own default is 0.1, 1, 10).  On
+#: standardized features the useful alpha grows with the rows (the Gram matrix's eigenvalues do), so the grid
+#: covers tens to tens of thousands of rows; a choice at either end is reported as a note.  Each alpha costs one
+#: product of the fold's rows with its targets, so a finer grid is dearer only there.
+DEFAULT_ALPHAS = tuple(float(10.0**k) for k in range(-2, 7))
 #: Bytes of fitted values computed per product when scoring the alpha grid (a block of alphas at once).
 PATH_BLOCK_BYTES = 64 * 2**20
 #: Dense float64 arrays of the decomposition side held at once: the Gram matrix, its eigenvectors, LAPACK workspace.
@@ -144,9 +146,11 @@ def _ridge_path(spectrum: Spectrum, Y: np.ndarray, alphas: np.ndarray) -> tuple[
     for start in range(0, alphas.size, block):
         stop = min(start + block, alphas.size)
         weights = inverse[:, start:stop, None] * Q[:, None, :]
-        fitted = (P @ weights.reshape(P.shape[1], -1)).reshape(n, stop - start, Yc.shape[1])
-        residual = (Yc[:, None, :] - fitted) / (1.0 - leverage[:, start:stop, None])
-        errors[start:stop] = np.einsum("iak,iak->a", residual, residual) / (n * Yc.shape[1])
+        residual = (P @ weights.reshape(P.shape[1], -1)).reshape(n, stop - start, Yc.shape[1])  # fitted, then
+        np.subtract(residual, Yc[:, None, :], out=residual)  # the residual (its sign does not matter)
+        residual /= 1.0 - leverage[:, start:stop, None]
+        np.square(residual, out=residual)
+        errors[start:stop] = residual.sum(axis=(0, 2)) / (n * Yc.shape[1])
     best = int(np.argmin(errors))
     return best, test_factor(inverse[:, best, None] * Q) + mean
 
@@ -191,26 +195,21 @@ def _spectrum(fold: StandardizedFold) -> Spectrum:
     """``(w, P, test_factor)`` of a training fold: ``P P^T`` is the centered rows' Gram matrix ``X X^T`` with
     ``P^T P = diag(w)``, and ``test_factor(B)`` is ``T V B``: the test rows' decision values for coefficients ``V B``.
 
-    More rows than columns: ``X^T X = V diag(w) V^T`` and ``P = X V`` (RidgeCV's "cov" mode).  Otherwise ``X X^T =
-    U diag(w) U^T`` and ``P = U diag(sqrt(w))`` over the positive ``w`` (its "gram" mode); the test rows then reach
-    the fold through ``T X^T`` only.  Sparse rows are centered implicitly by ``fold.offset``.
+    Sparse rows with more rows than columns: ``X^T X = V diag(w) V^T`` and ``P = X V`` (RidgeCV's "cov" mode;
+    dense rows take :func:`_feature_spectra`).  Otherwise ``X X^T = U diag(w) U^T`` and ``P = U diag(sqrt(w))``
+    over the positive ``w`` (its "gram" mode); the test rows then reach the fold through ``T X^T`` only.  Sparse
+    rows are centered implicitly by ``fold.offset``.
     """
     X, T, offset = fold.train, fold.test, fold.offset
     n, dim = X.shape
     if n > dim:
-        gram = X.T @ X
-        gram = gram.toarray() if is_sparse(gram) else np.asarray(gram)
-        if offset is not None:
-            gram -= n * np.outer(offset, offset)
+        gram = (X.T @ X).toarray() - n * np.outer(offset, offset)
         w, V = np.linalg.eigh(gram)
-        P = _dense(X @ V)
-        shift = None if offset is None else offset @ V
-        if shift is not None:
-            P -= shift
+        shift = offset @ V
+        P = _dense(X @ V) - shift
 
         def through_features(B: np.ndarray) -> np.ndarray:
-            decision = _dense(T @ (V @ B))
-            return decision if shift is None else decision - shift @ B
+            return _dense(T @ (V @ B)) - shift @ B
 
         return w, P, through_features
     kernel, cross = _dense(X @ X.T), _dense(T @ X.T)
