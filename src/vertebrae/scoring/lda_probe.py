@@ -24,7 +24,7 @@ from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
 from ..errors import MetricError
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    standardized_folds
+    scatter_scale, standardized_folds
 from .metrics import check_metric_name
 
 #: Dense float64 D x D arrays held at once: the shared covariance, one class's scatter, the solver's copy.
@@ -105,16 +105,18 @@ class ClassScatter:
             self.centered.append(centered)
             self.grams.append(centered.T @ centered)
 
-    def fold(self, k: int, test: np.ndarray) -> np.ndarray:
+    def fold(self, k: int, test: np.ndarray, unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The centered scatter (sum of outer products around the training rows' mean) of class ``k``'s training
-        rows, in the input's coordinates."""
+        rows, in the input's coordinates, and their standard deviations in ``unit`` (the fold's standardization) as
+        ``StandardScaler`` keeps them."""
         held_out = np.isin(self.rows[k], test)
         held = self.centered[k][held_out]
         kept = held_out.size - held.shape[0]
         shift = -held.sum(axis=0) / kept  # the training rows' mean (the class's rows sum to 0 here)
         scatter = self.grams[k] - held.T @ held
+        mean_square = np.diagonal(scatter) / (kept * unit**2)
         scatter -= kept * np.outer(shift, shift)
-        return scatter
+        return scatter, scatter_scale(np.diagonal(scatter) / unit**2, mean_square, kept)
 
 
 def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
@@ -122,7 +124,6 @@ def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
     """``(classes, coef, intercept, shrinkage per class)`` of shrinkage LDA on a standardized training fold
     (``y``: its class codes; ``test``: the fold's test rows, whose scatter ``scatter`` takes away)."""
     from scipy import linalg
-    from sklearn.preprocessing import StandardScaler
 
     classes, local = np.unique(y, return_inverse=True)
     if classes.size < 2:
@@ -135,16 +136,15 @@ def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
     shrinkages = []
     for k, code in enumerate(classes):
         rows = fold.train[local == k]
-        scaler = StandardScaler().fit(rows)  # LinearDiscriminantAnalysis standardizes each class (its rule too)
-        means[k] = scaler.mean_
-        Z = rows - scaler.mean_
-        Z /= scaler.scale_
-        scale = fold.scale * scaler.scale_  # the class's standardization in the input's coordinates
-        correlation = scatter.fold(int(code), test)
-        correlation /= rows.shape[0] * np.outer(scale, scale)
+        means[k] = rows.mean(axis=0)
+        # LinearDiscriminantAnalysis standardizes each class (StandardScaler) before shrinking its covariance
+        correlation, class_scale = scatter.fold(int(code), test, fold.scale)
+        correlation /= rows.shape[0] * np.outer(fold.scale * class_scale, fold.scale * class_scale)
+        Z = rows - means[k]
+        Z /= class_scale
         shrunk, shrinkage = _ledoit_wolf(correlation, np.einsum("ij,ij->i", Z, Z))
-        shrunk *= scaler.scale_[:, None]
-        shrunk *= scaler.scale_[None, :]
+        shrunk *= class_scale[:, None]
+        shrunk *= class_scale[None, :]
         covariance += priors[k] * shrunk
         shrinkages.append(shrinkage)
     coef = linalg.lstsq(covariance, means.T)[0].T

@@ -24,7 +24,7 @@ from .._base.sparse import is_sparse
 from ..errors import ConfigError, ConfigTypeError, MetricError
 from ..inputs.targets import TARGET_TYPES
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    standardized_folds
+    scatter_scale, standardized_folds
 from .metric_targets import MetricTargets
 from .metrics import check_metric_name
 
@@ -33,8 +33,10 @@ from .metrics import check_metric_name
 #: covers tens to tens of thousands of rows; a choice at either end is reported as a note.  Each alpha costs one
 #: product of the fold's rows with its targets, so a finer grid is dearer only there.
 DEFAULT_ALPHAS = tuple(float(10.0**k) for k in range(-2, 7))
-#: Bytes of fitted values computed per product when scoring the alpha grid (a block of alphas at once).
+#: Bytes of temporaries per product when scoring the alpha grid (a block of alphas, or of rows, at once).
 PATH_BLOCK_BYTES = 64 * 2**20
+#: Rows of P squared at once for the leverages (a temporary that stays in cache instead of a copy of P).
+LEVERAGE_ROWS = 2048
 #: Dense float64 arrays of the decomposition side held at once: the Gram matrix, its eigenvectors, LAPACK workspace.
 GRAM_COPIES = 3
 
@@ -140,7 +142,10 @@ def _ridge_path(spectrum: Spectrum, Y: np.ndarray, alphas: np.ndarray) -> tuple[
     Yc = Y - mean
     Q = P.T @ Yc
     inverse = 1.0 / (w[:, None] + alphas[None, :])
-    leverage = (P * P) @ inverse + 1.0 / n
+    leverage = np.empty((n, alphas.size))
+    for start in range(0, n, LEVERAGE_ROWS):  # the squares of P a block of rows at a time (a small temporary)
+        leverage[start:start + LEVERAGE_ROWS] = np.square(P[start:start + LEVERAGE_ROWS]) @ inverse
+    leverage += 1.0 / n
     errors = np.empty(alphas.size)
     block = max(1, PATH_BLOCK_BYTES // (8 * n * Yc.shape[1]))
     for start in range(0, alphas.size, block):
@@ -164,19 +169,18 @@ def _feature_spectra(embeddings: np.ndarray, splits: list[tuple[np.ndarray, np.n
     matrix of all rows: each fold's is that minus its test rows' (the folds' test rows partition the rows).
 
     The rows are centered once by their overall mean in float64 (so the subtraction loses nothing to a large
-    mean); each fold is then centered and scaled by its own ``StandardScaler`` statistics inside the Gram matrix
-    and the products, so no standardized copy of a fold is made.
+    mean); each fold is then centered and scaled by its own statistics (``StandardScaler``'s, read off the Gram
+    matrix) inside the Gram matrix and the products, so no standardized copy of a fold is made.
     """
-    from sklearn.preprocessing import StandardScaler
-
     rows = np.subtract(embeddings, embeddings.mean(axis=0, dtype=np.float64), dtype=np.float64)
-    gram = rows.T @ rows
+    gram, total = rows.T @ rows, rows.sum(axis=0)
     for train, test in splits:
         fold, held = rows[train], rows[test]
-        scaler = StandardScaler().fit(fold)  # the pipeline's own scaling (and its rule for constant columns)
-        mean, scale = scaler.mean_, scaler.scale_
         scatter = gram - held.T @ held
+        mean = (total - held.sum(axis=0)) / train.size
+        mean_square = np.diagonal(scatter) / train.size
         scatter -= train.size * np.outer(mean, mean)
+        scale = scatter_scale(np.diagonal(scatter), mean_square, train.size)
         w, V = np.linalg.eigh(scatter / np.outer(scale, scale))
         V /= scale[:, None]  # coefficients on the unscaled, centered rows
         shift = mean @ V
