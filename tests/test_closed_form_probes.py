@@ -192,6 +192,9 @@ def test_probes_reject_what_their_folds_cannot_hold_before_fitting():
         LDAProbeMetric(max_dense_bytes=100)(X, _labels(y), target_metadata=SINGLE)
     with pytest.raises(ConfigError, match="n_splits"):
         LDAProbeMetric(n_splits=1)
+    for metric in (RidgeProbeMetric(n_splits=2), LDAProbeMetric(n_splits=2)):  # each group is one class
+        with pytest.raises(MetricError, match="training fold holds the single class.*drop the groups"):
+            metric(X, _labels(y), target_metadata=SINGLE, groups=_labels(y))
 
 
 # ------------------------------------------------------------------------------------------- protocol

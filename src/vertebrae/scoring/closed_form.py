@@ -112,6 +112,15 @@ def _scaled_columns(rows: Any, inverse: np.ndarray) -> Any:
     return rows
 
 
+def training_classes(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(y, return_inverse=True)`` of a training fold's class codes, which a classifier needs two of."""
+    classes, codes = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise MetricError(f"a training fold holds the single class {classes.tolist()}; a classifier needs two "
+                          "(the groups put every other class's rows in one fold): lower n_splits or drop the groups")
+    return classes, codes
+
+
 def fold_score(targets: MetricTargets, test: np.ndarray, predicted: np.ndarray) -> float:
     """The target type's score of one test fold (balanced accuracy, macro-F1 or R², as ``cross_val_score``'s).
 

@@ -24,7 +24,7 @@ from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
 from ..errors import MetricError
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    scatter_scale, standardized_folds
+    scatter_scale, standardized_folds, training_classes
 from .metrics import check_metric_name
 
 #: Dense float64 D x D arrays held at once: the shared covariance, one class's scatter, the solver's copy.
@@ -125,10 +125,7 @@ def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
     (``y``: its class codes; ``test``: the fold's test rows, whose scatter ``scatter`` takes away)."""
     from scipy import linalg
 
-    classes, local = np.unique(y, return_inverse=True)
-    if classes.size < 2:
-        raise MetricError(f"a training fold holds the single class {classes.tolist()}; a classifier needs two "
-                          "(the groups put every other class's rows in one fold): lower n_splits or drop the groups")
+    classes, local = training_classes(y)
     n, dim = fold.train.shape
     priors = np.bincount(local) / n
     means = np.empty((classes.size, dim))

@@ -21,10 +21,10 @@ import numpy as np
 
 from .._base.config import Config, check_float, check_int
 from .._base.sparse import is_sparse
-from ..errors import ConfigError, ConfigTypeError, MetricError
+from ..errors import ConfigError, ConfigTypeError
 from ..inputs.targets import TARGET_TYPES
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    scatter_scale, standardized_folds
+    scatter_scale, standardized_folds, training_classes
 from .metric_targets import MetricTargets
 from .metrics import check_metric_name
 
@@ -124,10 +124,7 @@ def _encoded(targets: MetricTargets, train: np.ndarray) -> tuple[np.ndarray, Any
         return y.astype(np.float64), lambda decision: decision
     if targets.target_type == "multi_label":
         return 2.0 * y - 1.0, lambda decision: (decision > 0).astype(np.int8)
-    classes, codes = np.unique(y, return_inverse=True)
-    if classes.size < 2:
-        raise MetricError(f"a training fold holds the single class {classes.tolist()}; a classifier needs two "
-                          "(the groups put every other class's rows in one fold): lower n_splits or drop the groups")
+    classes, codes = training_classes(y)
     if classes.size == 2:
         return np.where(codes == 1, 1.0, -1.0)[:, None], lambda decision: classes[(decision[:, 0] > 0).astype(int)]
     return 2.0 * np.eye(classes.size)[codes] - 1.0, lambda decision: classes[decision.argmax(axis=1)]
