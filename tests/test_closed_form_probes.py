@@ -157,6 +157,13 @@ def test_lda_equals_shrinkage_lda(shape):
     assert classes.tolist() == list(range(n_classes))
 
 
+def test_lda_with_a_singular_covariance_takes_the_least_squares_solution():
+    X, y = _classes(90, 1, 3, seed=2)
+    X[:] = 4.0  # one constant column: no shrinkage, a zero covariance
+    got, _ = _check_lda(X, y, seed=0)
+    assert got["diagnostics"]["shrinkage"][0] == [0.0, 0.0, 0.0]
+
+
 def test_lda_with_groups_uses_group_folds():
     X, y = _classes(240, 12, 3, seed=3)
     got, _ = _check_lda(X, y, seed=1, groups=np.arange(y.size) % 10)

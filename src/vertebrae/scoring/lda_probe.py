@@ -5,9 +5,9 @@ each class's Ledoit–Wolf covariance, shrunk on that class's own standardized r
 (``sum_k prior_k D_k ((1 - s_k) R_k + s_k mu_k I) D_k``: ``R_k`` the class's correlation matrix, ``D_k`` its
 standard deviations, ``mu_k = trace(R_k) / D``, ``s_k`` the Ledoit–Wolf shrinkage of the standardized rows,
 Ledoit and Wolf, "A well-conditioned estimator for large-dimensional covariance matrices", 2004).  One
-least-squares solve against the class means gives the discriminants ``coef = cov^+ means`` and
-``intercept = -means coef / 2 + log(prior)``; the test fold is scored by balanced accuracy of the largest
-discriminant.  That is ``LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")`` inside
+solve against the class means (Cholesky; for a singular covariance, the least-squares solution scikit-learn
+takes) gives the discriminants ``coef = cov^+ means`` and ``intercept = -means coef / 2 + log(prior)``; the
+test fold is scored by balanced accuracy of the largest discriminant.  That is ``LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")`` inside
 ``make_pipeline(StandardScaler(), ...)`` on :class:`~vertebrae.LinearProbeMetric`'s folds.  Measured speed:
 docs/metrics.md ("Closed-form probes").
 """
@@ -144,7 +144,10 @@ def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
         shrunk *= class_scale[None, :]
         covariance += priors[k] * shrunk
         shrinkages.append(shrinkage)
-    coef = linalg.lstsq(covariance, means.T)[0].T
+    try:  # positive definite whenever a class was shrunk: one Cholesky solve
+        coef = linalg.solve(covariance, means.T, assume_a="pos").T
+    except (linalg.LinAlgError, ValueError):  # singular (no shrinkage, a constant column): the least-squares solution
+        coef = linalg.lstsq(covariance, means.T)[0].T
     intercept = -0.5 * np.einsum("kd,kd->k", means, coef) + np.log(priors)
     return classes, coef, intercept, shrinkages
 
