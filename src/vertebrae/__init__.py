@@ -45,6 +45,8 @@ from .scoring.knn_metric import KNNMetric
 from .scoring.label_retrieval import LabelRetrievalMetric
 from .scoring.linear_probe import LinearProbeMetric
 from .scoring.logme import LogMEMetric
+from .scoring.lda_probe import LDAProbeMetric
+from .scoring.ridge_probe import RidgeProbeMetric
 from .selection.screening import ScreeningConfig
 from .artifacts.cache import CacheConfig
 from .extractors.profiling import (DistributedResourceProfile, LocalResourceProfile, ResourceProfile,
@@ -70,7 +72,7 @@ __all__ = [
     "OverlapScoringConfig", "ContinuousOverlapScoringConfig", "OverlapScoreResult",
     "StabilityConfig", "StabilityResult", "run_stability_analysis", "SeparatixConfig", "SeparatixResult",
     "MemoryConfig", "Metric", "MetricResult", "CallableMetric", "OverlapMetric", "load_metric",
-    "KNNMetric", "LinearProbeMetric", "LogMEMetric", "LabelRetrievalMetric",
+    "KNNMetric", "LinearProbeMetric", "LogMEMetric", "LabelRetrievalMetric", "RidgeProbeMetric", "LDAProbeMetric",
     # selection across rounds, the cache, resources, monitoring
     "ScreeningConfig", "CacheConfig",
     "ResourceProfilingConfig", "ResourceProfile", "LocalResourceProfile", "DistributedResourceProfile",

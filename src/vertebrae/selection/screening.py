@@ -11,8 +11,8 @@ scores as a benchmark of the finalists alone.  Each rung embeds only the rows it
 (:mod:`vertebrae.selection.screening_stages`), through the run's runner and cache, ``EXTRACT_BATCH``
 extractors at a time, and the increments wait on disk (:mod:`vertebrae.selection.screening_spill`), so
 memory does not grow with the number of candidates.  A rung scores its candidates with stage jobs too
-(``screening/rung_score``, the benchmark's own stability stage on the rung's rows), through the same
-runner and cache.  The rounds read the run through its :class:`~vertebrae.families.front_door.RunScope`, never the
+(``screening/rung_score``, the benchmark's own stability stage on the rung's rows; ``screening/rung_metric``
+when ``ScreeningConfig.metric`` ranks the rungs by another metric), through the same runner and cache.  The rounds read the run through its :class:`~vertebrae.families.front_door.RunScope`, never the
 front door.  The rules, and what screening may miss, are in docs/screening.md.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -31,7 +31,7 @@ from .._base.config import Config, check_float, check_int, check_seed
 from ..families.labeled.stages import output_metadata, stacked_outputs
 from ..families.embedding_set import Embedding, EmbeddingSet
 from ..inputs.embeddings import embedding_metadata
-from ..errors import ArtifactError, ConfigError
+from ..errors import ArtifactError, ConfigError, ConfigTypeError
 from ..execution.caching import Compute, execute_job
 from ..execution.context import Chain, RunContext
 from ..execution.jobs import RunOutcome
@@ -39,6 +39,7 @@ from ..execution.plan import Plan, StageJob, build_plan
 from ..families.front_door import RunScope
 from ..families.labeled.results import ExtractorResult
 from ..scoring.metric_result import OVERLAP_METRIC
+from ..scoring.metrics import Metric, check_metric, metrics_from_config
 from ..scoring.paired_verdicts import Interval, against_best, t_interval
 from ..scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats
 from .screening_spill import IncrementStore
@@ -65,6 +66,13 @@ class ScreeningConfig(Config):
     Three repeats by default: the rung scoring calls are most of a screened run's own cost (the first
     rung scores every candidate), and more repeats only estimate the spread better, since the rung
     interval does not narrow with them (docs/screening.md, "Measured").
+
+    ``metric`` ranks the rungs by any rankable metric of the metric protocol instead of the overlap
+    score (e.g. ``RidgeProbeMetric()``, to screen a grid toward the probe a user will train): every
+    repeat calls it on the repeat's rows with the repeat's seed.  None (the default) keeps the overlap
+    score, and then the config's dict and every key are what they were before the field existed.
+    A run config names a built-in (``metric = "ridge_probe"``, see :data:`SCREENING_METRICS`) or a
+    metrics entry (``metric = {path = "pkg.module:fn", ...}``).
     """
 
     start_fraction: float = 0.1
@@ -74,9 +82,18 @@ class ScreeningConfig(Config):
     subsample_fraction: float = 0.8
     interval_level: float = 0.95
     seed: int = 0
+    metric: Any = None
 
     def _validate(self) -> None:
         name = type(self).__name__
+        if self.metric is not None:
+            # the protocol now; the dataset's target type when the run is checked (check_screening)
+            metric = check_metric(self.metric, f"{name}.metric", _a_supported_target_type(self.metric),
+                                  remove="screen by another metric")
+            if not metric.aggregate_valid:
+                raise ConfigError(f"{name}.metric {metric.name!r} declares aggregate_valid=False (a descriptive "
+                                  "metric that is never ranked); screening ranks candidates, so pick a rankable "
+                                  "metric, e.g. RidgeProbeMetric()")
         self._set("start_fraction", check_float(name, "start_fraction", self.start_fraction, low=0.0, high=1.0,
                                                 low_open=True, high_open=True))
         self._set("start_rows", check_int(name, "start_rows", self.start_rows, minimum=1, allow_none=True))
@@ -90,6 +107,53 @@ class ScreeningConfig(Config):
         self._set("interval_level", check_float(name, "interval_level", self.interval_level, low=0.0, high=1.0,
                                                 low_open=True, high_open=True))
         self._set("seed", check_seed(name, "seed", self.seed, allow_none=False))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field; ``metric`` (its identity) only when one is set, so the default's dict is unchanged."""
+        data = super().to_dict()
+        if self.metric is None:
+            del data["metric"]
+        return data
+
+    def _encode_field(self, name: str, value: Any) -> Any:
+        return value.identity() if name == "metric" and value is not None else super()._encode_field(name, value)
+
+    @classmethod
+    def _decode_fields(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("metric") is not None:
+            data["metric"] = screening_metric(data["metric"])
+        return data
+
+
+def _a_supported_target_type(metric: Any) -> str:
+    supported = getattr(metric, "supported_target_types", None)
+    return supported[0] if isinstance(supported, (tuple, list)) and supported else "single_label"
+
+
+#: ``[screening] metric = "NAME"``: the built-in metrics a run config may screen by, with their defaults.
+SCREENING_METRICS = ("ridge_probe", "lda_probe", "linear_probe", "knn", "logme")
+
+
+def screening_metric(entry: Any) -> Metric:
+    """The metric of a run config's ``[screening] metric``: a name of :data:`SCREENING_METRICS`, or a table of
+    ``metrics`` entry keys (``{path = "pkg.module:fn", name = ..., params = {...}}``)."""
+    if isinstance(entry, str):
+        from ..scoring.knn_metric import KNNMetric
+        from ..scoring.lda_probe import LDAProbeMetric
+        from ..scoring.linear_probe import LinearProbeMetric
+        from ..scoring.logme import LogMEMetric
+        from ..scoring.ridge_probe import RidgeProbeMetric
+
+        built = {"ridge_probe": RidgeProbeMetric, "lda_probe": LDAProbeMetric, "linear_probe": LinearProbeMetric,
+                 "knn": KNNMetric, "logme": LogMEMetric}
+        if entry not in built:
+            raise ConfigError(f"ScreeningConfig.metric {entry!r} is not a built-in screening metric; use one of "
+                              f"{list(SCREENING_METRICS)} or a table such as {{path = \"pkg.module:fn\"}}")
+        return built[entry]()
+    if isinstance(entry, Mapping):
+        return metrics_from_config([dict(entry)])[0]
+    raise ConfigTypeError(f"ScreeningConfig.metric must be a metric object, one of {list(SCREENING_METRICS)} or a "
+                          f"table with path = \"pkg.module:fn\", got {type(entry).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,9 +223,14 @@ def _reason(exc: ConfigError) -> str:
 
 def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Chain], targets: Targets) -> None:
     """Everything screening needs, checked before any extraction (ConfigError naming the fix)."""
-    if settings.primary_metric != OVERLAP_METRIC:
-        raise ConfigError(f"screening ranks candidates by paired overlap repeats, but primary_metric is "
-                          f"{settings.primary_metric!r}; rank by the overlap score or run without screening")
+    ranked_by = OVERLAP_METRIC if config.metric is None else config.metric.name
+    if settings.primary_metric not in (OVERLAP_METRIC, ranked_by):
+        raise ConfigError(f"screening ranks candidates by paired {ranked_by} repeats, but primary_metric is "
+                          f"{settings.primary_metric!r}; rank by the overlap score"
+                          + ("" if config.metric is None else f" or by {ranked_by!r}")
+                          + ", screen by ScreeningConfig(metric=...) of the primary metric, or run without screening")
+    if config.metric is not None:
+        check_metric(config.metric, "ScreeningConfig.metric", targets.target_type, remove="screen by another metric")
     if any(chain.view is not None for chain in chains):
         raise ConfigError("screening compares candidates on the dataset's own targets; drop target_view_config / "
                           "label_view_config or run without screening")
@@ -243,8 +312,8 @@ def _rung_loop(scope: RunScope, config: ScreeningConfig, rungs: list[Rung], held
         started = time.perf_counter()
         alive, extracted = _extract(scope, alive, rung.increment, held, early, f"screening rung {rung.index}")
         order = rung.rows
-        scored, scoring = _score(scope, alive, rung, held, early)
-        jobs = {chain.name: {"extract_rows": extracted[chain.name], "rung_score": scoring[chain.name]}
+        scored, scoring = _score(scope, alive, rung, held, early, config)
+        jobs = {chain.name: {"extract_rows": extracted[chain.name], score_stage(config): scoring[chain.name]}
                 for chain, _ in scored}
         kept = _judge(scored, rung, config, history, dataset.n_samples, jobs)
         for chain, _ in scored:
@@ -270,9 +339,16 @@ def _rung_loop(scope: RunScope, config: ScreeningConfig, rungs: list[Rung], held
     return Screened(plan, outcome, chains, early, history, table, config, seconds)
 
 
-def _rung_context(scope: RunScope, rows: np.ndarray, repeats: StabilityConfig | None = None) -> RungContext:
-    """The run context of a rung's plan over ``rows`` (scoring it when ``repeats`` are given)."""
-    settings = RungSettings(rows, scope.settings.scoring_config, scope.settings.continuous_config, repeats)
+def score_stage(config: ScreeningConfig) -> str:
+    """The stage that scores a rung's repeats: ``rung_score`` (overlap) or ``rung_metric`` (``config.metric``)."""
+    return "rung_score" if config.metric is None else "rung_metric"
+
+
+def _rung_context(scope: RunScope, rows: np.ndarray, repeats: StabilityConfig | None = None,
+                  metric: Any = None) -> RungContext:
+    """The run context of a rung's plan over ``rows`` (scoring it when ``repeats`` are given, by ``metric`` when
+    one is given)."""
+    settings = RungSettings(rows, scope.settings.scoring_config, scope.settings.continuous_config, repeats, metric)
     return RungContext(settings, scope.extractors, scope.dataset, cache=scope.cache)
 
 
@@ -316,15 +392,17 @@ def _extract(scope: RunScope, alive: list[Chain], increment: np.ndarray, held: I
     return [chain for chain in alive if chain.name not in failed], ran
 
 
-def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore,
-           early: dict[str, ExtractorResult]) -> tuple[list[tuple[Chain, list[float]]], dict[str, RungJob]]:
+def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore, early: dict[str, ExtractorResult],
+           config: ScreeningConfig) -> tuple[list[tuple[Chain, list[float]]], dict[str, RungJob]]:
     """Every live candidate's paired repeat scores on the rung, in candidate order (a candidate whose job failed
-    under ``on_error="record"`` is recorded in ``early`` instead), and each one's ``rung_score`` job.
+    under ``on_error="record"`` is recorded in ``early`` instead), and each one's scoring job (``rung_score``, or
+    ``rung_metric`` with ``config.metric``).
 
-    The ``screening/rung_score`` jobs run with the run's runner, ``EXTRACT_BATCH`` extractors per call; each reads
+    The scoring jobs run with the run's runner, ``EXTRACT_BATCH`` extractors per call; each reads
     the rung's ``extract_rows`` job over all the rung's rows, which is not run: its artifact is assembled from the
     increments in ``held`` and given to the runner (sent to the workers that read it)."""
-    context = _rung_context(scope, rung.rows, rung.repeats)
+    context = _rung_context(scope, rung.rows, rung.repeats, config.metric)
+    stage = score_stage(config)
     scores: dict[str, list[float]] = {}
     ran: dict[str, RungJob] = {}
     for batch in _batches(alive):
@@ -334,11 +412,13 @@ def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore
         outcome = scope.runner.run(jobs, context, on_error=scope.on_error, description=f"screening rung "
                                    f"{rung.index} scores", given=given)
         for chain, keys in zip(plan.chains, plan.chain_keys):
-            key = keys["rung_score"]
+            key = keys[stage]
             if key in outcome.failures:
                 early[chain.name] = _failed(scope, chain, outcome.failures[key], keys)
                 continue
-            scores[chain.name] = outcome.artifacts[key].stability.repeat_scores["score"]
+            artifact = outcome.artifacts[key]
+            scores[chain.name] = (artifact.stability.repeat_scores["score"] if config.metric is None
+                                  else artifact.repeat_scores)
             ran[chain.name] = RungJob(key, outcome.statuses[key])
         del given, outcome  # the batch's rung embeddings are released before the next batch is assembled
     return [(chain, scores[chain.name]) for chain in alive if chain.name in scores], ran
@@ -378,8 +458,9 @@ def _judge(scored: list[tuple[Chain, list[float]]], rung: Rung, config: Screenin
     Each candidate's rung entry records the cache statuses of its rung ``jobs`` (by stage)."""
     if not scored:
         return []
-    scored.sort(key=lambda item: -float(np.mean(item[1])))
-    comparisons = against_best([(chain.name, scores) for chain, scores in scored], higher_is_better=True,
+    higher = config.metric is None or config.metric.higher_is_better
+    scored.sort(key=lambda item: -float(np.mean(item[1])) if higher else float(np.mean(item[1])))
+    comparisons = against_best([(chain.name, scores) for chain, scores in scored], higher_is_better=higher,
                                interval_level=config.interval_level,
                                interval=full_data_interval(config.subsample_fraction, rung.rows.size / n_samples))
     limit, kept = math.ceil(len(scored) / config.eta), []

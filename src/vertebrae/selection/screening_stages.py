@@ -31,7 +31,7 @@ import numpy as np
 
 from ..families.labeled import stages as benchmark_stages
 from ..artifacts.codecs import document_codec
-from ..families.labeled.stages import StabilityArtifact, fit_extractor, transform_rows
+from ..families.labeled.stages import StabilityArtifact, fit_extractor, scorer_config, scoring_seed, transform_rows
 from ..extractors.compression import compression_fingerprint
 from ..families.embedding_set import EMBEDDINGS_CODEC, Embedding, EmbeddingSet
 from ..inputs.embeddings import embedding_metadata, validate_embeddings
@@ -40,7 +40,9 @@ from ..execution.registry import EMBED, get_stage, stage
 from .._base.fingerprint import content_sha256
 from ..inputs.images import ImageInputs
 from ..inputs.multimodal import MultiModalInputs
-from ..scoring.stability import StabilityConfig, StabilityResult
+from ..errors import MetricError
+from ..scoring.metrics import metrics_cache_eligible, metrics_key_fingerprint, run_metrics
+from ..scoring.stability import StabilityConfig, StabilityResult, plan_repeats
 from ..inputs.targets import Targets
 
 PIPELINE = "screening"
@@ -56,6 +58,8 @@ class RungSettings:
     continuous_config: Any
     #: The paired repeats every candidate gets on the rung; None: an extraction plan (no ``rung_score`` jobs).
     stability_config: StabilityConfig | None = None
+    #: The metric that scores the repeats (``ScreeningConfig.metric``); None: the overlap score (``rung_score``).
+    metric: Any = None
 
 
 class RungContext(RunContext):
@@ -111,7 +115,7 @@ def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[st
 def _rung_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     """Only when scoring a rung: its rows, and the config the benchmark's ``stability`` stage hashes (the repeats,
     their seed, the overlap configs)."""
-    if not isinstance(settings, RungSettings) or settings.stability_config is None:
+    if not isinstance(settings, RungSettings) or settings.stability_config is None or settings.metric is not None:
         return None
     return {"rows": content_sha256(settings.rows), **get_stage("benchmark", "stability").config(settings, chain)}
 
@@ -129,6 +133,57 @@ def rung_score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[
     """A candidate's paired repeats on the rung: the benchmark's ``stability`` stage, whose settings here are the
     rung's repeats and whose targets are the rung's rows (:class:`RungContext`)."""
     return benchmark_stages.stability(job, inputs, context, timings)
+
+
+@dataclasses.dataclass
+class RungMetricArtifact:
+    """A candidate's repeat scores on a rung by the screening metric, with the repeats' scoring seeds."""
+
+    repeat_scores: list[float]
+    scoring_seeds: list[int]
+    warnings: list[str]
+
+
+def _rung_metric_config(settings: Any, chain: Any) -> dict[str, Any] | None:
+    """Only when scoring a rung with ``ScreeningConfig.metric``: its rows, the repeats, the metric's identity and
+    the seed its first repeat scores with (the overlap scorer's, as the metrics stage passes it)."""
+    if not isinstance(settings, RungSettings) or settings.stability_config is None or settings.metric is None:
+        return None
+    return {"rows": content_sha256(settings.rows), "stability": settings.stability_config.fingerprint(),
+            "seed": scoring_seed(settings, chain), **metrics_key_fingerprint([settings.metric])}
+
+
+RUNG_METRIC_CODEC = dataclasses.replace(document_codec("rung_metric", dataclasses.asdict,
+                                                       lambda d: RungMetricArtifact(**d)), cached=True)
+
+
+@stage(PIPELINE, "rung_metric", version=1, reads=("embedding",), optional_reads=("compress",),
+       context=("targets", "groups"), config=_rung_metric_config, safe=lambda s: metrics_cache_eligible([s.metric]),
+       codec=RUNG_METRIC_CODEC, final=True, runtime="seconds",
+       scoring_units=lambda settings: settings.stability_config.repeats)
+def rung_metric(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> RungMetricArtifact:
+    """A candidate's paired repeats on the rung scored by the screening metric: repeat r calls the metric on the
+    rows and with the seed repeat r of the ``rung_score`` stage would score (the same draws for every candidate),
+    through :func:`~vertebrae.scoring.metrics.run_metrics` (the metrics stage's label boundary).  A failing or
+    invalid score fails the job: a candidate the metric cannot rank cannot be screened by it."""
+    settings = context.settings
+    matrix, targets, _ = benchmark_stages.scoring_input(job, inputs, context)
+    groups = None if context.dataset.groups is None else context.dataset.groups.subset(settings.rows)
+    repeats, _ = plan_repeats(targets, settings.stability_config, primary_seed=scorer_config(settings, targets.target_type).random_state)
+    scores, notes = [], []
+    for index, repeat in enumerate(repeats):
+        rows = repeat.rows
+        artifact = run_metrics([settings.metric], matrix if rows is None else matrix[rows],
+                               targets if rows is None else targets.subset(rows),
+                               None if groups is None or rows is None else groups.subset(rows), seed=repeat.scoring_seed)
+        result = artifact.results[0]
+        if result.error is not None or not result.aggregate_valid:
+            raise MetricError(f"screening metric {settings.metric.name!r} cannot rank extractor "
+                              f"{job.params['name']!r} on rung repeat {index}: "
+                              f"{result.error or 'its score is marked invalid'}; screen by another metric")
+        scores.append(result.score)
+        notes.extend(result.warnings)
+    return RungMetricArtifact(scores, [r.scoring_seed for r in repeats], list(dict.fromkeys(notes)))
 
 
 def _validated(raw: Any, n_rows: int, source: str) -> Embedding:

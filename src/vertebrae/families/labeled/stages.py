@@ -319,10 +319,10 @@ def _metrics_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     """The metrics and the one scorer setting they read: the seed the score stage scores with."""
     if not settings.metrics:
         return None
-    return {**metrics_key_fingerprint(settings.metrics), "seed": _scoring_seed(settings, chain)}
+    return {**metrics_key_fingerprint(settings.metrics), "seed": scoring_seed(settings, chain)}
 
 
-def _scoring_seed(settings: Any, chain: Any) -> int | list[int]:
+def scoring_seed(settings: Any, chain: Any) -> int | list[int]:
     """The seed the score stage uses for the chain's targets (both configs' seeds for a chain that does not say)."""
     target_type = getattr(chain, "target_type", None)
     if target_type is None:
@@ -435,7 +435,7 @@ def _referee_config(settings: Any, chain: Any) -> dict[str, Any] | None:
     referee = getattr(settings, "referee", None)
     if referee is None or chain is None or chain.name not in getattr(settings, "referee_finalists", ()):
         return None
-    return {"referee": metrics_key_fingerprint([referee])["metrics"][0], "seed": _scoring_seed(settings, chain)}
+    return {"referee": metrics_key_fingerprint([referee])["metrics"][0], "seed": scoring_seed(settings, chain)}
 
 
 def _referee_safe(settings: Any) -> bool:

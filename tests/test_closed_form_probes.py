@@ -1,0 +1,220 @@
+"""RidgeProbeMetric and LDAProbeMetric against scikit-learn on the same folds.
+
+Reference: ``cross_validate(make_pipeline(StandardScaler(), RidgeClassifierCV(alphas)))`` (``RidgeCV`` for
+regression, ``StandardScaler(with_mean=False)`` for sparse input) and ``make_pipeline(StandardScaler(),
+LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto"))`` on LinearProbeMetric's seeded folds: every fold
+score, every chosen alpha and (for LDA) every discriminant must agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import sparse
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.linear_model import RidgeClassifierCV, RidgeCV
+from sklearn.model_selection import cross_validate
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from vertebrae import (ConfigError, ConfigTypeError, LDAProbeMetric, LinearProbeMetric, MetricError,
+                       RidgeProbeMetric, load_metric)
+from vertebrae.scoring.closed_form import standardized_folds
+from vertebrae.scoring.lda_probe import ClassScatter, _discriminants
+from vertebrae.scoring.metrics import check_metric
+
+SINGLE = {"target_type": "single_label"}
+MULTI = {"target_type": "multi_label"}
+REGRESSION = {"target_type": "regression"}
+#: A short grid keeps the reference fast; the default grid is tested once.
+ALPHAS = (0.01, 0.3, 3.0, 30.0, 300.0, 3000.0)
+
+
+def _classes(n: int, dim: int, n_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Overlapping Gaussian classes with unequal column scales and a large offset (what standardization is for)."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(n_classes), n // n_classes)
+    centers = rng.normal(0.0, 0.4, (n_classes, dim))
+    return 5.0 + (centers[y] + rng.normal(size=(y.size, dim))) * rng.uniform(0.1, 4.0, dim), y
+
+
+def _labels(y: np.ndarray) -> np.ndarray:
+    return np.array([f"vk:int:{c}" for c in y])
+
+
+def _reference(model, X, y, target_type: str, seed: int, groups=None, sparse_input: bool = False) -> dict:
+    """The scikit-learn pipeline on LinearProbeMetric's folds (groups coded as the metric codes their keys)."""
+    groups = None if groups is None else np.unique(_labels(groups), return_inverse=True)[1]
+    folds = LinearProbeMetric().folds(target_type, seed, groups is not None)
+    scoring = {"single_label": "balanced_accuracy", "multi_label": "f1_macro", "regression": "r2"}[target_type]
+    return cross_validate(make_pipeline(StandardScaler(with_mean=not sparse_input), model), X, y, groups=groups,
+                          cv=folds, scoring=scoring, return_estimator=True)
+
+
+def _check_ridge(X, y, labels, meta, target_type, seed=0, groups=None, alphas=ALPHAS):
+    metric = RidgeProbeMetric(alphas=alphas)
+    got = metric(X, labels, target_metadata=meta, groups=None if groups is None else _labels(groups), seed=seed)
+    model = RidgeCV(alphas=alphas) if target_type == "regression" else RidgeClassifierCV(alphas=alphas)
+    ref = _reference(model, X, y, target_type, seed, groups, sparse.issparse(X))
+    np.testing.assert_allclose(got["diagnostics"]["fold_scores"], ref["test_score"], rtol=0, atol=1e-12)
+    assert got["diagnostics"]["chosen_alphas"] == [e[-1].alpha_ for e in ref["estimator"]]
+    assert got["score"] == pytest.approx(ref["test_score"].mean(), abs=1e-12)
+    return got, ref
+
+
+# ---------------------------------------------------------------------------------------------- ridge
+@pytest.mark.parametrize("n_classes", [2, 5])
+def test_ridge_classification_equals_ridge_classifier_cv(n_classes):
+    X, y = _classes(400, 24, n_classes, seed=n_classes)
+    got, ref = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=7)
+    assert len(set(got["diagnostics"]["chosen_alphas"])) >= 1 and got["metadata"]["folds"] == "StratifiedKFold"
+    assert got["metadata"]["decomposition"] == "features (D x D)"
+
+
+def test_ridge_default_grid_equals_ridge_classifier_cv():
+    X, y = _classes(300, 16, 3, seed=11)
+    got, _ = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=2, alphas=RidgeProbeMetric().alphas)
+    assert got["metadata"]["alphas"] == list(RidgeProbeMetric().alphas)
+
+
+def test_ridge_fewer_rows_than_dimensions_uses_the_row_side():
+    X, y = _classes(90, 200, 3, seed=4)
+    got, _ = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=1)
+    assert got["metadata"]["decomposition"] == "rows (n x n)"
+
+
+def test_ridge_with_groups_uses_group_folds():
+    X, y = _classes(240, 12, 3, seed=8)
+    groups = np.arange(y.size) % 12
+    got, _ = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=5, groups=groups)
+    assert got["metadata"]["folds"] == "GroupKFold"
+
+
+@pytest.mark.parametrize("shape", [(300, 40), (60, 150)])
+def test_ridge_sparse_input_stays_sparse_and_equals_the_sparse_pipeline(shape):
+    rng = np.random.default_rng(shape[0])
+    n, dim = shape
+    y = rng.integers(0, 3, n)
+    dense = rng.poisson(0.3, (n, dim)).astype(float) * (1 + y[:, None] * (np.arange(dim) % 3 == 0))
+    X = sparse.csr_matrix(dense)
+    got, _ = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=3)
+    assert "sparse input stays sparse" in got["metadata"]["scaling"]
+    # centering implicitly equals the dense pipeline, which centers
+    dense_got = RidgeProbeMetric(alphas=ALPHAS)(dense, _labels(y), target_metadata=SINGLE, seed=3)
+    np.testing.assert_allclose(got["diagnostics"]["fold_scores"], dense_got["diagnostics"]["fold_scores"], atol=1e-12)
+
+
+def test_ridge_multi_label_equals_ridge_classifier_cv():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 15))
+    indicator = (X[:, :4] + rng.normal(0, 1.0, (300, 4)) > 0.3).astype(int)
+    meta = {**MULTI, "label_names": ["a", "b", "c", "d"]}
+    got, _ = _check_ridge(X, indicator, sparse.csr_matrix(indicator), meta, "multi_label", seed=4)
+    assert got["diagnostics"]["measure"] == "f1_macro" and got["metadata"]["folds"] == "KFold"
+
+
+@pytest.mark.parametrize("n_targets", [1, 3])
+def test_ridge_regression_equals_ridge_cv(n_targets):
+    rng = np.random.default_rng(n_targets)
+    X = rng.normal(size=(250, 10)) * rng.uniform(0.5, 5, 10)
+    values = X @ rng.normal(size=(10, n_targets)) + rng.normal(0, 3.0, (250, n_targets))
+    values = values[:, 0] if n_targets == 1 else values
+    got, _ = _check_ridge(X, values, values, REGRESSION, "regression", seed=9)
+    assert got["diagnostics"]["measure"] == "r2"
+
+
+def test_ridge_notes_a_choice_at_the_end_of_the_grid():
+    X, y = _classes(200, 8, 2, seed=1)
+    got = RidgeProbeMetric(alphas=(1e6, 1e7))(X, _labels(y), target_metadata=SINGLE, seed=0)
+    assert any("end of the grid" in note for note in got["warnings"])
+
+
+# ------------------------------------------------------------------------------------------------ LDA
+def _check_lda(X, y, seed=0, groups=None):
+    got = LDAProbeMetric()(X, _labels(y), target_metadata=SINGLE, seed=seed,
+                           groups=None if groups is None else _labels(groups))
+    ref = _reference(LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto"), X, y, "single_label", seed, groups)
+    np.testing.assert_allclose(got["diagnostics"]["fold_scores"], ref["test_score"], rtol=0, atol=1e-12)
+    return got, ref
+
+
+@pytest.mark.parametrize("shape", [(400, 20, 2), (400, 20, 6), (80, 150, 4)])
+def test_lda_equals_shrinkage_lda(shape):
+    n, dim, n_classes = shape
+    X, y = _classes(n, dim, n_classes, seed=dim + n_classes)
+    got, ref = _check_lda(X, y, seed=6)
+    assert all(0 < s <= 1 for fold in got["diagnostics"]["shrinkage"] for s in fold)
+    # the discriminants themselves, on the first training fold
+    splits = list(LinearProbeMetric().folds("single_label", 6, False).split(X, y))
+    train, test = splits[0]
+    classes, coef, intercept, _ = _discriminants(next(standardized_folds(X, splits)), y[train], ClassScatter(X, y),
+                                                 test)
+    expected_coef, expected_intercept = ref["estimator"][0][-1].coef_, ref["estimator"][0][-1].intercept_
+    if n_classes == 2:  # scikit-learn keeps the difference of the two discriminants
+        coef, intercept = coef[1:] - coef[:1], intercept[1:] - intercept[:1]
+    np.testing.assert_allclose(coef, expected_coef, rtol=1e-9, atol=1e-9 * np.abs(expected_coef).max())
+    np.testing.assert_allclose(intercept, expected_intercept, rtol=1e-9, atol=1e-9)
+    assert classes.tolist() == list(range(n_classes))
+
+
+def test_lda_with_a_singular_covariance_takes_the_least_squares_solution():
+    X, y = _classes(90, 1, 3, seed=2)
+    X[:] = 4.0  # one constant column: no shrinkage, a zero covariance
+    got, _ = _check_lda(X, y, seed=0)
+    assert got["diagnostics"]["shrinkage"][0] == [0.0, 0.0, 0.0]
+
+
+def test_lda_with_groups_uses_group_folds():
+    X, y = _classes(240, 12, 3, seed=3)
+    got, _ = _check_lda(X, y, seed=1, groups=np.arange(y.size) % 10)
+    assert got["metadata"]["folds"] == "GroupKFold"
+
+
+# ------------------------------------------------------------------------------------------ rejections
+def test_lda_rejects_other_target_types_and_sparse_input_naming_the_fix():
+    X, y = _classes(60, 5, 2, seed=0)
+    with pytest.raises(MetricError, match="single-label targets only.*RidgeProbeMetric"):
+        LDAProbeMetric()(X, y.astype(float), target_metadata=REGRESSION)
+    with pytest.raises(MetricError, match="supports \\['single_label'\\] targets.*remove it"):
+        check_metric(LDAProbeMetric(), "metrics[0]", "multi_label")
+    with pytest.raises(MetricError, match="dense embeddings.*RidgeProbeMetric"):
+        LDAProbeMetric()(sparse.csr_matrix(X), _labels(y), target_metadata=SINGLE)
+
+
+@pytest.mark.parametrize("alphas, error, match", [
+    ((), ConfigError, "non-empty"), ((1.0, 1.0), ConfigError, "distinct"), ((1.0, -2.0), ConfigError, "alphas\\[1\\]"),
+    ("1.0", ConfigTypeError, "sequence"), ((1.0, float("nan")), ConfigError, "finite")])
+def test_ridge_rejects_bad_alphas(alphas, error, match):
+    with pytest.raises(error, match=match):
+        RidgeProbeMetric(alphas=alphas)
+
+
+def test_probes_reject_what_their_folds_cannot_hold_before_fitting():
+    X, y = _classes(40, 6, 2, seed=0)
+    with pytest.raises(MetricError, match="3 groups cannot make n_splits=5"):
+        RidgeProbeMetric()(X, _labels(y), target_metadata=SINGLE, groups=_labels(np.arange(40) % 3))
+    with pytest.raises(MetricError, match="max_dense_bytes"):
+        RidgeProbeMetric(max_dense_bytes=100)(X, _labels(y), target_metadata=SINGLE)
+    with pytest.raises(MetricError, match="LDAProbeMetric.max_dense_bytes"):
+        LDAProbeMetric(max_dense_bytes=100)(X, _labels(y), target_metadata=SINGLE)
+    with pytest.raises(ConfigError, match="n_splits"):
+        LDAProbeMetric(n_splits=1)
+    for metric in (RidgeProbeMetric(n_splits=2), LDAProbeMetric(n_splits=2)):  # each group is one class
+        with pytest.raises(MetricError, match="training fold holds the single class.*drop the groups"):
+            metric(X, _labels(y), target_metadata=SINGLE, groups=_labels(y))
+
+
+# ------------------------------------------------------------------------------------------- protocol
+def test_probes_plug_into_the_metric_protocol():
+    ridge = load_metric("vertebrae:RidgeProbeMetric", params={"alphas": [1, 10]})
+    assert ridge == RidgeProbeMetric(alphas=(1.0, 10.0)) and ridge.alphas == (1.0, 10.0)
+    for metric, target_types in ((ridge, ("single_label", "multi_label", "regression")),
+                                 (LDAProbeMetric(), ("single_label",))):
+        assert metric.higher_is_better and metric.aggregate_valid and metric.supported_target_types == target_types
+        for target_type in target_types:
+            check_metric(metric, "metrics[0]", target_type)
+    assert ridge.identity() == {"type": "ridge_probe", "n_splits": 5, "alphas": [1.0, 10.0],
+                                "max_dense_bytes": 2**30, "name": "ridge_probe"}
+    assert LDAProbeMetric().identity()["type"] == "lda_probe"
+    assert RidgeProbeMetric().reference == "ridge classifier probe"
+    assert LDAProbeMetric().reference == "shrinkage LDA probe"
