@@ -75,7 +75,8 @@ def test_readme_output_blocks_are_the_two_demos():
 
 
 #: A ranking row of a demo's console table: rank, extractor, score, recommendation.
-ROW = re.compile(r"^ +(\d+)  (\S+) +(-?\d+\.\d+)  (\S+)$", flags=re.M)
+#: Since the repeat-mean column, optionally a second score and a parenthesized reason after the recommendation.
+ROW = re.compile(r"^ +(\d+)  (\S+) +(-?\d+\.\d+)(?: +-?\d+\.\d+)?  (\S+)(?:  \(.*\))?$", flags=re.M)
 
 
 def assert_same_demo_output(printed: str, shown: str, tolerance: float) -> None:
