@@ -284,14 +284,16 @@ def test_a_failed_stat_is_unavailable_and_explained_in_the_result_not_a_failure(
     assert reason in result.to_markdown()
 
 
-def test_an_unwritable_store_warns_and_the_run_continues(data, tmp_path):
+def test_a_store_that_cannot_be_created_is_refused_before_any_work(data, tmp_path):
+    """Once a warning per entry after the whole run (issue 37 item 14): a file in the store's place is refused when
+    the benchmark is built, before anything is embedded."""
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    config = CacheConfig(store=str(blocker))
-    with pytest.warns(ArtifactWarning, match="could not store"):
-        result = Benchmark(data, [CountingExtractor()], cache_config=config, progress=False,
-                           separatix_config=None).run()
-    assert result.extractor_results[0].embedding["cache_status"] == "miss"
+    extractor = CountingExtractor()
+    with pytest.raises(ArtifactError, match="cannot be created \\(a file is in the way\\)"):
+        Benchmark(data, [extractor], cache_config=CacheConfig(store=str(blocker)), progress=False,
+                  separatix_config=None).run()
+    assert blocker.read_text() == "not a folder" and extractor.calls == 0
 
 
 # ---------------------------------------------------------------- configuration and safety

@@ -129,13 +129,13 @@ def backend_for(device: str) -> Backend:
     """NumPy for "cpu"; torch on ``device`` otherwise (a clear error names the missing piece)."""
     if device == "cpu":
         return Backend()
+    from .._base.extras import install_hint
     from ..errors import MetricError
 
     try:
         import torch
     except ImportError as exc:
-        raise MetricError(f"device={device!r} needs torch (pip install 'vertebrae[torch]'); or use device='cpu'") \
-            from exc
+        raise MetricError(f"device={device!r} needs torch ({install_hint('torch')}); or use device='cpu'") from exc
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise MetricError(f"device={device!r}: torch sees no CUDA device; use device='cpu'")
     return Backend("torch", device)
