@@ -206,14 +206,21 @@ def fuzz(corpus: dict[str, dict], folder, count: int, seed: int) -> tuple[list[t
     return findings, tally
 
 
+#: Files in the suite's default sample: CI's time budget (the whole suite in well under 20 minutes on 2 cores).
+DEFAULT_SAMPLE = 150
+
+
 def test_a_stratified_sample_of_mutations_renders_or_is_refused_in_one_line(corpus, tmp_path):
-    """500 fields of the 2,400 (list items folded), one change each, x 4 calls (about a minute)."""
-    findings, tally = fuzz(corpus, tmp_path, 500, seed=38)
-    assert tally["files"] == 500 and tally["rendered"] > 0 and tally["refused"] > 0, tally
+    """150 fields of the 2,400 (list items folded), one change each, x 4 calls; the 5,200-file run is on demand."""
+    findings, tally = fuzz(corpus, tmp_path, DEFAULT_SAMPLE, seed=38)
+    assert tally["files"] == DEFAULT_SAMPLE and tally["rendered"] > 0 and tally["refused"] > 0, tally
     assert not findings, (len(findings), findings[:15])
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("VERTEBRAE_LONG_FUZZ") != "1",
+                    reason="the 5,200-file fuzz takes 15+ minutes on 2 cores, past CI's budget: "
+                           "VERTEBRAE_LONG_FUZZ=1 pytest tests/test_result_fuzz.py runs it")
 def test_5000_mutated_files_across_every_family_render_or_are_refused(corpus, tmp_path):
     """The issue's bar: at least 5,000 files across families (screened, adaptive, refereed and probe results
     included) x the 4 calls, 0 raw tracebacks, none over the per-call limit.  Stratified, so every field gets two
