@@ -168,7 +168,7 @@ def test_torchscript_file_recipe_needs_no_torch_and_loads_lazily(tmp_path):
 
 def test_factory_is_identified_by_its_checkpoint_files(tmp_path, monkeypatch):
     checkpoint = tmp_path / "weights.pt"
-    monkeypatch.setattr(sys.modules[__name__], "CHECKPOINT", checkpoint)
+    monkeypatch.setattr(sys.modules[__name__], "CHECKPOINT", str(checkpoint))  # a global the identity can hash
     trained = small_model(seed=4)
     torch.save(trained.state_dict(), checkpoint)
     extractor = TorchExtractor("f", build_from_checkpoint, checkpoint_paths=[checkpoint], device="cpu", progress=False)
