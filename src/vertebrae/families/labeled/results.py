@@ -379,6 +379,8 @@ _EXTRACTOR_SCHEMA = both(
     rule(lambda r: r.get("error") is not None or (r.get("screening") or {}).get("status") == "screened_out"
          or r["primary_score"] == _rankable_score(r["metrics"][r["primary_metric_name"]]),
          "primary_score must be the primary metric's score (None when its aggregate is invalid)"),
+    rule(lambda r: (r.get("screening") or {}).get("status") != "screened_out" or r.get("primary_score") is None,
+         "a screened-out candidate has no primary_score (its partial score is in screening.partial_score)"),
     rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
 #: What reports, DataFrames and ``compare`` read of a serialized BenchmarkResult (checked on load).
 SCHEMA = both({
