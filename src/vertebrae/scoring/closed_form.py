@@ -41,7 +41,7 @@ def probe_folds(name: str, n_splits: int, embeddings: Any, labels: Any, target_m
     targets = metric_targets(name, labels, target_metadata, n, supported)
     codes = group_codes(name, groups, n)
     same_folds = LinearProbeMetric(n_splits=n_splits, name=name)
-    notes = [*targets.warnings, *same_folds._fold_notes(targets, codes, n)]
+    notes = [*targets.warnings, *same_folds.fold_notes(targets, codes, n)]
     splitter = same_folds.folds(targets.target_type, seed, codes is not None)
     splits = list(splitter.split(np.zeros((n, 1)), targets.y, codes))
     return ProbeFolds(targets, codes, splits, type(splitter).__name__, notes)

@@ -113,7 +113,7 @@ class LinearProbeMetric(Config):
         n = embeddings.shape[0]
         targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
         codes = group_codes(self.name, groups, n)
-        notes = [*targets.warnings, *self._fold_notes(targets, codes, n)]
+        notes = [*targets.warnings, *self.fold_notes(targets, codes, n)]
         backend = backend_for(self.device)
         sparse_input = is_sparse(embeddings)
         X = embeddings.tocsr() if sparse_input else np.asarray(embeddings)
@@ -176,7 +176,7 @@ class LinearProbeMetric(Config):
                              "fold_test_sizes": [int(test.size) for _, test in splits],
                              "fold_train_sizes": [int(train.size) for train, _ in splits]}}
 
-    def _fold_notes(self, targets: MetricTargets, codes: np.ndarray | None, n: int) -> list[str]:
+    def fold_notes(self, targets: MetricTargets, codes: np.ndarray | None, n: int) -> list[str]:
         """Fail when the folds cannot be made; note classes too small to appear in every test fold."""
         if codes is not None:
             n_groups = int(codes.max()) + 1
