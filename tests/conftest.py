@@ -85,3 +85,24 @@ def dask_client():
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         client.wait_for_workers(2)
         yield client
+
+
+#: Session fixtures that start something heavy (a model, a cluster): the tests using one share one xdist group,
+#: so each loads once per run, not once per worker.
+_SHARED_SESSION_FIXTURES = {"minilm_path": "minilm", "minilm": "minilm", "dask_client": "dask"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Group tests for ``--dist loadgroup`` (pyproject's addopts): by heavy session fixture, else by file.
+
+    A file stays on one worker, so its module fixtures are built once; MiniLM tests and dask-cluster tests each stay
+    on one worker, so the model loads once and one cluster starts per run.
+    """
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        fixtures = getattr(item, "fixturenames", ())
+        group = next((name for fixture, name in _SHARED_SESSION_FIXTURES.items() if fixture in fixtures),
+                     item.nodeid.split("::")[0])
+        item.add_marker(pytest.mark.xdist_group(group))
