@@ -271,3 +271,19 @@ def test_workers_killed_from_outside_mid_run_give_the_undisturbed_result(killed)
     assert "error" not in box, box.get("error")
     assert without_timing(box["result"]) == expected
 
+
+
+def test_a_worker_over_its_memory_limit_ends_in_a_named_execution_error():
+    """A real worker (300 MiB limit) killed by its nanny for an 800 MiB job: the run ends in one ExecutionError
+    naming stage, extractor, job and what to check; the test process, outside that session, is untouched."""
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).with_name("memory_hungry_worker.py")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          start_new_session=True, cwd=script.parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("ExecutionError after "), done.stdout + done.stderr[-2000:]
+    parts = ("the extract stage of 'hungry'", "(job extract/", "died", "memory limits")
+    assert all(part in line for part in parts), line
