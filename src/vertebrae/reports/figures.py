@@ -190,7 +190,7 @@ def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
     return _svg_or_none(pairwise_figure(data))
 
 
-def compression_frontier(data: Mapping[str, Any]) -> str | None:
+def compression_frontier_figure(data: Mapping[str, Any]) -> Any | None:
     """Primary score against evaluated bytes per row, one series per source embedding, frontier variants ringed.
 
     Drawn from :func:`vertebrae.extractors.compression.frontier_rows` (the Markdown frontier table's rows), so the two agree.
@@ -215,10 +215,14 @@ def compression_frontier(data: Mapping[str, Any]) -> str | None:
     ax.set_ylabel(f"{_literal(rows[0]['primary_metric'])} (primary score)")
     ax.set_title("Compression frontier")
     ax.legend(fontsize=8)
-    return _svg(fig)
+    return fig
 
 
-def cohort_resources(data: Mapping[str, Any]) -> str | None:
+def compression_frontier(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(compression_frontier_figure(data))
+
+
+def cohort_resources_figure(data: Mapping[str, Any]) -> Any | None:
     """Quality-cohort members' primary score against warm latency (else embedding bytes) from ``resource_profile``."""
     from ..families.result_protocol import result_from_dict
 
@@ -237,10 +241,14 @@ def cohort_resources(data: Mapping[str, Any]) -> str | None:
     ax.set_xlabel(label)
     ax.set_ylabel(f"{_literal(members[0]['primary_metric_name'])} (primary score)")
     ax.set_title("Quality cohort: score against resources")
-    return _svg(fig)
+    return fig
 
 
-def monitor_trend(data: Mapping[str, Any]) -> str | None:
+def cohort_resources(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(cohort_resources_figure(data))
+
+
+def monitor_trend_figure(data: Mapping[str, Any]) -> Any | None:
     """Primary score per extractor over a monitor's snapshots (``rows`` with ``evaluation_index``)."""
     series: dict[str, list[tuple[float, float]]] = {}
     for row in data.get("rows", []):
@@ -260,10 +268,14 @@ def monitor_trend(data: Mapping[str, Any]) -> str | None:
     ax.set_ylabel("primary score")
     ax.set_title("Monitor trend")
     ax.legend(fontsize=8)
-    return _svg(fig)
+    return fig
 
 
-def screening_rungs(data: Mapping[str, Any]) -> str | None:
+def monitor_trend(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(monitor_trend_figure(data))
+
+
+def screening_rungs_figure(data: Mapping[str, Any]) -> Any | None:
     """Each candidate's partial score at every screening rung it was scored on (finalists solid, the others faint)."""
     screened = [r for r in data["extractor_results"] if (r.get("screening") or {}).get("rungs")]
     if not screened:
@@ -282,10 +294,14 @@ def screening_rungs(data: Mapping[str, Any]) -> str | None:
     ax.set_title("Screening: scores across rungs (dashed: screened out)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    return _svg(fig)
+    return fig
 
 
-def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
+def screening_rungs(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(screening_rungs_figure(data))
+
+
+def retrieval_cutoffs_figure(data: Mapping[str, Any]) -> Any | None:
     """Each cutoff metric at every k, one panel per metric, forward direction (and reverse when run)."""
     from ..families.retrieval.config import CUTOFF_METRICS
 
@@ -305,7 +321,11 @@ def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
         ax.set_ylim(0, 1.05)
     axes[0].legend(fontsize=7)
     fig.supxlabel("cutoff k")
-    return _svg(fig)
+    return fig
+
+
+def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
+    return _svg_or_none(retrieval_cutoffs_figure(data))
 
 
 #: (title, figure function) in page order; each is drawn only when its data exists.
