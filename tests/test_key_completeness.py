@@ -430,7 +430,9 @@ def test_the_declared_speed_only_config_fields():
                         "StabilityConfig": ("n_jobs",),
                         "SeparatixConfig": ("thread_limit",),
                         # proven in tests/test_probe_solver.py::test_fold_workers_give_identical_bytes_and_move_no_key
-                        "LinearProbeMetric": ("n_jobs",)}
+                        "LinearProbeMetric": ("n_jobs",),
+                        # proven in tests/test_closed_form_probes.py::test_fold_workers_give_identical_bytes_...
+                        "RidgeProbeMetric": ("n_jobs",), "LDAProbeMetric": ("n_jobs",)}
 
 
 # ----------------------------------------------------------------------------- configs: speed-only proofs

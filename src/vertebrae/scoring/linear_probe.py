@@ -18,12 +18,11 @@ import numpy as np
 
 from .._base.config import Config, check_float, check_int
 from .._base.sparse import is_sparse
-from .._base.threads import available_cpus
 from ..errors import ConfigError, MetricError
 from ..inputs.targets import TARGET_TYPES
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
-from .probe_solver import backend_for, choose_C, fold_basis, fit_fold, map_folds
+from .probe_solver import backend_for, choose_C, fold_basis, fit_fold, fold_workers, map_folds
 
 #: The default ``C_grid`` of ``C="auto"``: 1e-4 ... 1e4 by factors of 10.
 C_GRID = tuple(10.0 ** k for k in range(-4, 5))
@@ -92,10 +91,8 @@ class LinearProbeMetric(Config):
     version: ClassVar[int] = 3
 
     def fold_workers(self, n_folds: int) -> int:
-        """Threads fitting folds at once: ``n_jobs``, or the CPUs this process may use; one on a GPU."""
-        if self.device != "cpu":
-            return 1
-        return max(1, min(n_folds, self.n_jobs or available_cpus()))
+        """Threads fitting folds at once (:func:`~.probe_solver.fold_workers`); one on a GPU."""
+        return 1 if self.device != "cpu" else fold_workers(self.n_jobs, n_folds)
 
     def identity(self) -> dict[str, Any]:
         return {"type": "linear_probe", "version": self.version, **self.fingerprint()}

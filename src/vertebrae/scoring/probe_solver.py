@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._base.threads import limited_threads
+from .._base.threads import available_cpus, limited_threads
 
 T = TypeVar("T")
 
@@ -508,6 +508,11 @@ def _model(basis: FoldBasis, theta: Any, target_type: str, *, classes: np.ndarra
 
 
 # ------------------------------------------------------------------------------------------------ folds
+def fold_workers(n_jobs: int | None, n_folds: int) -> int:
+    """Threads fitting folds at once: ``n_jobs``, or the CPUs this process may use, at most one per fold."""
+    return max(1, min(n_folds, n_jobs or available_cpus()))
+
+
 def map_folds(fit: Callable[[Any], T], folds: Sequence[Any], *, workers: int) -> list[T]:
     """``[fit(fold) for fold in folds]`` on ``workers`` threads, every BLAS call on one thread.
 
