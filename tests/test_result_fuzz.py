@@ -22,6 +22,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -177,8 +178,17 @@ def verdict(argv: list[str], code: int | None, err: str) -> str | None:
     return None if code in allowed else f"exit {code}: {err[-300:]!r}"
 
 
-def fuzz(corpus: dict[str, dict], folder, count: int, seed: int) -> tuple[list[tuple], dict[str, int]]:
-    """Run every call on ``count`` mutated files; the findings and how the calls ended."""
+def _logged(log: str | None, **entry) -> None:
+    """Append one JSON line to the run's log (``VERTEBRAE_FUZZ_LOG``): a killed run keeps what it found so far."""
+    if log:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"at": round(time.time(), 1), **entry}, default=repr) + "\n")
+
+
+def fuzz(corpus: dict[str, dict], folder, count: int, seed: int,
+         log: str | None = None) -> tuple[list[tuple], dict[str, int]]:
+    """Run every call on ``count`` mutated files; the findings and how the calls ended (each finding, and the tally
+    every 100 files, also appended to ``log`` as it happens)."""
     valid = {}
     for family, document in corpus.items():
         valid[family] = folder / f"{family}.json"
@@ -201,6 +211,9 @@ def fuzz(corpus: dict[str, dict], folder, count: int, seed: int) -> tuple[list[t
                 if broke:
                     findings.append((family, ".".join(map(str, path)), action, repr(value)[:40], " ".join(template),
                                      with_figures, broke))
+                    _logged(log, finding=findings[-1])
+            if tally["files"] % 100 == 0 or tally["files"] == count:
+                _logged(log, tally=tally, findings=len(findings))
     finally:
         figures.available = matplotlib
     return findings, tally
@@ -225,7 +238,7 @@ def test_5000_mutated_files_across_every_family_render_or_are_refused(corpus, tm
     """The issue's bar: at least 5,000 files across families (screened, adaptive, refereed and probe results
     included) x the 4 calls, 0 raw tracebacks, none over the per-call limit.  Stratified, so every field gets two
     changes (about 15 minutes on a 2-core machine)."""
-    findings, tally = fuzz(corpus, tmp_path, 5_200, seed=7)
+    findings, tally = fuzz(corpus, tmp_path, 5_200, seed=7, log=os.environ.get("VERTEBRAE_FUZZ_LOG"))
     assert tally["files"] == 5_200 and tally["calls"] == 5_200 * len(CALLS), tally
     assert not findings, (len(findings), [f[-1] for f in findings[:3]], findings[:15])
 
