@@ -10,6 +10,9 @@ it, null, a wrong type, a huge number, "NaN", an empty or duplicated list, a neg
 1 for a regression) or refuses the file in one line (exit 2); a raw exception, any other exit code, a multi-line
 refusal or a call over the limit is a finding.  The sample is stratified: every field (list items folded
 together) gets mutations before any gets more.  A small sample also runs as real subprocesses.
+
+The 5,200-file run (``VERTEBRAE_LONG_FUZZ=1``) shares the files among forked workers, one per CPU, and with
+``VERTEBRAE_FUZZ_LOG=<file>`` appends each finding and each worker's tally every 100 files to that file as JSON lines.
 """
 
 from __future__ import annotations
