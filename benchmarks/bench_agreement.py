@@ -8,6 +8,7 @@ ranking), ``KNNMetric`` and ``LogMEMetric``.  Each of these rankings is compared
 * 5-NN             ``KNNMetric`` (leave-one-out, k=5);
 * LogME            ``LogMEMetric``;
 * dimension        a static baseline: the widest embedding first (ties: candidate order);
+* size prior       only when a draw gives ``Draw.sizes``: the largest model first (parameter count, then width);
 * refereed pick    ``Benchmark(referee=LinearProbeMetric())``: the probe's best among the overlap finalists
                    (``tied_with_best`` ∪ ``quality_cohort``); a pick, not a ranking;
 * probe, seed 1    the same probe with other folds (CV seed 1): the ceiling any proxy can reach.
@@ -48,7 +49,7 @@ from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, 
 
 #: The reference ranking's CV seed (the score stage's default seed, which a metric receives) and the ceiling's.
 PROBE_SEED, CEILING_SEED = 0, 1
-SCORERS = ("overlap", "5-NN", "LogME", "dimension", "refereed pick", "probe, seed 1")
+SCORERS = ("overlap", "5-NN", "LogME", "dimension", "size prior", "refereed pick", "probe, seed 1")
 TASKS = ("tweets", "digits", "breast_cancer", "wine", "diabetes")
 
 
@@ -85,6 +86,16 @@ def agreement(scores: Mapping[str, float], reference: Mapping[str, float]) -> di
             "top1": top1_same(chosen, reference), "regret": regret(chosen, reference)}
 
 
+def size_prior(sizes: Mapping[str, tuple[int, int]]) -> dict[str, float]:
+    """A static "largest model first" ranking as scores: by parameter count, then width (higher is better).
+
+    The score is the candidate's position in the ascending (parameters, width) order, equal sizes sharing one
+    score, so :func:`agreement` sees the lexicographic order and :func:`pick` breaks ties by candidate order.
+    """
+    order = sorted(set(sizes.values()))
+    return {name: float(order.index(size)) for name, size in sizes.items()}
+
+
 def spread(values: Sequence[float]) -> str:
     """``mean [min–max]`` of finite values, ``—`` when there are none."""
     finite = [v for v in values if v is not None and np.isfinite(v)]
@@ -96,10 +107,15 @@ def spread(values: Sequence[float]) -> str:
 # ----------------------------------------------------------------------------- tasks
 @dataclasses.dataclass
 class Draw:
-    """One sample draw of one task: its targets and the candidate embeddings of those rows."""
+    """One sample draw of one task: its targets and the candidate embeddings of those rows.
+
+    ``sizes`` (optional) maps a candidate to (parameter count, width) of the model it comes from; given, the
+    evaluation adds the "size prior" row (:func:`size_prior`), the static baseline of real-backbone panels.
+    """
 
     y: np.ndarray
     candidates: dict[str, Any]
+    sizes: Mapping[str, tuple[int, int]] | None = None
 
 
 def _standardized(X: np.ndarray) -> np.ndarray:
@@ -268,6 +284,8 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig) 
                                              "LogME": _metric_scores(ranked, "logme")}
     rankings["dimension"] = {name: float(np.shape(matrix)[1]) for name, matrix in draw.candidates.items()
                              if name in probe}
+    if draw.sizes is not None:
+        rankings["size prior"] = size_prior({name: tuple(draw.sizes[name]) for name in probe})
     ceiling, labels = LinearProbeMetric(), draw.y
     rankings["probe, seed 1"] = {
         name: ceiling(np.asarray(draw.candidates[name]), labels, target_metadata={"target_type": target_type},

@@ -50,3 +50,15 @@ def test_agreement_of_a_ranking_with_itself_is_perfect_and_the_ties_follow_the_s
 def test_spread_reports_mean_min_and_max_of_the_finite_values():
     assert bench.spread([0.5, None, 0.25, float("nan"), 1.0]) == "0.58 [0.25–1.00]"
     assert bench.spread([None]) == "—"
+
+
+def test_size_prior_ranks_by_parameters_then_width_and_equal_sizes_tie():
+    sizes = {"small": (22_000_000, 384), "base_narrow": (110_000_000, 256), "base": (110_000_000, 768),
+             "base_twin": (110_000_000, 768), "tiny": (4_000_000, 1024)}
+    scores = bench.size_prior(sizes)
+    assert scores == {"small": 1.0, "base_narrow": 2.0, "base": 3.0, "base_twin": 3.0, "tiny": 0.0}
+    assert bench.pick(scores) == "base"  # the first of the two largest, in candidate order
+    probe = {"small": 0.7, "base_narrow": 0.8, "base": 0.75, "base_twin": 0.9, "tiny": 0.6}
+    assert bench.agreement(scores, probe)["regret"] == pytest.approx(0.15)
+    ordered = sorted(sizes, key=lambda n: sizes[n])
+    assert [scores[n] for n in ordered] == sorted(scores.values())
