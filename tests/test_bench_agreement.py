@@ -103,7 +103,8 @@ def test_probe_splits_are_scikit_learns_seeded_folds_and_bare_probe_is_cross_val
 def test_policy_decisions_replay_the_recorded_referee_and_judge_everyone_under_all():
     from sklearn.datasets import load_wine
 
-    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, LinearProbeMetric, PrecomputedExtractor, SeparatixConfig
+    from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, LinearProbeMetric, PrecomputedExtractor,
+                           SeparatixConfig)
 
     X, y = load_wine(return_X_y=True)
     labels = np.array([str(v) for v in y])
