@@ -43,6 +43,8 @@ for the union of the drawn texts.  Tasks:
     python benchmarks/bench_agreement.py --quick              # smoke run: 2 draws, 300 tweets, 3 layers, 5 repeats
     python benchmarks/bench_agreement.py --draws 5 --tasks digits,diabetes
     python benchmarks/bench_agreement.py --tasks tweets --no-auto tweets   # without C="auto" (5-35x the probe)
+    python benchmarks/bench_agreement.py --tasks tweets --first-seed 1 --draws 1 --save DIR   # one draw, kept
+    python benchmarks/bench_agreement.py --combine DIR/*.pkl                                 # tables of kept draws
 """
 
 from __future__ import annotations
@@ -511,10 +513,40 @@ def print_summary(rows: Sequence[dict[str, Any]]) -> None:
     print(f"  {'C=auto differs':<16}" + "".join(f"{row.get('auto_differs', '—'):>28}" for row in rows))
 
 
+def save_outcome(folder: str, task: str, seed: int, outcome: DrawOutcome, stability: StabilityConfig) -> None:
+    """Keep one draw's outcome, so draws run in separate processes can be printed together (``--combine``)."""
+    import pickle
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{task}-draw{seed}.pkl"), "wb") as f:
+        pickle.dump({"task": task, "seed": seed, "outcome": outcome, "repeats": stability.repeats}, f)
+
+
+def combine(paths: Sequence[str]) -> None:
+    """The per-task tables and the summaries of saved draw outcomes, tasks in panel order, draws by seed."""
+    import pickle
+
+    saved = []
+    for path in paths:
+        with open(path, "rb") as f:
+            saved.append(pickle.load(f))
+    order = {task: i for i, task in enumerate(TASKS)}
+    summaries = []
+    for task in sorted({s["task"] for s in saved}, key=lambda t: order.get(t, len(order))):
+        draws = sorted((s for s in saved if s["task"] == task), key=lambda s: s["seed"])
+        repeats = {s["repeats"] for s in draws}
+        if len(repeats) != 1:
+            raise SystemExit(f"{task}: the saved draws ran with different stability repeats {sorted(repeats)}")
+        print(f"\n{task}: draws with seeds {[s['seed'] for s in draws]}")
+        summaries.append(print_task(task, [s["outcome"] for s in draws], StabilityConfig(repeats=repeats.pop())))
+    print_summary(summaries)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 draws, 300 tweets, layers 2/4/6, 5 repeats")
-    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
+    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds first..first+draws-1)")
+    parser.add_argument("--first-seed", type=int, default=0, help="row seed of the first draw")
     parser.add_argument("--tweets", type=int, default=1500, help="tweets per draw (stratified)")
     parser.add_argument("--fraction", type=float, default=0.8, help="share of a bundled dataset's rows per draw")
     parser.add_argument("--repeats", type=int, default=StabilityConfig().repeats, help="stability repeats")
@@ -525,7 +557,13 @@ def main() -> None:
                         "(it costs 5-35x the probe per candidate)")
     parser.add_argument("--batch-size", type=int, default=32, help="MiniLM batch size")
     parser.add_argument("--embedding-cache", default=None, help="folder to keep the MiniLM outputs in between runs")
+    parser.add_argument("--save", default=None, help="folder to write each draw's outcome to (TASK-drawSEED.pkl)")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="PKL",
+                        help="print the tables of saved draw outcomes (of one or several runs) instead of running")
     args = parser.parse_args()
+    if args.combine:
+        combine(args.combine)
+        return
     layers: Sequence[int] = range(1, 7)
     if args.quick:
         args.draws, args.tweets, args.repeats, args.regression_repeats, layers = 2, 300, 5, 2, (2, 4, 6)
@@ -534,7 +572,7 @@ def main() -> None:
     unknown = sorted((set(tasks) | set(no_auto)) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
-    seeds = list(range(args.draws))
+    seeds = list(range(args.first_seed, args.first_seed + args.draws))
     print(f"{args.draws} draw(s) per task; {args.repeats} stability repeats ({args.regression_repeats} for diabetes); "
           f"{os.cpu_count()} CPU(s), "
           f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
@@ -544,8 +582,12 @@ def main() -> None:
         draws = (tweet_draws(seeds, args.tweets, layers, args.batch_size, args.embedding_cache) if task == "tweets"
                  else sklearn_draws(task, seeds, args.fraction))
         stability = StabilityConfig(repeats=args.regression_repeats if task == "diabetes" else args.repeats)
-        outcomes = [evaluate_draw(task, seed, draw, stability, auto_C=task not in no_auto)
-                    for seed, draw in zip(seeds, draws)]
+        outcomes = []
+        for seed, draw in zip(seeds, draws):
+            outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=task not in no_auto))
+            print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
+            if args.save:
+                save_outcome(args.save, task, seed, outcomes[-1], stability)
         summaries.append(print_task(task, outcomes, stability))
         print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
     print_summary(summaries)
