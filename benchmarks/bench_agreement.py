@@ -1,17 +1,29 @@
 """Would a linear probe pick the same?  Agreement of cheap rankings with the 5-fold linear probe on offline tasks.
 
 For every task and sample draw, vertebrae runs once with stability on (default ``StabilityConfig``:
-paired verdicts) and the reference metrics ``LinearProbeMetric`` (5-fold, seed 0: the reference
-ranking), ``KNNMetric`` and ``LogMEMetric``.  Each of these rankings is compared with the probe's:
+paired verdicts) and the metrics ``LinearProbeMetric`` (5-fold, seed 0: the reference ranking),
+``KNNMetric``, ``LogMEMetric``, ``RidgeProbeMetric``, ``LDAProbeMetric`` and ``LinearProbeMetric(C="auto")``
+(the last two for classification only).  Each of these rankings is compared with the probe's:
 
 * overlap          the primary ranking (what vertebrae ranks by);
 * 5-NN             ``KNNMetric`` (leave-one-out, k=5);
 * LogME            ``LogMEMetric``;
+* ridge probe      ``RidgeProbeMetric`` (one-hot ridge, alpha by GCV inside each training fold);
+* LDA probe        ``LDAProbeMetric`` (shrinkage LDA, Ledoit-Wolf);
 * dimension        a static baseline: the widest embedding first (ties: candidate order);
 * size prior       only when a draw gives ``Draw.sizes``: the largest model first (parameter count, then width);
-* refereed pick    ``Benchmark(referee=LinearProbeMetric())``: the probe's best among the overlap finalists
-                   (``tied_with_best`` ∪ ``quality_cohort``); a pick, not a ranking;
+* probe, C=auto    ``LinearProbeMetric(C="auto")``: C chosen by nested CV in every fold (its top-1 column says
+                   whether it picks the same candidate as the fixed C=1 probe);
+* referee: POLICY  ``Benchmark(referee=LinearProbeMetric(), referee_finalists=POLICY)`` for POLICY in overlap
+                   (the run's own referee), auto, all: the probe's best among the judged candidates; a pick, not a
+                   ranking.  auto and all are decided by vertebrae's ``choose_finalists``/``decide`` over the same
+                   run (:func:`policy_decisions`), since a rerun would recompute every overlap score and repeat;
 * probe, seed 1    the same probe with other folds (CV seed 1): the ceiling any proxy can reach.
+
+Costs, per candidate and in one process: the fast probe (``metric.linear_probe`` runtime) against the bare
+``cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), ...)`` on the same folds
+(``Ridge()`` for regression; :func:`bare_probe`, timed right after the run) and against the overlap score
+(``score`` runtime); the ridge and LDA probes against the bare call; ``C="auto"`` against the fast probe.
 
 Columns: weighted tau (``scipy.stats.weightedtau``, hyperbolic weights: the top ranks count most),
 Kendall tau-b, top-1 same (the ranking's first pick is a best candidate of the probe), regret (the
@@ -30,6 +42,7 @@ for the union of the drawn texts.  Tasks:
     python benchmarks/bench_agreement.py                      # full panel, 3 draws (see docs/validity.md for its time)
     python benchmarks/bench_agreement.py --quick              # smoke run: 2 draws, 300 tweets, 3 layers, 5 repeats
     python benchmarks/bench_agreement.py --draws 5 --tasks digits,diabetes
+    python benchmarks/bench_agreement.py --tasks tweets --no-auto tweets   # without C="auto" (5-35x the probe)
 """
 
 from __future__ import annotations
@@ -335,8 +348,12 @@ def policy_decisions(result: Any, probe: Mapping[str, float]) -> dict[str, dict[
     return out
 
 
-def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig) -> DrawOutcome:
-    """Run vertebrae once on one draw and compare every ranking and referee pick with the 5-fold probe's."""
+def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, *,
+                  auto_C: bool = True) -> DrawOutcome:
+    """Run vertebrae once on one draw and compare every ranking and referee pick with the 5-fold probe's.
+
+    ``auto_C=False`` leaves out ``LinearProbeMetric(C="auto")`` (its nested cross-validation costs 5-35x the probe).
+    """
     regression = draw.y.dtype.kind == "f"
     target_type = "regression" if regression else "single_label"
     first = next(iter(draw.candidates.values()))
@@ -345,7 +362,8 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig) 
     extractors = [PrecomputedExtractor(name, matrix) for name, matrix in draw.candidates.items()]
     # LDA is classification only; C="auto" chooses C for classification (regression keeps alpha: nothing to compare).
     metrics = [LinearProbeMetric(), KNNMetric(), LogMEMetric(), RidgeProbeMetric(),
-               *(() if regression else (LDAProbeMetric(), LinearProbeMetric(C="auto", name=AUTO_PROBE)))]
+               *(() if regression else (LDAProbeMetric(),)),
+               *((LinearProbeMetric(C="auto", name=AUTO_PROBE),) if auto_C and not regression else ())]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scale and convergence notes stay in the results; the tables are the output
         result = Benchmark(dataset, extractors, metrics=metrics,
@@ -503,6 +521,8 @@ def main() -> None:
     parser.add_argument("--regression-repeats", type=int, default=3,
                         help="stability repeats of the regression task (each of its scores refits a null model 20 times)")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
+    parser.add_argument("--no-auto", default="", help="comma-separated tasks to run without LinearProbeMetric(C='auto') "
+                        "(it costs 5-35x the probe per candidate)")
     parser.add_argument("--batch-size", type=int, default=32, help="MiniLM batch size")
     parser.add_argument("--embedding-cache", default=None, help="folder to keep the MiniLM outputs in between runs")
     args = parser.parse_args()
@@ -510,7 +530,8 @@ def main() -> None:
     if args.quick:
         args.draws, args.tweets, args.repeats, args.regression_repeats, layers = 2, 300, 5, 2, (2, 4, 6)
     tasks = args.tasks.split(",")
-    unknown = sorted(set(tasks) - set(TASKS))
+    no_auto = [t for t in args.no_auto.split(",") if t]
+    unknown = sorted((set(tasks) | set(no_auto)) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
     seeds = list(range(args.draws))
@@ -523,7 +544,8 @@ def main() -> None:
         draws = (tweet_draws(seeds, args.tweets, layers, args.batch_size, args.embedding_cache) if task == "tweets"
                  else sklearn_draws(task, seeds, args.fraction))
         stability = StabilityConfig(repeats=args.regression_repeats if task == "diabetes" else args.repeats)
-        outcomes = [evaluate_draw(task, seed, draw, stability) for seed, draw in zip(seeds, draws)]
+        outcomes = [evaluate_draw(task, seed, draw, stability, auto_C=task not in no_auto)
+                    for seed, draw in zip(seeds, draws)]
         summaries.append(print_task(task, outcomes, stability))
         print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
     print_summary(summaries)
