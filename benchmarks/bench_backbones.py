@@ -557,13 +557,20 @@ def run_screening(args: argparse.Namespace, cache_root: Path) -> None:
     print(f"\npart 1: {n} tweets, {len(BACKBONES)} backbones + TF-IDF, outputs x raw/PCA-32, "
           f"{SCREEN_REPEATS} stability repeats; whole processes, cold start, one after the other")
     print(f"{'run':<10} {'process s':>9} {'run() s':>8} {'peak MiB':>8}  top-1")
-    runs = {}
+    import json
+
+    saved = cache_root / f"screening-part1-{n}.json"  # part 1's figures, so a rerun of part 2 does not time again
+    runs = json.loads(saved.read_text()) if saved.exists() and args.reuse_part1 else {}
     for label, screened in (("full", False), ("screened", True)):
-        load, start = os.getloadavg()[0], time.perf_counter()
-        r = runs[label] = {**in_fresh_process(_timed_child, screened, n, str(cache_root)),
-                           "process_seconds": time.perf_counter() - start}
+        if label not in runs:
+            load, start = os.getloadavg()[0], time.perf_counter()
+            runs[label] = {**in_fresh_process(_timed_child, screened, n, str(cache_root)),
+                           "process_seconds": time.perf_counter() - start, "load_before": load,
+                           "load_after": os.getloadavg()[0]}
+            saved.write_text(json.dumps(runs))
+        r = runs[label]
         print(f"{label:<10} {r['process_seconds']:>9.1f} {r['run_seconds']:>8.1f} {r['peak_rss'] / 2**20:>8.0f}  "
-              f"{r['top1']} (load average before {load:.1f}, after {os.getloadavg()[0]:.1f})", flush=True)
+              f"{r['top1']} (load average before {r['load_before']:.1f}, after {r['load_after']:.1f})", flush=True)
     full, screened = runs["full"], runs["screened"]
     tied = full["tied"]
     print(f"{full['candidates']} candidates; full run's tied-with-best set ({len(tied)}): {', '.join(tied)}")
@@ -661,6 +668,8 @@ def main() -> None:
     parser.add_argument("--screening", action="store_true", help="item 5: full vs screened runs, then --seeds seeds")
     parser.add_argument("--screen-rows", type=int, default=1000, help="tweets in the screening runs")
     parser.add_argument("--seeds", type=int, default=20, help="screening seeds")
+    parser.add_argument("--reuse-part1", action="store_true",
+                        help="read part 1's timed runs from the cache folder (when a previous run stored them)")
     parser.add_argument("--profiles", action="store_true", help="item 6: a resource profile of each backbone")
     parser.add_argument("--profile-rows", type=int, default=256, help="tweets each backbone embeds in --profiles")
     args = parser.parse_args()
