@@ -40,7 +40,8 @@ Modes:
                     ``--per-topic`` texts of each topic) is embedded once and each draw (seeds 0..draws-1) is a
                     stratified subsample of it (``--rows``).  Every draw is evaluated with
                     ``bench_agreement.evaluate_draw`` (overlap, 5-NN, LogME, dimension, size prior, refereed pick,
-                    probe seed 1 against the 5-fold probe) and printed with its tables.
+                    probe seed 1 against the 5-fold probe) and printed with its tables.  ``--tasks
+                    fashion_mnist,keywords`` adds the image and audio tasks of ``backbone_media.py``.
 * ``--screening``   item 5: one full and one screened ``Benchmark`` over the tweets with *real* extractors (every
                     backbone's outputs x raw/PCA-32), each a whole fresh process (imports, model loads, extraction,
                     20 stability repeats), then ``--seeds`` screened runs over stored embeddings against the full
@@ -634,6 +635,22 @@ def run_profiles(args: argparse.Namespace, cache_root: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- main
+TEXT_TASKS = ("tweets", "fortunes")
+#: Image and audio tasks, built by backbone_media.py (its own prerequisites: see its docstring).
+MEDIA_TASKS = ("fashion_mnist", "keywords")
+
+
+def _draws(task: str, seeds: Sequence[int], args: argparse.Namespace, cache_root: Path) -> Iterator[Draw]:
+    if task in TEXT_TASKS:
+        return task_draws(task, seeds, args, cache_root)
+    import backbone_media
+
+    if task == "fashion_mnist":
+        return backbone_media.fashion_mnist_draws(seeds, args.images_per_class, cache_root / "media",
+                                                  pool_per_class=args.image_pool_per_class)
+    return backbone_media.keyword_draws(seeds, args.clips_per_class, cache_root / "media")
+
+
 def run_panel(args: argparse.Namespace, cache_root: Path) -> None:
     from vertebrae import StabilityConfig
 
@@ -643,10 +660,10 @@ def run_panel(args: argparse.Namespace, cache_root: Path) -> None:
     summaries = []
     for task in args.tasks.split(","):
         outcomes = [evaluate_draw(task, seed, draw, stability)
-                    for seed, draw in zip(seeds, task_draws(task, seeds, args, cache_root))]
+                    for seed, draw in zip(seeds, _draws(task, seeds, args, cache_root))]
         summaries.append(print_task(task, outcomes, stability))
-        params = parameter_counts(cache_root)
-        print("  parameters: " + ", ".join(f"{k} {v:,}" for k, v in params.items()))
+        if task in TEXT_TASKS:
+            print("  parameters: " + ", ".join(f"{k} {v:,}" for k, v in parameter_counts(cache_root).items()))
         print(f"  ({time.perf_counter() - started:.0f} s elapsed, load average {os.getloadavg()[0]:.1f})", flush=True)
     print_summary(summaries)
     print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at end {os.getloadavg()[0]:.2f}")
@@ -655,7 +672,13 @@ def run_panel(args: argparse.Namespace, cache_root: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 draws, 300-text pools, 200 rows, 3 repeats")
-    parser.add_argument("--tasks", default="tweets,fortunes", help="comma-separated subset of tweets, fortunes")
+    parser.add_argument("--tasks", default="tweets,fortunes",
+                        help="comma-separated subset of tweets, fortunes, fashion_mnist, keywords (the last two "
+                             "from backbone_media.py, with its prerequisites)")
+    parser.add_argument("--images-per-class", type=int, default=100, help="fashion_mnist: images per class per draw")
+    parser.add_argument("--image-pool-per-class", type=int, default=200,
+                        help="fashion_mnist: the fixed pool per class the draws subsample")
+    parser.add_argument("--clips-per-class", type=int, default=120, help="keywords: clips per word per draw")
     parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
     parser.add_argument("--rows", type=int, default=1000, help="rows per draw (stratified from the pool)")
     parser.add_argument("--pool-tweets", type=int, default=2000, help="tweets in the pool the draws come from")
@@ -677,9 +700,9 @@ def main() -> None:
         args.draws, args.rows, args.pool_tweets, args.per_topic, args.repeats = 2, 200, 300, 40, 3
         args.screen_rows, args.seeds, args.profile_rows = 300, 2, 64
     cache_root = Path(args.cache or Path(os.environ.get("TMPDIR", "/tmp")) / "vertebrae-bench-backbones")
-    unknown = sorted(set(args.tasks.split(",")) - {"tweets", "fortunes"})
+    unknown = sorted(set(args.tasks.split(",")) - {*TEXT_TASKS, *MEDIA_TASKS})
     if unknown:
-        parser.error(f"unknown task(s) {unknown}; choose from tweets, fortunes")
+        parser.error(f"unknown task(s) {unknown}; choose from {', '.join((*TEXT_TASKS, *MEDIA_TASKS))}")
     os.environ["HF_HUB_OFFLINE"] = "1"
     warnings.simplefilter("ignore")  # notes stay in the results; the tables are the output
     print(f"{args.draws} draw(s), {args.rows} rows each, {args.repeats} stability repeats; {os.cpu_count()} CPU(s), "
