@@ -659,7 +659,7 @@ def run_panel(args: argparse.Namespace, cache_root: Path) -> None:
     started = time.perf_counter()
     summaries = []
     for task in args.tasks.split(","):
-        outcomes = [evaluate_draw(task, seed, draw, stability)
+        outcomes = [evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c)
                     for seed, draw in zip(seeds, _draws(task, seeds, args, cache_root))]
         summaries.append(print_task(task, outcomes, stability))
         if task in TEXT_TASKS:
@@ -684,6 +684,8 @@ def main() -> None:
     parser.add_argument("--pool-tweets", type=int, default=2000, help="tweets in the pool the draws come from")
     parser.add_argument("--per-topic", type=int, default=300, help="fortunes per topic in the pool (each has >= 400)")
     parser.add_argument("--repeats", type=int, default=10, help="stability repeats of the panel's runs")
+    parser.add_argument("--auto-c", action="store_true",
+                        help="add bench_agreement's C='auto' probe rows (a nested CV per candidate: slow on 2 cores)")
     parser.add_argument("--compress", default="mpnet:layer12_mean,e5",
                         help="comma-separated outputs that get PCA-32 and int8 variants (the best two)")
     parser.add_argument("--cache", default=None, help="folder for embeddings, the extracted mpnet and counts "
