@@ -1,16 +1,29 @@
 """Would a linear probe pick the same?  Agreement of cheap rankings with the 5-fold linear probe on offline tasks.
 
 For every task and sample draw, vertebrae runs once with stability on (default ``StabilityConfig``:
-paired verdicts) and the reference metrics ``LinearProbeMetric`` (5-fold, seed 0: the reference
-ranking), ``KNNMetric`` and ``LogMEMetric``.  Each of these rankings is compared with the probe's:
+paired verdicts) and the metrics ``LinearProbeMetric`` (5-fold, seed 0: the reference ranking),
+``KNNMetric``, ``LogMEMetric``, ``RidgeProbeMetric``, ``LDAProbeMetric`` and ``LinearProbeMetric(C="auto")``
+(the last two for classification only).  Each of these rankings is compared with the probe's:
 
 * overlap          the primary ranking (what vertebrae ranks by);
 * 5-NN             ``KNNMetric`` (leave-one-out, k=5);
 * LogME            ``LogMEMetric``;
+* ridge probe      ``RidgeProbeMetric`` (one-hot ridge, alpha by GCV inside each training fold);
+* LDA probe        ``LDAProbeMetric`` (shrinkage LDA, Ledoit-Wolf);
 * dimension        a static baseline: the widest embedding first (ties: candidate order);
-* refereed pick    ``Benchmark(referee=LinearProbeMetric())``: the probe's best among the overlap finalists
-                   (``tied_with_best`` ∪ ``quality_cohort``); a pick, not a ranking;
+* size prior       only when a draw gives ``Draw.sizes``: the largest model first (parameter count, then width);
+* probe, C=auto    ``LinearProbeMetric(C="auto")``: C chosen by nested CV in every fold (its top-1 column says
+                   whether it picks the same candidate as the fixed C=1 probe);
+* referee: POLICY  ``Benchmark(referee=LinearProbeMetric(), referee_finalists=POLICY)`` for POLICY in overlap
+                   (the run's own referee), auto, all: the probe's best among the judged candidates; a pick, not a
+                   ranking.  auto and all are decided by vertebrae's ``choose_finalists``/``decide`` over the same
+                   run (:func:`policy_decisions`), since a rerun would recompute every overlap score and repeat;
 * probe, seed 1    the same probe with other folds (CV seed 1): the ceiling any proxy can reach.
+
+Costs, per candidate and in one process: the fast probe (``metric.linear_probe`` runtime) against the bare
+``cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), ...)`` on the same folds
+(``Ridge()`` for regression; :func:`bare_probe`, timed right after the run) and against the overlap score
+(``score`` runtime); the ridge and LDA probes against the bare call; ``C="auto"`` against the fast probe.
 
 Columns: weighted tau (``scipy.stats.weightedtau``, hyperbolic weights: the top ranks count most),
 Kendall tau-b, top-1 same (the ranking's first pick is a best candidate of the probe), regret (the
@@ -29,6 +42,9 @@ for the union of the drawn texts.  Tasks:
     python benchmarks/bench_agreement.py                      # full panel, 3 draws (see docs/validity.md for its time)
     python benchmarks/bench_agreement.py --quick              # smoke run: 2 draws, 300 tweets, 3 layers, 5 repeats
     python benchmarks/bench_agreement.py --draws 5 --tasks digits,diabetes
+    python benchmarks/bench_agreement.py --tasks tweets --no-auto tweets   # without C="auto" (5-35x the probe)
+    python benchmarks/bench_agreement.py --tasks tweets --first-seed 1 --draws 1 --save DIR   # one draw, kept
+    python benchmarks/bench_agreement.py --combine DIR/*.pkl                                 # tables of kept draws
 """
 
 from __future__ import annotations
@@ -43,12 +59,19 @@ from typing import Any
 
 import numpy as np
 
-from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, LinearProbeMetric, LogMEMetric,
-                           PrecomputedExtractor, SeparatixConfig, StabilityConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, LDAProbeMetric, LinearProbeMetric,
+                       LogMEMetric, PrecomputedExtractor, RidgeProbeMetric, SeparatixConfig, StabilityConfig)
 
 #: The reference ranking's CV seed (the score stage's default seed, which a metric receives) and the ceiling's.
 PROBE_SEED, CEILING_SEED = 0, 1
-SCORERS = ("overlap", "5-NN", "LogME", "dimension", "refereed pick", "probe, seed 1")
+#: The finalist policies of ``Benchmark(referee_finalists=...)``, one "referee: POLICY" row each.
+POLICIES = ("overlap", "auto", "all")
+SCORERS = ("overlap", "5-NN", "LogME", "ridge probe", "LDA probe", "dimension", "size prior", "probe, C=auto",
+           *(f"referee: {policy}" for policy in POLICIES), "probe, seed 1")
+#: Rankings (with a tau), as opposed to the referee's picks.
+RANKINGS = tuple(s for s in SCORERS if not s.startswith("referee"))
+#: ``C="auto"``'s metric name beside the reference ``linear_probe``.
+AUTO_PROBE = "linear_probe_auto"
 TASKS = ("tweets", "digits", "breast_cancer", "wine", "diabetes")
 
 
@@ -85,6 +108,16 @@ def agreement(scores: Mapping[str, float], reference: Mapping[str, float]) -> di
             "top1": top1_same(chosen, reference), "regret": regret(chosen, reference)}
 
 
+def size_prior(sizes: Mapping[str, tuple[int, int]]) -> dict[str, float]:
+    """A static "largest model first" ranking as scores: by parameter count, then width (higher is better).
+
+    The score is the candidate's position in the ascending (parameters, width) order, equal sizes sharing one
+    score, so :func:`agreement` sees the lexicographic order and :func:`pick` breaks ties by candidate order.
+    """
+    order = sorted(set(sizes.values()))
+    return {name: float(order.index(size)) for name, size in sizes.items()}
+
+
 def spread(values: Sequence[float]) -> str:
     """``mean [min–max]`` of finite values, ``—`` when there are none."""
     finite = [v for v in values if v is not None and np.isfinite(v)]
@@ -96,10 +129,15 @@ def spread(values: Sequence[float]) -> str:
 # ----------------------------------------------------------------------------- tasks
 @dataclasses.dataclass
 class Draw:
-    """One sample draw of one task: its targets and the candidate embeddings of those rows."""
+    """One sample draw of one task: its targets and the candidate embeddings of those rows.
+
+    ``sizes`` (optional) maps a candidate to (parameter count, width) of the model it comes from; given, the
+    evaluation adds the "size prior" row (:func:`size_prior`), the static baseline of real-backbone panels.
+    """
 
     y: np.ndarray
     candidates: dict[str, Any]
+    sizes: Mapping[str, tuple[int, int]] | None = None
 
 
 def _standardized(X: np.ndarray) -> np.ndarray:
@@ -225,15 +263,24 @@ def tweet_draws(seeds: Sequence[int], n_rows: int, layers: Sequence[int], batch_
 # ----------------------------------------------------------------------------- one draw
 @dataclasses.dataclass
 class DrawOutcome:
+    """What one draw measured: agreement rows per scorer, the referee under each policy, and costs.
+
+    ``seconds`` sums over the draw's candidates: ``probe`` (the fast ``LinearProbeMetric()``), ``bare`` (the bare
+    scikit-learn call on the same folds, timed in the same process right after the run), ``overlap`` (the overlap
+    score without stability), ``stability``, ``ridge``, ``lda``, ``auto`` (``C="auto"``), ``referee`` (the
+    referee round's wall time, overlap finalists).  ``policies``: per finalist policy, ``finalists`` (how many the
+    referee judged), ``judged`` (``"all"`` / ``"widened"`` for auto, else the policy) and ``seconds`` (the probe
+    runtimes of the judged candidates; 0 when one finalist needs no referee).
+    """
+
     agreements: dict[str, dict[str, Any]]
     n_candidates: int
     n_rows: int
-    n_finalists: int
-    probe_seconds: float
-    referee_seconds: float
-    overlap_seconds: float
-    stability_seconds: float
+    seconds: dict[str, float]
+    policies: dict[str, dict[str, Any]]
     best_fold_sd: float
+    bare_gap: float
+    chosen_C: list[float]
     overlap_vs_product: float
 
 
@@ -246,17 +293,82 @@ def _metric_scores(results: Sequence[Any], metric: str) -> dict[str, float]:
     return scores
 
 
-def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig) -> DrawOutcome:
-    """Run vertebrae once on one draw and compare every ranking with the 5-fold probe's."""
+def bare_probe(X: Any, y: np.ndarray, target_type: str, splits: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
+    """The bare scikit-learn call the fast probe replaces, on the given folds.
+
+    ``cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), scoring="balanced_accuracy")``
+    for classification, ``Ridge()`` and R² for regression (``LinearProbeMetric``'s documented objective, solved
+    by scikit-learn at its default tolerance).
+    """
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    regression = target_type == "regression"
+    model = Ridge() if regression else LogisticRegression(max_iter=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lbfgs's ConvergenceWarning: part of what the bare call is
+        return float(cross_val_score(make_pipeline(StandardScaler(), model), X, y, cv=list(splits),
+                                     scoring="r2" if regression else "balanced_accuracy").mean())
+
+
+def probe_splits(y: np.ndarray, target_type: str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The folds ``LinearProbeMetric()`` uses on these targets with the score stage's ``seed``."""
+    from vertebrae.scoring.metric_targets import metric_targets
+
+    metric = LinearProbeMetric()
+    targets = metric_targets(metric.name, y, {"target_type": target_type}, len(y), metric.supported_target_types)
+    return metric.splits(targets, None, seed)
+
+
+def policy_decisions(result: Any, probe: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """The referee's pick under each finalist policy, decided by vertebrae's own ``choose_finalists`` and ``decide``
+    over this run's result, with the full probe's scores as the referee's (the run checks they are equal).
+
+    Stability and the overlap scores are not cached, so three runs would triple the draw's cost; the finalists
+    depend only on the run's results and the pick only on the judged candidates' probe scores, so this is the
+    decision each policy's run would record (checked against the recorded one for ``"overlap"``).
+    """
+    from vertebrae.selection.referee import DEFAULT_REFEREE_SHARE, choose_finalists, decide
+
+    (recorded,) = result.referee_decisions()
+    reference = {r.name: r.metrics["linear_probe"] for r in result.ranked_results() if r.name in probe}
+    seconds = {r.name: r.runtime["metric.linear_probe"] for r in result.ranked_results()}
+    out = {}
+    for policy in POLICIES:
+        chosen, record = choose_finalists(result, policy, DEFAULT_REFEREE_SHARE)
+        names, basis, note = chosen[recorded.view]
+        names = [name for name in names if name in probe]
+        decision = decide(recorded.view, names, basis, note, LinearProbeMetric(), reference, "overlap")
+        if policy == "overlap" and (decision.pick, decision.finalists) != (recorded.pick, recorded.finalists):
+            raise AssertionError(f"the reconstructed overlap-policy decision {decision.pick} of {decision.finalists} "
+                                 f"differs from the run's {recorded.pick} of {recorded.finalists}")
+        out[policy] = {"pick": decision.pick, "finalists": len(names),
+                       "judged": policy if record is None else record["judged"],
+                       "seconds": sum(seconds[name] for name in names) if decision.needed else 0.0}
+    return out
+
+
+def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, *,
+                  auto_C: bool = True) -> DrawOutcome:
+    """Run vertebrae once on one draw and compare every ranking and referee pick with the 5-fold probe's.
+
+    ``auto_C=False`` leaves out ``LinearProbeMetric(C="auto")`` (its nested cross-validation costs 5-35x the probe).
+    """
     regression = draw.y.dtype.kind == "f"
     target_type = "regression" if regression else "single_label"
     first = next(iter(draw.candidates.values()))
     dataset = BenchmarkDataset.from_embeddings(first, draw.y, target_type=target_type,
                                                identity=DatasetIdentity.declared(f"{task}-draw{seed}", "1"))
     extractors = [PrecomputedExtractor(name, matrix) for name, matrix in draw.candidates.items()]
+    # LDA is classification only; C="auto" chooses C for classification (regression keeps alpha: nothing to compare).
+    metrics = [LinearProbeMetric(), KNNMetric(), LogMEMetric(), RidgeProbeMetric(),
+               *(() if regression else (LDAProbeMetric(),)),
+               *((LinearProbeMetric(C="auto", name=AUTO_PROBE),) if auto_C and not regression else ())]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scale and convergence notes stay in the results; the tables are the output
-        result = Benchmark(dataset, extractors, metrics=[LinearProbeMetric(), KNNMetric(), LogMEMetric()],
+        result = Benchmark(dataset, extractors, metrics=metrics,
                            stability_config=stability, separatix_config=SeparatixConfig(enabled=False),
                            referee=LinearProbeMetric(), progress=False).run()
     ranked = result.ranked_results()
@@ -264,42 +376,74 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig) 
     ranked = [r for r in ranked if r.name in probe]  # candidates with a valid overlap and a valid probe score
     probe = {r.name: probe[r.name] for r in ranked}
     overlap = {r.name: (r.primary_score if r.higher_is_better else -r.primary_score) for r in ranked}
-    rankings: dict[str, dict[str, float]] = {"overlap": overlap, "5-NN": _metric_scores(ranked, "knn"),
-                                             "LogME": _metric_scores(ranked, "logme")}
+    rankings: dict[str, dict[str, float]] = {
+        "overlap": overlap, "5-NN": _metric_scores(ranked, "knn"), "LogME": _metric_scores(ranked, "logme"),
+        "ridge probe": _metric_scores(ranked, "ridge_probe"), "LDA probe": _metric_scores(ranked, "lda_probe"),
+        "probe, C=auto": _metric_scores(ranked, AUTO_PROBE)}
     rankings["dimension"] = {name: float(np.shape(matrix)[1]) for name, matrix in draw.candidates.items()
                              if name in probe}
+    if draw.sizes is not None:
+        rankings["size prior"] = size_prior({name: tuple(draw.sizes[name]) for name in probe})
     ceiling, labels = LinearProbeMetric(), draw.y
     rankings["probe, seed 1"] = {
         name: ceiling(np.asarray(draw.candidates[name]), labels, target_metadata={"target_type": target_type},
                       seed=CEILING_SEED)["score"] for name in probe}
     agreements = {name: agreement(scores, probe) for name, scores in rankings.items()
-                  if set(scores) >= set(probe)}
+                  if scores and set(scores) >= set(probe)}
     (decision,) = result.referee_decisions()
     if any(decision.results[name].score != probe[name] for name in decision.results):
         raise AssertionError(f"{task}: the referee's probe scores differ from the full probe's (same metric and seed)")
-    agreements["refereed pick"] = {"weighted_tau": None, "tau_b": None, "top1": top1_same(decision.pick, probe),
-                                   "regret": regret(decision.pick, probe)}
-    seconds = {r.name: r.runtime for r in ranked}
+    policies = policy_decisions(result, probe)
+    for policy, chosen in policies.items():
+        agreements[f"referee: {policy}"] = {"weighted_tau": None, "tau_b": None, "top1": top1_same(chosen["pick"], probe),
+                                            "regret": regret(chosen["pick"], probe)}
+    # The bare scikit-learn call on the same candidates and folds, in this process right after the run.
+    splits, bare, gap = probe_splits(labels, target_type, PROBE_SEED), 0.0, 0.0
+    for name in probe:
+        start = time.perf_counter()
+        score = bare_probe(np.asarray(draw.candidates[name]), labels, target_type, splits)
+        bare += time.perf_counter() - start
+        gap = max(gap, abs(score - probe[name]))
+    runtime = {r.name: r.runtime for r in ranked}
+
+    def total(stage: str) -> float:
+        return float(sum(s.get(stage, 0.0) for s in runtime.values()))
+
+    seconds = {"probe": total("metric.linear_probe"), "bare": bare, "overlap": total("score"),
+               "stability": total("stability"), "ridge": total("metric.ridge_probe"), "lda": total("metric.lda_probe"),
+               "auto": total(f"metric.{AUTO_PROBE}"), "referee": float(result.timing["referee"]["seconds"])}
+    chosen_C = [c for r in ranked if AUTO_PROBE in r.metrics
+                for c in r.metrics[AUTO_PROBE].diagnostics.get("chosen_C", [])]
     product = next(a for a in result.agreement() if a.reference_metric == "linear_probe")
     best = max(probe, key=probe.get)
     return DrawOutcome(
-        agreements=agreements, n_candidates=len(probe), n_rows=len(draw.y), n_finalists=len(decision.finalists),
-        probe_seconds=sum(s["metric.linear_probe"] for s in seconds.values()),
-        referee_seconds=result.timing["referee"]["seconds"],
-        overlap_seconds=sum(s["score"] for s in seconds.values()),
-        stability_seconds=sum(s["stability"] for s in seconds.values()),
+        agreements=agreements, n_candidates=len(probe), n_rows=len(draw.y), seconds=seconds, policies=policies,
         best_fold_sd=next(r for r in ranked if r.name == best).metrics["linear_probe"].diagnostics["fold_std"],
+        bare_gap=gap, chosen_C=chosen_C,
         overlap_vs_product=abs((product.weighted_tau or 0.0) - agreements["overlap"]["weighted_tau"]))
 
 
 # ----------------------------------------------------------------------------- printing
+def value_counts(values: Sequence[float]) -> str:
+    """``"0.01 x 12, 0.1 x 3"``: each distinct value with its count, most frequent first (ties: smaller value first)."""
+    counts: dict[float, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return ", ".join(f"{value:g} x {n}" for value, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def ratio(numerator: Sequence[float], denominator: Sequence[float], scale: float = 1.0) -> str:
+    """:func:`spread` of the per-draw ratios ``scale * numerator / denominator`` (draws with a zero denominator left out)."""
+    return spread([scale * a / b for a, b in zip(numerator, denominator) if b > 0])
+
+
 def print_task(task: str, outcomes: Sequence[DrawOutcome], stability: StabilityConfig) -> dict[str, Any]:
-    """The task's agreement table and cost line; returns the row of the summary table."""
-    n = len(outcomes)
-    print(f"\n{task}: {outcomes[0].n_candidates} candidates, {outcomes[0].n_rows:,} rows, {n} draw(s); "
+    """The task's agreement table, referee and cost lines; returns the row of the summary tables."""
+    n, first = len(outcomes), outcomes[0]
+    print(f"\n{task}: {first.n_candidates} candidates, {first.n_rows:,} rows, {n} draw(s); "
           "reference: 5-fold linear probe (seed 0)")
     print(f"  {'ranking':<16}{'weighted tau':>20}{'Kendall tau-b':>20}{'top-1 same':>12}{'regret (points)':>22}")
-    summary: dict[str, Any] = {"task": task, "candidates": outcomes[0].n_candidates, "rows": outcomes[0].n_rows}
+    summary: dict[str, Any] = {"task": task, "candidates": first.n_candidates, "rows": first.n_rows}
     for scorer in SCORERS:
         rows = [o.agreements[scorer] for o in outcomes if scorer in o.agreements]
         if not rows:
@@ -309,19 +453,38 @@ def print_task(task: str, outcomes: Sequence[DrawOutcome], stability: StabilityC
         reg = spread([100 * r["regret"] for r in rows])
         print(f"  {scorer:<16}{wtau:>20}{taub:>20}{top:>12}{reg:>22}")
         summary[scorer] = {"weighted_tau": wtau, "top1": top, "regret": reg}
-    probe = [o.probe_seconds for o in outcomes]
-    print(f"  finalists (tied with the best by paired verdicts, or in the quality cohort): "
-          f"{spread([o.n_finalists for o in outcomes])} of {outcomes[0].n_candidates}")
-    print(f"  time: probe on every candidate {spread(probe)} s; probe on the finalists {spread([o.referee_seconds for o in outcomes])} s "
-          f"({spread([100 * o.referee_seconds / o.probe_seconds for o in outcomes])} %)")
-    print(f"        overlap score {spread([o.overlap_seconds for o in outcomes])} s "
-          f"({spread([100 * o.overlap_seconds / o.probe_seconds for o in outcomes])} % of the full probe); "
-          f"with {stability.repeats} stability repeats {spread([o.overlap_seconds + o.stability_seconds for o in outcomes])} s "
-          f"({spread([100 * (o.overlap_seconds + o.stability_seconds) / o.probe_seconds for o in outcomes])} %)")
-    print(f"  probe fold-to-fold sd of the best candidate: {spread([100 * o.best_fold_sd for o in outcomes])} points")
-    summary["referee_share"] = spread([100 * o.referee_seconds / o.probe_seconds for o in outcomes])
-    summary["overlap_share"] = spread([100 * (o.overlap_seconds + o.stability_seconds) / o.probe_seconds
-                                       for o in outcomes])
+    print(f"  yardstick: probe fold-to-fold sd of the best candidate {spread([100 * o.best_fold_sd for o in outcomes])} "
+          "points (the 'probe, seed 1' regret is the ceiling)")
+    sec = {key: [o.seconds[key] for o in outcomes] for key in first.seconds}
+    for policy in POLICIES:
+        chosen = [o.policies[policy] for o in outcomes]
+        judged = "" if policy != "auto" else " (judged: " + ", ".join(c["judged"] for c in chosen) + ")"
+        print(f"  referee, {policy} finalists: {spread([c['finalists'] for c in chosen])} of {first.n_candidates} judged"
+              f"{judged}; their probe time {spread([c['seconds'] for c in chosen])} s "
+              f"({ratio([c['seconds'] for c in chosen], sec['probe'], 100)} % of probing every candidate)")
+    print(f"        (the overlap policy's referee round took {spread(sec['referee'])} s of wall time, planning included)")
+    per = {key: [v / first.n_candidates for v in values] for key, values in sec.items()}
+    print(f"  time per candidate: fast probe {spread(per['probe'])} s; bare cross_val_score {spread(per['bare'])} s "
+          f"(bare / fast {ratio(sec['bare'], sec['probe'])}x); overlap score {spread(per['overlap'])} s "
+          f"(fast probe / overlap {ratio(sec['probe'], sec['overlap'])}x)")
+    print(f"        ridge probe {spread(per['ridge'])} s ({ratio(sec['ridge'], sec['bare'], 100)} % of bare)"
+          + ("" if not any(sec["lda"]) else
+             f"; LDA probe {spread(per['lda'])} s ({ratio(sec['lda'], sec['bare'], 100)} % of bare)")
+          + ("" if not any(sec["auto"]) else
+             f"; C=auto probe {spread(per['auto'])} s ({ratio(sec['auto'], sec['probe'])}x the fast probe)"))
+    print(f"        with {stability.repeats} stability repeats the overlap side costs "
+          f"{spread([o.seconds['overlap'] + o.seconds['stability'] for o in outcomes])} s per draw")
+    print(f"  fast probe vs bare call: largest |score difference| {spread([100 * o.bare_gap for o in outcomes])} points")
+    if "probe, C=auto" in summary:
+        differs = sum(not o.agreements["probe, C=auto"]["top1"] for o in outcomes)
+        print(f"  C=auto picks another candidate than C=1 in {differs}/{n} draws; chosen C per fold: "
+              f"{value_counts([c for o in outcomes for c in o.chosen_C])}")
+        summary["auto_differs"] = f"{differs}/{n}"
+    summary["cost"] = {"bare/fast": ratio(sec["bare"], sec["probe"]), "fast/overlap": ratio(sec["probe"], sec["overlap"]),
+                       "ridge % bare": ratio(sec["ridge"], sec["bare"], 100),
+                       "LDA % bare": ratio(sec["lda"], sec["bare"], 100) if any(sec["lda"]) else "—",
+                       "auto/fast": ratio(sec["auto"], sec["probe"]) if any(sec["auto"]) else "—"}
+    summary["fold_sd"] = spread([100 * o.best_fold_sd for o in outcomes])
     drift = max(o.overlap_vs_product for o in outcomes)
     if drift > 1e-12:
         raise AssertionError(f"{task}: the overlap weighted tau differs from BenchmarkResult.agreement() by {drift}")
@@ -329,39 +492,87 @@ def print_task(task: str, outcomes: Sequence[DrawOutcome], stability: StabilityC
 
 
 def print_summary(rows: Sequence[dict[str, Any]]) -> None:
+    """Scorers down, tasks across: weighted tau; top-1 and regret; the costs."""
+    head = f"  {'':<16}" + "".join(f"{row['task'] + ' (' + str(row['candidates']) + ')':>28}" for row in rows)
     print("\nsummary: weighted tau with the 5-fold probe, mean [min–max] over draws")
-    print(f"  {'task':<14}{'n':>4}" + "".join(f"{s:>20}" for s in SCORERS if s != "refereed pick"))
-    for row in rows:
-        print(f"  {row['task']:<14}{row['candidates']:>4}"
-              + "".join(f"{row.get(s, {}).get('weighted_tau', '—'):>20}" for s in SCORERS if s != "refereed pick"))
+    print(head)
+    for scorer in RANKINGS:
+        if any(scorer in row for row in rows):
+            print(f"  {scorer:<16}" + "".join(f"{row.get(scorer, {}).get('weighted_tau', '—'):>28}" for row in rows))
     print("\nsummary: top-1 same (draws) and regret in points, mean [min–max]")
-    print(f"  {'task':<14}" + "".join(f"{s:>26}" for s in SCORERS))
-    for row in rows:
-        print(f"  {row['task']:<14}" + "".join(
-            f"{(row[s]['top1'] + ' ' + row[s]['regret']) if s in row else '—':>26}" for s in SCORERS))
+    print(head)
+    for scorer in SCORERS:
+        if any(scorer in row for row in rows):
+            print(f"  {scorer:<16}" + "".join(
+                f"{(row[scorer]['top1'] + ' ' + row[scorer]['regret']) if scorer in row else '—':>28}" for row in rows))
+    print(f"  {'probe fold sd':<16}" + "".join(f"{row['fold_sd']:>28}" for row in rows))
+    print("\nsummary: cost ratios in one run, mean [min–max] over draws")
+    print(head)
+    for key in rows[0]["cost"]:
+        print(f"  {key:<16}" + "".join(f"{row['cost'][key]:>28}" for row in rows))
+    print(f"  {'C=auto differs':<16}" + "".join(f"{row.get('auto_differs', '—'):>28}" for row in rows))
+
+
+def save_outcome(folder: str, task: str, seed: int, outcome: DrawOutcome, stability: StabilityConfig) -> None:
+    """Keep one draw's outcome, so draws run in separate processes can be printed together (``--combine``)."""
+    import pickle
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{task}-draw{seed}.pkl"), "wb") as f:
+        pickle.dump({"task": task, "seed": seed, "outcome": outcome, "repeats": stability.repeats}, f)
+
+
+def combine(paths: Sequence[str]) -> None:
+    """The per-task tables and the summaries of saved draw outcomes, tasks in panel order, draws by seed."""
+    import pickle
+
+    saved = []
+    for path in paths:
+        with open(path, "rb") as f:
+            saved.append(pickle.load(f))
+    order = {task: i for i, task in enumerate(TASKS)}
+    summaries = []
+    for task in sorted({s["task"] for s in saved}, key=lambda t: order.get(t, len(order))):
+        draws = sorted((s for s in saved if s["task"] == task), key=lambda s: s["seed"])
+        repeats = {s["repeats"] for s in draws}
+        if len(repeats) != 1:
+            raise SystemExit(f"{task}: the saved draws ran with different stability repeats {sorted(repeats)}")
+        print(f"\n{task}: draws with seeds {[s['seed'] for s in draws]}")
+        summaries.append(print_task(task, [s["outcome"] for s in draws], StabilityConfig(repeats=repeats.pop())))
+    print_summary(summaries)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 draws, 300 tweets, layers 2/4/6, 5 repeats")
-    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
+    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds first..first+draws-1)")
+    parser.add_argument("--first-seed", type=int, default=0, help="row seed of the first draw")
     parser.add_argument("--tweets", type=int, default=1500, help="tweets per draw (stratified)")
     parser.add_argument("--fraction", type=float, default=0.8, help="share of a bundled dataset's rows per draw")
     parser.add_argument("--repeats", type=int, default=StabilityConfig().repeats, help="stability repeats")
     parser.add_argument("--regression-repeats", type=int, default=3,
                         help="stability repeats of the regression task (each of its scores refits a null model 20 times)")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
+    parser.add_argument("--no-auto", default="", help="comma-separated tasks to run without LinearProbeMetric(C='auto') "
+                        "(it costs 5-35x the probe per candidate)")
     parser.add_argument("--batch-size", type=int, default=32, help="MiniLM batch size")
     parser.add_argument("--embedding-cache", default=None, help="folder to keep the MiniLM outputs in between runs")
+    parser.add_argument("--save", default=None, help="folder to write each draw's outcome to (TASK-drawSEED.pkl)")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="PKL",
+                        help="print the tables of saved draw outcomes (of one or several runs) instead of running")
     args = parser.parse_args()
+    if args.combine:
+        combine(args.combine)
+        return
     layers: Sequence[int] = range(1, 7)
     if args.quick:
         args.draws, args.tweets, args.repeats, args.regression_repeats, layers = 2, 300, 5, 2, (2, 4, 6)
     tasks = args.tasks.split(",")
-    unknown = sorted(set(tasks) - set(TASKS))
+    no_auto = [t for t in args.no_auto.split(",") if t]
+    unknown = sorted((set(tasks) | set(no_auto)) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
-    seeds = list(range(args.draws))
+    seeds = list(range(args.first_seed, args.first_seed + args.draws))
     print(f"{args.draws} draw(s) per task; {args.repeats} stability repeats ({args.regression_repeats} for diabetes); "
           f"{os.cpu_count()} CPU(s), "
           f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
@@ -371,7 +582,12 @@ def main() -> None:
         draws = (tweet_draws(seeds, args.tweets, layers, args.batch_size, args.embedding_cache) if task == "tweets"
                  else sklearn_draws(task, seeds, args.fraction))
         stability = StabilityConfig(repeats=args.regression_repeats if task == "diabetes" else args.repeats)
-        outcomes = [evaluate_draw(task, seed, draw, stability) for seed, draw in zip(seeds, draws)]
+        outcomes = []
+        for seed, draw in zip(seeds, draws):
+            outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=task not in no_auto))
+            print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
+            if args.save:
+                save_outcome(args.save, task, seed, outcomes[-1], stability)
         summaries.append(print_task(task, outcomes, stability))
         print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
     print_summary(summaries)

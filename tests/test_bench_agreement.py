@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -50,3 +51,76 @@ def test_agreement_of_a_ranking_with_itself_is_perfect_and_the_ties_follow_the_s
 def test_spread_reports_mean_min_and_max_of_the_finite_values():
     assert bench.spread([0.5, None, 0.25, float("nan"), 1.0]) == "0.58 [0.25–1.00]"
     assert bench.spread([None]) == "—"
+
+
+def test_size_prior_ranks_by_parameters_then_width_and_equal_sizes_tie():
+    sizes = {"small": (22_000_000, 384), "base_narrow": (110_000_000, 256), "base": (110_000_000, 768),
+             "base_twin": (110_000_000, 768), "tiny": (4_000_000, 1024)}
+    scores = bench.size_prior(sizes)
+    assert scores == {"small": 1.0, "base_narrow": 2.0, "base": 3.0, "base_twin": 3.0, "tiny": 0.0}
+    assert bench.pick(scores) == "base"  # the first of the two largest, in candidate order
+    probe = {"small": 0.7, "base_narrow": 0.8, "base": 0.75, "base_twin": 0.9, "tiny": 0.6}
+    assert bench.agreement(scores, probe)["regret"] == pytest.approx(0.15)
+    ordered = sorted(sizes, key=lambda n: sizes[n])
+    assert [scores[n] for n in ordered] == sorted(scores.values())
+
+
+def test_value_counts_orders_by_frequency_then_value():
+    assert bench.value_counts([0.1, 0.01, 0.1, 10.0, 0.01, 0.1]) == "0.1 x 3, 0.01 x 2, 10 x 1"
+    assert bench.value_counts([]) == ""
+
+
+def test_ratio_is_the_spread_of_per_draw_ratios_and_skips_zero_denominators():
+    assert bench.ratio([2.0, 6.0, 1.0], [1.0, 2.0, 0.0]) == bench.spread([2.0, 3.0]) == "2.50 [2.00–3.00]"
+    assert bench.ratio([1.0], [4.0], 100) == "25.00 [25.00–25.00]"
+    assert bench.ratio([1.0], [0.0]) == "—"
+
+
+def test_probe_splits_are_scikit_learns_seeded_folds_and_bare_probe_is_cross_val_score_on_them():
+    from sklearn.datasets import load_wine
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_wine(return_X_y=True)
+    labels = np.array(["cls" + str(v) for v in y])  # the bench's string labels
+    splits = bench.probe_splits(labels, "single_label", 0)
+    expected = list(StratifiedKFold(5, shuffle=True, random_state=0).split(X, y))
+    assert len(splits) == 5
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(splits, expected))
+    direct = cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), X, y,
+                             cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy").mean()
+    assert bench.bare_probe(X, labels, "single_label", splits) == pytest.approx(direct, abs=1e-12)
+    target = X[:, 0]
+    reg = bench.probe_splits(target, "regression", 3)
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(reg, KFold(5, shuffle=True, random_state=3).split(X)))
+    direct = cross_val_score(make_pipeline(StandardScaler(), Ridge()), X[:, 1:], target,
+                             cv=KFold(5, shuffle=True, random_state=3), scoring="r2").mean()
+    assert bench.bare_probe(X[:, 1:], target, "regression", reg) == pytest.approx(direct, abs=1e-12)
+
+
+def test_policy_decisions_replay_the_recorded_referee_and_judge_everyone_under_all():
+    from sklearn.datasets import load_wine
+
+    from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, LinearProbeMetric, PrecomputedExtractor,
+                           SeparatixConfig)
+
+    X, y = load_wine(return_X_y=True)
+    labels = np.array([str(v) for v in y])
+    candidates = bench.tabular_variants(X, (2, 4), (1.0,), 0, {})
+    dataset = BenchmarkDataset.from_embeddings(X, labels, identity=DatasetIdentity.ephemeral())
+    result = Benchmark(dataset, [PrecomputedExtractor(name, matrix) for name, matrix in candidates.items()],
+                       metrics=[LinearProbeMetric()], separatix_config=SeparatixConfig(enabled=False),
+                       referee=LinearProbeMetric(), progress=False).run()
+    probe = {r.name: r.metrics["linear_probe"].score for r in result.ranked_results()}
+    decisions = bench.policy_decisions(result, probe)
+    (recorded,) = result.referee_decisions()
+    assert decisions["overlap"]["pick"] == recorded.pick
+    assert decisions["overlap"]["finalists"] == len(recorded.finalists) < len(probe)
+    assert decisions["all"]["pick"] == bench.pick(probe)  # probe is in ranking order: pick breaks ties alike
+    assert decisions["all"]["finalists"] == len(probe) and decisions["all"]["judged"] == "all"
+    seconds = {r.name: r.runtime["metric.linear_probe"] for r in result.ranked_results()}
+    assert decisions["all"]["seconds"] == pytest.approx(sum(seconds.values()))
+    assert decisions["auto"]["judged"] in ("all", "widened")
+    assert decisions["overlap"]["finalists"] <= decisions["auto"]["finalists"] <= len(probe)

@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 
 from vertebrae import (ConfigError, ConfigTypeError, LDAProbeMetric, LinearProbeMetric, MetricError,
                        RidgeProbeMetric, load_metric)
-from vertebrae.scoring.closed_form import standardized_folds
+from vertebrae.scoring.closed_form import standardized_fold
 from vertebrae.scoring.lda_probe import ClassScatter, _discriminants
 from vertebrae.scoring.metrics import check_metric
 
@@ -147,7 +147,7 @@ def test_lda_equals_shrinkage_lda(shape):
     # the discriminants themselves, on the first training fold
     splits = list(LinearProbeMetric().folds("single_label", 6, False).split(X, y))
     train, test = splits[0]
-    classes, coef, intercept, _ = _discriminants(next(standardized_folds(X, splits)), y[train], ClassScatter(X, y),
+    classes, coef, intercept, _ = _discriminants(standardized_fold(X, *splits[0]), y[train], ClassScatter(X, y),
                                                  test)
     expected_coef, expected_intercept = ref["estimator"][0][-1].coef_, ref["estimator"][0][-1].intercept_
     if n_classes == 2:  # scikit-learn keeps the difference of the two discriminants
@@ -218,3 +218,28 @@ def test_probes_plug_into_the_metric_protocol():
     assert LDAProbeMetric().identity()["type"] == "lda_probe"
     assert RidgeProbeMetric().reference == "ridge classifier probe"
     assert LDAProbeMetric().reference == "shrinkage LDA probe"
+
+
+def test_fold_workers_give_identical_bytes_and_move_no_key():
+    """``n_jobs`` is speed-only: each fold runs on one BLAS thread (the shared Gram matrix and scatters too), so 1, 2
+    or 5 workers give the same bytes; the dense budget counts every fold in flight."""
+    import json
+
+    X, y = _classes(300, 40, 4, seed=8)
+    labels = np.array([f"vk:int:{c:02d}" for c in y])
+    wide = _classes(60, 90, 3, seed=9)  # fewer rows than columns: the ridge's row-space path
+    sparse_rows = sparse.csr_matrix(np.where(np.abs(X) > 1.0, X, 0.0))
+    cases = [(RidgeProbeMetric, X), (RidgeProbeMetric, sparse_rows), (LDAProbeMetric, X)]
+    for metric, data in cases:
+        payloads = {json.dumps(metric(n_jobs=jobs)(data, labels, target_metadata={"target_type": "single_label"},
+                                                   seed=2), sort_keys=True) for jobs in (1, 2, 5)}
+        assert len(payloads) == 1, (metric.__name__, type(data).__name__)
+        assert metric(n_jobs=3).identity() == metric().identity()
+        with pytest.raises(ConfigError, match="n_jobs must be >= 1"):
+            metric(n_jobs=0)
+    wide_labels = np.array([f"vk:int:{c:02d}" for c in wide[1]])
+    assert len({json.dumps(RidgeProbeMetric(n_jobs=jobs)(wide[0], wide_labels, seed=1), sort_keys=True)
+                for jobs in (1, 3)}) == 1
+    with pytest.raises(MetricError, match="max_dense_bytes"):  # 2 folds in flight need twice one fold's matrices
+        RidgeProbeMetric(n_jobs=2, max_dense_bytes=3 * 8 * 40 * 40 + 1)(X, labels, seed=2)
+    RidgeProbeMetric(n_jobs=1, max_dense_bytes=3 * 8 * 40 * 40 + 1)(X, labels, seed=2)

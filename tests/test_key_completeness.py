@@ -428,7 +428,11 @@ def test_the_declared_speed_only_config_fields():
     assert declared == {"OverlapScoringConfig": ("offline_chunk_size",),
                         "ContinuousOverlapScoringConfig": ("offline_chunk_size",),
                         "StabilityConfig": ("n_jobs",),
-                        "SeparatixConfig": ("thread_limit",)}
+                        "SeparatixConfig": ("thread_limit",),
+                        # proven in tests/test_probe_solver.py::test_fold_workers_give_identical_bytes_and_move_no_key
+                        "LinearProbeMetric": ("n_jobs",),
+                        # proven in tests/test_closed_form_probes.py::test_fold_workers_give_identical_bytes_...
+                        "RidgeProbeMetric": ("n_jobs",), "LDAProbeMetric": ("n_jobs",)}
 
 
 # ----------------------------------------------------------------------------- configs: speed-only proofs

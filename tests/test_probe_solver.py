@@ -246,3 +246,22 @@ def test_device_cuda_matches_cpu():
     gpu = LinearProbeMetric(device="cuda")(X, _labels(y), target_metadata=SINGLE, seed=0)
     assert gpu["diagnostics"]["fold_scores"] == pytest.approx(cpu["diagnostics"]["fold_scores"], abs=1e-4)
     assert gpu["score"] == pytest.approx(cpu["score"], abs=1e-4)
+
+
+def test_fold_workers_give_identical_bytes_and_move_no_key():
+    """``n_jobs`` is speed-only: each fold runs on one BLAS thread, so 1, 2 or 5 workers give the same bytes."""
+    import json
+
+    X, y = _heavy_spectrum(300, 40, 3, seed=4)
+    multi = np.random.default_rng(2).integers(0, 2, (300, 3))
+    cases = [(X, _labels(y), {"target_type": "single_label"}, {}),
+             (X, _labels(y), {"target_type": "single_label"}, {"C": "auto", "C_grid": (0.1, 1.0)}),
+             (X, multi, {"target_type": "multi_label"}, {"n_repeats": 2})]
+    for data, labels, meta, settings in cases:
+        payloads = {json.dumps(LinearProbeMetric(n_jobs=jobs, **settings)(data, labels, target_metadata=meta, seed=3),
+                               sort_keys=True) for jobs in (1, 2, 5)}
+        assert len(payloads) == 1, settings
+    assert LinearProbeMetric(n_jobs=4).identity() == LinearProbeMetric().identity()
+    assert LinearProbeMetric(n_jobs=3).fold_workers(5) == 3 and LinearProbeMetric(device="cuda").fold_workers(5) == 1
+    with pytest.raises(ConfigError, match="n_jobs must be >= 1"):
+        LinearProbeMetric(n_jobs=0)

@@ -1,14 +1,18 @@
 """Whatever loads renders, for every field (issue 38, item 4): a mutation fuzz of result files x the CLI calls.
 
 A corpus of valid result documents covers every family and every kind of record a result carries: a benchmark
-with stability and Separatix, a screened run (finalists and screened-out candidates), adaptive repeats, a referee,
-reference probes (agreement), retrieval and zero-shot.  Each fuzzed file changes one field of one of them (delete
+with stability and Separatix, a screened run (finalists and screened-out candidates), adaptive repeats, a referee
+and one under a finalist policy (a closed-form probe judging), reference probes with repeated folds (agreement,
+probe verdicts), retrieval and zero-shot.  Each fuzzed file changes one field of one of them (delete
 it, null, a wrong type, a huge number, "NaN", an empty or duplicated list, a negated number, a sibling's value,
 ...), and every CLI call that reads results runs on it in-process (``main()``, under a per-call time limit):
 ``report`` (Markdown and HTML), ``compare`` both ways (Markdown and JSON).  Each call either renders (exit 0, or
 1 for a regression) or refuses the file in one line (exit 2); a raw exception, any other exit code, a multi-line
 refusal or a call over the limit is a finding.  The sample is stratified: every field (list items folded
 together) gets mutations before any gets more.  A small sample also runs as real subprocesses.
+
+The 5,200-file run (``VERTEBRAE_LONG_FUZZ=1``) shares the files among forked workers, one per CPU, and with
+``VERTEBRAE_FUZZ_LOG=<file>`` appends each finding and each worker's tally every 100 files to that file as JSON lines.
 """
 
 from __future__ import annotations
@@ -17,19 +21,21 @@ import contextlib
 import copy
 import io
 import json
+import multiprocessing
 import os
 import random
 import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
 import pytest
 
-from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, LinearProbeMetric,
-                           OverlapScoringConfig, PrecomputedExtractor, ScreeningConfig, SeparatixConfig,
-                           StabilityConfig)
+from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, LDAProbeMetric, LinearProbeMetric,
+                           OverlapScoringConfig, PrecomputedExtractor, RidgeProbeMetric, ScreeningConfig,
+                           SeparatixConfig, StabilityConfig)
 from vertebrae.cli.main import main
 from vertebrae.reports import figures
 
@@ -66,7 +72,7 @@ def _run(name: str, **options) -> dict:
 @pytest.fixture(scope="module")
 def corpus() -> dict[str, dict]:
     """One valid document per kind of result; each records what its kind adds (checked here, so the fuzz never
-    silently loses a kind)."""
+    silently loses a kind): a referee with a finalist policy (a closed-form probe), probes with repeated folds."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         documents = dict(hostile_documents.__wrapped__())  # benchmark (stability, Separatix), retrieval, zero-shot
@@ -76,12 +82,18 @@ def corpus() -> dict[str, dict]:
         documents["adaptive"] = _run("adaptive", stability_config=StabilityConfig(repeats="auto", max_repeats=12))
         documents["refereed"] = _run("refereed", stability_config=StabilityConfig(repeats=4),
                                      referee=LinearProbeMetric())
-        documents["probe"] = _run("probe", metrics=[LinearProbeMetric(), KNNMetric()])
+        documents["refereed_policy"] = _run("policy", stability_config=StabilityConfig(repeats=4),
+                                            referee=LDAProbeMetric(), referee_finalists="auto")
+        documents["probe"] = _run("probe", metrics=[LinearProbeMetric(n_repeats=2), KNNMetric(), RidgeProbeMetric()])
     statuses = {(r.get("screening") or {}).get("status") for r in documents["screened"]["extractor_results"]}
     assert statuses == {"finalist", "screened_out"}, statuses
     assert "adaptive_repeats" in documents["adaptive"]["metadata"]
     assert documents["refereed"]["metadata"]["referee"]["views"]
+    assert documents["refereed_policy"]["metadata"]["referee"]["finalists_policy"]["basis"] == "cost_model"
     assert documents["probe"]["metadata"]["reference_metrics"] and documents["probe"]["agreement"]
+    probes = documents["probe"]["extractor_results"][0]["metrics"]
+    assert probes["linear_probe"]["metadata"]["fold_test_sizes"] and "near_ties" in probes["linear_probe"]["diagnostics"]
+    assert probes["ridge_probe"]["diagnostics"]["fold_scores"]
     assert any(r.get("separatix") for r in documents["benchmark"]["extractor_results"])
     return documents
 
@@ -177,20 +189,47 @@ def verdict(argv: list[str], code: int | None, err: str) -> str | None:
     return None if code in allowed else f"exit {code}: {err[-300:]!r}"
 
 
-def fuzz(corpus: dict[str, dict], folder, count: int, seed: int) -> tuple[list[tuple], dict[str, int]]:
-    """Run every call on ``count`` mutated files; the findings and how the calls ended."""
+def _logged(log: str | None, **entry) -> None:
+    """Append one JSON line to the run's log (``VERTEBRAE_FUZZ_LOG``): a killed run keeps what it found so far."""
+    if log:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"at": round(time.time(), 1), **entry}, default=repr) + "\n")
+
+
+def fuzz(corpus: dict[str, dict], folder, count: int, seed: int, log: str | None = None,
+         workers: int = 1) -> tuple[list[tuple], dict[str, int]]:
+    """Run every call on ``count`` mutated files; the findings and how the calls ended (each finding, and each
+    worker's tally every 100 files, also appended to ``log`` as it happens).
+
+    ``workers`` processes (forked) share the files; which files get figures depends on the file, not the split.
+    """
+    plan = list(enumerate(cases(corpus, count, seed)))
+    if workers == 1:
+        return _fuzz_files(corpus, folder, plan, seed, log)
+    shares = [(corpus, folder / f"worker{w}", plan[w::workers], seed, log) for w in range(workers)]
+    for share in shares:
+        share[1].mkdir()
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        parts = pool.starmap(_fuzz_files, shares)
+    findings = [finding for part, _ in parts for finding in part]
+    return findings, {key: sum(tally[key] for _, tally in parts) for key in parts[0][1]}
+
+
+def _fuzz_files(corpus: dict[str, dict], folder, plan: list[tuple[int, tuple]], seed: int,
+                log: str | None) -> tuple[list[tuple], dict[str, int]]:
+    """The calls on the numbered mutations of ``plan`` (one worker's share of :func:`fuzz`)."""
     valid = {}
     for family, document in corpus.items():
         valid[family] = folder / f"{family}.json"
         valid[family].write_text(json.dumps(document))
     findings, tally = [], {"files": 0, "calls": 0, "rendered": 0, "refused": 0}
-    drawn, matplotlib = random.Random(seed), figures.available
+    matplotlib = figures.available
     try:
-        for family, path, action, value in cases(corpus, count, seed):
+        for index, (family, path, action, value) in plan:
             mutant = folder / "mutant.json"
             mutant.write_text(json.dumps(mutated(corpus[family], path, action, value)))
             tally["files"] += 1
-            with_figures = drawn.randrange(FIGURES_EVERY) == 0
+            with_figures = random.Random(seed * 1_000_003 + index).randrange(FIGURES_EVERY) == 0
             figures.available = matplotlib if with_figures else (lambda: False)
             for template in CALLS:
                 argv = [part.format(m=mutant, v=valid[family]) for part in template]
@@ -201,6 +240,9 @@ def fuzz(corpus: dict[str, dict], folder, count: int, seed: int) -> tuple[list[t
                 if broke:
                     findings.append((family, ".".join(map(str, path)), action, repr(value)[:40], " ".join(template),
                                      with_figures, broke))
+                    _logged(log, file=index, finding=findings[-1])
+            if tally["files"] % 100 == 0 or tally["files"] == len(plan):
+                _logged(log, worker=os.getpid(), tally=tally, findings=len(findings))
     finally:
         figures.available = matplotlib
     return findings, tally
@@ -225,12 +267,13 @@ def test_5000_mutated_files_across_every_family_render_or_are_refused(corpus, tm
     """The issue's bar: at least 5,000 files across families (screened, adaptive, refereed and probe results
     included) x the 4 calls, 0 raw tracebacks, none over the per-call limit.  Stratified, so every field gets two
     changes (about 15 minutes on a 2-core machine)."""
-    findings, tally = fuzz(corpus, tmp_path, 5_200, seed=7)
+    findings, tally = fuzz(corpus, tmp_path, 5_200, seed=7, log=os.environ.get("VERTEBRAE_FUZZ_LOG"),
+                           workers=os.cpu_count() or 1)
     assert tally["files"] == 5_200 and tally["calls"] == 5_200 * len(CALLS), tally
     assert not findings, (len(findings), [f[-1] for f in findings[:3]], findings[:15])
 
 
-# ----------------------------------------------------------------------------- the issue's four findings
+# ----------------------------------------------------------------------------- the findings, each its own test
 def _screened_out(document: dict) -> dict:
     return next(r for r in document["extractor_results"] if (r.get("screening") or {}).get("status") ==
                 "screened_out")
@@ -252,9 +295,39 @@ FOUND = {  # issue 38, item 4: each was a raw traceback in one of the CLI calls
 }
 
 
-@pytest.mark.parametrize("finding", sorted(FOUND))
-def test_the_issues_findings_are_refused_in_one_line_by_every_call(corpus, tmp_path, finding):
-    family, change, needle = FOUND[finding]
+def _judged(document: dict, name: str) -> dict:
+    """The referee's result for one finalist (what the referee section's probe verdicts read)."""
+    return document["metadata"]["referee"]["views"][0]["results"][name]
+
+
+def _probe(document: dict, i: int = 1) -> dict:
+    return document["extractor_results"][i]["metrics"]["linear_probe"]
+
+
+FOUND_BY_THE_LONG_RUN = {  # raw tracebacks of `vertebrae report` (both formats) in the probe verdicts' fold record
+    "a referee's fold size null": ("refereed", lambda d: _judged(d, "clean")["metadata"]["fold_train_sizes"].__setitem__(
+        3, None), "$.metadata.referee.views[0].results.clean.metadata.fold_train_sizes[3]"),
+    "a referee's fold score a list": ("refereed", lambda d: _judged(d, "near")["diagnostics"]["fold_scores"].__setitem__(
+        3, []), ".results.near.diagnostics.fold_scores[3]"),
+    "a referee view no candidate has": ("refereed", lambda d: d["metadata"]["referee"]["views"][0].update(view="NaN"),
+                                        "every view of metadata.referee.views must be a view of the results"),
+    "a probe's fold sizes a number": ("probe", lambda d: _probe(d)["metadata"].update(fold_test_sizes=1e308),
+                                      "$.extractor_results[1].metrics.linear_probe.metadata.fold_test_sizes"),
+    "a probe's fold size a string": ("probe", lambda d: _probe(d)["metadata"]["fold_test_sizes"].__setitem__(3, "x"),
+                                     ".linear_probe.metadata.fold_test_sizes[3]"),
+    # found beside the run, by changing each field of the fold record (int(), a division by zero):
+    "a probe's n_repeats null": ("probe", lambda d: _probe(d)["metadata"].update(n_repeats=None),
+                                 ".linear_probe.metadata.n_repeats"),
+    "a probe's training folds empty": ("probe", lambda d: _probe(d)["metadata"].update(fold_train_sizes=[0] * 10),
+                                       ".linear_probe.metadata.fold_train_sizes[0]"),
+    "one split and no fold sizes": ("probe", lambda d: _probe(d)["metadata"].update(
+        n_splits=1, n_repeats=10, fold_test_sizes=None, fold_train_sizes=None), ".linear_probe.metadata.n_splits"),
+}
+
+
+@pytest.mark.parametrize("finding", sorted({**FOUND, **FOUND_BY_THE_LONG_RUN}))
+def test_each_finding_is_refused_in_one_line_by_every_call(corpus, tmp_path, finding):
+    family, change, needle = {**FOUND, **FOUND_BY_THE_LONG_RUN}[finding]
     document = copy.deepcopy(corpus[family])
     change(document)
     (tmp_path / "m.json").write_text(json.dumps(document))

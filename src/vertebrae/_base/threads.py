@@ -13,6 +13,7 @@ when the process has imported more modules since (a new BLAS/OpenMP library arri
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -42,3 +43,10 @@ def _threadpool_controller() -> Any:
 
         _controller = (len(sys.modules), ThreadpoolController())  # after the import, which may add modules
     return _controller[1]
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

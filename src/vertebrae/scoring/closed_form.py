@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings as warnings_module
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -72,22 +72,20 @@ class StandardizedFold:
     scale: np.ndarray
 
 
-def standardized_folds(embeddings: Any, splits: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[StandardizedFold]:
-    """Each fold's standardized rows, one fold at a time (only one fold's copies are held)."""
+def standardized_fold(embeddings: Any, train: np.ndarray, test: np.ndarray) -> StandardizedFold:
+    """One fold's standardized rows (made when the fold is fitted, so only the folds being fitted hold copies)."""
     from sklearn.preprocessing import StandardScaler
 
     sparse_input = is_sparse(embeddings)
-    for train, test in splits:
-        scaler = StandardScaler(with_mean=not sparse_input).fit(embeddings[train])
-        scale = scaler.scale_.astype(np.float64)
-        if sparse_input:
-            inverse = 1.0 / scale
-            yield StandardizedFold(_scaled_columns(embeddings[train], inverse), _scaled_columns(embeddings[test],
-                                   inverse), scaler.mean_.astype(np.float64) * inverse, scale)
-            continue
-        mean = scaler.mean_.astype(np.float64)
-        yield StandardizedFold(_standardized(embeddings[train], mean, scale), _standardized(embeddings[test], mean,
-                               scale), None, scale)
+    scaler = StandardScaler(with_mean=not sparse_input).fit(embeddings[train])
+    scale = scaler.scale_.astype(np.float64)
+    if sparse_input:
+        inverse = 1.0 / scale
+        return StandardizedFold(_scaled_columns(embeddings[train], inverse), _scaled_columns(embeddings[test], inverse),
+                                scaler.mean_.astype(np.float64) * inverse, scale)
+    mean = scaler.mean_.astype(np.float64)
+    return StandardizedFold(_standardized(embeddings[train], mean, scale), _standardized(embeddings[test], mean, scale),
+                            None, scale)
 
 
 def scatter_scale(scatter_diagonal: np.ndarray, mean_square: np.ndarray, n: int) -> np.ndarray:

@@ -22,10 +22,12 @@ import numpy as np
 
 from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
+from .._base.threads import limited_threads
 from ..errors import MetricError
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    scatter_scale, standardized_folds, training_classes
+    scatter_scale, standardized_fold, training_classes
 from .metrics import check_metric_name
+from .probe_solver import fold_workers, map_folds
 
 #: Dense float64 D x D arrays held at once: the shared covariance, one class's scatter, the solver's copy.
 COVARIANCE_COPIES = 3
@@ -46,6 +48,7 @@ class LDAProbeMetric(Config):
 
     n_splits: int = 5
     max_dense_bytes: int = 2**30
+    n_jobs: int | None = None
     name: str = "lda_probe"
 
     higher_is_better: ClassVar[bool] = True
@@ -53,12 +56,16 @@ class LDAProbeMetric(Config):
     #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
     reference: ClassVar[str] = "shrinkage LDA probe"
     supported_target_types: ClassVar[tuple[str, ...]] = ("single_label",)
+    #: Folds are fitted on ``n_jobs`` threads, each on one BLAS thread, so the bytes are the same whatever the worker
+    #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
+    speed_only = ("n_jobs",)
 
     def _validate(self) -> None:
         owner = type(self).__name__
         self._set("name", check_metric_name(self.name, owner))
         self._set("n_splits", check_int(owner, "n_splits", self.n_splits, minimum=2))
         self._set("max_dense_bytes", check_int(owner, "max_dense_bytes", self.max_dense_bytes, minimum=1))
+        self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
 
     def identity(self) -> dict[str, Any]:
         return {"type": "lda_probe", **self.fingerprint()}
@@ -75,16 +82,22 @@ class LDAProbeMetric(Config):
                               "RidgeProbeMetric, which keeps sparse input sparse, or densify the embeddings")
         folds = probe_folds(self.name, self.n_splits, embeddings, labels, target_metadata, groups, seed,
                             self.supported_target_types)
-        check_dense_budget(self.name, embeddings.shape[1], COVARIANCE_COPIES, self.max_dense_bytes,
+        workers = fold_workers(self.n_jobs, len(folds.splits))
+        check_dense_budget(self.name, embeddings.shape[1], COVARIANCE_COPIES * workers, self.max_dense_bytes,
                            "LDAProbeMetric.max_dense_bytes")
         codes = folds.targets.y
-        scatter = ClassScatter(embeddings, codes)
-        scores, shrinkages = [], []
-        for (train, test), fold in zip(folds.splits, standardized_folds(embeddings, folds.splits)):
+
+        def fit_split(split: tuple[np.ndarray, np.ndarray], scatter: ClassScatter) -> tuple[float, list[float]]:
+            train, test = split
+            fold = standardized_fold(embeddings, train, test)
             classes, coef, intercept, shrinkage = _discriminants(fold, codes[train], scatter, test)
-            shrinkages.append(shrinkage)
             predicted = classes[(fold.test @ coef.T + intercept).argmax(axis=1)]
-            scores.append(fold_score(folds.targets, test, predicted))
+            return fold_score(folds.targets, test, predicted), shrinkage
+
+        with limited_threads(1):  # the shared scatter too: the same bytes on any number of BLAS threads
+            scatter = ClassScatter(embeddings, codes)
+        outcomes = map_folds(lambda split: fit_split(split, scatter), folds.splits, workers=workers)
+        scores, shrinkages = [score for score, _ in outcomes], [shrinkage for _, shrinkage in outcomes]
         return probe_payload(folds, scores, {"shrinkage": shrinkages}, {
             "model": 'LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")', "scaling": "StandardScaler()",
             "shrinkage": "Ledoit-Wolf, per class on its standardized rows"}, seed, self.n_splits)

@@ -22,7 +22,7 @@ from ..errors import ConfigError, MetricError
 from ..inputs.targets import TARGET_TYPES
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
-from .probe_solver import backend_for, choose_C, fold_basis, fit_fold
+from .probe_solver import backend_for, choose_C, fold_basis, fit_fold, fold_workers, map_folds
 
 #: The default ``C_grid`` of ``C="auto"``: 1e-4 ... 1e4 by factors of 10.
 C_GRID = tuple(10.0 ** k for k in range(-4, 5))
@@ -55,6 +55,7 @@ class LinearProbeMetric(Config):
     n_repeats: int = 1
     C_grid: tuple[float, ...] = C_GRID
     device: str = "cpu"
+    n_jobs: int | None = None
     name: str = "linear_probe"
 
     higher_is_better: ClassVar[bool] = True
@@ -62,6 +63,9 @@ class LinearProbeMetric(Config):
     #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
     reference: ClassVar[str] = "linear probe"
     supported_target_types: ClassVar[tuple[str, ...]] = TARGET_TYPES
+    #: Folds are fitted on ``n_jobs`` threads, each on one BLAS thread, so every fold's arithmetic is the same
+    #: whatever the worker count: identical bytes (tests/test_probe_solver.py), hence not hashed.
+    speed_only = ("n_jobs",)
 
     def _validate(self) -> None:
         owner = type(self).__name__
@@ -78,11 +82,17 @@ class LinearProbeMetric(Config):
         if list(grid) != sorted(set(grid)):
             raise ConfigError(f"{owner}.C_grid must be strictly increasing, got {list(grid)}; sort it")
         self._set("C_grid", grid)
+        self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
 
-    #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py).
-    version: ClassVar[int] = 2
+    #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py);
+    #: 3 = one BLAS thread per fold and the last Newton step's conjugate gradients stopped at the tolerance.
+    version: ClassVar[int] = 3
+
+    def fold_workers(self, n_folds: int) -> int:
+        """Threads fitting folds at once (:func:`~.probe_solver.fold_workers`); one on a GPU."""
+        return 1 if self.device != "cpu" else fold_workers(self.n_jobs, n_folds)
 
     def identity(self) -> dict[str, Any]:
         return {"type": "linear_probe", "version": self.version, **self.fingerprint()}
@@ -123,8 +133,10 @@ class LinearProbeMetric(Config):
             return prediction_score(dataclasses.replace(targets, y=y_true), predicted)
 
         splits = self.splits(targets, codes, seed)
-        scores, chosen, near_ties, fits = [], [], 0, []
-        for train, test in splits:
+
+        def fit_split(split: tuple[np.ndarray, np.ndarray]) -> tuple[float, int, list[Any], float | None]:
+            """One outer fold: its score, near ties, fits and (``C="auto"``) the chosen ``C``."""
+            train, test = split
             C, warm = self.C, None
             if auto:
                 inner = self.folds(targets.target_type, seed, codes is not None, INNER_SPLITS).split(
@@ -134,15 +146,19 @@ class LinearProbeMetric(Config):
                                               [(train[a], train[b]) for a, b in inner], self.C_grid,
                                               targets.target_type, score, backend=backend,
                                               sparse_input=sparse_input, max_iter=self.max_iter)
-                chosen.append(C)
                 warm = inner_models[0].warm
             basis = fold_basis(X[train], backend, sparse_input)
             model = fit_fold(basis, targets.y[train], targets.target_type, C=C, alpha=self.alpha,
                              max_iter=self.max_iter, warm=warm)
             predicted, margins = model.predict(X[test])
-            scores.append(score(targets.y[test], predicted))
-            near_ties += 0 if margins is None else int((margins < NEAR_TIE).sum())
-            fits.extend(model.fits)
+            return (score(targets.y[test], predicted), 0 if margins is None else int((margins < NEAR_TIE).sum()),
+                    list(model.fits), C if auto else None)
+
+        outcomes = map_folds(fit_split, splits, workers=self.fold_workers(len(splits)))
+        scores = [outcome[0] for outcome in outcomes]
+        near_ties = sum(outcome[1] for outcome in outcomes)
+        fits = [fit for outcome in outcomes for fit in outcome[2]]
+        chosen = [outcome[3] for outcome in outcomes]
         unconverged = sum(not fit.converged for fit in fits)
         if unconverged:
             notes.append(f"the logistic regression did not reach its optimum within max_iter={self.max_iter} "

@@ -12,14 +12,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import MetricError
-from .._base.result_schema import NUMBER, nullable
+from .._base.result_schema import NUMBER, Number, nullable
 
 OVERLAP_METRIC = "overlap"
 
-
+_FOLD_SIZES = nullable([Number(integer=True, low=1)])
+#: The fold record of a probe metric, which probe verdicts pair fold by fold (vertebrae.scoring.probe_verdicts, the
+#: report's agreement and referee sections): any metric may keep it, in this form (docs/metrics.md, "Probe verdicts").
+_FOLD_DIAGNOSTICS = {"fold_scores?": [nullable(NUMBER)]}
+_FOLD_METADATA = {"n_splits?": Number(integer=True, low=2), "n_repeats?": Number(integer=True, low=1),
+                  "fold_test_sizes?": _FOLD_SIZES, "fold_train_sizes?": _FOLD_SIZES}
 #: What reports read of a serialized MetricResult (checked on load; see vertebrae._base.result_schema).
 SCHEMA = {"name": str, "score": nullable(NUMBER), "higher_is_better?": bool, "aggregate_valid?": bool,
-          "diagnostics?": dict, "warnings?": [str], "metadata?": dict, "error?": nullable(str)}
+          "diagnostics?": _FOLD_DIAGNOSTICS, "warnings?": [str], "metadata?": _FOLD_METADATA,
+          "error?": nullable(str)}
 
 
 @dataclasses.dataclass

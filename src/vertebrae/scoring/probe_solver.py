@@ -32,9 +32,15 @@ code, not a copy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numpy as np
+
+from .._base.threads import available_cpus, limited_threads
+
+T = TypeVar("T")
 
 #: Relative gradient norm at which a logistic fit counts as converged.
 GRADIENT_TOL = 1e-10
@@ -347,7 +353,10 @@ def fit_logistic(basis: FoldBasis, Y: Any, kind: str, C: float, *, theta0: Any =
             out[-1] = C * be.sum(H, 0)
             return out
 
-        step, used = _pcg(be, hvp, precondition, -g, min(0.5, ratio ** 0.5) * gnorm)
+        # Superlinear forcing (sqrt of the ratio), but never more accurate than the tolerance needs: the last
+        # step's CG stops once it has gained the factor still missing (measured: 95 -> 18 CG steps, 20 classes).
+        forcing = max(min(0.5, ratio ** 0.5), min(0.5, 0.3 * tol / ratio))
+        step, used = _pcg(be, hvp, precondition, -g, forcing * gnorm)
         cg_total += used
         direction = logits_of(step)
         slope = be.item(be.sum(g * step))
@@ -496,6 +505,27 @@ def _model(basis: FoldBasis, theta: Any, target_type: str, *, classes: np.ndarra
     be = basis.backend
     return FoldModel(target_type, be.numpy(coef), be.numpy(intercept), classes, constant, fits,
                      None if key is None else (key, coef, intercept))
+
+
+# ------------------------------------------------------------------------------------------------ folds
+def fold_workers(n_jobs: int | None, n_folds: int) -> int:
+    """Threads fitting folds at once: ``n_jobs``, or the CPUs this process may use, at most one per fold."""
+    return max(1, min(n_folds, n_jobs or available_cpus()))
+
+
+def map_folds(fit: Callable[[Any], T], folds: Sequence[Any], *, workers: int) -> list[T]:
+    """``[fit(fold) for fold in folds]`` on ``workers`` threads, every BLAS call on one thread.
+
+    One BLAS thread per fold makes each fold's arithmetic independent of the worker count (same bytes with 1 or
+    8 workers), and the folds, not the matrix products, share the cores: on a 2-core machine, multithreaded
+    products of a 1,200 x 384 fold by 3 columns were measured 7x slower than single-threaded ones under load.
+    NumPy releases the GIL inside BLAS, so threads suffice.
+    """
+    with limited_threads(1):
+        if workers <= 1 or len(folds) <= 1:
+            return [fit(fold) for fold in folds]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(fit, folds))
 
 
 # ------------------------------------------------------------------------------------------ C by inner CV

@@ -14,19 +14,21 @@ residual is kept (the first on ties) and scores the test fold: what ``RidgeClass
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from .._base.config import Config, check_float, check_int
 from .._base.sparse import is_sparse
+from .._base.threads import limited_threads
 from ..errors import ConfigError, ConfigTypeError
 from ..inputs.targets import TARGET_TYPES
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    scatter_scale, standardized_folds, training_classes
+    scatter_scale, standardized_fold, training_classes
 from .metric_targets import MetricTargets
 from .metrics import check_metric_name
+from .probe_solver import fold_workers, map_folds
 
 #: The default alphas: the 9 decades from 1e-2 to 1e6 (RidgeClassifierCV's own default is 0.1, 1, 10).  On
 #: standardized features the useful alpha grows with the rows (the Gram matrix's eigenvalues do), so the grid
@@ -58,6 +60,7 @@ class RidgeProbeMetric(Config):
     n_splits: int = 5
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     max_dense_bytes: int = 2**30
+    n_jobs: int | None = None
     name: str = "ridge_probe"
 
     higher_is_better: ClassVar[bool] = True
@@ -65,12 +68,16 @@ class RidgeProbeMetric(Config):
     #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
     reference: ClassVar[str] = "ridge classifier probe"
     supported_target_types: ClassVar[tuple[str, ...]] = TARGET_TYPES
+    #: Folds are fitted on ``n_jobs`` threads, each on one BLAS thread, so the bytes are the same whatever the worker
+    #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
+    speed_only = ("n_jobs",)
 
     def _validate(self) -> None:
         owner = type(self).__name__
         self._set("name", check_metric_name(self.name, owner))
         self._set("n_splits", check_int(owner, "n_splits", self.n_splits, minimum=2))
         self._set("max_dense_bytes", check_int(owner, "max_dense_bytes", self.max_dense_bytes, minimum=1))
+        self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
         if isinstance(self.alphas, (str, bytes)) or not hasattr(self.alphas, "__iter__"):
             raise ConfigTypeError(f"{owner}.alphas must be a sequence of positive numbers, got {self.alphas!r}")
         alphas = tuple(check_float(owner, f"alphas[{i}]", a, low=0.0, low_open=True) for i, a in enumerate(self.alphas))
@@ -88,17 +95,25 @@ class RidgeProbeMetric(Config):
                             self.supported_target_types)
         n, dim = embeddings.shape
         side = min(max(len(train) for train, _ in folds.splits), dim)
-        check_dense_budget(self.name, side, GRAM_COPIES, self.max_dense_bytes, "RidgeProbeMetric.max_dense_bytes")
+        workers = fold_workers(self.n_jobs, len(folds.splits))
+        check_dense_budget(self.name, side, GRAM_COPIES * workers, self.max_dense_bytes,
+                           "RidgeProbeMetric.max_dense_bytes")
         alphas = np.asarray(self.alphas)
-        by_features = not is_sparse(embeddings) and side == dim
-        spectra = (_feature_spectra(embeddings, folds.splits) if by_features else
-                   map(_spectrum, standardized_folds(embeddings, folds.splits)))
-        scores, chosen = [], []
-        for (train, test), spectrum in zip(folds.splits, spectra):
+        if not is_sparse(embeddings) and side == dim:
+            with limited_threads(1):  # the shared Gram matrix too: the same bytes on any number of BLAS threads
+                spectrum_of = FeatureSpectra(embeddings).fold
+        else:
+            def spectrum_of(train: np.ndarray, test: np.ndarray) -> Spectrum:
+                return _spectrum(standardized_fold(embeddings, train, test))
+
+        def fit_split(split: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]:
+            train, test = split
             Y, decode = _encoded(folds.targets, train)
-            best, decision = _ridge_path(spectrum, Y, alphas)
-            chosen.append(float(alphas[best]))
-            scores.append(fold_score(folds.targets, test, decode(decision)))
+            best, decision = _ridge_path(spectrum_of(train, test), Y, alphas)
+            return float(alphas[best]), fold_score(folds.targets, test, decode(decision))
+
+        outcomes = map_folds(fit_split, folds.splits, workers=workers)
+        chosen, scores = [alpha for alpha, _ in outcomes], [score for _, score in outcomes]
         edge = sorted({a for a in chosen if a in (alphas.min(), alphas.max())})
         if edge and alphas.size > 1:
             folds.notes.append(f"the chosen alpha is at the end of the grid ({edge}) in some folds; widen alphas so "
@@ -161,35 +176,36 @@ def _ridge_path(spectrum: Spectrum, Y: np.ndarray, alphas: np.ndarray) -> tuple[
 Spectrum = tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]
 
 
-def _feature_spectra(embeddings: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[Spectrum]:
-    """:func:`_spectrum` of every fold of dense rows with more training rows than columns, at the cost of one Gram
+class FeatureSpectra:
+    """:func:`_spectrum` of any fold of dense rows with more training rows than columns, at the cost of one Gram
     matrix of all rows: each fold's is that minus its test rows' (the folds' test rows partition the rows).
 
     The rows are centered once by their overall mean in float64 (so the subtraction loses nothing to a large
     mean); each fold is then centered and scaled by its own statistics (``StandardScaler``'s, read off the Gram
     matrix) inside the Gram matrix and the products, so no standardized copy of a fold is made.
     """
-    rows = np.subtract(embeddings, embeddings.mean(axis=0, dtype=np.float64), dtype=np.float64)
-    gram, total = rows.T @ rows, rows.sum(axis=0)
-    for train, test in splits:
-        fold, held = rows[train], rows[test]
-        scatter = gram - held.T @ held
-        mean = (total - held.sum(axis=0)) / train.size
+
+    def __init__(self, embeddings: np.ndarray) -> None:
+        self.rows = np.subtract(embeddings, embeddings.mean(axis=0, dtype=np.float64), dtype=np.float64)
+        self.gram, self.total = self.rows.T @ self.rows, self.rows.sum(axis=0)
+
+    def fold(self, train: np.ndarray, test: np.ndarray) -> Spectrum:
+        held = self.rows[test]
+        scatter = self.gram - held.T @ held
+        mean = (self.total - held.sum(axis=0)) / train.size
         mean_square = np.diagonal(scatter) / train.size
         scatter -= train.size * np.outer(mean, mean)
         scale = scatter_scale(np.diagonal(scatter), mean_square, train.size)
         w, V = np.linalg.eigh(scatter / np.outer(scale, scale))
         V /= scale[:, None]  # coefficients on the unscaled, centered rows
         shift = mean @ V
-        P = fold @ V
+        P = self.rows[train] @ V
         P -= shift
-        del fold
 
-        def through_features(B: np.ndarray, V: np.ndarray = V, held: np.ndarray = held,
-                             shift: np.ndarray = shift) -> np.ndarray:
+        def through_features(B: np.ndarray) -> np.ndarray:
             return held @ (V @ B) - shift @ B
 
-        yield w, P, through_features
+        return w, P, through_features
 
 
 def _spectrum(fold: StandardizedFold) -> Spectrum:
@@ -197,7 +213,7 @@ def _spectrum(fold: StandardizedFold) -> Spectrum:
     ``P^T P = diag(w)``, and ``test_factor(B)`` is ``T V B``: the test rows' decision values for coefficients ``V B``.
 
     Sparse rows with more rows than columns: ``X^T X = V diag(w) V^T`` and ``P = X V`` (RidgeCV's "cov" mode;
-    dense rows take :func:`_feature_spectra`).  Otherwise ``X X^T = U diag(w) U^T`` and ``P = U diag(sqrt(w))``
+    dense rows take :class:`FeatureSpectra`).  Otherwise ``X X^T = U diag(w) U^T`` and ``P = U diag(sqrt(w))``
     over the positive ``w`` (its "gram" mode); the test rows then reach the fold through ``T X^T`` only.  Sparse
     rows are centered implicitly by ``fold.offset``.
     """

@@ -234,9 +234,7 @@ class ExtractorResult(ChainResult):
     @property
     def view(self) -> str | None:
         """``target=<name>`` or ``level=<name>``: the task this result belongs to (None: the dataset's targets)."""
-        if self.target_view is not None:
-            return f"target={self.target_view}"
-        return None if self.label_view is None else f"level={self.label_view}"
+        return view_name(self.target_view, self.label_view)
     #: Measured resources (latency, memory, model and embedding bytes) when profiling ran: a
     #: LocalResourceProfile or DistributedResourceProfile (both dicts); see docs/profiling.md.
     resource_profile: ResourceProfile | None = None
@@ -339,6 +337,19 @@ def _rankable_score(metric: Mapping[str, Any]) -> float | None:
     return metric["score"] if metric.get("aggregate_valid", True) and metric["score"] is not None else None
 
 
+def view_name(target_view: str | None, label_view: str | None) -> str | None:
+    """The view a result's ``target_view``/``label_view`` name: ``target=<name>``, ``level=<name>`` or None."""
+    if target_view is not None:
+        return f"target={target_view}"
+    return None if label_view is None else f"level={label_view}"
+
+
+def _referee_views_are_result_views(data: Mapping[str, Any]) -> bool:
+    """Each referee decision is about a view of the result (the report renders its verdicts from that view)."""
+    views = {view_name(r.get("target_view"), r.get("label_view")) for r in data["extractor_results"]}
+    return all(d["view"] in views for d in (data["metadata"].get("referee") or {}).get("views", []))
+
+
 def _named_classes(names: str) -> Any:
     """Class (or label) names, one per counted class, in the dataset summary."""
     return both({names: list, "class_counts": dict},
@@ -406,7 +417,8 @@ SCHEMA = both({
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
         {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
     rule(lambda d: len({len(r["stability"]["repeat_scores"]["score"]) for r in d["extractor_results"]
-                        if r.get("stability")}) <= 1, "every stability analysis of one result has the same repeats"))
+                        if r.get("stability")}) <= 1, "every stability analysis of one result has the same repeats"),
+    rule(_referee_views_are_result_views, "every view of metadata.referee.views must be a view of the results"))
 
 
 @dataclasses.dataclass(eq=True)
