@@ -244,9 +244,9 @@ def test_the_sweep_covers_every_figure_the_html_report_draws():
 
 
 @pytest.fixture(scope="module")
-def drawn(runs) -> dict[str, tuple[Any, Any, str]]:
-    """Per case: the tight bounding box of everything drawn, the canvas's box (inches) and the SVG. Drawn once for
-    both checks below: at 100 candidates a figure takes seconds."""
+def drawn(runs) -> dict[str, tuple[Any, Any, Any]]:
+    """Per case: the tight bounding box of everything drawn, the canvas's box (inches) and the figure. Drawn once
+    for both checks below: at 100 candidates a figure takes seconds."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     found, documents = {}, {}
@@ -256,7 +256,7 @@ def drawn(runs) -> dict[str, tuple[Any, Any, str]]:
         fig = draw(documents[build, sizes])
         canvas = FigureCanvasAgg(fig)
         canvas.draw()
-        found[case] = fig.get_tightbbox(canvas.get_renderer()), fig.bbox_inches, figures.svg(fig)
+        found[case] = fig.get_tightbbox(canvas.get_renderer()), fig.bbox_inches, fig
     return found
 
 
@@ -302,7 +302,7 @@ def test_chromium_shows_every_figure_unclipped_and_unoverlapped(drawn, tmp_path)
     """Every case above laid out by Chromium at 1280 px on one page (so Chromium starts once): no text outside its
     figure and no two texts of a figure overlapping."""
     page = tmp_path / "figures.html"  # in the report's own page, with its style
-    page.write_text(html.page("figures", [f"<figure>{svg}</figure>" for _, _, svg in drawn.values()]),
+    page.write_text(html.page("figures", [f"<figure>{figures.svg(fig)}</figure>" for _, _, fig in drawn.values()]),
                     encoding="utf-8")
     found = chromium_shows(page, tmp_path, FIGURE_PROBE, width=1280)
     assert len(found) == len(drawn) and min(shown["texts"] for shown in found) >= 5  # the probe saw every figure

@@ -103,8 +103,12 @@ def test_html_without_matplotlib_keeps_the_tables(result, tmp_path):
 def test_retrieval_html_shows_the_cutoff_figure(retrieval_data):
     page = render_html(retrieval_data)
     assert re.findall(r"<figcaption>(.*?)</figcaption>", page) == ["Ranking", "Metrics at each cutoff"]
-    svg = figures.retrieval_cutoffs(retrieval_data)
-    assert "ndcg@k" in svg and "own (reverse)" in svg
+    fig = figures.retrieval_cutoffs_figure(retrieval_data)
+    assert fig.axes[0].get_title() == "ndcg@k" and fig.get_suptitle() == "Dashed: reverse direction"
+    forward, reverse = fig.axes[0].get_lines()  # one candidate: one colour, the reverse direction dashed
+    assert (forward.get_linestyle(), reverse.get_linestyle()) == ("-", "--")
+    assert reverse.get_color() == forward.get_color()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["own"]
 
 
 def test_render_html_rejects_unknown_result_types():

@@ -323,8 +323,8 @@ def screening_rungs(data: Mapping[str, Any]) -> str | None:
 
 
 def retrieval_cutoffs_figure(data: Mapping[str, Any]) -> Any | None:
-    """Each cutoff metric at every k, one panel per metric, forward direction (and reverse when run), for the
-    best-ranked candidates (:data:`TOP_RETRIEVAL`; the title says when there are more)."""
+    """Each cutoff metric at every k, one panel per metric, forward direction (and reverse, dashed, in the same
+    colour, when run), for the best-ranked candidates (:data:`TOP_RETRIEVAL`; the title says when there are more)."""
     from ..families.retrieval.config import CUTOFF_METRICS
 
     cutoffs = data.get("protocol", {}).get("config", {}).get("cutoffs")
@@ -336,16 +336,21 @@ def retrieval_cutoffs_figure(data: Mapping[str, Any]) -> Any | None:
     axes = fig.subplots(2, 3, sharex=True).ravel()
     for ax, metric in zip(axes, CUTOFF_METRICS):
         for entry, name in zip(shown, _labels([e["name"] for e in shown])):
+            colour = None  # one colour per candidate: the legend lists candidates, the line style the direction
             for direction, style in (("forward", "-"), ("reverse", "--")):
                 if entry.get(direction):
                     values = [entry[direction]["metrics"][f"{metric}@{k}"] for k in cutoffs]
-                    suffix = "" if direction == "forward" else " (reverse)"
-                    ax.plot(cutoffs, values, style, marker="o", label=name + suffix)
+                    line, = ax.plot(cutoffs, values, style, marker="o", color=colour,
+                                    label=name if colour is None else None)
+                    colour = line.get_color()
         ax.set_title(f"{metric}@k", fontsize=9)
         ax.set_ylim(0, 1.05)
+    notes = ["dashed: reverse direction"] if any(e.get("reverse") for e in shown) else []
     if len(ranked) > len(shown):
-        fig.suptitle(f"The {len(shown)} best-ranked of {len(ranked)} candidates (the table has every one)",
-                     fontsize=9)
+        notes.insert(0, f"the {len(shown)} best-ranked of {len(ranked)} candidates (the table has every one)")
+    if notes:
+        title = "; ".join(notes)
+        fig.suptitle(title[0].upper() + title[1:], fontsize=9)
     for ax in axes[3:]:  # not a supxlabel: an outside legend below would cover it
         ax.set_xlabel("cutoff k", fontsize=9)
     _legend(fig, axes[0])
