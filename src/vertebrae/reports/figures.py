@@ -1,8 +1,11 @@
 """Report figures: the one matplotlib adapter (imported lazily; the ``plots`` extra).
 
-Every figure function takes a *serialized* result (the decoded JSON document) and
-returns an SVG string, or None when the document lacks the figure's data, so the
-HTML report shows each figure exactly when its data exists.  Figures are drawn on
+Every ``*_figure`` function takes a *serialized* result (the decoded JSON document) and
+returns a matplotlib Figure (its SVG twin without the suffix returns :func:`svg` of it), or
+None when the document lacks the figure's data, so the HTML report shows each figure exactly
+when its data exists.  Each figure is sized by its content (names shortened, legends below the
+axes and capped, limits inside 0-1 for bounded scores) so its text stays on the canvas at 2 to
+100 classes and 1 to 100 candidates (tests/test_figure_layout.py).  Figures are drawn on
 a bare :class:`matplotlib.figure.Figure` (Agg canvas; pyplot and the user's global
 backend are never touched).  The JSON fields each figure reads are listed in
 docs/reports.md.  Every name, label and metric name from the data goes through :func:`_literal`
