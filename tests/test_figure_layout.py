@@ -268,8 +268,9 @@ def test_every_figure_keeps_its_text_on_the_canvas(drawn, case):
             and tight.y1 <= canvas.y1 + 0.02), (tight.extents, canvas.extents)
 
 
-#: Per inline SVG figure: the texts whose laid-out box leaves the figure's box, and the pairs of texts that overlap
-#: (each text's box is its own rotated rectangle, so neighbouring 45-degree tick labels are not counted as touching).
+#: Per inline SVG figure: its laid-out width, the texts whose laid-out box leaves the figure's box, and the pairs of
+#: texts that overlap (each text's box is its own rotated rectangle, so neighbouring 45-degree tick labels are not
+#: counted as touching).
 FIGURE_PROBE = """<script>
 const corners = t => { const b = t.getBBox(), m = t.getScreenCTM();
   return [[b.x, b.y], [b.x + b.width, b.y], [b.x + b.width, b.y + b.height], [b.x, b.y + b.height]]
@@ -290,7 +291,7 @@ const found = [...document.querySelectorAll("figure svg")].map(svg => {
   const boxes = texts.map(corners), overlapping = [];
   for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++)
     if (!separated(boxes[i], boxes[j])) overlapping.push([texts[i].textContent, texts[j].textContent]);
-  return {texts: texts.length, outside, overlapping};
+  return {texts: texts.length, width: Math.round(b.width), outside, overlapping};
 });
 const out = document.createElement("pre"); out.id = "probe"; out.textContent = JSON.stringify(found);
 document.body.appendChild(out);
@@ -300,7 +301,8 @@ document.body.appendChild(out);
 @needs_chromium
 def test_chromium_shows_every_figure_unclipped_and_unoverlapped(drawn, tmp_path):
     """Every case above laid out by Chromium at 1280 px on one page (so Chromium starts once): no text outside its
-    figure and no two texts of a figure overlapping."""
+    figure, no two texts of a figure overlapping, and every figure at least 500 px wide (the 3-class heatmap was
+    about 150 px)."""
     page = tmp_path / "figures.html"  # in the report's own page, with its style
     page.write_text(html.page("figures", [f"<figure>{figures.svg(fig)}</figure>" for _, _, fig in drawn.values()]),
                     encoding="utf-8")
@@ -309,6 +311,7 @@ def test_chromium_shows_every_figure_unclipped_and_unoverlapped(drawn, tmp_path)
     defects = {case: {k: (len(shown[k]), shown[k][:2]) for k in ("outside", "overlapping") if shown[k]}
                for case, shown in zip(drawn, found)}
     assert {case: shown for case, shown in defects.items() if shown} == {}
+    assert {case: shown["width"] for case, shown in zip(drawn, found) if shown["width"] < 500} == {}
 
 
 def test_a_flat_pairwise_matrix_keeps_its_colour_scale_inside_zero_to_one(runs):
