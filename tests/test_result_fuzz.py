@@ -344,9 +344,16 @@ FOUND_BY_THE_LONG_RUN = {  # raw tracebacks of `vertebrae report` (both formats)
 }
 
 
-@pytest.mark.parametrize("finding", sorted({**FOUND, **FOUND_BY_THE_LONG_RUN}))
+FOUND_WITH_FIGURES = {  # a sweep of every number field's extreme changes through the HTML report with figures on
+    "a per-class score beyond 64 bits": ("adaptive", lambda d: d["extractor_results"][0]["overlap"][
+        "per_class_scores"].update({"int:0": 10 ** 40}), ".overlap.per_class_scores.int:0: malformed value (expected an "
+                                                          "integer within 64 bits"),
+}
+
+
+@pytest.mark.parametrize("finding", sorted({**FOUND, **FOUND_BY_THE_LONG_RUN, **FOUND_WITH_FIGURES}))
 def test_each_finding_is_refused_in_one_line_by_every_call(corpus, tmp_path, finding):
-    family, change, needle = {**FOUND, **FOUND_BY_THE_LONG_RUN}[finding]
+    family, change, needle = {**FOUND, **FOUND_BY_THE_LONG_RUN, **FOUND_WITH_FIGURES}[finding]
     document = copy.deepcopy(corpus[family])
     change(document)
     (tmp_path / "m.json").write_text(json.dumps(document))
