@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, LDAProbeMetric, LinearProbeMetric,
                        LogMEMetric, PrecomputedExtractor, RidgeProbeMetric, SeparatixConfig, StabilityConfig)
@@ -351,10 +352,12 @@ def policy_decisions(result: Any, probe: Mapping[str, float]) -> dict[str, dict[
 
 
 def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, *,
-                  auto_C: bool = True) -> DrawOutcome:
+                  auto_C: bool = True, bare_threads: int | None = None) -> DrawOutcome:
     """Run vertebrae once on one draw and compare every ranking and referee pick with the 5-fold probe's.
 
     ``auto_C=False`` leaves out ``LinearProbeMetric(C="auto")`` (its nested cross-validation costs 5-35x the probe).
+    ``bare_threads`` limits the BLAS threads of the bare scikit-learn call (None: the default): on a shared machine
+    OpenBLAS's threads spin against other processes and inflate it tenfold (docs/metrics.md, "Speed").
     """
     regression = draw.y.dtype.kind == "f"
     target_type = "regression" if regression else "single_label"
@@ -401,7 +404,8 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, 
     splits, bare, gap = probe_splits(labels, target_type, PROBE_SEED), 0.0, 0.0
     for name in probe:
         start = time.perf_counter()
-        score = bare_probe(np.asarray(draw.candidates[name]), labels, target_type, splits)
+        with threadpool_limits(bare_threads):
+            score = bare_probe(np.asarray(draw.candidates[name]), labels, target_type, splits)
         bare += time.perf_counter() - start
         gap = max(gap, abs(score - probe[name]))
     runtime = {r.name: r.runtime for r in ranked}
@@ -555,6 +559,8 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
     parser.add_argument("--no-auto", default="", help="comma-separated tasks to run without LinearProbeMetric(C='auto') "
                         "(it costs 5-35x the probe per candidate)")
+    parser.add_argument("--bare-threads", type=int, default=None,
+                        help="BLAS threads of the bare scikit-learn call (default: the library's own)")
     parser.add_argument("--batch-size", type=int, default=32, help="MiniLM batch size")
     parser.add_argument("--embedding-cache", default=None, help="folder to keep the MiniLM outputs in between runs")
     parser.add_argument("--save", default=None, help="folder to write each draw's outcome to (TASK-drawSEED.pkl)")
@@ -574,8 +580,8 @@ def main() -> None:
         parser.error(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
     seeds = list(range(args.first_seed, args.first_seed + args.draws))
     print(f"{args.draws} draw(s) per task; {args.repeats} stability repeats ({args.regression_repeats} for diabetes); "
-          f"{os.cpu_count()} CPU(s), "
-          f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
+          f"{os.cpu_count()} CPU(s), load average at start {os.getloadavg()[0]:.2f}; bare call on "
+          f"{args.bare_threads or 'the default number of'} BLAS thread(s)", flush=True)
     started = time.perf_counter()
     summaries = []
     for task in tasks:
@@ -584,7 +590,8 @@ def main() -> None:
         stability = StabilityConfig(repeats=args.regression_repeats if task == "diabetes" else args.repeats)
         outcomes = []
         for seed, draw in zip(seeds, draws):
-            outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=task not in no_auto))
+            outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=task not in no_auto,
+                                          bare_threads=args.bare_threads))
             print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
             if args.save:
                 save_outcome(args.save, task, seed, outcomes[-1], stability)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from vertebrae import KNNMetric, LDAProbeMetric, LinearProbeMetric, LogMEMetric, RidgeProbeMetric
 
@@ -46,16 +47,21 @@ def make_data(n: int, dim: int, n_classes: int, seed: int = 0) -> tuple[np.ndarr
     return centers[labels] + rng.normal(0.0, 1.0, (labels.size, dim)).astype(np.float32), labels
 
 
-def measure(fn: Callable[[], Any], rounds: int) -> tuple[float, int, Any]:
-    """Best wall time over ``rounds``, the peak traced bytes of the last round, and the last value."""
-    best = float("inf")
+def measure(fn: Callable[[], Any], rounds: int, *, trace: bool = True) -> tuple[float, int, Any]:
+    """Best wall time over ``rounds``, the peak traced bytes of the last round (0 untraced), and the last value.
+
+    ``trace=False`` times without tracemalloc, whose per-allocation hook slows Python-heavy code more than BLAS-heavy
+    code and so would bias a time ratio between the two."""
+    best, peak = float("inf"), 0
     for _ in range(rounds):
-        tracemalloc.start()
+        if trace:
+            tracemalloc.start()
         start = time.perf_counter()
         value = fn()
         best = min(best, time.perf_counter() - start)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        if trace:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
     return best, peak, value
 
 
@@ -129,21 +135,34 @@ def probe_cases(args: argparse.Namespace) -> None:
         X, y = make_data(2_000, 64, 10) if args.small else make_data(20_000, 384, 20)
         cases.append((f"synthetic {X.shape[0]:,}x{X.shape[1]}", X, y.astype(str)))
     auto = "auto" in args.probe_variants.split(",")
-    print(f"{'case':<24}{'probe s':>9}{'bare s':>9}{'speedup':>9}{'overlap s':>11}{'probe/overlap':>15}"
+    # Warm-up, untimed: the first call of each pays imports and first BLAS calls, which no later candidate pays.
+    X_small, y_small = make_data(200, 16, 3)
+    LinearProbeMetric()(X_small, np.array([f"vk:int:{c:03d}" for c in y_small]),
+                        target_metadata={"target_type": "single_label"}, seed=0)
+    bare_probe(X_small, y_small)
+    OverlapIndexScorer(OverlapScoringConfig()).score(X_small, y_small.astype(str))
+    print(f"load average at start {os.getloadavg()[0]:.2f}; times untraced, after an untimed warm-up call of each; "
+          "bare = the bare call with the default BLAS threads, bare 1t = with one BLAS thread")
+    print(f"{'case':<24}{'probe s':>9}{'bare s':>9}{'speedup':>9}{'bare 1t s':>11}{'speedup':>9}{'overlap s':>11}"
+          f"{'probe/overlap':>15}"
           + (f"{'auto s':>9}{'auto/probe':>12}" if auto else "")
           + f"{'score':>9}{'bare':>9}{'CG':>6}{'unconv':>8}" + (f"{'chosen C':>24}" if auto else ""))
     for name, X, labels in cases:
         codes = np.unique(labels, return_inverse=True)[1]
         keys = np.array([f"vk:int:{c:03d}" for c in codes])
         meta = {"target_type": "single_label"}
-        probe_time, _, probe = measure(lambda: LinearProbeMetric()(X, keys, target_metadata=meta, seed=0), args.rounds)
-        bare_time, _, bare = measure(lambda: bare_probe(X, codes), args.rounds)
-        overlap_time, _, _ = measure(lambda: OverlapIndexScorer(OverlapScoringConfig()).score(X, labels), args.rounds)
-        line = (f"{name:<24}{probe_time:>9.2f}{bare_time:>9.2f}{bare_time / probe_time:>9.1f}{overlap_time:>11.2f}"
-                f"{probe_time / overlap_time:>15.2f}")
+        probe_time, _, probe = measure(lambda: LinearProbeMetric()(X, keys, target_metadata=meta, seed=0), args.rounds,
+                                       trace=False)
+        bare_time, _, bare = measure(lambda: bare_probe(X, codes), args.rounds, trace=False)
+        with threadpool_limits(1):  # OpenBLAS threads cost more than they gain on small products: the stricter baseline
+            single_time = measure(lambda: bare_probe(X, codes), args.rounds, trace=False)[0]
+        overlap_time, _, _ = measure(lambda: OverlapIndexScorer(OverlapScoringConfig()).score(X, labels), args.rounds,
+                                     trace=False)
+        line = (f"{name:<24}{probe_time:>9.2f}{bare_time:>9.2f}{bare_time / probe_time:>9.1f}{single_time:>11.2f}"
+                f"{single_time / probe_time:>9.1f}{overlap_time:>11.2f}{probe_time / overlap_time:>15.2f}")
         if auto:
             auto_time, _, auto_payload = measure(
-                lambda: LinearProbeMetric(C="auto")(X, keys, target_metadata=meta, seed=0), args.rounds)
+                lambda: LinearProbeMetric(C="auto")(X, keys, target_metadata=meta, seed=0), args.rounds, trace=False)
             line += f"{auto_time:>9.2f}{auto_time / probe_time:>12.1f}"
         line += (f"{probe['score']:>9.4f}{bare:>9.4f}{sum(probe['diagnostics']['cg_iterations']):>6}"
                  f"{probe['diagnostics']['unconverged_fits']:>8}")

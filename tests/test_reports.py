@@ -5,12 +5,10 @@ from __future__ import annotations
 import copy
 import html
 import json
-import pathlib
 import re
 import subprocess
 import sys
 import warnings
-from typing import Any
 
 import numpy as np
 import pytest
@@ -28,10 +26,10 @@ from vertebrae.reports.render import render_markdown
 from vertebrae.families.labeled.results import RECOMMENDATION_CUTOFFS, recommendation_label
 from vertebrae.inputs.targets import build_targets
 
+from .chromium import chromium_shows, needs_chromium
 from .conftest import gaussian_classes
 
 IDENTITY = DatasetIdentity.declared("reports", "1")
-CHROMIUM = pathlib.Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +103,12 @@ def test_html_without_matplotlib_keeps_the_tables(result, tmp_path):
 def test_retrieval_html_shows_the_cutoff_figure(retrieval_data):
     page = render_html(retrieval_data)
     assert re.findall(r"<figcaption>(.*?)</figcaption>", page) == ["Ranking", "Metrics at each cutoff"]
-    svg = figures.retrieval_cutoffs(retrieval_data)
-    assert "ndcg@k" in svg and "own (reverse)" in svg
+    fig = figures.retrieval_cutoffs_figure(retrieval_data)
+    assert fig.axes[0].get_title() == "ndcg@k" and fig.get_suptitle() == "Dashed: reverse direction"
+    forward, reverse = fig.axes[0].get_lines()  # one candidate: one colour, the reverse direction dashed
+    assert (forward.get_linestyle(), reverse.get_linestyle()) == ("-", "--")
+    assert reverse.get_color() == forward.get_color()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["own"]
 
 
 def test_render_html_rejects_unknown_result_types():
@@ -125,30 +127,10 @@ const found = {titles: [...document.querySelectorAll("h2")].map(h => h.textConte
 const out = document.createElement("pre"); out.id = "probe"; out.textContent = JSON.stringify(found);
 document.body.appendChild(out);
 </script>"""
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
-
-
-def chromium_shows(page: pathlib.Path, tmp_path: pathlib.Path, width: int = 1400, probe: str = PROBE) -> Any:
-    """Lay the page out in headless Chromium at ``width`` px and return what ``probe`` measured."""
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", probe + "</body>"), encoding="utf-8")
-    done = subprocess.run([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                           f"--window-size={width},1000", "--dump-dom", probed.as_uri()],
-                          capture_output=True, text=True, timeout=120, check=True)
-    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, flags=re.S)
-    assert found, f"Chromium's DOM has no probe output; stderr: {done.stderr[-2000:]}"
-    import html as html_module
-
-    return json.loads(html_module.unescape(found.group(1)))
-
-
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium; "
-                                                  ".ci/run installs it when it runs as root)")
+@needs_chromium
 def test_headless_chromium_shows_every_section_and_figure(result, tmp_path):
     page = result.save_html(tmp_path / "report.html")
-    shown = chromium_shows(page, tmp_path)
+    shown = chromium_shows(page, tmp_path, PROBE)
     markdown_titles = re.findall(r"^## (.+)$", result.to_markdown(), flags=re.M)
     assert shown["titles"] == ["Answer", "Figures", *markdown_titles[1:]]
     assert "Stability" in shown["titles"]
@@ -228,72 +210,6 @@ def test_pairwise_colour_scale_spans_the_matrix(result):
     assert figures.pairwise_figure(data).axes[0].images[0].get_clim() == (0.93, max(values))
 
 
-def test_a_flat_pairwise_matrix_keeps_its_colour_scale_inside_zero_to_one(result):
-    """An all-1.0 matrix once got a 0.996-1.004 colour bar: values above 1 on a 0-1 score (issue 37.16)."""
-    data = scaled_variant(result.serialized(), n_classes=3, n_candidates=1, flat=True)
-    assert figures.pairwise_figure(data).axes[0].images[0].get_clim() == (0.99, 1.0)
-
-
-def scaled_variant(data: dict, n_classes: int, n_candidates: int, flat: bool = False) -> dict:
-    """A copy of a real serialized result with ``n_candidates`` candidates (long and short names) and
-    ``n_classes`` classes (long and short labels): what the figures read, at sizes no small test run reaches."""
-    data = copy.deepcopy(data)
-    base = data["extractor_results"][0]
-    keys = [f"str:c{j}" for j in range(n_classes)]
-    results = []
-    for i in range(n_candidates):
-        r = copy.deepcopy(base)
-        score = 0.95 - 0.003 * i
-        r.update(name=f"candidate_{i}" if i % 2 else f"a_rather_long_candidate_name_{i}", primary_score=score,
-                 separatix=None)
-        r["overlap"]["score"] = r["metrics"]["overlap"]["score"] = score
-        overlap = r["overlap"]
-        overlap["labels"] = {key: f"class {j}" if j % 3 else f"a long class label {j}" for j, key in enumerate(keys)}
-        overlap["per_class_scores"] = {key: 1.0 if flat else 0.5 + 0.5 * (j * 7 % n_classes) / n_classes
-                                       for j, key in enumerate(keys)}
-        overlap["pairwise_scores"] = {a: {b: 1.0 if flat else 0.6 + 0.4 * ((ia + ib) % n_classes) / n_classes
-                                          for ib, b in enumerate(keys) if b != a} for ia, a in enumerate(keys)}
-        overlap["class_counts"] = dict.fromkeys(keys, 20)
-        overlap["k_per_class"] = dict.fromkeys(keys, 3)
-        summary = r["stability"]["summaries"]["score"]
-        summary["interval_low"], summary["interval_high"] = score - 0.01, score + 0.01
-        results.append(r)
-    data["extractor_results"], data["ranking_stability"] = results, None
-    data["timing"] = {k: v for k, v in data["timing"].items() if not isinstance(v, dict) or base["name"] not in v}
-    return data
-
-
-SIZES = [(k, n) for k in (2, 3, 10, 100) for n in (1, 5, 100)]
-CLASS_FIGURES = (figures.ranking_figure, figures.per_class_figure, figures.pairwise_figure)
-
-
-@pytest.mark.parametrize(("n_classes", "n_candidates"), SIZES)
-def test_every_class_figure_keeps_its_text_on_the_canvas(result, n_classes, n_candidates):
-    """Nothing drawn outside the canvas at 2-100 classes and 1-100 candidates: the tight bounding box of the drawn
-    artists lies within the figure (the 3-class heatmap once cut its title and tick labels at the left edge)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    data = scaled_variant(result.serialized(), n_classes, n_candidates)
-    for draw in CLASS_FIGURES:
-        fig = draw(data)
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        drawn, canvas_box = fig.get_tightbbox(canvas.get_renderer()), fig.bbox_inches
-        assert (drawn.x0 >= -0.02 and drawn.y0 >= -0.02 and drawn.x1 <= canvas_box.x1 + 0.02
-                and drawn.y1 <= canvas_box.y1 + 0.02), (draw.__name__, drawn.extents, canvas_box.extents)
-
-
-#: For every inline SVG figure: the texts whose laid-out box leaves the figure's box (clipped in the page).
-FIGURE_PROBE = """<script>
-const clipped = [...document.querySelectorAll("figure svg")].map(svg => {
-  const b = svg.getBoundingClientRect();
-  return [...svg.querySelectorAll("text")].filter(t => { const r = t.getBoundingClientRect();
-    return r.width > 0 && (r.left < b.left - 1 || r.right > b.right + 1 || r.top < b.top - 1 || r.bottom > b.bottom + 1);
-  }).map(t => t.textContent);
-});
-const out = document.createElement("pre"); out.id = "probe"; out.textContent = JSON.stringify(clipped);
-document.body.appendChild(out);
-</script>"""
 #: The table headers with a word broken across lines, and the tables wider than their box.
 TABLE_PROBE = """<script>
 const broken = [...document.querySelectorAll("th")].flatMap(th => {
@@ -314,22 +230,7 @@ document.body.appendChild(out);
 </script>"""
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium; "
-                                                  ".ci/run installs it when it runs as root)")
-def test_chromium_shows_every_class_figure_unclipped(result, tmp_path):
-    """Every figure kind at 2, 3, 10 and 100 classes and 1, 5 and 100 candidates, laid out by Chromium: no text
-    outside its figure (issue 37.16). One page holds them all, so Chromium starts once."""
-    parts = [f"<figure>{figures._svg(draw(scaled_variant(result.serialized(), k, n)))}</figure>"
-             for k, n in SIZES for draw in CLASS_FIGURES]
-    page = tmp_path / "figures.html"
-    page.write_text("<!DOCTYPE html><html><body>" + "".join(parts) + "</body></html>", encoding="utf-8")
-    clipped = chromium_shows(page, tmp_path, width=1280, probe=FIGURE_PROBE)
-    assert len(clipped) == len(parts)
-    assert [c for c in clipped if c] == []
-
-
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (apt-get install chromium; "
-                                                  ".ci/run installs it when it runs as root)")
+@needs_chromium
 def test_chromium_fits_the_ranking_in_1280_px_without_breaking_words(tmp_path):
     """The ranking of a run with Separatix, views and probe hints once scrolled sideways at 1280 px and its
     headers broke mid-word ("overl / ap_ / score"); secondary columns now fold into a details table (issue 37.17)."""
@@ -345,7 +246,7 @@ def test_chromium_fits_the_ranking_in_1280_px_without_breaking_words(tmp_path):
                     separatix_config=SeparatixConfig(), progress=False).run()
     page = run.save_html(tmp_path / "report.html")
     assert "<details><summary>More columns:" in page.read_text()
-    shown = chromium_shows(page, tmp_path, width=1280, probe=TABLE_PROBE)
+    shown = chromium_shows(page, tmp_path, TABLE_PROBE, width=1280)
     assert shown == {"broken": [], "overflowing": [], "page": 1280}
 
 

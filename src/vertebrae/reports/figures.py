@@ -1,8 +1,11 @@
 """Report figures: the one matplotlib adapter (imported lazily; the ``plots`` extra).
 
-Every figure function takes a *serialized* result (the decoded JSON document) and
-returns an SVG string, or None when the document lacks the figure's data, so the
-HTML report shows each figure exactly when its data exists.  Figures are drawn on
+Every ``*_figure`` function takes a *serialized* result (the decoded JSON document) and
+returns a matplotlib Figure (its SVG twin without the suffix returns :func:`svg` of it), or
+None when the document lacks the figure's data, so the HTML report shows each figure exactly
+when its data exists.  Each figure is sized by its content (names shortened, legends below the
+axes and capped, limits inside 0-1 for bounded scores) so its text stays on the canvas at 2 to
+100 classes and 1 to 100 candidates (tests/test_figure_layout.py).  Figures are drawn on
 a bare :class:`matplotlib.figure.Figure` (Agg canvas; pyplot and the user's global
 backend are never touched).  The JSON fields each figure reads are listed in
 docs/reports.md.  Every name, label and metric name from the data goes through :func:`_literal`
@@ -24,6 +27,12 @@ from .._base.names import printable
 #: Candidates shown in the per-class figure and the most classes a heatmap or per-class plot shows.
 TOP_CANDIDATES = 3
 MAX_CLASSES = 30
+#: Candidates drawn in the retrieval cutoff panels (the best-ranked; the table has every one).
+TOP_RETRIEVAL = 10
+#: The longest name or class label a figure shows whole; a longer one keeps its start and end around an ellipsis.
+NAME_LIMIT = 36
+#: Entries a legend lists before one "N more" entry (a figure's legend sits below its axes).
+LEGEND_ENTRIES = 10
 INSTALL_HINT = f"Figures need matplotlib: {install_hint('plots')}."
 
 
@@ -46,13 +55,36 @@ def _literal(text: Any) -> str:
     return printable(str(text)).replace("$", r"\$")
 
 
+def _shortened(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) * 2 // 5
+    return text[:head] + "\u2026" + text[len(text) - (limit - 1 - head):]
+
+
+def _labels(values: Sequence[Any], limit: int = NAME_LIMIT) -> list[str]:
+    """Names or class labels as a figure shows them (:func:`_literal`), each at most ``limit`` characters: a longer
+    one keeps its start and its end (where a model's layer and pooling are), unless that would make two equal.
+
+    Why: a 70-character model path as a tick label or legend entry leaves no room for the axes at 2 or 3 classes
+    and pushes legends past the canvas; the report's tables name every candidate in full.
+    """
+    texts = [printable(str(v)) for v in values]
+    longest = max((len(t) for t in texts), default=0)
+    while True:
+        shown = [_shortened(t, limit) for t in texts]
+        if len(set(shown)) == len(set(texts)) or limit >= longest:
+            return [t.replace("$", r"\$") for t in shown]
+        limit += 8
+
+
 def _figure(width: float, height: float) -> Any:
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _svg(fig: Any) -> str:
+def svg(fig: Any) -> str:
     """The figure as inline SVG with text kept as text and stable ids (same JSON, same SVG)."""
     import matplotlib
 
@@ -63,8 +95,8 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg"):]
 
 
-def _svg_or_none(fig: Any | None) -> str | None:
-    return None if fig is None else _svg(fig)
+def svg_or_none(fig: Any | None) -> str | None:
+    return None if fig is None else svg(fig)
 
 
 def _ranked(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -86,44 +118,39 @@ def _interval(r: Mapping[str, Any]) -> tuple[float, float] | None:
 
 
 # ------------------------------------------------------------------ figures
-def _zoomed(values: Sequence[float]) -> tuple[float, float]:
-    """Axis limits around the data (with room for the value labels), so 0.93 and 0.976 look different."""
-    low, high = min(values), max(values)
-    pad = max(high - low, 1e-3) * 0.08
-    return low - pad, high + pad
-
-
 def ranking_figure(data: Mapping[str, Any]) -> Any | None:
     """Primary score per ranked candidate as a dot on an axis zoomed to the data; stability intervals as whiskers."""
     ranked = _ranked(data)
     if not ranked:
         return None
-    names = [_literal(r["name"]) for r in ranked][::-1]
+    names = _labels([r["name"] for r in ranked])[::-1]
     scores = [r["primary_score"] for r in ranked][::-1]
     intervals = [_interval(r) for r in ranked][::-1]
-    fig = _figure(7, 1.3 + 0.35 * len(names))
+    rows = range(len(names))  # positions, not categories: two shortened names could still read alike
+    fig = _figure(7, 1.5 + 0.35 * len(names))
     ax = fig.subplots()
-    ax.scatter(scores, names, color="#4C72B0", zorder=3, label="ranked score")
-    for score, y in zip(scores, range(len(names))):
+    ax.scatter(scores, rows, color="#4C72B0", zorder=3, label="ranked score", clip_on=False)
+    for score, y in zip(scores, rows):
         ax.annotate(f"{score:.4f}", (score, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     if any(intervals):  # the interval of the repeat scores; the full-data score may lie outside it
-        shown = [(n, i) for n, i in zip(names, intervals) if i]
-        ax.errorbar([(i[0] + i[1]) / 2 for _, i in shown], [n for n, _ in shown],
+        shown = [(y, i) for y, i in zip(rows, intervals) if i]
+        ax.errorbar([(i[0] + i[1]) / 2 for _, i in shown], [y for y, _ in shown],
                     xerr=[(i[1] - i[0]) / 2 for _, i in shown], fmt="none", ecolor="black", capsize=3,
                     label="stability interval")
         fig.legend(loc="outside lower center", ncols=2, fontsize=8)
     values = scores + [v for i in intervals if i for v in i]
-    ax.set_xlim(*_zoomed(values))
+    ax.set_xlim(*_limits(values, pad=0.08))  # zoomed, so 0.93 and 0.976 look different
+    ax.set_yticks(rows, names, fontsize=8)
     ax.set_ylim(-0.6, len(names) - 0.4)
     ax.grid(axis="x", color="#dddddd", zorder=0)
     metric = ranked[0].get("primary_metric_name") or data.get("protocol", {}).get("config", {}).get("primary_metric")
-    ax.set_xlabel(f"{_literal(metric)} (primary score; axis zoomed to the data, not from 0)")
+    ax.set_xlabel(f"{_literal(metric)} (primary score)\naxis zoomed to the data, not from 0", fontsize=9)
     ax.set_title("Ranking")
     return fig
 
 
 def ranking(data: Mapping[str, Any]) -> str | None:
-    return _svg_or_none(ranking_figure(data))
+    return svg_or_none(ranking_figure(data))
 
 
 def per_class_figure(data: Mapping[str, Any]) -> Any | None:
@@ -132,26 +159,27 @@ def per_class_figure(data: Mapping[str, Any]) -> Any | None:
     if not ranked:
         return None
     keys = list(ranked[0]["overlap"]["per_class_scores"])[:MAX_CLASSES]
-    labels = [_literal(ranked[0]["overlap"].get("labels", {}).get(k, k)) for k in keys]
+    labels = _labels([ranked[0]["overlap"].get("labels", {}).get(k, k) for k in keys], limit=NAME_LIMIT - 12)
     fig = _figure(min(11.0, max(6.0, 0.25 * len(keys) * len(ranked))), 4.0)
     ax = fig.subplots()
     width = 0.8 / len(ranked)
-    for j, r in enumerate(ranked):
+    for j, (r, name) in enumerate(zip(ranked, _labels([r["name"] for r in ranked]))):
         scores = r["overlap"]["per_class_scores"]
         ax.bar([i + j * width for i in range(len(keys))], [scores.get(k, math.nan) for k in keys], width,
-               label=_literal(r["name"]))
+               label=name)
     short = max(len(str(label)) for label in labels) <= 4
     ax.set_xticks([i + width * (len(ranked) - 1) / 2 for i in range(len(keys))], labels, rotation=0 if short else 45,
                   ha="center" if short else "right", fontsize=9)
     ax.set_ylim(0, 1.0)
     ax.set_ylabel("overlap score (1 = separated)")
-    ax.set_title(f"Per-class overlap of the top {len(ranked)} candidate(s)")
-    fig.legend(loc="outside lower center", ncols=len(ranked), fontsize=8)
+    ax.set_title(f"Per-class overlap of the top {len(ranked)} candidate(s)"
+                 + _first_classes(len(keys), len(ranked[0]["overlap"]["per_class_scores"])))
+    _legend(fig, ax)
     return fig
 
 
 def per_class(data: Mapping[str, Any]) -> str | None:
-    return _svg_or_none(per_class_figure(data))
+    return svg_or_none(per_class_figure(data))
 
 
 def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
@@ -161,10 +189,10 @@ def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
         return None
     overlap = ranked[0]["overlap"]
     keys = list(overlap["pairwise_scores"])[:MAX_CLASSES]
-    labels = [_literal(overlap.get("labels", {}).get(k, k)) for k in keys]
+    labels = _labels([overlap.get("labels", {}).get(k, k) for k in keys], limit=NAME_LIMIT - 12)
     matrix = [[_number(overlap["pairwise_scores"][a].get(b)) for b in keys] for a in keys]
     finite = [v for row in matrix for v in row if not math.isnan(v)]
-    low, high = _colour_limits(finite)
+    low, high = _limits(finite)
     width = max(5.5, 1.8 + 0.42 * len(keys))  # room for the title and the colour bar at 2 or 3 classes
     fig = _figure(width, max(4.0, 1.2 + 0.38 * len(keys)))
     ax = fig.subplots()
@@ -173,27 +201,20 @@ def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
     ax.set_yticks(range(len(keys)), labels, fontsize=8)
     ax.set_xlabel("colour scale fitted to this matrix", fontsize=8)
     fig.colorbar(image, ax=ax, label="pairwise overlap (1 = separated)")
-    ax.set_title(textwrap.fill(f"Pairwise overlap: {_literal(ranked[0]['name'])}", width=int(width * 9)))
+    ax.set_title(textwrap.fill(f"Pairwise overlap: {_literal(ranked[0]['name'])}", width=int(width * 9))
+                 + _first_classes(len(keys), len(overlap["pairwise_scores"])))
     return fig
 
 
-def _colour_limits(values: Sequence[float]) -> tuple[float, float]:
-    """The values' range, widened to 0.01 when flat, never past the score's own 0–1 range (an all-1.0 matrix: 0.99–1)."""
-    low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    if high - low < 0.01:
-        middle = min(max((low + high) / 2, 0.005), 0.995)
-        low, high = middle - 0.005, middle + 0.005
-    return max(low, 0.0), min(high, 1.0)
-
-
 def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
-    return _svg_or_none(pairwise_figure(data))
+    return svg_or_none(pairwise_figure(data))
 
 
-def compression_frontier(data: Mapping[str, Any]) -> str | None:
+def compression_frontier_figure(data: Mapping[str, Any]) -> Any | None:
     """Primary score against evaluated bytes per row, one series per source embedding, frontier variants ringed.
 
     Drawn from :func:`vertebrae.extractors.compression.frontier_rows` (the Markdown frontier table's rows), so the two agree.
+    Variants on the frontier are labelled first, then the others, each where its label fits.
     """
     from ..extractors.compression import frontier_rows
 
@@ -202,24 +223,31 @@ def compression_frontier(data: Mapping[str, Any]) -> str | None:
         return None
     fig = _figure(6.5, 4.0)
     ax = fig.subplots()
-    for source in dict.fromkeys(row["source"] for row in rows):
+    sources = list(dict.fromkeys(row["source"] for row in rows))
+    for source, label in zip(sources, _labels(sources)):
         series = sorted((r for r in rows if r["source"] == source), key=lambda r: r["evaluated_bytes_per_row"])
-        xs, ys = [r["evaluated_bytes_per_row"] for r in series], [r["primary_score"] for r in series]
-        ax.plot(xs, ys, marker="o", label=_literal(source))
-        on_frontier = [r for r in series if r["frontier"]]
-        ax.scatter([r["evaluated_bytes_per_row"] for r in on_frontier], [r["primary_score"] for r in on_frontier],
-                   s=120, facecolors="none", edgecolors="#C44E52")
-        _annotate(ax, [(x, y, r["variant"]) for x, y, r in zip(xs, ys, series)])
+        ax.plot([r["evaluated_bytes_per_row"] for r in series], [r["primary_score"] for r in series], marker="o",
+                label=label)
+    on_frontier = [r for r in rows if r["frontier"]]
+    ax.scatter([r["evaluated_bytes_per_row"] for r in on_frontier], [r["primary_score"] for r in on_frontier],
+               s=120, facecolors="none", edgecolors="#C44E52")
     ax.set_xscale("log")
-    ax.set_xlabel("evaluated bytes per row (log scale); ringed: on the quality/size frontier")
+    ax.set_xlabel("evaluated bytes per row (log scale)\nringed: on the quality/size frontier", fontsize=9)
     ax.set_ylabel(f"{_literal(rows[0]['primary_metric'])} (primary score)")
     ax.set_title("Compression frontier")
-    ax.legend(fontsize=8)
-    return _svg(fig)
+    _legend(fig, ax)
+    labelled = sorted(rows, key=lambda r: not r["frontier"])
+    _annotate(fig, ax, [(r["evaluated_bytes_per_row"], r["primary_score"], r["variant"]) for r in labelled])
+    return fig
 
 
-def cohort_resources(data: Mapping[str, Any]) -> str | None:
-    """Quality-cohort members' primary score against warm latency (else embedding bytes) from ``resource_profile``."""
+def compression_frontier(data: Mapping[str, Any]) -> str | None:
+    return svg_or_none(compression_frontier_figure(data))
+
+
+def cohort_resources_figure(data: Mapping[str, Any]) -> Any | None:
+    """Quality-cohort members' primary score against warm latency (else embedding bytes) from ``resource_profile``;
+    the best-ranked members are labelled first, each where its label fits."""
     from ..families.result_protocol import result_from_dict
 
     cohort = {r.name for r in result_from_dict(data).quality_cohort()}
@@ -233,14 +261,18 @@ def cohort_resources(data: Mapping[str, Any]) -> str | None:
     fig = _figure(6.5, 4.0)
     ax = fig.subplots()
     ax.scatter([p[0] for p in points], [p[1] for p in points], color="#55A868")
-    _annotate(ax, points)
     ax.set_xlabel(label)
     ax.set_ylabel(f"{_literal(members[0]['primary_metric_name'])} (primary score)")
     ax.set_title("Quality cohort: score against resources")
-    return _svg(fig)
+    _annotate(fig, ax, points)
+    return fig
 
 
-def monitor_trend(data: Mapping[str, Any]) -> str | None:
+def cohort_resources(data: Mapping[str, Any]) -> str | None:
+    return svg_or_none(cohort_resources_figure(data))
+
+
+def monitor_trend_figure(data: Mapping[str, Any]) -> Any | None:
     """Primary score per extractor over a monitor's snapshots (``rows`` with ``evaluation_index``)."""
     series: dict[str, list[tuple[float, float]]] = {}
     for row in data.get("rows", []):
@@ -250,88 +282,177 @@ def monitor_trend(data: Mapping[str, Any]) -> str | None:
         return None
     fig = _figure(7, 3.8)
     ax = fig.subplots()
-    for name, values in series.items():
+    for (name, values), label in zip(series.items(), _labels(list(series))):
         values.sort()
-        ax.plot([v[0] for v in values], [v[1] for v in values], marker="o", label=_literal(name))
+        ax.plot([v[0] for v in values], [v[1] for v in values], marker="o", label=label)
     failed = sorted({row["evaluation_index"] for row in data["rows"] if row.get("status") == "failed"})
     for index in failed:
         ax.axvline(index, color="#C44E52", linestyle=":", linewidth=1)
+    ax.xaxis.get_major_locator().set_params(integer=True)  # snapshots are counted: no tick at 0.5
     ax.set_xlabel("snapshot (evaluation_index)" + ("; dotted: failed snapshot" if failed else ""))
     ax.set_ylabel("primary score")
     ax.set_title("Monitor trend")
-    ax.legend(fontsize=8)
-    return _svg(fig)
+    _legend(fig, ax)
+    return fig
 
 
-def screening_rungs(data: Mapping[str, Any]) -> str | None:
+def monitor_trend(data: Mapping[str, Any]) -> str | None:
+    return svg_or_none(monitor_trend_figure(data))
+
+
+def screening_rungs_figure(data: Mapping[str, Any]) -> Any | None:
     """Each candidate's partial score at every screening rung it was scored on (finalists solid, the others faint)."""
     screened = [r for r in data["extractor_results"] if (r.get("screening") or {}).get("rungs")]
     if not screened:
         return None
     fig = _figure(7, 3.8)
     ax = fig.subplots()
-    for r in screened:
+    for r, name in zip(screened, _labels([r["name"] for r in screened])):
         rungs = r["screening"]["rungs"]
         finalist = r["screening"]["status"] == "finalist"
         ax.plot([e["rows"] for e in rungs], [e["partial_score"] for e in rungs], marker="o" if finalist else ".",
                 alpha=1.0 if finalist else 0.35, linestyle="-" if finalist else "--",
-                label=_literal(r["name"]) if finalist else None)
+                label=name if finalist else None)
     ax.set_xscale("log")
     ax.set_xlabel("rows in the rung (log scale)")
-    ax.set_ylabel("partial score (mean of the rung's repeats)")
+    ax.set_ylabel("partial score\n(mean of the rung's repeats)")
     ax.set_title("Screening: scores across rungs (dashed: screened out)")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    return _svg(fig)
+    _legend(fig, ax)
+    return fig
 
 
-def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
-    """Each cutoff metric at every k, one panel per metric, forward direction (and reverse when run)."""
+def screening_rungs(data: Mapping[str, Any]) -> str | None:
+    return svg_or_none(screening_rungs_figure(data))
+
+
+def retrieval_cutoffs_figure(data: Mapping[str, Any]) -> Any | None:
+    """Each cutoff metric at every k, one panel per metric, forward direction (and reverse, dashed, in the same
+    colour, when run), for the best-ranked candidates (:data:`TOP_RETRIEVAL`; the title says when there are more)."""
     from ..families.retrieval.config import CUTOFF_METRICS
 
     cutoffs = data.get("protocol", {}).get("config", {}).get("cutoffs")
     if not cutoffs:
         return None
+    ranked = _ranked(data)
+    shown = ranked[:TOP_RETRIEVAL]
     fig = _figure(3.0 * 3, 2.6 * 2)
     axes = fig.subplots(2, 3, sharex=True).ravel()
     for ax, metric in zip(axes, CUTOFF_METRICS):
-        for entry in [e for e in data["extractor_results"] if not e.get("error")]:
+        for entry, name in zip(shown, _labels([e["name"] for e in shown])):
+            colour = None  # one colour per candidate: the legend lists candidates, the line style the direction
             for direction, style in (("forward", "-"), ("reverse", "--")):
                 if entry.get(direction):
                     values = [entry[direction]["metrics"][f"{metric}@{k}"] for k in cutoffs]
-                    suffix = "" if direction == "forward" else " (reverse)"
-                    ax.plot(cutoffs, values, style, marker="o", label=_literal(entry["name"]) + suffix)
+                    line, = ax.plot(cutoffs, values, style, marker="o", color=colour,
+                                    label=name if colour is None else None)
+                    colour = line.get_color()
         ax.set_title(f"{metric}@k", fontsize=9)
         ax.set_ylim(0, 1.05)
-    axes[0].legend(fontsize=7)
-    fig.supxlabel("cutoff k")
-    return _svg(fig)
+    notes = ["dashed: reverse direction"] if any(e.get("reverse") for e in shown) else []
+    if len(ranked) > len(shown):
+        notes.insert(0, f"the {len(shown)} best-ranked of {len(ranked)} candidates (the table has every one)")
+    if notes:
+        title = "; ".join(notes)
+        fig.suptitle(title[0].upper() + title[1:], fontsize=9)
+    for ax in axes[3:]:  # not a supxlabel: an outside legend below would cover it
+        ax.set_xlabel("cutoff k", fontsize=9)
+    _legend(fig, axes[0])
+    return fig
 
 
-#: (title, figure function) in page order; each is drawn only when its data exists.
-BENCHMARK_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
-    ("Ranking", ranking), ("Per-class scores", per_class), ("Pairwise overlap", pairwise_heatmap),
-    ("Compression frontier", compression_frontier), ("Quality cohort resources", cohort_resources),
-    ("Screening", screening_rungs))
-ZERO_SHOT_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Ranking", ranking),)
-RETRIEVAL_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (
-    ("Ranking", ranking), ("Metrics at each cutoff", retrieval_cutoffs))
-MONITOR_FIGURES: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]] = (("Trend", monitor_trend),)
+def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
+    return svg_or_none(retrieval_cutoffs_figure(data))
+
+
+#: (title, figure function) in page order; each is drawn only when its data exists (the function returns None).
+Drawing = Callable[[Mapping[str, Any]], Any]
+BENCHMARK_FIGURES: Sequence[tuple[str, Drawing]] = (
+    ("Ranking", ranking_figure), ("Per-class scores", per_class_figure), ("Pairwise overlap", pairwise_figure),
+    ("Compression frontier", compression_frontier_figure), ("Quality cohort resources", cohort_resources_figure),
+    ("Screening", screening_rungs_figure))
+ZERO_SHOT_FIGURES: Sequence[tuple[str, Drawing]] = (("Ranking", ranking_figure),)
+RETRIEVAL_FIGURES: Sequence[tuple[str, Drawing]] = (
+    ("Ranking", ranking_figure), ("Metrics at each cutoff", retrieval_cutoffs_figure))
+MONITOR_FIGURES: Sequence[tuple[str, Drawing]] = (("Trend", monitor_trend_figure),)
 
 
 # ------------------------------------------------------------------ helpers
+def _first_classes(shown: int, total: int) -> str:
+    """The title's second line when a figure shows only the first :data:`MAX_CLASSES` classes."""
+    return f"\nthe first {shown} of {total} classes (the tables have every one)" if total > shown else ""
+
+
+def _limits(values: Sequence[float], pad: float = 0.0) -> tuple[float, float]:
+    """The values' range with ``pad`` of it added on each side, at least 0.01 wide (one score's ticks stay
+    readable), and inside 0-1 when every value is (every overlap, accuracy and retrieval score): an all-1.0 matrix
+    gets a 0.99-1 colour bar, never one reaching 1.004, a value a 0-1 score cannot take."""
+    bounded = bool(values) and 0.0 <= min(values) and max(values) <= 1.0
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    if high - low < 0.01:
+        middle = (low + high) / 2
+        middle = min(max(middle, 0.005), 0.995) if bounded else middle
+        low, high = middle - 0.005, middle + 0.005
+    margin = (high - low) * pad
+    low, high = low - margin, high + margin
+    return (max(low, 0.0), min(high, 1.0)) if bounded else (low, high)
+
+
 def _number(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
-def _higher_is_better(r: Mapping[str, Any]) -> bool:
-    metric = r.get("metrics", {}).get(r.get("primary_metric_name"), {})
-    return metric.get("higher_is_better", True)
+def _legend(fig: Any, ax: Any) -> None:
+    """The axes' labelled series in a legend below the figure's axes, in as many columns as the figure's width
+    holds, at most :data:`LEGEND_ENTRIES` entries and then one "N more" entry; the figure grows by its height.
+
+    Why below and capped: a legend inside the axes covers the data, and 100 monitored extractors or 200 retrieval
+    series listed in one column run off the canvas.
+    """
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    if len(handles) > LEGEND_ENTRIES + 1:
+        from matplotlib.lines import Line2D
+
+        more = len(handles) - LEGEND_ENTRIES
+        handles = [*handles[:LEGEND_ENTRIES], Line2D([], [], linestyle="none")]
+        labels = [*labels[:LEGEND_ENTRIES], f"and {more} more (in the tables)"]
+    width, height = fig.get_size_inches()
+    per_column = 0.75 + 0.075 * max(len(label) for label in labels)  # inches: handle, gap, 8-point text
+    columns = max(1, min(len(labels), int(width // per_column)))
+    rows = -(-len(labels) // columns)
+    fig.set_size_inches(width, height + 0.2 * rows)
+    fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize=8)
 
 
-def _annotate(ax: Any, points: Sequence[tuple[float, float, str]]) -> None:
-    for x, y, name in points:
-        ax.annotate(_literal(name), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+#: Where a point's label may go, tried in order: (x, y) offset in points and its alignment.
+_LABEL_PLACES = (((4, 4), "left", "bottom"), ((-4, 4), "right", "bottom"), ((4, -4), "left", "top"),
+                 ((-4, -4), "right", "top"))
+
+
+def _annotate(fig: Any, ax: Any, points: Sequence[tuple[float, float, str]]) -> None:
+    """Label the points in order, each at the first place where its label lies inside the axes and clear of every
+    label placed before it; a point with no such place stays unlabelled (the report's tables name every point).
+
+    Runs last: it lays the figure out first and keeps the labels out of the layout, so the label boxes it measures
+    are where the SVG draws them.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    inside, placed = ax.get_window_extent(renderer), []
+    for (x, y, name), text in zip(points, _labels([p[2] for p in points])):
+        for offset, ha, va in _LABEL_PLACES:
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, ha=ha, va=va, fontsize=7)
+            label.set_in_layout(False)
+            box = label.get_window_extent(renderer).padded(1)
+            if (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+                    and not any(box.overlaps(other) for other in placed)):
+                placed.append(box)
+                break
+            label.remove()
 
 
 def _resource_points(members: Sequence[Mapping[str, Any]], section: str, field: str,

@@ -103,11 +103,11 @@ def html_section(section: Section) -> str:
 
 
 def _figures(data: Mapping[str, Any],
-             chosen: Sequence[tuple[str, Callable[[Mapping[str, Any]], str | None]]]) -> str:
+             chosen: Sequence[tuple[str, figures.Drawing]]) -> str:
     """The figures section; without matplotlib nothing (the hint is under the title, see :func:`page`)."""
     if not figures.available():
         return ""
-    drawn = [(title, draw(data)) for title, draw in chosen]
+    drawn = [(title, figures.svg_or_none(draw(data))) for title, draw in chosen]
     parts = [f"<figure>{svg}<figcaption>{esc(title)}</figcaption></figure>\n" for title, svg in drawn if svg]
     return "<h2>Figures</h2>\n" + ("".join(parts) or "<p class=\"note\">No figure has data in this result.</p>\n")
 

