@@ -279,7 +279,7 @@ def test_a_stratified_sample_of_mutations_renders_or_is_refused_in_one_line(corp
 def test_5000_mutated_files_across_every_family_render_or_are_refused(corpus, tmp_path):
     """The issue's bar: at least 5,000 files across families (screened, adaptive, refereed and probe results
     included) x the 4 calls, 0 raw tracebacks, none over the per-call limit.  Stratified, so every field gets two
-    changes (940 s on a shared 2-core machine, 1,499 s under a load near 18: docs/results.md)."""
+    changes (940 s to 1,499 s on a shared 2-core machine: docs/results.md)."""
     findings, tally = fuzz(corpus, tmp_path, 5_200, seed=7, log=os.environ.get("VERTEBRAE_FUZZ_LOG"),
                            workers=os.cpu_count() or 1)
     assert tally["files"] == 5_200 and tally["calls"] == 5_200 * len(CALLS), tally
@@ -344,7 +344,7 @@ FOUND_BY_THE_LONG_RUN = {  # raw tracebacks of `vertebrae report` (both formats)
 }
 
 
-FOUND_WITH_FIGURES = {  # a sweep of every number field's extreme changes through the HTML report with figures on
+FOUND_WITH_FIGURES = {  # a sweep of number fields' extreme changes through the HTML report with figures on
     "a per-class score beyond 64 bits": ("adaptive", lambda d: d["extractor_results"][0]["overlap"][
         "per_class_scores"].update({"int:0": 10 ** 40}), ".overlap.per_class_scores.int:0: malformed value (expected an "
                                                           "integer within 64 bits"),
