@@ -9,7 +9,7 @@ reads are not declared and pass as they are (see docs/results.md, "Loading check
 A schema is plain data:
 
 * a type (``str``, ``bool``, ``dict``, ``list``): the value is an instance (``dict`` any JSON object);
-* :class:`Number` (``NUMBER``, ``INT``, ``PROBABILITY`` ...): a finite int or float, never a bool;
+* :class:`Number` (``NUMBER``, ``INT``, ``PROBABILITY`` ...): a finite float, or an int within 64 bits, never a bool;
 * ``{key: schema}``: a JSON object holding every key (``"key?"``: the key may be absent);
 * ``[schema]``: a list whose every item matches;
 * :func:`nullable`, :class:`MapOf`, :class:`Choice`, :class:`AnyOf`, :class:`Switch`: None allowed,
@@ -72,6 +72,8 @@ class Switch:
     cases: Mapping[Any, Any]
 
 
+#: The integers a result holds fit numpy's int64 (a run writes nothing larger; 10**40 broke a figure's arithmetic).
+INT64 = (-2**63, 2**63 - 1)
 NUMBER = Number()
 INT = Number(integer=True)
 COUNT = Number(integer=True, low=0)
@@ -103,6 +105,8 @@ def check_number(value: Any, number: Number, path: str) -> None:
         finite = False
     if not finite:
         _fail(path, f"malformed value (expected a finite number, got {value!r:.40})")
+    if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:  # numpy (and matplotlib) overflow on it
+        _fail(path, f"malformed value (expected an integer within 64 bits, got {value!r:.40})")
     if (number.low is not None and value < number.low) or (number.high is not None and value > number.high):
         _fail(path, f"malformed value ({value!r} is outside [{number.low}, {number.high}])")
 

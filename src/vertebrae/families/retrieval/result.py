@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from ...errors import InputTypeError, InputValidationError
 from ...extractors.profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ...execution.plan import artifact_key
@@ -157,6 +159,21 @@ def _metrics_complete(data: Mapping[str, Any]) -> bool:
             and all(names <= set(e[d]["metrics"]) for e in scored for d in DIRECTIONS if e[d] is not None))
 
 
+def _primary_scores_are_means(data: Mapping[str, Any], path: str) -> None:
+    """Every scored entry's primary score is the mean of its directions' primary metric, as ``assemble`` writes
+    it (the ranking figure draws it: a score no run could give, 1e308, broke the axis)."""
+    primary = data["protocol"]["config"]["primary_metric"]
+
+    def is_mean(entry: Mapping[str, Any]) -> bool:
+        scores = [entry[d]["metrics"].get(primary) for d in DIRECTIONS if entry[d] is not None]
+        return entry.get("error") is not None or (None not in scores
+                                                  and entry["primary_score"] == float(np.mean(scores)))
+
+    mean = rule(is_mean, f"primary_score must be the mean of its directions' {primary!r}")
+    for i, entry in enumerate(data["extractor_results"]):
+        check(entry, mean, f"{path}.extractor_results[{i}]")
+
+
 #: What reports, DataFrames and ``compare`` read of a serialized RetrievalBenchmarkResult (checked on load).
 SCHEMA = both({
     "protocol": {"config": {"primary_metric": str, "cutoffs": [Number(integer=True, low=1)], "similarity": ANY,
@@ -169,7 +186,8 @@ SCHEMA = both({
                  "reverse": nullable({"n_queries": ANY, "n_skipped": ANY})},
     "extractor_results": [_ENTRY_SCHEMA], "warnings": [str],
     "metadata": RECORDED_ENVELOPE_SCHEMA, "timing": {**TIMING_ENVELOPE_SCHEMA, "runtime": RUNTIME_SCHEMA}},
-    rule(_metrics_complete, "every scored entry needs every metric at every cutoff, in the same directions"))
+    rule(_metrics_complete, "every scored entry needs every metric at every cutoff, in the same directions"),
+    _primary_scores_are_means)
 
 
 @dataclasses.dataclass

@@ -111,7 +111,10 @@ _RESULT_SCHEMA = both(
      "embedding": {"samples?": _BRANCH_SCHEMA, "prompts?": _BRANCH_SCHEMA},
      "compression?": compression_schema({"samples": FOOTPRINT_SCHEMA})},
     rule(lambda r: r.get("error") is not None or set(REPORTED_MARGINS) <= set(r["margins"]),
-         f"a result without an error needs the margins {list(REPORTED_MARGINS)}"))
+         f"a result without an error needs the margins {list(REPORTED_MARGINS)}"),
+    rule(lambda r: r.get("error") is not None or (r["primary_metric_name"] in r["scores"]
+                                                  and r["primary_score"] == r["scores"][r["primary_metric_name"]]),
+         "primary_score must be the score of the primary metric"))
 #: What reports, DataFrames and ``compare`` read of a serialized ZeroShotBenchmarkResult (checked on load).
 SCHEMA = both({
     "protocol": {"config": {"metric": str, "top_k": [Number(integer=True, low=1)], "similarity": ANY,
