@@ -45,6 +45,7 @@ preprocessing, keyed by row index), so further draws and reruns embed only rows 
     python benchmarks/backbone_media.py --smoke --cache /tmp/media      # one draw of each task: shapes, times, costs
     python benchmarks/backbone_media.py --cache /tmp/media              # both tasks, 3 draws, evaluated
     python benchmarks/backbone_media.py --image-size-effect --cache /tmp/media   # 224 px against a smaller size
+    python benchmarks/backbone_media.py --profiles --cache /tmp/media  # each backbone alone: latency, peak RSS
 """
 
 from __future__ import annotations
@@ -609,6 +610,55 @@ def print_costs(rows: Sequence[Mapping[str, Any]]) -> None:
               f"{1000 * row['seconds_per_item']:>13.1f}")
 
 
+def _profile_child(name: str, n_items: int, image_size: int, threads: int, cache: str | None, queue: Any) -> None:
+    """One backbone alone, profiled by the product (``ResourceProfilingConfig``) over ``n_items`` stratified
+    Fashion-MNIST images or keyword clips: the profile of its first result (every output shares the one pass)."""
+    import warnings
+
+    import torch
+
+    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, ResourceProfilingConfig, SeparatixConfig
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(threads)
+    if name == "whisper_tiny.en":
+        clips = keyword_set(None if cache is None else Path(cache))
+        rows = stratified_rows(clips.labels, n_items // len(KEYWORDS), 0)
+        inputs, labels = [clips.waves[i] for i in rows], clips.labels[rows]
+        extractor = whisper_extractors(WhisperTiny(threads=threads))["whisper:mean"]
+    else:
+        images, all_labels = load_fashion_mnist()
+        rows = stratified_rows(all_labels, n_items // len(FASHION_CLASSES), 0)
+        inputs, labels = images[rows], all_labels[rows]
+        extractor = image_backbones(image_size)[name].build()
+    dataset = BenchmarkDataset.from_arrays(inputs, labels, identity=DatasetIdentity.declared(name, f"profile-{n_items}"))
+    result = Benchmark(dataset, [extractor], resource_profiling=ResourceProfilingConfig(), stability_config=None,
+                       separatix_config=SeparatixConfig(enabled=False), progress=False).run()
+    queue.put(dict(result.extractor_results[0].resource_profile))
+
+
+def run_profiles(args: argparse.Namespace) -> None:
+    """Each backbone alone in a fresh process: latency, throughput, peak RSS, parameters, checkpoint bytes."""
+    from fresh_process import in_fresh_process
+
+    backbones = image_backbones(args.image_size)
+    print(f"\n{args.profile_items} items each (images at {args.image_size} px, batch 32; clips: Whisper batch 16), "
+          f"each backbone alone in a fresh process, {args.threads} thread(s)")
+    print("| backbone | parameters | checkpoint MB | first call s | warm batch median s | items/s | peak RSS MiB "
+          "| RSS increase MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in (*backbones, "whisper_tiny.en"):
+        if name in backbones:
+            params, checkpoint = backbones[name].parameters(), file_bytes(backbones[name].checkpoint())
+        else:
+            params, checkpoint = whisper_encoder_parameters(), file_bytes(WhisperTiny.model_path())
+        p = in_fresh_process(_profile_child, name, args.profile_items, args.image_size, args.threads, args.cache)
+        lat, thr, mem = p["latency"], p["throughput"], p["host_memory"]
+        warm = "—" if lat["warm_median_seconds"] is None else f"{lat['warm_median_seconds']:.3f}"
+        print(f"| {name} | {params:,} | {checkpoint / 1e6:.1f} | {lat['first_call_seconds']:.2f} | {warm} | "
+              f"{thr['samples_per_second']:.1f} | {mem['peak_rss_bytes'] / 2**20:.0f} | "
+              f"{mem['peak_increase_bytes'] / 2**20:.0f} |", flush=True)
+
+
 def print_draw(task: str, draw: Draw) -> None:
     """Shapes and sizes of one draw's candidates."""
     print(f"\n{task}: {len(draw.y):,} rows, {len(set(draw.y.tolist()))} classes, {len(draw.candidates)} candidates")
@@ -683,6 +733,9 @@ def main() -> None:
                         help="torch threads (1: on a loaded shared machine a second thread mostly waits)")
     parser.add_argument("--backbones", default="mobilenet_v2,efficientnet_lite0",
                         help="image backbones to embed (with --embed-only: one process per backbone fills the cache)")
+    parser.add_argument("--profiles", action="store_true",
+                        help="each backbone alone in a fresh process, profiled by ResourceProfilingConfig")
+    parser.add_argument("--profile-items", type=int, default=160, help="images (clips) each backbone embeds in --profiles")
     parser.add_argument("--embed-only", action="store_true",
                         help="only fill --cache with the draws' embeddings (no evaluation)")
     parser.add_argument("--cache", default=None, help="folder keeping the embeddings between runs")
@@ -697,6 +750,8 @@ def main() -> None:
         image_size_effect(args)
     elif args.whisper_window_effect:
         whisper_window_effect(args)
+    elif args.profiles:
+        run_profiles(args)
     elif args.embed_only:
         seeds = list(range(args.draws))
         for task in args.tasks.split(","):
