@@ -46,6 +46,9 @@ preprocessing, keyed by row index), so further draws and reruns embed only rows 
     python benchmarks/backbone_media.py --cache /tmp/media              # both tasks, 3 draws, evaluated
     python benchmarks/backbone_media.py --image-size-effect --cache /tmp/media   # 224 px against a smaller size
     python benchmarks/backbone_media.py --profiles --cache /tmp/media  # each backbone alone: latency, peak RSS
+    python benchmarks/backbone_media.py --probe-scores --cache /tmp/media   # the probe score of every candidate
+    python benchmarks/backbone_media.py --first-seed 1 --draws 1 --save DIR  # one draw per process; then:
+    python benchmarks/bench_agreement.py --combine DIR/*.pkl
 """
 
 from __future__ import annotations
@@ -711,6 +714,23 @@ def whisper_window_effect(args: argparse.Namespace) -> None:
         print(f"    {name:<24}{score:.3f}")
 
 
+def probe_scores(args: argparse.Namespace) -> None:
+    """The reference itself on one draw (seed ``--first-seed``) of each task: every candidate's 5-fold probe score
+    (seed 0), best first, so the agreement tables can be read against how far apart the candidates are."""
+    from vertebrae import LinearProbeMetric
+
+    probe, seed = LinearProbeMetric(), args.first_seed
+    for task in args.tasks.split(","):
+        (draw,) = (fashion_mnist_draws([seed], args.per_class, args.cache, image_size=args.image_size,
+                                       pool_per_class=args.pool_per_class) if task == "fashion_mnist"
+                   else keyword_draws([seed], args.clips_per_class, args.cache))
+        scores = {name: probe(np.asarray(matrix), draw.y, target_metadata={"target_type": "single_label"},
+                              seed=0)["score"] for name, matrix in draw.candidates.items()}
+        print(f"\n{task} draw {seed}: 5-fold linear probe (seed 0) balanced accuracy, {len(draw.y):,} rows")
+        for name, score in sorted(scores.items(), key=lambda item: -item[1]):
+            print(f"  {name:<40}{np.shape(draw.candidates[name])[1]:>6}  {score:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one draw of each task: shapes, times, backbone costs")
@@ -719,7 +739,11 @@ def main() -> None:
     parser.add_argument("--whisper-window-effect", action="store_true",
                         help="--effect-per-class clips per word through Whisper on 2 s and 30 s windows")
     parser.add_argument("--tasks", default="fashion_mnist,keywords", help="comma-separated: fashion_mnist, keywords")
-    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
+    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds first..first+draws-1)")
+    parser.add_argument("--first-seed", type=int, default=0, help="row seed of the first draw")
+    parser.add_argument("--save", default=None,
+                        help="folder to write each draw's outcome to (TASK-drawSEED.pkl; print them together with "
+                             "bench_agreement.py --combine), so draws can run in separate processes")
     parser.add_argument("--per-class", type=int, default=150, help="Fashion-MNIST images per class in a draw")
     parser.add_argument("--pool-per-class", type=int, default=250,
                         help="Fashion-MNIST draws subsample a fixed stratified pool of this many per class (0: all)")
@@ -733,6 +757,8 @@ def main() -> None:
                         help="torch threads (1: on a loaded shared machine a second thread mostly waits)")
     parser.add_argument("--backbones", default="mobilenet_v2,efficientnet_lite0",
                         help="image backbones to embed (with --embed-only: one process per backbone fills the cache)")
+    parser.add_argument("--probe-scores", action="store_true",
+                        help="every candidate's 5-fold probe score on the draw with seed --first-seed")
     parser.add_argument("--profiles", action="store_true",
                         help="each backbone alone in a fresh process, profiled by ResourceProfilingConfig")
     parser.add_argument("--profile-items", type=int, default=160, help="images (clips) each backbone embeds in --profiles")
@@ -750,10 +776,12 @@ def main() -> None:
         image_size_effect(args)
     elif args.whisper_window_effect:
         whisper_window_effect(args)
+    elif args.probe_scores:
+        probe_scores(args)
     elif args.profiles:
         run_profiles(args)
     elif args.embed_only:
-        seeds = list(range(args.draws))
+        seeds = list(range(args.first_seed, args.first_seed + args.draws))
         for task in args.tasks.split(","):
             next(fashion_mnist_draws(seeds, args.per_class, args.cache, image_size=args.image_size,
                                      pool_per_class=args.pool_per_class, backbones=args.backbones.split(","))
@@ -766,19 +794,24 @@ def main() -> None:
         (draw,) = keyword_draws([0], args.clips_per_class, args.cache)
         print_draw("keywords", draw)
     else:
-        from bench_agreement import evaluate_draw, print_summary, print_task
+        from bench_agreement import evaluate_draw, print_summary, print_task, save_outcome
 
         from vertebrae import StabilityConfig
 
         stability = StabilityConfig(repeats=args.repeats)
-        seeds = list(range(args.draws))
+        seeds = list(range(args.first_seed, args.first_seed + args.draws))
         summaries = []
         for task in args.tasks.split(","):
             draws = (fashion_mnist_draws(seeds, args.per_class, args.cache, image_size=args.image_size,
                                          pool_per_class=args.pool_per_class) if task == "fashion_mnist"
                      else keyword_draws(seeds, args.clips_per_class, args.cache))
-            outcomes = [evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c)
-                        for seed, draw in zip(seeds, draws)]
+            outcomes = []
+            for seed, draw in zip(seeds, draws):
+                outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c))
+                print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed, load average "
+                      f"{os.getloadavg()[0]:.1f})", flush=True)
+                if args.save:
+                    save_outcome(args.save, task, seed, outcomes[-1], stability)
             summaries.append(print_task(task, outcomes, stability))
             print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
         print_summary(summaries)
