@@ -753,6 +753,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="stability repeats")
     parser.add_argument("--auto-c", action="store_true",
                         help="also rank by LinearProbeMetric(C='auto') (nested CV: 5-35x the probe's time)")
+    parser.add_argument("--no-bare", action="store_true",
+                        help="leave out bench_agreement's bare cross_val_score timing (5-10x the fast probe)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: on a loaded shared machine a second thread mostly waits)")
     parser.add_argument("--backbones", default="mobilenet_v2,efficientnet_lite0",
@@ -807,7 +809,7 @@ def main() -> None:
                      else keyword_draws(seeds, args.clips_per_class, args.cache))
             outcomes = []
             for seed, draw in zip(seeds, draws):
-                outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c))
+                outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c, bare=not args.no_bare))
                 print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed, load average "
                       f"{os.getloadavg()[0]:.1f})", flush=True)
                 if args.save:
