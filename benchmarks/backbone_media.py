@@ -682,7 +682,8 @@ def image_size_effect(args: argparse.Namespace) -> None:
         (draw,) = fashion_mnist_draws([0], args.effect_per_class, args.cache, image_size=size,
                                       pool_per_class=args.pool_per_class)
         print_task(f"fashion_mnist at {size} px",
-                   [evaluate_draw(f"fashion{size}", 0, draw, stability, auto_C=args.auto_c)], stability)
+                   [evaluate_draw(f"fashion{size}", 0, draw, stability, auto_C=args.auto_c, bare=not args.no_bare)],
+                   stability)
 
 
 def whisper_window_effect(args: argparse.Namespace) -> None:
