@@ -671,8 +671,8 @@ def print_draw(task: str, draw: Draw) -> None:
 
 
 def image_size_effect(args: argparse.Namespace) -> None:
-    """One draw embedded at 224 px and at ``--image-size``: each ranking's agreement with the probe, and how the
-    probe scores of the two sizes compare candidate by candidate."""
+    """One draw embedded at 224 px and at ``--image-size``: each ranking's agreement with the probe at each size
+    (``--probe-scores`` with ``--per-class`` set to the same size lists the candidates' probe scores)."""
     from bench_agreement import evaluate_draw, print_task
 
     from vertebrae import StabilityConfig
