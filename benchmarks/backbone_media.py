@@ -27,8 +27,9 @@ Tasks:
                  and its head (``_head_act``, the activated 1280-channel map) x global mean / max pooling, tapped by
                  ``TorchExtractor(layers=, poolings=)`` in one forward pass; raw pixels (784) and PCA of the pixels
                  (fitted per draw).  Images: 28 x 28 grayscale repeated to 3 channels, bilinear resize to
-                 ``image_size`` (224 by default), ImageNet mean/std for MobileNetV2, ``(x*255 - 127) / 128`` for
-                 EfficientNet-Lite0.
+                 ``image_size`` (224 in :func:`fashion_mnist_draws`, as ``bench_backbones.py`` calls it; this
+                 script's ``--image-size`` is 112, the size docs/validity.md uses, where the effect of the size is
+                 measured), ImageNet mean/std for MobileNetV2, ``(x*255 - 127) / 128`` for EfficientNet-Lite0.
 * keywords       10 spoken words synthesized by ``espeak-ng`` (8 English accents x 4 voice variants x 3 speeds x
                  2 pitches = 192 clips a word), resampled to 16 kHz, each clip at a random offset in a 2 s window
                  with white noise at an SNR drawn from ``SNRS_DB`` (per clip, seed 0: the clip set is fixed, draws
@@ -38,6 +39,10 @@ Tasks:
                  mean, std over time), computed here with numpy.  Whisper runs on a 2 s window
                  (``WHISPER_WINDOW_S``), not its 30 s one: 30 s costs 1.4-1.9 s a clip on this machine, 2 s about
                  0.05 s (see docs/validity.md for the effect measured on a subset).
+
+On the shared 2-core machine the evaluation, not the embedding, is the long part: docs/validity.md's panel ran
+each Fashion-MNIST draw in its own process (``--first-seed K --draws 1 --save DIR``) with ``--no-bare`` (the bare
+``cross_val_score`` timing costs several times the fast probe over 29 candidates up to 1,280 wide).
 
 Embeddings are computed once per distinct image or clip and kept in ``cache_dir`` (one ``.npz`` per backbone and
 preprocessing, keyed by row index), so further draws and reruns embed only rows not seen before.
@@ -634,7 +639,8 @@ def _profile_child(name: str, n_items: int, image_size: int, threads: int, cache
         rows = stratified_rows(all_labels, n_items // len(FASHION_CLASSES), 0)
         inputs, labels = images[rows], all_labels[rows]
         extractor = image_backbones(image_size)[name].build()
-    dataset = BenchmarkDataset.from_arrays(inputs, labels, identity=DatasetIdentity.declared(name, f"profile-{n_items}"))
+    identity = DatasetIdentity.declared(name, f"profile-{n_items}")
+    dataset = BenchmarkDataset.from_arrays(inputs, labels, identity=identity)
     result = Benchmark(dataset, [extractor], resource_profiling=ResourceProfilingConfig(), stability_config=None,
                        separatix_config=SeparatixConfig(enabled=False), progress=False).run()
     queue.put(dict(result.extractor_results[0].resource_profile))
@@ -764,7 +770,8 @@ def main() -> None:
                         help="every candidate's 5-fold probe score on the draw with seed --first-seed")
     parser.add_argument("--profiles", action="store_true",
                         help="each backbone alone in a fresh process, profiled by ResourceProfilingConfig")
-    parser.add_argument("--profile-items", type=int, default=160, help="images (clips) each backbone embeds in --profiles")
+    parser.add_argument("--profile-items", type=int, default=160,
+                        help="images (clips) each backbone embeds in --profiles")
     parser.add_argument("--embed-only", action="store_true",
                         help="only fill --cache with the draws' embeddings (no evaluation)")
     parser.add_argument("--cache", default=None, help="folder keeping the embeddings between runs")
