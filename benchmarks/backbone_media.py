@@ -37,8 +37,9 @@ Tasks:
                  ``CallableExtractor`` with a declared ``cache_identity``), mean and max over the clip's own
                  frames; MFCC statistics (13 coefficients: mean, std over time) and log-mel statistics (40 bands:
                  mean, std over time), computed here with numpy.  Whisper runs on a 2 s window
-                 (``WHISPER_WINDOW_S``), not its 30 s one: 30 s costs 1.4-1.9 s a clip on this machine, 2 s about
-                 0.05 s (see docs/validity.md for the effect measured on a subset).
+                 (``WHISPER_WINDOW_S``), not its 30 s one: 30 s cost 19x the time a clip on the loaded
+                 development machine (1,508 against 78 ms) and scored 1-4 points higher on 200 clips
+                 (``--whisper-window-effect``; docs/validity.md).
 
 On the shared 2-core machine the evaluation, not the embedding, is the long part: docs/validity.md's panel ran
 each Fashion-MNIST draw in its own process (``--first-seed K --draws 1 --save DIR``) with ``--no-bare`` (the bare
