@@ -27,8 +27,9 @@ Tasks:
                  and its head (``_head_act``, the activated 1280-channel map) x global mean / max pooling, tapped by
                  ``TorchExtractor(layers=, poolings=)`` in one forward pass; raw pixels (784) and PCA of the pixels
                  (fitted per draw).  Images: 28 x 28 grayscale repeated to 3 channels, bilinear resize to
-                 ``image_size`` (224 by default), ImageNet mean/std for MobileNetV2, ``(x*255 - 127) / 128`` for
-                 EfficientNet-Lite0.
+                 ``image_size`` (224 in :func:`fashion_mnist_draws`, as ``bench_backbones.py`` calls it; this
+                 script's ``--image-size`` is 112, the size docs/validity.md uses, where the effect of the size is
+                 measured), ImageNet mean/std for MobileNetV2, ``(x*255 - 127) / 128`` for EfficientNet-Lite0.
 * keywords       10 spoken words synthesized by ``espeak-ng`` (8 English accents x 4 voice variants x 3 speeds x
                  2 pitches = 192 clips a word), resampled to 16 kHz, each clip at a random offset in a 2 s window
                  with white noise at an SNR drawn from ``SNRS_DB`` (per clip, seed 0: the clip set is fixed, draws
@@ -36,8 +37,13 @@ Tasks:
                  ``CallableExtractor`` with a declared ``cache_identity``), mean and max over the clip's own
                  frames; MFCC statistics (13 coefficients: mean, std over time) and log-mel statistics (40 bands:
                  mean, std over time), computed here with numpy.  Whisper runs on a 2 s window
-                 (``WHISPER_WINDOW_S``), not its 30 s one: 30 s costs 1.4-1.9 s a clip on this machine, 2 s about
-                 0.05 s (see docs/validity.md for the effect measured on a subset).
+                 (``WHISPER_WINDOW_S``), not its 30 s one: 30 s cost 19x the time a clip on the loaded
+                 development machine (1,508 against 78 ms) and scored 1-4 points higher on 200 clips
+                 (``--whisper-window-effect``; docs/validity.md).
+
+On the shared 2-core machine the evaluation, not the embedding, is the long part: docs/validity.md's panel ran
+each Fashion-MNIST draw in its own process (``--first-seed K --draws 1 --save DIR``) with ``--no-bare`` (the bare
+``cross_val_score`` timing costs several times the fast probe over 29 candidates up to 1,280 wide).
 
 Embeddings are computed once per distinct image or clip and kept in ``cache_dir`` (one ``.npz`` per backbone and
 preprocessing, keyed by row index), so further draws and reruns embed only rows not seen before.
@@ -45,6 +51,10 @@ preprocessing, keyed by row index), so further draws and reruns embed only rows 
     python benchmarks/backbone_media.py --smoke --cache /tmp/media      # one draw of each task: shapes, times, costs
     python benchmarks/backbone_media.py --cache /tmp/media              # both tasks, 3 draws, evaluated
     python benchmarks/backbone_media.py --image-size-effect --cache /tmp/media   # 224 px against a smaller size
+    python benchmarks/backbone_media.py --profiles --cache /tmp/media  # each backbone alone: latency, peak RSS
+    python benchmarks/backbone_media.py --probe-scores --cache /tmp/media   # the probe score of every candidate
+    python benchmarks/backbone_media.py --first-seed 1 --draws 1 --save DIR  # one draw per process; then:
+    python benchmarks/bench_agreement.py --combine DIR/*.pkl
 """
 
 from __future__ import annotations
@@ -609,6 +619,56 @@ def print_costs(rows: Sequence[Mapping[str, Any]]) -> None:
               f"{1000 * row['seconds_per_item']:>13.1f}")
 
 
+def _profile_child(name: str, n_items: int, image_size: int, threads: int, cache: str | None, queue: Any) -> None:
+    """One backbone alone, profiled by the product (``ResourceProfilingConfig``) over ``n_items`` stratified
+    Fashion-MNIST images or keyword clips: the profile of its first result (every output shares the one pass)."""
+    import warnings
+
+    import torch
+
+    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, ResourceProfilingConfig, SeparatixConfig
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(threads)
+    if name == "whisper_tiny.en":
+        clips = keyword_set(None if cache is None else Path(cache))
+        rows = stratified_rows(clips.labels, n_items // len(KEYWORDS), 0)
+        inputs, labels = [clips.waves[i] for i in rows], clips.labels[rows]
+        extractor = whisper_extractors(WhisperTiny(threads=threads))["whisper:mean"]
+    else:
+        images, all_labels = load_fashion_mnist()
+        rows = stratified_rows(all_labels, n_items // len(FASHION_CLASSES), 0)
+        inputs, labels = images[rows], all_labels[rows]
+        extractor = image_backbones(image_size)[name].build()
+    identity = DatasetIdentity.declared(name, f"profile-{n_items}")
+    dataset = BenchmarkDataset.from_arrays(inputs, labels, identity=identity)
+    result = Benchmark(dataset, [extractor], resource_profiling=ResourceProfilingConfig(), stability_config=None,
+                       separatix_config=SeparatixConfig(enabled=False), progress=False).run()
+    queue.put(dict(result.extractor_results[0].resource_profile))
+
+
+def run_profiles(args: argparse.Namespace) -> None:
+    """Each backbone alone in a fresh process: latency, throughput, peak RSS, parameters, checkpoint bytes."""
+    from fresh_process import in_fresh_process
+
+    backbones = image_backbones(args.image_size)
+    print(f"\n{args.profile_items} items each (images at {args.image_size} px, batch 32; clips: Whisper batch 16), "
+          f"each backbone alone in a fresh process, {args.threads} thread(s)")
+    print("| backbone | parameters | checkpoint MB | first call s | warm batch median s | items/s | peak RSS MiB "
+          "| RSS increase MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in (*backbones, "whisper_tiny.en"):
+        if name in backbones:
+            params, checkpoint = backbones[name].parameters(), file_bytes(backbones[name].checkpoint())
+        else:
+            params, checkpoint = whisper_encoder_parameters(), file_bytes(WhisperTiny.model_path())
+        p = in_fresh_process(_profile_child, name, args.profile_items, args.image_size, args.threads, args.cache)
+        lat, thr, mem = p["latency"], p["throughput"], p["host_memory"]
+        warm = "—" if lat["warm_median_seconds"] is None else f"{lat['warm_median_seconds']:.3f}"
+        print(f"| {name} | {params:,} | {checkpoint / 1e6:.1f} | {lat['first_call_seconds']:.2f} | {warm} | "
+              f"{thr['samples_per_second']:.1f} | {mem['peak_rss_bytes'] / 2**20:.0f} | "
+              f"{mem['peak_increase_bytes'] / 2**20:.0f} |", flush=True)
+
+
 def print_draw(task: str, draw: Draw) -> None:
     """Shapes and sizes of one draw's candidates."""
     print(f"\n{task}: {len(draw.y):,} rows, {len(set(draw.y.tolist()))} classes, {len(draw.candidates)} candidates")
@@ -618,8 +678,8 @@ def print_draw(task: str, draw: Draw) -> None:
 
 
 def image_size_effect(args: argparse.Namespace) -> None:
-    """One draw embedded at 224 px and at ``--image-size``: each ranking's agreement with the probe, and how the
-    probe scores of the two sizes compare candidate by candidate."""
+    """One draw embedded at 224 px and at ``--image-size``: each ranking's agreement with the probe at each size
+    (``--probe-scores`` with ``--per-class`` set to the same size lists the candidates' probe scores)."""
     from bench_agreement import evaluate_draw, print_task
 
     from vertebrae import StabilityConfig
@@ -629,7 +689,8 @@ def image_size_effect(args: argparse.Namespace) -> None:
         (draw,) = fashion_mnist_draws([0], args.effect_per_class, args.cache, image_size=size,
                                       pool_per_class=args.pool_per_class)
         print_task(f"fashion_mnist at {size} px",
-                   [evaluate_draw(f"fashion{size}", 0, draw, stability, auto_C=args.auto_c)], stability)
+                   [evaluate_draw(f"fashion{size}", 0, draw, stability, auto_C=args.auto_c, bare=not args.no_bare)],
+                   stability)
 
 
 def whisper_window_effect(args: argparse.Namespace) -> None:
@@ -661,6 +722,23 @@ def whisper_window_effect(args: argparse.Namespace) -> None:
         print(f"    {name:<24}{score:.3f}")
 
 
+def probe_scores(args: argparse.Namespace) -> None:
+    """The reference itself on one draw (seed ``--first-seed``) of each task: every candidate's 5-fold probe score
+    (seed 0), best first, so the agreement tables can be read against how far apart the candidates are."""
+    from vertebrae import LinearProbeMetric
+
+    probe, seed = LinearProbeMetric(), args.first_seed
+    for task in args.tasks.split(","):
+        (draw,) = (fashion_mnist_draws([seed], args.per_class, args.cache, image_size=args.image_size,
+                                       pool_per_class=args.pool_per_class) if task == "fashion_mnist"
+                   else keyword_draws([seed], args.clips_per_class, args.cache))
+        scores = {name: probe(np.asarray(matrix), draw.y, target_metadata={"target_type": "single_label"},
+                              seed=0)["score"] for name, matrix in draw.candidates.items()}
+        print(f"\n{task} draw {seed}: 5-fold linear probe (seed 0) balanced accuracy, {len(draw.y):,} rows")
+        for name, score in sorted(scores.items(), key=lambda item: -item[1]):
+            print(f"  {name:<40}{np.shape(draw.candidates[name])[1]:>6}  {score:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="one draw of each task: shapes, times, backbone costs")
@@ -669,7 +747,11 @@ def main() -> None:
     parser.add_argument("--whisper-window-effect", action="store_true",
                         help="--effect-per-class clips per word through Whisper on 2 s and 30 s windows")
     parser.add_argument("--tasks", default="fashion_mnist,keywords", help="comma-separated: fashion_mnist, keywords")
-    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
+    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds first..first+draws-1)")
+    parser.add_argument("--first-seed", type=int, default=0, help="row seed of the first draw")
+    parser.add_argument("--save", default=None,
+                        help="folder to write each draw's outcome to (TASK-drawSEED.pkl; print them together with "
+                             "bench_agreement.py --combine), so draws can run in separate processes")
     parser.add_argument("--per-class", type=int, default=150, help="Fashion-MNIST images per class in a draw")
     parser.add_argument("--pool-per-class", type=int, default=250,
                         help="Fashion-MNIST draws subsample a fixed stratified pool of this many per class (0: all)")
@@ -679,10 +761,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="stability repeats")
     parser.add_argument("--auto-c", action="store_true",
                         help="also rank by LinearProbeMetric(C='auto') (nested CV: 5-35x the probe's time)")
+    parser.add_argument("--no-bare", action="store_true",
+                        help="leave out bench_agreement's bare cross_val_score timing (5-10x the fast probe)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: on a loaded shared machine a second thread mostly waits)")
     parser.add_argument("--backbones", default="mobilenet_v2,efficientnet_lite0",
                         help="image backbones to embed (with --embed-only: one process per backbone fills the cache)")
+    parser.add_argument("--probe-scores", action="store_true",
+                        help="every candidate's 5-fold probe score on the draw with seed --first-seed")
+    parser.add_argument("--profiles", action="store_true",
+                        help="each backbone alone in a fresh process, profiled by ResourceProfilingConfig")
+    parser.add_argument("--profile-items", type=int, default=160,
+                        help="images (clips) each backbone embeds in --profiles")
     parser.add_argument("--embed-only", action="store_true",
                         help="only fill --cache with the draws' embeddings (no evaluation)")
     parser.add_argument("--cache", default=None, help="folder keeping the embeddings between runs")
@@ -697,8 +787,12 @@ def main() -> None:
         image_size_effect(args)
     elif args.whisper_window_effect:
         whisper_window_effect(args)
+    elif args.probe_scores:
+        probe_scores(args)
+    elif args.profiles:
+        run_profiles(args)
     elif args.embed_only:
-        seeds = list(range(args.draws))
+        seeds = list(range(args.first_seed, args.first_seed + args.draws))
         for task in args.tasks.split(","):
             next(fashion_mnist_draws(seeds, args.per_class, args.cache, image_size=args.image_size,
                                      pool_per_class=args.pool_per_class, backbones=args.backbones.split(","))
@@ -711,19 +805,24 @@ def main() -> None:
         (draw,) = keyword_draws([0], args.clips_per_class, args.cache)
         print_draw("keywords", draw)
     else:
-        from bench_agreement import evaluate_draw, print_summary, print_task
+        from bench_agreement import evaluate_draw, print_summary, print_task, save_outcome
 
         from vertebrae import StabilityConfig
 
         stability = StabilityConfig(repeats=args.repeats)
-        seeds = list(range(args.draws))
+        seeds = list(range(args.first_seed, args.first_seed + args.draws))
         summaries = []
         for task in args.tasks.split(","):
             draws = (fashion_mnist_draws(seeds, args.per_class, args.cache, image_size=args.image_size,
                                          pool_per_class=args.pool_per_class) if task == "fashion_mnist"
                      else keyword_draws(seeds, args.clips_per_class, args.cache))
-            outcomes = [evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c)
-                        for seed, draw in zip(seeds, draws)]
+            outcomes = []
+            for seed, draw in zip(seeds, draws):
+                outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c, bare=not args.no_bare))
+                print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed, load average "
+                      f"{os.getloadavg()[0]:.1f})", flush=True)
+                if args.save:
+                    save_outcome(args.save, task, seed, outcomes[-1], stability)
             summaries.append(print_task(task, outcomes, stability))
             print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
         print_summary(summaries)

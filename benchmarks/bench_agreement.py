@@ -352,10 +352,11 @@ def policy_decisions(result: Any, probe: Mapping[str, float]) -> dict[str, dict[
 
 
 def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, *,
-                  auto_C: bool = True, bare_threads: int | None = None) -> DrawOutcome:
+                  auto_C: bool = True, bare: bool = True, bare_threads: int | None = None) -> DrawOutcome:
     """Run vertebrae once on one draw and compare every ranking and referee pick with the 5-fold probe's.
 
-    ``auto_C=False`` leaves out ``LinearProbeMetric(C="auto")`` (its nested cross-validation costs 5-35x the probe).
+    ``auto_C=False`` leaves out ``LinearProbeMetric(C="auto")`` (its nested cross-validation costs 5-35x the probe);
+    ``bare=False`` leaves out the bare scikit-learn call (5-10x the fast probe; its time and gap print as "—").
     ``bare_threads`` limits the BLAS threads of the bare scikit-learn call (None: the default): on a shared machine
     OpenBLAS's threads spin against other processes and inflate it tenfold (docs/metrics.md, "Speed").
     """
@@ -401,19 +402,21 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, 
         agreements[f"referee: {policy}"] = {"weighted_tau": None, "tau_b": None, "top1": top1_same(chosen["pick"], probe),
                                             "regret": regret(chosen["pick"], probe)}
     # The bare scikit-learn call on the same candidates and folds, in this process right after the run.
-    splits, bare, gap = probe_splits(labels, target_type, PROBE_SEED), 0.0, 0.0
-    for name in probe:
+    splits, bare_seconds, gap = probe_splits(labels, target_type, PROBE_SEED), 0.0, 0.0
+    for name in probe if bare else ():
         start = time.perf_counter()
         with threadpool_limits(bare_threads):
             score = bare_probe(np.asarray(draw.candidates[name]), labels, target_type, splits)
-        bare += time.perf_counter() - start
+        bare_seconds += time.perf_counter() - start
         gap = max(gap, abs(score - probe[name]))
+    if not bare:
+        bare_seconds = gap = float("nan")
     runtime = {r.name: r.runtime for r in ranked}
 
     def total(stage: str) -> float:
         return float(sum(s.get(stage, 0.0) for s in runtime.values()))
 
-    seconds = {"probe": total("metric.linear_probe"), "bare": bare, "overlap": total("score"),
+    seconds = {"probe": total("metric.linear_probe"), "bare": bare_seconds, "overlap": total("score"),
                "stability": total("stability"), "ridge": total("metric.ridge_probe"), "lda": total("metric.lda_probe"),
                "auto": total(f"metric.{AUTO_PROBE}"), "referee": float(result.timing["referee"]["seconds"])}
     chosen_C = [c for r in ranked if AUTO_PROBE in r.metrics

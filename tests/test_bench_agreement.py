@@ -124,3 +124,18 @@ def test_policy_decisions_replay_the_recorded_referee_and_judge_everyone_under_a
     assert decisions["all"]["seconds"] == pytest.approx(sum(seconds.values()))
     assert decisions["auto"]["judged"] in ("all", "widened")
     assert decisions["overlap"]["finalists"] <= decisions["auto"]["finalists"] <= len(probe)
+
+
+def test_evaluate_draw_without_the_bare_call_prints_its_time_and_gap_as_missing(capsys):
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.array(["a", "b", "c"]), 20)
+    signal = np.eye(3)[np.searchsorted(["a", "b", "c"], y)] * 3
+    draw = bench.Draw(y, {"signal": signal + rng.normal(size=(60, 3)), "noise": rng.normal(size=(60, 4))})
+    stability = bench.StabilityConfig(repeats=2)
+    outcome = bench.evaluate_draw("tiny", 0, draw, stability, auto_C=False, bare=False)
+    assert np.isnan(outcome.seconds["bare"]) and np.isnan(outcome.bare_gap)
+    assert outcome.seconds["probe"] > 0 and outcome.agreements["overlap"]["top1"]
+    bench.print_task("tiny", [outcome], stability)
+    printed = capsys.readouterr().out
+    assert "bare cross_val_score — s (bare / fast —x)" in printed
+    assert "largest |score difference| — points" in printed
