@@ -51,6 +51,8 @@ Modes:
 
     python benchmarks/bench_backbones.py --quick --cache /tmp/bb         # smoke run: 2 draws, small pools
     python benchmarks/bench_backbones.py --cache /tmp/bb                 # the panel (docs/validity.md)
+    python benchmarks/bench_backbones.py --cache /tmp/bb --tasks tweets --first-seed 1 --draws 1 --save DIR
+    python benchmarks/bench_backbones.py --combine DIR/*.pkl             # tables of draws run as separate processes
     python benchmarks/bench_backbones.py --screening --cache /tmp/bb     # docs/screening.md
     python benchmarks/bench_backbones.py --profiles                      # docs/profiling.md
 """
@@ -72,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_agreement import Draw, evaluate_draw, print_summary, print_task
+from bench_agreement import Draw, combine, evaluate_draw, print_summary, print_task, save_outcome
 from fresh_process import in_fresh_process
 
 #: Eight fortune files with at least 400 texts each whose names are topics (not "cookie", "miscellaneous", ...).
@@ -654,13 +656,18 @@ def _draws(task: str, seeds: Sequence[int], args: argparse.Namespace, cache_root
 def run_panel(args: argparse.Namespace, cache_root: Path) -> None:
     from vertebrae import StabilityConfig
 
-    seeds = list(range(args.draws))
+    seeds = list(range(args.first_seed, args.first_seed + args.draws))
     stability = StabilityConfig(repeats=args.repeats)
     started = time.perf_counter()
     summaries = []
     for task in args.tasks.split(","):
-        outcomes = [evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c)
-                    for seed, draw in zip(seeds, _draws(task, seeds, args, cache_root))]
+        outcomes = []
+        for seed, draw in zip(seeds, _draws(task, seeds, args, cache_root)):
+            outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c))
+            print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed, load average "
+                  f"{os.getloadavg()[0]:.1f})", flush=True)
+            if args.save:
+                save_outcome(args.save, task, seed, outcomes[-1], stability)
         summaries.append(print_task(task, outcomes, stability))
         if task in TEXT_TASKS:
             print("  parameters: " + ", ".join(f"{k} {v:,}" for k, v in parameter_counts(cache_root).items()))
@@ -679,7 +686,11 @@ def main() -> None:
     parser.add_argument("--image-pool-per-class", type=int, default=200,
                         help="fashion_mnist: the fixed pool per class the draws subsample")
     parser.add_argument("--clips-per-class", type=int, default=120, help="keywords: clips per word per draw")
-    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds 0..draws-1)")
+    parser.add_argument("--draws", type=int, default=3, help="sample draws per task (row seeds first..first+draws-1)")
+    parser.add_argument("--first-seed", type=int, default=0, help="row seed of the first draw")
+    parser.add_argument("--save", default=None, help="folder to write each draw's outcome to (TASK-drawSEED.pkl)")
+    parser.add_argument("--combine", nargs="+", default=None, metavar="PKL",
+                        help="print the tables of saved draw outcomes (draws run as separate processes) and stop")
     parser.add_argument("--rows", type=int, default=1000, help="rows per draw (stratified from the pool)")
     parser.add_argument("--pool-tweets", type=int, default=2000, help="tweets in the pool the draws come from")
     parser.add_argument("--per-topic", type=int, default=300, help="fortunes per topic in the pool (each has >= 400)")
@@ -698,6 +709,9 @@ def main() -> None:
     parser.add_argument("--profiles", action="store_true", help="item 6: a resource profile of each backbone")
     parser.add_argument("--profile-rows", type=int, default=256, help="tweets each backbone embeds in --profiles")
     args = parser.parse_args()
+    if args.combine:
+        combine(args.combine)
+        return
     if args.quick:
         args.draws, args.rows, args.pool_tweets, args.per_topic, args.repeats = 2, 200, 300, 40, 3
         args.screen_rows, args.seeds, args.profile_rows = 300, 2, 64
