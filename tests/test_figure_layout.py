@@ -204,7 +204,8 @@ def retrieval_document(runs: dict, n_candidates: int) -> dict:
         r = copy.deepcopy(data["extractor_results"][0]) | {"name": name(i)}
         for direction in ("forward", "reverse"):
             r[direction]["metrics"] = {k: v * (1 - 0.004 * i) for k, v in r[direction]["metrics"].items()}
-        r["primary_score"] = r["forward"]["metrics"][primary]
+        # As the result is assembled (and checked on load): the mean of its directions' primary metric.
+        r["primary_score"] = float(np.mean([r[d]["metrics"][primary] for d in ("forward", "reverse") if r[d]]))
         results.append(r)
     return loaded(data, results)
 
