@@ -805,7 +805,7 @@ def main() -> None:
         (draw,) = keyword_draws([0], args.clips_per_class, args.cache)
         print_draw("keywords", draw)
     else:
-        from bench_agreement import evaluate_draw, print_summary, print_task, save_outcome
+        from bench_agreement import evaluate_task, print_summary
 
         from vertebrae import StabilityConfig
 
@@ -816,14 +816,8 @@ def main() -> None:
             draws = (fashion_mnist_draws(seeds, args.per_class, args.cache, image_size=args.image_size,
                                          pool_per_class=args.pool_per_class) if task == "fashion_mnist"
                      else keyword_draws(seeds, args.clips_per_class, args.cache))
-            outcomes = []
-            for seed, draw in zip(seeds, draws):
-                outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c, bare=not args.no_bare))
-                print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed, load average "
-                      f"{os.getloadavg()[0]:.1f})", flush=True)
-                if args.save:
-                    save_outcome(args.save, task, seed, outcomes[-1], stability)
-            summaries.append(print_task(task, outcomes, stability))
+            summaries.append(evaluate_task(task, seeds, draws, stability, started=started, save=args.save,
+                                           auto_C=args.auto_c, bare=not args.no_bare))
             print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
         print_summary(summaries)
     print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at end {os.getloadavg()[0]:.2f}")

@@ -54,7 +54,7 @@ import dataclasses
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -520,6 +520,22 @@ def print_summary(rows: Sequence[dict[str, Any]]) -> None:
     print(f"  {'C=auto differs':<16}" + "".join(f"{row.get('auto_differs', '—'):>28}" for row in rows))
 
 
+def evaluate_task(task: str, seeds: Sequence[int], draws: Iterable[Draw], stability: StabilityConfig, *,
+                  started: float, save: str | None = None, **options: Any) -> dict[str, Any]:
+    """Evaluate each draw (``evaluate_draw(..., **options)``), saving each as it finishes, and print the task's tables.
+
+    One loop for every panel script, so a killed run keeps the draws it finished (``save``) and all print alike.
+    """
+    outcomes = []
+    for seed, draw in zip(seeds, draws):
+        outcomes.append(evaluate_draw(task, seed, draw, stability, **options))
+        print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed, load average "
+              f"{os.getloadavg()[0]:.1f})", flush=True)
+        if save:
+            save_outcome(save, task, seed, outcomes[-1], stability)
+    return print_task(task, outcomes, stability)
+
+
 def save_outcome(folder: str, task: str, seed: int, outcome: DrawOutcome, stability: StabilityConfig) -> None:
     """Keep one draw's outcome, so draws run in separate processes can be printed together (``--combine``)."""
     import pickle
@@ -591,14 +607,8 @@ def main() -> None:
         draws = (tweet_draws(seeds, args.tweets, layers, args.batch_size, args.embedding_cache) if task == "tweets"
                  else sklearn_draws(task, seeds, args.fraction))
         stability = StabilityConfig(repeats=args.regression_repeats if task == "diabetes" else args.repeats)
-        outcomes = []
-        for seed, draw in zip(seeds, draws):
-            outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=task not in no_auto,
-                                          bare_threads=args.bare_threads))
-            print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
-            if args.save:
-                save_outcome(args.save, task, seed, outcomes[-1], stability)
-        summaries.append(print_task(task, outcomes, stability))
+        summaries.append(evaluate_task(task, seeds, draws, stability, started=started, save=args.save,
+                                       auto_C=task not in no_auto, bare_threads=args.bare_threads))
         print(f"  ({time.perf_counter() - started:.0f} s elapsed)", flush=True)
     print_summary(summaries)
     print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at end {os.getloadavg()[0]:.2f}")

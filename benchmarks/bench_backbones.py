@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from bench_agreement import Draw, combine, evaluate_draw, print_summary, print_task, save_outcome
+from bench_agreement import Draw, combine, evaluate_task, print_summary
 from fresh_process import in_fresh_process
 
 #: Eight fortune files with at least 400 texts each whose names are topics (not "cookie", "miscellaneous", ...).
@@ -661,14 +661,8 @@ def run_panel(args: argparse.Namespace, cache_root: Path) -> None:
     started = time.perf_counter()
     summaries = []
     for task in args.tasks.split(","):
-        outcomes = []
-        for seed, draw in zip(seeds, _draws(task, seeds, args, cache_root)):
-            outcomes.append(evaluate_draw(task, seed, draw, stability, auto_C=args.auto_c))
-            print(f"  {task} draw {seed} done ({time.perf_counter() - started:.0f} s elapsed, load average "
-                  f"{os.getloadavg()[0]:.1f})", flush=True)
-            if args.save:
-                save_outcome(args.save, task, seed, outcomes[-1], stability)
-        summaries.append(print_task(task, outcomes, stability))
+        summaries.append(evaluate_task(task, seeds, _draws(task, seeds, args, cache_root), stability,
+                                       started=started, save=args.save, auto_C=args.auto_c))
         if task in TEXT_TASKS:
             print("  parameters: " + ", ".join(f"{k} {v:,}" for k, v in parameter_counts(cache_root).items()))
         print(f"  ({time.perf_counter() - started:.0f} s elapsed, load average {os.getloadavg()[0]:.1f})", flush=True)
