@@ -87,7 +87,8 @@ class LinearProbeMetric(Config):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
 
     #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py);
-    #: 3 = one BLAS thread per fold and the last Newton step's conjugate gradients stopped at the tolerance.
+    #: 3 = one BLAS thread per fold, the last Newton step's conjugate gradients stopped at the tolerance and
+    #: Hessian-vector products in float32 (the optimum is the same to the tolerance; the bytes are not).
     version: ClassVar[int] = 3
 
     def fold_workers(self, n_folds: int) -> int:

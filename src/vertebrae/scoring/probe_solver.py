@@ -187,15 +187,18 @@ class FoldBasis:
         16,000 x 384, 20-class fold: the same CG steps and optimum, 1.9x faster), else as :meth:`dot`."""
         if self.Z is None:
             return self.dot(W)
-        if self.Z32 is None:
-            self.Z32 = self.backend.single(self.Z)
-        return self.backend.double(self.Z32 @ self.backend.single(W))
+        return self.backend.double(self._single_Z() @ self.backend.single(W))
 
     def curvature_rdot(self, G: Any) -> Any:
         """``Z^T @ G`` for a Hessian-vector product (float32 on dense folds, as :meth:`curvature_dot`)."""
         if self.Z is None:
             return self.rdot(G)
-        return self.backend.double(self.Z32.T @ self.backend.single(G))
+        return self.backend.double(self._single_Z().T @ self.backend.single(G))
+
+    def _single_Z(self) -> Any:
+        if self.Z32 is None:
+            self.Z32 = self.backend.single(self.Z)
+        return self.Z32
 
     def squared_rdot(self, M: Any) -> Any:
         """``(Z * Z)^T M``: per-column curvature sums, for the diagonal of the Hessian."""
