@@ -126,7 +126,8 @@ def test_profile_reaches_json_markdown_and_dataframe(minilm_run):
     assert "## Quality cohort resources" not in markdown.split("## Quality cohort resources")[0]
     from vertebrae.reports import figures
 
-    assert "warm median latency" in figures.cohort_resources(result.serialized())  # the HTML figure reads it too
+    # the HTML figure reads it too
+    assert "warm median latency" in figures.svg_or_none(figures.cohort_resources_figure(result.serialized()))
 
 
 def test_single_call_extractor_has_no_warm_distribution(blob_dataset):

@@ -258,14 +258,14 @@ def test_compression_frontier_is_drawn_from_real_variants(result):
     from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, EmbeddingCompressionConfig,
                                PrecomputedExtractor, SeparatixConfig)
 
-    assert figures.compression_frontier(result.serialized()) is None
+    assert figures.svg_or_none(figures.compression_frontier_figure(result.serialized())) is None
     X, y = load_digits(return_X_y=True)
     dataset = BenchmarkDataset.from_embeddings(X[:400], y[:400], identity=DatasetIdentity.declared("digits", "400"))
     variants = [EmbeddingCompressionConfig(method="none"), EmbeddingCompressionConfig(method="pca", n_components=8),
                 EmbeddingCompressionConfig(method="quantize", dtype="int8")]
     compressed = Benchmark(dataset, [PrecomputedExtractor("raw")], compression=variants,
                            separatix_config=SeparatixConfig(enabled=False)).run()
-    svg = figures.compression_frontier(compressed.serialized())
+    svg = figures.svg_or_none(figures.compression_frontier_figure(compressed.serialized()))
     assert "Compression frontier" in svg and "pca8" in svg and "int8" in svg
     assert "Compression frontier" in compressed.to_html()
 
@@ -273,15 +273,15 @@ def test_compression_frontier_is_drawn_from_real_variants(result):
 def test_cohort_resources_reads_the_resource_profile(result):
     data = copy.deepcopy(result.serialized())
     data["metadata"]["quality_tolerance"] = 1.0  # everyone in the cohort
-    assert figures.cohort_resources(data) is None
+    assert figures.svg_or_none(figures.cohort_resources_figure(data)) is None
     for i, r in enumerate(data["extractor_results"]):
         r["resource_profile"] = {"latency": {"warm_median_seconds": 0.01 * (i + 1)},
                                  "embedding_bytes": {"evaluated_logical_bytes": 1000}}
-    svg = figures.cohort_resources(data)
+    svg = figures.svg_or_none(figures.cohort_resources_figure(data))
     assert "warm median latency (s)" in svg and "clean" in svg
     for r in data["extractor_results"]:
         r["resource_profile"]["latency"] = {}
-    assert "evaluated embedding bytes" in figures.cohort_resources(data)
+    assert "evaluated embedding bytes" in figures.svg_or_none(figures.cohort_resources_figure(data))
 
 
 def test_monitor_trend_from_snapshot_rows():
@@ -289,11 +289,11 @@ def test_monitor_trend_from_snapshot_rows():
             for i in range(3) for name in ("a", "b")]
     rows.append({"evaluation_index": 3, "status": "failed", "extractor": "a", "primary_score": None})
     document = {"result_type": "monitor", "rows": rows}
-    svg = figures.monitor_trend(document)
+    svg = figures.svg_or_none(figures.monitor_trend_figure(document))
     assert "Monitor trend" in svg and "failed snapshot" in svg
     page = render_html(document)
     assert "Trend" in page and page.count("<tr>") == len(rows) + 1
-    assert figures.monitor_trend({"result_type": "monitor", "rows": []}) is None
+    assert figures.svg_or_none(figures.monitor_trend_figure({"result_type": "monitor", "rows": []})) is None
 
 
 def test_figures_are_drawn_without_touching_pyplot(result, tmp_path):
@@ -303,7 +303,7 @@ def test_figures_are_drawn_without_touching_pyplot(result, tmp_path):
     code = ("import sys\n"
             "from vertebrae.reports import figures\n"
             "from vertebrae.families.labeled.results import load_result\n"
-            f"assert figures.ranking(load_result({str(path)!r}).serialized())\n"
+            f"assert figures.svg_or_none(figures.ranking_figure(load_result({str(path)!r}).serialized()))\n"
             "print('matplotlib' in sys.modules, 'matplotlib.pyplot' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "False"]  # matplotlib drew the figure; pyplot was never imported
@@ -410,7 +410,7 @@ def test_regression_markdown_explains_loss_ratio_and_normalization():
     page = run.to_html()
     assert "loss_ratio" in page and "<svg" in page
     data = json.loads(run.to_json())
-    assert figures.pairwise_heatmap(data) is None  # regression has no class pairs
+    assert figures.svg_or_none(figures.pairwise_figure(data)) is None  # regression has no class pairs
 
 
 def test_reports_and_compare_cover_recorded_failures(tmp_path):

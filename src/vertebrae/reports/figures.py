@@ -1,7 +1,7 @@
 """Report figures: the one matplotlib adapter (imported lazily; the ``plots`` extra).
 
 Every ``*_figure`` function takes a *serialized* result (the decoded JSON document) and
-returns a matplotlib Figure (its SVG twin without the suffix returns :func:`svg` of it), or
+returns a matplotlib Figure (:func:`svg_or_none` makes the SVG the HTML report embeds), or
 None when the document lacks the figure's data, so the HTML report shows each figure exactly
 when its data exists.  Each figure is sized by its content (names shortened, legends below the
 axes and capped, limits inside 0-1 for bounded scores) so its text stays on the canvas at 2 to
@@ -149,10 +149,6 @@ def ranking_figure(data: Mapping[str, Any]) -> Any | None:
     return fig
 
 
-def ranking(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(ranking_figure(data))
-
-
 def per_class_figure(data: Mapping[str, Any]) -> Any | None:
     """Per-class (per-label) overlap of the top candidates, one group of bars per class, legend below the axes."""
     ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("per_class_scores")][:TOP_CANDIDATES]
@@ -178,10 +174,6 @@ def per_class_figure(data: Mapping[str, Any]) -> Any | None:
     return fig
 
 
-def per_class(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(per_class_figure(data))
-
-
 def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
     """Pairwise overlap of the best candidate; the colour scale spans this matrix's values, blank where unevaluable."""
     ranked = [r for r in _ranked(data) if (r.get("overlap") or {}).get("pairwise_scores")]
@@ -204,10 +196,6 @@ def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
     ax.set_title(textwrap.fill(f"Pairwise overlap: {_literal(ranked[0]['name'])}", width=int(width * 9))
                  + _first_classes(len(keys), len(overlap["pairwise_scores"])))
     return fig
-
-
-def pairwise_heatmap(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(pairwise_figure(data))
 
 
 def compression_frontier_figure(data: Mapping[str, Any]) -> Any | None:
@@ -241,10 +229,6 @@ def compression_frontier_figure(data: Mapping[str, Any]) -> Any | None:
     return fig
 
 
-def compression_frontier(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(compression_frontier_figure(data))
-
-
 def cohort_resources_figure(data: Mapping[str, Any]) -> Any | None:
     """Quality-cohort members' primary score against warm latency (else embedding bytes) from ``resource_profile``;
     the best-ranked members are labelled first, each where its label fits."""
@@ -266,10 +250,6 @@ def cohort_resources_figure(data: Mapping[str, Any]) -> Any | None:
     ax.set_title("Quality cohort: score against resources")
     _annotate(fig, ax, points)
     return fig
-
-
-def cohort_resources(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(cohort_resources_figure(data))
 
 
 def monitor_trend_figure(data: Mapping[str, Any]) -> Any | None:
@@ -296,10 +276,6 @@ def monitor_trend_figure(data: Mapping[str, Any]) -> Any | None:
     return fig
 
 
-def monitor_trend(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(monitor_trend_figure(data))
-
-
 def screening_rungs_figure(data: Mapping[str, Any]) -> Any | None:
     """Each candidate's partial score at every screening rung it was scored on (finalists solid, the others faint)."""
     screened = [r for r in data["extractor_results"] if (r.get("screening") or {}).get("rungs")]
@@ -319,10 +295,6 @@ def screening_rungs_figure(data: Mapping[str, Any]) -> Any | None:
     ax.set_title("Screening: scores across rungs (dashed: screened out)")
     _legend(fig, ax)
     return fig
-
-
-def screening_rungs(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(screening_rungs_figure(data))
 
 
 def retrieval_cutoffs_figure(data: Mapping[str, Any]) -> Any | None:
@@ -358,10 +330,6 @@ def retrieval_cutoffs_figure(data: Mapping[str, Any]) -> Any | None:
         ax.set_xlabel("cutoff k", fontsize=9)
     _legend(fig, axes[0])
     return fig
-
-
-def retrieval_cutoffs(data: Mapping[str, Any]) -> str | None:
-    return svg_or_none(retrieval_cutoffs_figure(data))
 
 
 #: (title, figure function) in page order; each is drawn only when its data exists (the function returns None).
