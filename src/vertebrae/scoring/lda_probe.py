@@ -22,12 +22,11 @@ import numpy as np
 
 from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
-from .._base.threads import limited_threads
+from .._base.threads import map_single_threaded, thread_workers
 from ..errors import MetricError
-from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    scatter_scale, standardized_fold, training_classes
+from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payload, scatter_scale, \
+    training_classes
 from .metrics import check_metric_name
-from .probe_solver import fold_workers, map_folds
 
 #: Dense float64 D x D arrays held at once: the shared covariance, one class's scatter, the solver's copy.
 COVARIANCE_COPIES = 3
@@ -59,6 +58,10 @@ class LDAProbeMetric(Config):
     #: Folds are fitted on ``n_jobs`` threads, each on one BLAS thread, so the bytes are the same whatever the worker
     #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
     speed_only = ("n_jobs",)
+    #: Bumped when the same settings give other scores: 2 = each fold's StandardScaler statistics and class
+    #: covariances read off the per-class Gram matrices, no standardized copy of the fold (equal to scikit-learn's
+    #: to rounding; the bytes differ from version 1's).
+    version: ClassVar[int] = 2
 
     def _validate(self) -> None:
         owner = type(self).__name__
@@ -68,7 +71,7 @@ class LDAProbeMetric(Config):
         self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "lda_probe", **self.fingerprint()}
+        return {"type": "lda_probe", "version": self.version, **self.fingerprint()}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
@@ -82,21 +85,21 @@ class LDAProbeMetric(Config):
                               "RidgeProbeMetric, which keeps sparse input sparse, or densify the embeddings")
         folds = probe_folds(self.name, self.n_splits, embeddings, labels, target_metadata, groups, seed,
                             self.supported_target_types)
-        workers = fold_workers(self.n_jobs, len(folds.splits))
+        workers = thread_workers(self.n_jobs, len(folds.splits))
         check_dense_budget(self.name, embeddings.shape[1], COVARIANCE_COPIES * workers, self.max_dense_bytes,
                            "LDAProbeMetric.max_dense_bytes")
         codes = folds.targets.y
 
         def fit_split(split: tuple[np.ndarray, np.ndarray], scatter: ClassScatter) -> tuple[float, list[float]]:
             train, test = split
-            fold = standardized_fold(embeddings, train, test)
-            classes, coef, intercept, shrinkage = _discriminants(fold, codes[train], scatter, test)
-            predicted = classes[(fold.test @ coef.T + intercept).argmax(axis=1)]
-            return fold_score(folds.targets, test, predicted), shrinkage
+            fit = _discriminants(scatter, codes[train], test)
+            standardized = np.subtract(embeddings[test], fit.mean, dtype=np.float64)
+            standardized /= fit.scale
+            predicted = fit.classes[(standardized @ fit.coef.T + fit.intercept).argmax(axis=1)]
+            return fold_score(folds.targets, test, predicted), fit.shrinkage
 
-        with limited_threads(1):  # the shared scatter too: the same bytes on any number of BLAS threads
-            scatter = ClassScatter(embeddings, codes)
-        outcomes = map_folds(lambda split: fit_split(split, scatter), folds.splits, workers=workers)
+        scatter = ClassScatter(embeddings, codes, workers)
+        outcomes = map_single_threaded(lambda split: fit_split(split, scatter), folds.splits, workers=workers)
         scores, shrinkages = [score for score, _ in outcomes], [shrinkage for _, shrinkage in outcomes]
         return probe_payload(folds, scores, {"shrinkage": shrinkages}, {
             "model": 'LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")', "scaling": "StandardScaler()",
@@ -104,55 +107,100 @@ class LDAProbeMetric(Config):
 
 
 class ClassScatter:
-    """Every class's rows centered by the class mean (float64) and their Gram matrix, computed once per call: a
-    training fold's class scatter is that Gram minus its test rows' (the folds' test rows partition the rows), so
-    the folds together cost one pass over the rows instead of one each."""
+    """Every class's rows centered by the class mean (float64), their Gram matrix and the overall mean, computed
+    once per call.  A training fold's class scatter is that Gram minus its test rows' (the folds' test rows partition
+    the rows), and the fold's ``StandardScaler`` statistics follow from the classes' (the total scatter is the
+    within-class scatter plus the between-class one), so the folds together cost one pass over the rows and no fold
+    is copied to be standardized."""
 
-    def __init__(self, embeddings: np.ndarray, codes: np.ndarray) -> None:
-        self.rows, self.centered, self.grams = [], [], []
-        for k in range(int(codes.max()) + 1):
-            rows = np.flatnonzero(codes == k)
+    def __init__(self, embeddings: np.ndarray, codes: np.ndarray, workers: int) -> None:
+        self.n = embeddings.shape[0]
+        self.overall_mean = embeddings.mean(axis=0, dtype=np.float64)
+        self.rows = [np.flatnonzero(codes == k) for k in range(int(codes.max()) + 1)]
+
+        def centered(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             block = embeddings[rows]
-            centered = np.subtract(block, block.mean(axis=0, dtype=np.float64), dtype=np.float64)
-            self.rows.append(rows)
-            self.centered.append(centered)
-            self.grams.append(centered.T @ centered)
+            mean = block.mean(axis=0, dtype=np.float64)
+            rows_centered = np.subtract(block, mean, dtype=np.float64)
+            return mean, rows_centered, rows_centered.T @ rows_centered
 
-    def fold(self, k: int, test: np.ndarray, unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The centered scatter (sum of outer products around the training rows' mean) of class ``k``'s training
-        rows, in the input's coordinates, and their standard deviations in ``unit`` (the fold's standardization) as
-        ``StandardScaler`` keeps them."""
-        held_out = np.isin(self.rows[k], test)
+        # one class per worker, each product on one BLAS thread: the same bytes on any number of workers
+        self.means, self.centered, self.grams = map(list, zip(*map_single_threaded(centered, self.rows, workers=workers)))
+
+    def training(self, k: int, in_test: np.ndarray) -> ClassFold:
+        """Class ``k``'s training rows of the fold whose test rows ``in_test`` marks (a mask over all rows)."""
+        held_out = in_test[self.rows[k]]
         held = self.centered[k][held_out]
         kept = held_out.size - held.shape[0]
-        shift = -held.sum(axis=0) / kept  # the training rows' mean (the class's rows sum to 0 here)
-        scatter = self.grams[k] - held.T @ held
-        mean_square = np.diagonal(scatter) / (kept * unit**2)
-        scatter -= kept * np.outer(shift, shift)
-        return scatter, scatter_scale(np.diagonal(scatter) / unit**2, mean_square, kept)
+        shift = -held.sum(axis=0) / kept  # the training rows' mean minus the class's (its rows sum to 0 here)
+        gram = self.grams[k] - held.T @ held
+        mean_square = np.diagonal(gram) / kept
+        gram -= kept * np.outer(shift, shift)
+        return ClassFold(k, kept, self.means[k] + shift, shift, gram, mean_square, ~held_out)
+
+    def squared_norms(self, part: ClassFold, unit: np.ndarray) -> np.ndarray:
+        """``||(x - mean) / unit||^2`` of the training rows of ``part``, without copying them: with ``c`` a row
+        centered by the class's overall mean and ``s`` the training rows' shift, ``sum_j (c_j - s_j)^2 / unit_j^2``
+        expanded, every row read in place."""
+        inverse = 1.0 / unit**2
+        rows = self.centered[part.k]
+        norms = np.einsum("ij,ij,j->i", rows, rows, inverse) - 2.0 * (rows @ (part.shift * inverse))
+        return norms[part.kept] + part.shift**2 @ inverse
 
 
-def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
-                   test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
-    """``(classes, coef, intercept, shrinkage per class)`` of shrinkage LDA on a standardized training fold
-    (``y``: its class codes; ``test``: the fold's test rows, whose scatter ``scatter`` takes away)."""
+@dataclasses.dataclass(frozen=True)
+class ClassFold:
+    """Class ``k``'s training rows of one fold: their count and mean, the mean's shift from the class's overall
+    mean, their scatter around their mean (raw coordinates), each column's mean square around the class's overall
+    mean, and which of the class's rows they are."""
+
+    k: int
+    count: int
+    mean: np.ndarray
+    shift: np.ndarray
+    scatter: np.ndarray
+    mean_square: np.ndarray
+    kept: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Discriminants:
+    """Shrinkage LDA of one training fold: ``coef``/``intercept`` act on rows standardized by ``mean``/``scale``
+    (the fold's ``StandardScaler``); ``shrinkage`` is each class's Ledoit–Wolf shrinkage."""
+
+    classes: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    shrinkage: list[float]
+    mean: np.ndarray
+    scale: np.ndarray
+
+
+def _discriminants(scatter: ClassScatter, y: np.ndarray, test: np.ndarray) -> Discriminants:
+    """Shrinkage LDA on the training fold whose class codes are ``y`` and whose test rows are ``test``."""
     from scipy import linalg
 
     classes, local = training_classes(y)
-    n, dim = fold.train.shape
-    priors = np.bincount(local) / n
+    in_test = np.zeros(scatter.n, dtype=bool)
+    in_test[test] = True
+    per_class = [scatter.training(int(code), in_test) for code in classes]
+    n = sum(part.count for part in per_class)
+    priors = np.array([part.count for part in per_class]) / n
+    # the fold's StandardScaler statistics: the total variance is the within-class plus the between-class one
+    mean = priors @ np.array([part.mean for part in per_class])
+    var = sum(np.diagonal(part.scatter) + part.count * (part.mean - mean) ** 2 for part in per_class) / n
+    scale = scatter_scale(n * var, var + (mean - scatter.overall_mean) ** 2, n)
+    dim = mean.size
     means = np.empty((classes.size, dim))
     covariance = np.zeros((dim, dim))
     shrinkages = []
-    for k, code in enumerate(classes):
-        rows = fold.train[local == k]
-        means[k] = rows.mean(axis=0)
+    for k, part in enumerate(per_class):
+        means[k] = (part.mean - mean) / scale
         # LinearDiscriminantAnalysis standardizes each class (StandardScaler) before shrinking its covariance
-        correlation, class_scale = scatter.fold(int(code), test, fold.scale)
-        correlation /= rows.shape[0] * np.outer(fold.scale * class_scale, fold.scale * class_scale)
-        Z = rows - means[k]
-        Z /= class_scale
-        shrunk, shrinkage = _ledoit_wolf(correlation, np.einsum("ij,ij->i", Z, Z))
+        class_scale = scatter_scale(np.diagonal(part.scatter) / scale**2, part.mean_square / scale**2, part.count)
+        unit = scale * class_scale
+        correlation = part.scatter / (part.count * np.outer(unit, unit))
+        shrunk, shrinkage = _ledoit_wolf(correlation, scatter.squared_norms(part, unit))
         shrunk *= class_scale[:, None]
         shrunk *= class_scale[None, :]
         covariance += priors[k] * shrunk
@@ -162,7 +210,7 @@ def _discriminants(fold: StandardizedFold, y: np.ndarray, scatter: ClassScatter,
     except (linalg.LinAlgError, ValueError):  # singular (no shrinkage, a constant column): the least-squares solution
         coef = linalg.lstsq(covariance, means.T)[0].T
     intercept = -0.5 * np.einsum("kd,kd->k", means, coef) + np.log(priors)
-    return classes, coef, intercept, shrinkages
+    return Discriminants(classes, coef, intercept, shrinkages, mean, scale)
 
 
 def _ledoit_wolf(S: np.ndarray, row_norms: np.ndarray) -> tuple[np.ndarray, float]:

@@ -18,11 +18,12 @@ import numpy as np
 
 from .._base.config import Config, check_float, check_int
 from .._base.sparse import is_sparse
+from .._base.threads import map_single_threaded, thread_workers
 from ..errors import ConfigError, MetricError
 from ..inputs.targets import TARGET_TYPES
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
-from .probe_solver import backend_for, choose_C, fold_basis, fit_fold, fold_workers, map_folds
+from .probe_solver import backend_for, choose_C, fold_basis, fit_fold
 
 #: The default ``C_grid`` of ``C="auto"``: 1e-4 ... 1e4 by factors of 10.
 C_GRID = tuple(10.0 ** k for k in range(-4, 5))
@@ -92,8 +93,8 @@ class LinearProbeMetric(Config):
     version: ClassVar[int] = 3
 
     def fold_workers(self, n_folds: int) -> int:
-        """Threads fitting folds at once (:func:`~.probe_solver.fold_workers`); one on a GPU."""
-        return 1 if self.device != "cpu" else fold_workers(self.n_jobs, n_folds)
+        """Threads fitting folds at once (:func:`~vertebrae._base.threads.thread_workers`); one on a GPU."""
+        return 1 if self.device != "cpu" else thread_workers(self.n_jobs, n_folds)
 
     def identity(self) -> dict[str, Any]:
         return {"type": "linear_probe", "version": self.version, **self.fingerprint()}
@@ -155,7 +156,7 @@ class LinearProbeMetric(Config):
             return (score(targets.y[test], predicted), 0 if margins is None else int((margins < NEAR_TIE).sum()),
                     list(model.fits), C if auto else None)
 
-        outcomes = map_folds(fit_split, splits, workers=self.fold_workers(len(splits)))
+        outcomes = map_single_threaded(fit_split, splits, workers=self.fold_workers(len(splits)))
         scores = [outcome[0] for outcome in outcomes]
         near_ties = sum(outcome[1] for outcome in outcomes)
         fits = [fit for outcome in outcomes for fit in outcome[2]]

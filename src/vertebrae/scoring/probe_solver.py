@@ -32,15 +32,10 @@ code, not a copy.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from .._base.threads import available_cpus, limited_threads
-
-T = TypeVar("T")
 
 #: Relative gradient norm at which a logistic fit counts as converged.
 GRADIENT_TOL = 1e-10
@@ -532,27 +527,6 @@ def _model(basis: FoldBasis, theta: Any, target_type: str, *, classes: np.ndarra
     be = basis.backend
     return FoldModel(target_type, be.numpy(coef), be.numpy(intercept), classes, constant, fits,
                      None if key is None else (key, coef, intercept))
-
-
-# ------------------------------------------------------------------------------------------------ folds
-def fold_workers(n_jobs: int | None, n_folds: int) -> int:
-    """Threads fitting folds at once: ``n_jobs``, or the CPUs this process may use, at most one per fold."""
-    return max(1, min(n_folds, n_jobs or available_cpus()))
-
-
-def map_folds(fit: Callable[[Any], T], folds: Sequence[Any], *, workers: int) -> list[T]:
-    """``[fit(fold) for fold in folds]`` on ``workers`` threads, every BLAS call on one thread.
-
-    One BLAS thread per fold makes each fold's arithmetic independent of the worker count (same bytes with 1 or
-    8 workers), and the folds, not the matrix products, share the cores: on a 2-core machine, multithreaded
-    products of a 1,200 x 384 fold by 3 columns were measured 7x slower than single-threaded ones under load.
-    NumPy releases the GIL inside BLAS, so threads suffice.
-    """
-    with limited_threads(1):
-        if workers <= 1 or len(folds) <= 1:
-            return [fit(fold) for fold in folds]
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(fit, folds))
 
 
 # ------------------------------------------------------------------------------------------ C by inner CV

@@ -21,14 +21,13 @@ import numpy as np
 
 from .._base.config import Config, check_float, check_int
 from .._base.sparse import is_sparse
-from .._base.threads import limited_threads
+from .._base.threads import limited_threads, map_single_threaded, thread_workers
 from ..errors import ConfigError, ConfigTypeError
 from ..inputs.targets import TARGET_TYPES
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
     scatter_scale, standardized_fold, training_classes
 from .metric_targets import MetricTargets
 from .metrics import check_metric_name
-from .probe_solver import fold_workers, map_folds
 
 #: The default alphas: the 9 decades from 1e-2 to 1e6 (RidgeClassifierCV's own default is 0.1, 1, 10).  On
 #: standardized features the useful alpha grows with the rows (the Gram matrix's eigenvalues do), so the grid
@@ -95,7 +94,7 @@ class RidgeProbeMetric(Config):
                             self.supported_target_types)
         n, dim = embeddings.shape
         side = min(max(len(train) for train, _ in folds.splits), dim)
-        workers = fold_workers(self.n_jobs, len(folds.splits))
+        workers = thread_workers(self.n_jobs, len(folds.splits))
         check_dense_budget(self.name, side, GRAM_COPIES * workers, self.max_dense_bytes,
                            "RidgeProbeMetric.max_dense_bytes")
         alphas = np.asarray(self.alphas)
@@ -112,7 +111,7 @@ class RidgeProbeMetric(Config):
             best, decision = _ridge_path(spectrum_of(train, test), Y, alphas)
             return float(alphas[best]), fold_score(folds.targets, test, decode(decision))
 
-        outcomes = map_folds(fit_split, folds.splits, workers=workers)
+        outcomes = map_single_threaded(fit_split, folds.splits, workers=workers)
         chosen, scores = [alpha for alpha, _ in outcomes], [score for _, score in outcomes]
         edge = sorted({a for a in chosen if a in (alphas.min(), alphas.max())})
         if edge and alphas.size > 1:
