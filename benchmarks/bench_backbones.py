@@ -45,7 +45,9 @@ Modes:
 * ``--screening``   item 5: one full and one screened ``Benchmark`` over the tweets with *real* extractors (every
                     backbone's outputs x raw/PCA-32), each a whole fresh process (imports, model loads, extraction,
                     20 stability repeats), then ``--seeds`` screened runs over stored embeddings against the full
-                    run's tied-with-best set, and the rows each dropped backbone embedded.
+                    run's tied-with-best set, and the rows each dropped backbone embedded; and the floor: a cold
+                    process that only loads every model, embeds the first rung's rows with each and every row with
+                    the screened pick's backbone (what any screened run with that pick must do).
 * ``--profiles``    item 6: each backbone alone in a fresh process, ``ResourceProfilingConfig`` on, over
                     ``--profile-rows`` tweets: latency, throughput, peak RSS, parameters, checkpoint bytes.
 
@@ -521,6 +523,19 @@ def _timed_child(screened: bool, n: int, cache: str, queue: Any) -> None:
                "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
 
 
+def _floor_child(n: int, first_rows: int, winner: str, cache: str, queue: Any) -> None:
+    """What any screened run whose pick comes from backbone ``winner`` must do at least, from the same cold start:
+    imports, loading every model, embedding the first rung's rows with each and every row with ``winner`` (no
+    scoring): its process time bounds the screened run's from below."""
+    _quiet()
+    texts, _, heldout = _screen_data(n)
+    extractors = [b.build(Path(cache)) for b in BACKBONES.values()] + [_tfidf(heldout)]
+    for extractor in extractors:
+        rows = texts if extractor.name == winner else texts[:first_rows]
+        (extractor.transform_many if hasattr(extractor, "transform_many") else extractor.transform)(rows)
+    queue.put({})
+
+
 def _stored_extractors(texts: list[str], heldout: list[str], cache: Path) -> list[Any]:
     """One extractor per raw output, its rows read from the cached embeddings of ``texts`` (named as in part 1)."""
     from bench_screening import StoredRows
@@ -583,6 +598,14 @@ def run_screening(args: argparse.Namespace, cache_root: Path) -> None:
     print(f"  screened / full wall time: {screened['process_seconds'] / full['process_seconds']:.3f} (goal <= 0.25); "
           f"run() only {screened['run_seconds'] / full['run_seconds']:.3f}; seed 0 top-1 in the tied set: "
           f"{screened['top1'] in tied}", flush=True)
+    winner, first_rows = backbone_of(screened["top1"]), screened["rungs"][0]["rows"]
+    start = time.perf_counter()
+    in_fresh_process(_floor_child, n, first_rows, winner, str(cache_root))
+    floor = time.perf_counter() - start
+    print(f"  floor: a cold process that only loads every model, embeds the first rung's {first_rows} rows with each "
+          f"and all {n} with {winner}: {floor:.1f} s = {floor / full['process_seconds']:.3f} of the full run "
+          f"(no screened run whose pick is a {winner} output can take less; load average after "
+          f"{os.getloadavg()[0]:.1f})", flush=True)
     print(f"\npart 2: {args.seeds} screened runs over stored embeddings (ranking only)", flush=True)
     seeds = in_fresh_process(_seeds_child, n, str(cache_root), list(range(args.seeds)), tied)
     hits, total, misses = share_in_tied({seed: r["top1"] for seed, r in seeds.items()}, tied)
