@@ -89,16 +89,18 @@ def bare_probe(X: np.ndarray, y: np.ndarray) -> float:
 
 def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> None:
     """RidgeProbeMetric and LDAProbeMetric against one bare logistic cross_val_score of the same data (one run), with
-    the default BLAS threads and with one (OpenBLAS threads cost more than they gain on small products)."""
+    the default BLAS threads and with one (OpenBLAS threads cost more than they gain on small products); times
+    untraced, each probe's peak memory from one more, traced call."""
     labels = np.array([f"vk:int:{c:02d}" for c in y])
     meta = {"target_type": "single_label"}
-    b_time, _, b_value = measure(lambda: bare_probe(X, y), rounds)
+    b_time, _, b_value = measure(lambda: bare_probe(X, y), rounds, trace=False)
     with threadpool_limits(1):
-        single_time = measure(lambda: bare_probe(X, y), rounds)[0]
+        single_time = measure(lambda: bare_probe(X, y), rounds, trace=False)[0]
     print(f"{name}: bare cross_val_score(StandardScaler + LogisticRegression(max_iter=1000)) {b_time:.3f} s "
           f"(one BLAS thread: {single_time:.3f} s), score {b_value:.4f}")
     for metric in (RidgeProbeMetric(), LDAProbeMetric()):
-        m_time, m_peak, result = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), rounds)
+        m_time, _, result = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), rounds, trace=False)
+        m_peak = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), 1)[1]  # one more call, traced
         print(f"  {type(metric).__name__ + '()':<22}{m_time:>9.3f} s{m_peak / 2**20:>9.1f} MiB   "
               f"{100 * m_time / b_time:>6.2f}% of the bare call, {100 * m_time / single_time:>6.2f}% of the one-thread "
               f"call   score {result['score']:.4f}")

@@ -28,7 +28,8 @@ from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payl
     training_classes
 from .metrics import check_metric_name
 
-#: Dense float64 D x D arrays held at once: the shared covariance, one class's scatter, the solver's copy.
+#: Dense float64 D x D arrays held at once per fold in flight: the shared covariance, one class's scatter, the
+#: solver's copy (besides one Gram matrix per class, held for the whole call).
 COVARIANCE_COPIES = 3
 
 
@@ -86,9 +87,9 @@ class LDAProbeMetric(Config):
         folds = probe_folds(self.name, self.n_splits, embeddings, labels, target_metadata, groups, seed,
                             self.supported_target_types)
         workers = thread_workers(self.n_jobs, len(folds.splits))
-        check_dense_budget(self.name, embeddings.shape[1], COVARIANCE_COPIES * workers, self.max_dense_bytes,
-                           "LDAProbeMetric.max_dense_bytes")
         codes = folds.targets.y
+        check_dense_budget(self.name, embeddings.shape[1], int(codes.max()) + 1 + COVARIANCE_COPIES * workers,
+                           self.max_dense_bytes, "LDAProbeMetric.max_dense_bytes")
 
         def fit_split(split: tuple[np.ndarray, np.ndarray], scatter: ClassScatter) -> tuple[float, list[float]]:
             train, test = split
@@ -128,15 +129,22 @@ class ClassScatter:
         self.means, self.centered, self.grams = map(list, zip(*map_single_threaded(centered, self.rows, workers=workers)))
 
     def training(self, k: int, in_test: np.ndarray) -> ClassFold:
-        """Class ``k``'s training rows of the fold whose test rows ``in_test`` marks (a mask over all rows)."""
+        """The moments of class ``k``'s training rows in the fold whose test rows ``in_test`` marks (a mask over
+        all rows); :meth:`scatter` gives their scatter matrix."""
         held_out = in_test[self.rows[k]]
         held = self.centered[k][held_out]
         kept = held_out.size - held.shape[0]
         shift = -held.sum(axis=0) / kept  # the training rows' mean minus the class's (its rows sum to 0 here)
-        gram = self.grams[k] - held.T @ held
-        mean_square = np.diagonal(gram) / kept
-        gram -= kept * np.outer(shift, shift)
-        return ClassFold(k, kept, self.means[k] + shift, shift, gram, mean_square, ~held_out)
+        mean_square = (np.diagonal(self.grams[k]) - np.einsum("ij,ij->j", held, held)) / kept
+        return ClassFold(k, kept, self.means[k] + shift, shift, mean_square - shift**2, mean_square, ~held_out)
+
+    def scatter(self, part: ClassFold) -> np.ndarray:
+        """The scatter matrix of ``part``'s rows around their mean (raw coordinates): the class's Gram matrix less
+        its held-out rows' and the shift of the mean."""
+        held = self.centered[part.k][~part.kept]
+        gram = self.grams[part.k] - held.T @ held
+        gram -= part.count * np.outer(part.shift, part.shift)
+        return gram
 
     def squared_norms(self, part: ClassFold, unit: np.ndarray) -> np.ndarray:
         """``||(x - mean) / unit||^2`` of the training rows of ``part``, without copying them: with ``c`` a row
@@ -151,14 +159,14 @@ class ClassScatter:
 @dataclasses.dataclass(frozen=True)
 class ClassFold:
     """Class ``k``'s training rows of one fold: their count and mean, the mean's shift from the class's overall
-    mean, their scatter around their mean (raw coordinates), each column's mean square around the class's overall
-    mean, and which of the class's rows they are."""
+    mean, each column's variance around their mean and mean square around the class's overall mean, and which of
+    the class's rows they are."""
 
     k: int
     count: int
     mean: np.ndarray
     shift: np.ndarray
-    scatter: np.ndarray
+    variance: np.ndarray
     mean_square: np.ndarray
     kept: np.ndarray
 
@@ -188,18 +196,19 @@ def _discriminants(scatter: ClassScatter, y: np.ndarray, test: np.ndarray) -> Di
     priors = np.array([part.count for part in per_class]) / n
     # the fold's StandardScaler statistics: the total variance is the within-class plus the between-class one
     mean = priors @ np.array([part.mean for part in per_class])
-    var = sum(np.diagonal(part.scatter) + part.count * (part.mean - mean) ** 2 for part in per_class) / n
+    var = sum(part.count * (part.variance + (part.mean - mean) ** 2) for part in per_class) / n
     scale = scatter_scale(n * var, var + (mean - scatter.overall_mean) ** 2, n)
     dim = mean.size
     means = np.empty((classes.size, dim))
     covariance = np.zeros((dim, dim))
     shrinkages = []
-    for k, part in enumerate(per_class):
+    for k, part in enumerate(per_class):  # one class's scatter matrix at a time
         means[k] = (part.mean - mean) / scale
         # LinearDiscriminantAnalysis standardizes each class (StandardScaler) before shrinking its covariance
-        class_scale = scatter_scale(np.diagonal(part.scatter) / scale**2, part.mean_square / scale**2, part.count)
+        correlation = scatter.scatter(part)
+        class_scale = scatter_scale(np.diagonal(correlation) / scale**2, part.mean_square / scale**2, part.count)
         unit = scale * class_scale
-        correlation = part.scatter / (part.count * np.outer(unit, unit))
+        correlation /= part.count * np.outer(unit, unit)
         shrunk, shrinkage = _ledoit_wolf(correlation, scatter.squared_norms(part, unit))
         shrunk *= class_scale[:, None]
         shrunk *= class_scale[None, :]
