@@ -1,4 +1,4 @@
-"""Thread limits for the numerical dependencies.
+"""Thread limits for the numerical dependencies, and independent tasks (a probe's folds) on threads.
 
 On small (2-vCPU) machines MiniBatchKMeans (OpenMP) and the Separatix probes (BLAS)
 were measured 3-30x *slower* with two threads than with one, with identical results,
