@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, EmbeddingCompressionConfig, OverlapScoringConfig,
-                       RepresentationMonitor, ResourceProfilingConfig, RetrievalBenchmark, RetrievalConfig,
-                       RetrievalDataset, ScreeningConfig, SeparatixConfig, StabilityConfig, TextEncoder,
-                       ZeroShotBenchmark)
+                       RepresentationMonitor, ResourceProfilingConfig, ScreeningConfig, SeparatixConfig,
+                       StabilityConfig, TextEncoder, ZeroShotBenchmark)
 from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.extractors.profiling import latency_summary
@@ -30,6 +29,7 @@ from vertebrae.reports import figures, html
 
 from .chromium import chromium_shows, needs_chromium
 from .conftest import gaussian_classes
+from .test_reports import retrieval_document as retrieval_run
 from .test_zero_shot_benchmark import WordCounter, text_dataset
 
 IDENTITY = DatasetIdentity.declared("figure-layout", "1")
@@ -62,15 +62,9 @@ def runs() -> dict[str, dict]:
     monitor.evaluate(PrecomputedExtractor("snap", X))
     monitor.evaluate(_broken)
     found["monitor"] = {"result_type": "monitor", "rows": monitor.history}
-    rng = np.random.default_rng(1)
-    queries, gallery = rng.normal(size=(10, 4)), rng.normal(size=(30, 4))
-    gallery[:10] = queries + 0.4 * rng.normal(size=(10, 4))
-    pairs = RetrievalDataset.from_embeddings(queries, gallery, relevance=[(i, i, 1) for i in range(10)],
-                                             identity=IDENTITY)
+    found["retrieval"] = retrieval_run()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
-        found["retrieval"] = RetrievalBenchmark(pairs, [PrecomputedExtractor("own")], retrieval_config=RetrievalConfig(
-            cutoffs=[1, 3, 10], bidirectional=True), progress=False).run().serialized()
         found["zero_shot"] = ZeroShotBenchmark(text_dataset(), [TextEncoder("words", WordCounter())],
                                                scoring_config=OverlapScoringConfig(k=2), progress=False).run().serialized()
     return found

@@ -45,8 +45,8 @@ def result() -> BenchmarkResult:
                      stability_config=StabilityConfig(repeats=3), progress=False).run()
 
 
-@pytest.fixture(scope="module")
-def retrieval_data() -> dict:
+def retrieval_document() -> dict:
+    """The serialized result of a small bidirectional retrieval run (10 queries, 30 gallery items, cutoffs 1/3/10)."""
     rng = np.random.default_rng(1)
     queries, gallery = rng.normal(size=(10, 4)), rng.normal(size=(30, 4))
     gallery[:10] = queries + 0.4 * rng.normal(size=(10, 4))
@@ -57,6 +57,11 @@ def retrieval_data() -> dict:
         run = RetrievalBenchmark(ds, [PrecomputedExtractor("own")], retrieval_config=RetrievalConfig(
             cutoffs=[1, 3, 10], bidirectional=True), progress=False).run()
     return run.serialized()
+
+
+@pytest.fixture(scope="module")
+def retrieval_data() -> dict:
+    return retrieval_document()
 
 
 # ----------------------------------------------------------------------------- HTML
