@@ -136,13 +136,12 @@ class ClassScatter:
         kept = held_out.size - held.shape[0]
         shift = -held.sum(axis=0) / kept  # the training rows' mean minus the class's (its rows sum to 0 here)
         mean_square = (np.diagonal(self.grams[k]) - np.einsum("ij,ij->j", held, held)) / kept
-        return ClassFold(k, kept, self.means[k] + shift, shift, mean_square - shift**2, mean_square, ~held_out)
+        return ClassFold(k, kept, self.means[k] + shift, shift, mean_square - shift**2, mean_square, ~held_out, held)
 
     def scatter(self, part: ClassFold) -> np.ndarray:
         """The scatter matrix of ``part``'s rows around their mean (raw coordinates): the class's Gram matrix less
         its held-out rows' and the shift of the mean."""
-        held = self.centered[part.k][~part.kept]
-        gram = self.grams[part.k] - held.T @ held
+        gram = self.grams[part.k] - part.held.T @ part.held
         gram -= part.count * np.outer(part.shift, part.shift)
         return gram
 
@@ -159,8 +158,8 @@ class ClassScatter:
 @dataclasses.dataclass(frozen=True)
 class ClassFold:
     """Class ``k``'s training rows of one fold: their count and mean, the mean's shift from the class's overall
-    mean, each column's variance around their mean and mean square around the class's overall mean, and which of
-    the class's rows they are."""
+    mean, each column's variance around their mean and mean square around the class's overall mean, which of the
+    class's rows they are, and the class's held-out rows (centered by its overall mean)."""
 
     k: int
     count: int
@@ -169,6 +168,7 @@ class ClassFold:
     variance: np.ndarray
     mean_square: np.ndarray
     kept: np.ndarray
+    held: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
