@@ -7,9 +7,9 @@ standard deviations, ``mu_k = trace(R_k) / D``, ``s_k`` the Ledoit–Wolf shrink
 Ledoit and Wolf, "A well-conditioned estimator for large-dimensional covariance matrices", 2004).  One
 solve against the class means (Cholesky; for a singular covariance, the least-squares solution scikit-learn
 takes) gives the discriminants ``coef = cov^+ means`` and ``intercept = -means coef / 2 + log(prior)``; the
-test fold is scored by balanced accuracy of the largest discriminant.  That is ``LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")`` inside
-``make_pipeline(StandardScaler(), ...)`` on :class:`~vertebrae.LinearProbeMetric`'s folds.  Measured speed:
-docs/metrics.md ("Closed-form probes").
+test fold is scored by balanced accuracy of the largest discriminant.  That is
+``LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")`` inside ``make_pipeline(StandardScaler(), ...)`` on
+:class:`~vertebrae.LinearProbeMetric`'s folds.  Measured speed: docs/metrics.md ("Closed-form probes").
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ class ClassScatter:
             return mean, rows_centered, rows_centered.T @ rows_centered
 
         # one class per worker, each product on one BLAS thread: the same bytes on any number of workers
-        self.means, self.centered, self.grams = map(list, zip(*map_single_threaded(centered, self.rows, workers=workers)))
+        parts = map_single_threaded(centered, self.rows, workers=workers)
+        self.means, self.centered, self.grams = ([part[i] for part in parts] for i in range(3))
 
     def training(self, k: int, in_test: np.ndarray) -> ClassFold:
         """The moments of class ``k``'s training rows in the fold whose test rows ``in_test`` marks (a mask over
