@@ -21,7 +21,7 @@ from vertebrae.artifacts.store import open_store
 from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.execution import DaskRunner
 from vertebrae.execution.caching import SHARD_STAGE, shard_key
-from vertebrae.extractors.profiling import AGGREGATE_WORKER_COMPUTE, WorkerMeasurement, distributed_profile
+from vertebrae._base.profile_records import AGGREGATE_WORKER_COMPUTE, WorkerMeasurement, distributed_profile
 from vertebrae._base import json_codec
 
 ROWS = 180  # classes(): 3 classes x 60 rows, 8 dimensions

@@ -25,7 +25,8 @@ from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.errors import ConfigTypeError, SerializationError
 from vertebrae.execution import DaskRunner
 from vertebrae.extractors import SklearnExtractor
-from vertebrae.extractors.profiling import CACHE_HIT, ENCODE_CALL
+from vertebrae.extractors.profiling import ENCODE_CALL
+from vertebrae._base.profile_records import CACHE_HIT
 from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
                                               RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
 from vertebrae.families.zero_shot import ExtractorEncoder

@@ -23,7 +23,7 @@ from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, EmbeddingCo
                        StabilityConfig, TextEncoder, ZeroShotBenchmark)
 from vertebrae.errors import DataWarning
 from vertebrae.extractors import PrecomputedExtractor
-from vertebrae.extractors.profiling import latency_summary
+from vertebrae._base.profile_records import latency_summary
 from vertebrae.families.result_protocol import result_from_dict
 from vertebrae.reports import figures, html
 

@@ -175,6 +175,16 @@ def test_the_core_reaches_no_plug_in(core):
     assert not leaks, "\n".join(" -> ".join(path) for path in leaks.values())
 
 
+def test_the_execution_core_names_no_extractor_or_metric():
+    """Stages carry what the runners need (a sharded extraction's measured transform is its stage's ``RowShards``
+    hook; worker measurements merge in ``_base/profile_records``), so no execution module reaches an extractor or a
+    metric module, even transitively (DESIGN.md: nothing in execution/ names them)."""
+    graph = import_graph()
+    for module in (m for m in graph if within(m, ("vertebrae.execution",))):
+        named = {m for m in reaches(graph, module) if within(m, ("vertebrae.extractors", "vertebrae.scoring"))}
+        assert not named, f"{module} reaches {sorted(named)}"
+
+
 def test_the_json_codec_is_at_the_foundation():
     graph = import_graph()
     assert "vertebrae._base.json_codec" in graph

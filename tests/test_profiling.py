@@ -16,7 +16,8 @@ from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExt
                            EmbeddingCompressionConfig, HFTextExtractor, ONNXExtractor, ResourceProfilingConfig,
                            SentenceTransformerExtractor, SeparatixConfig)
 from vertebrae.errors import ConfigError, ConfigTypeError
-from vertebrae.extractors.profiling import CACHE_HIT, chain_profile, latency_mismatches
+from vertebrae.extractors.profiling import chain_profile, latency_mismatches
+from vertebrae._base.profile_records import CACHE_HIT
 
 NO_SEPARATIX = SeparatixConfig(enabled=False)
 
@@ -313,7 +314,7 @@ def test_reloaded_profiles_are_typed_local_or_distributed_and_unknown_fields_are
 
     from vertebrae import DistributedResourceProfile, LocalResourceProfile
     from vertebrae.errors import SerializationError
-    from vertebrae.extractors.profiling import WorkerMeasurement, distributed_profile
+    from vertebrae._base.profile_records import WorkerMeasurement, distributed_profile
 
     result = Benchmark(blob_dataset, [CallableExtractor("f", lambda X: X * 2.0)],
                        resource_profiling=ResourceProfilingConfig(), separatix_config=NO_SEPARATIX,

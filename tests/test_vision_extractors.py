@@ -18,7 +18,8 @@ from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, HFVisionExt
                            OverlapScoringConfig, SeparatixConfig, ZeroShotBenchmark, ZeroShotDataset)
 from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
-from vertebrae.extractors.profiling import CACHE_HIT, ResourceProfilingConfig
+from vertebrae.extractors.profiling import ResourceProfilingConfig
+from vertebrae._base.profile_records import CACHE_HIT
 
 SMALL = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=32,
              patch_size=8)

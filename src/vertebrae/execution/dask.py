@@ -14,7 +14,7 @@ each job's timings come back to the driver).  Two kinds of work fan out further:
   :mod:`vertebrae.execution.fanout`, the embedding matrix shipped once.
 
 With resource profiling on, every extractor call is measured on its worker and the stacking
-task merges the shards' measurements (:func:`~vertebrae.extractors.profiling.distributed_profile`).
+task merges the shards' measurements (:func:`~vertebrae._base.profile_records.distributed_profile`).
 
 Execution is pull-based, as in the local runner (:func:`~vertebrae.execution.caching.pull`):
 a job whose artifact the cache holds is submitted without its inputs, and a job only such hits
@@ -54,7 +54,7 @@ from .._base.config import check_int
 from ..artifacts.store import MemoryStore
 from ..errors import ArtifactError, ArtifactWarning, ConfigError, DependencyError, ExecutionError
 from .._base.extras import install_hint
-from ..extractors.profiling import PROFILE_KEY
+from .._base.profile_records import PROFILE_KEY
 from .._base import fanout
 from .._base.progress import progress_enabled
 from .caching import job_cache, pull, record_not_needed, shard_key
@@ -326,7 +326,7 @@ def _worker_address() -> str:
 
 def _whole_job_profile(measured: dict[str, Any], started: float) -> dict[str, Any]:
     """An unsharded job's profile measured on this worker, as a distributed profile (retrieval: per endpoint)."""
-    from ..extractors.profiling import WorkerMeasurement, distributed_profile
+    from .._base.profile_records import WorkerMeasurement, distributed_profile
 
     worker = _worker_address()
     if "schema" in measured:
@@ -379,11 +379,7 @@ def _compute_shard(job: StageJob, context: Any, extractor: Any, start: int,
     if profiling is None or not profiling.enabled:
         outputs = shards.transform(job, extractor, rows)
     else:
-        from ..extractors.profiling import measure_on_worker
-
-        outputs, timings[PROFILE_KEY] = measure_on_worker(profiling, extractor, rows,
-                                                          lambda: shards.transform(job, extractor, rows),
-                                                          _worker_address())
+        outputs, timings[PROFILE_KEY] = shards.measured(job, extractor, rows, profiling, _worker_address())
     timings["transform"] = time.perf_counter() - began
     return outputs, timings
 
@@ -433,7 +429,7 @@ def _stack(job: StageJob, context: Any, fitted: _Done | None, *parts: _Done) -> 
     timings["seconds"] = timings.get("fit", 0.0) + timings["transform"] + timings["stack"]
     profiling = getattr(context.settings, "resource_profiling", None)
     if profiling is not None and profiling.enabled:
-        from ..extractors.profiling import distributed_profile
+        from .._base.profile_records import distributed_profile
 
         timings[PROFILE_KEY] = distributed_profile([part.timings[PROFILE_KEY] for part in computed],
                                                    shards=len(parts), shards_reused=len(parts) - len(computed))

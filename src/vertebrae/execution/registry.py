@@ -59,14 +59,18 @@ RUNTIME_REPORTS = ("seconds", "steps", "seconds_and_steps")
 class RowShards:
     """How a cluster splits an extraction over rows: fit once, transform row ranges, stack them.
 
-    ``fit(job, context) -> fitted``; ``transform(job, fitted, rows, profiling, timings) -> outputs``;
-    ``stack(job, context, [outputs per shard]) -> artifact``; ``rows(context) -> the sliceable inputs``.
+    ``fit(job, context) -> fitted``; ``transform(job, fitted, rows) -> outputs``;
+    ``stack(job, context, [outputs per shard]) -> artifact``; ``rows(context) -> the sliceable inputs``;
+    ``measured(job, fitted, rows, profiling, worker) -> (outputs, WorkerMeasurement)``: ``transform`` under resource
+    profiling on a worker (:mod:`vertebrae._base.profile_records` merges the shards' measurements), so the runner
+    needs no extractor code.
     """
 
     fit: Callable[..., Any]
     transform: Callable[..., Any]
     stack: Callable[..., Any]
     rows: Callable[[Any], Any]
+    measured: Callable[..., Any]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -317,7 +317,7 @@ def chain_runtime(keys: Mapping[str, str], plan: Plan, outcome: RunOutcome) -> d
     ``<stage>_cache_read``; so does a job that was not run because the cache served every reader of it
     (``not_needed``), without a read.  Runtimes travel beside artifacts, never inside them.
     """
-    from ..extractors.profiling import PROFILE_KEY
+    from .._base.profile_records import PROFILE_KEY
 
     runtime: dict[str, Any] = {}
     for stage, key in keys.items():

@@ -32,7 +32,8 @@ from ...inputs.audio import check_extractor_rates
 from ...inputs.multimodal import check_extractor_fields
 from ...selection.referee import (DEFAULT_REFEREE_SHARE, check_finalist_policy, check_referee, choose_finalists,
                                   decide, referee_notes, referee_record)
-from ...extractors.profiling import PROFILE_KEY, ResourceProfilingConfig, chain_profile, check_profiling
+from ...extractors.profiling import ResourceProfilingConfig, chain_profile, check_profiling
+from ..._base.profile_records import PROFILE_KEY
 from .results import BenchmarkResult, ExtractorResult
 from ...scoring.memory import MemoryConfig, check_budget_feasible
 from ...scoring.metric_result import OVERLAP_METRIC, MetricResult

@@ -138,6 +138,13 @@ def transform_rows(job: Any, extractor: Any, rows: Any, profiling: Any = None,
         return _transform(extractor, rows, profiling, {} if timings is None else timings)
 
 
+def measured_rows(job: Any, extractor: Any, rows: Any, profiling: Any, worker: str) -> tuple[dict[str | None, Any], Any]:
+    """Step 2 on a cluster worker with resource profiling on: the outputs and that worker's measurement of them."""
+    from ...extractors.profiling import measure_on_worker
+
+    return measure_on_worker(profiling, extractor, rows, lambda: transform_rows(job, extractor, rows), worker)
+
+
 def stacked_outputs(job: Any, context: Any, parts: list[dict[str | None, Any]]) -> EmbeddingSet:
     """Step 3 of extract: stack the row parts (in row order) of every output, then validate each matrix."""
     dataset, name = context.dataset, job.params["parent"]
@@ -171,7 +178,8 @@ def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) 
 
     if profiling is None or not profiling.enabled:
         return call()
-    from ...extractors.profiling import PROFILE_KEY, profile_extraction
+    from ...extractors.profiling import profile_extraction
+    from ..._base.profile_records import PROFILE_KEY
 
     outputs, timings[PROFILE_KEY] = profile_extraction(profiling, extractor, X, call)
     return outputs
@@ -180,7 +188,8 @@ def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) 
 # ----------------------------------------------------------------------------- stages
 @stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",),
        codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="seconds_and_steps",
-       shards=RowShards(fit_extractor, transform_rows, stacked_outputs, lambda context: context.dataset.extractor_input))
+       shards=RowShards(fit_extractor, transform_rows, stacked_outputs, lambda context: context.dataset.extractor_input,
+                        measured_rows))
 def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate.
 

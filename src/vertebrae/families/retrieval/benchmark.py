@@ -24,7 +24,8 @@ from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
 from ..front_door import (EmbeddingSource, FrontDoor, check_unique_names, plain_recipe, validate_extractor_list,
                           variant_chains)
-from ...extractors.profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
+from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
+from ..._base.profile_records import PROFILE_KEY
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
 from .extractors import PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor, endpoint_modalities

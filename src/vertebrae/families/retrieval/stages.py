@@ -61,7 +61,8 @@ def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str,
     With resource profiling on, each endpoint's encoding is measured on its own and the two profiles are returned
     beside the artifact in ``timings`` (``{"query": ..., "gallery": ...}``).
     """
-    from ...extractors.profiling import PROFILE_KEY, measured_call
+    from ...extractors.profiling import measured_call
+    from ..._base.profile_records import PROFILE_KEY
 
     queries_in, gallery_in = dataset.endpoint_data()
     outputs, measured = {}, {}

@@ -25,7 +25,8 @@ from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
 from ..front_door import EmbeddingSource, FrontDoor, plain_recipe, variant_chains
-from ...extractors.profiling import PROFILE_KEY, ResourceProfilingConfig, check_profiling, endpoint_profiles
+from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
+from ..._base.profile_records import PROFILE_KEY
 from ...scoring.overlap import OverlapScoringConfig, check_class_settings
 from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
 from .config import ZeroShotConfig

@@ -63,7 +63,8 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
     With resource profiling on, the encode call is measured and its profile returned beside the artifact in
     ``timings`` (one profile: a branch job encodes one branch).
     """
-    from ...extractors.profiling import PROFILE_KEY, measured_call
+    from ...extractors.profiling import measured_call
+    from ..._base.profile_records import PROFILE_KEY
 
     method = f"encode_{branch}"
     data = dataset.sample_input if branch == "samples" else dataset.flat_prompts
