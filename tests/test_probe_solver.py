@@ -20,7 +20,7 @@ from sklearn.preprocessing import StandardScaler
 
 from vertebrae import ConfigError, LinearProbeMetric, MetricError
 from vertebrae.scoring.linear_probe import repeat_seed
-from vertebrae.scoring.probe_solver import Backend, fit_fold, fold_basis
+from vertebrae.scoring.probe_solver import Backend, fit_fold, fit_logistic, fold_basis, path_start
 
 SINGLE = {"target_type": "single_label"}
 MULTI = {"target_type": "multi_label"}
@@ -145,10 +145,12 @@ def test_torch_backend_runs_the_same_solver():
     X, y = _classes(300, 12, 3, seed=2)
     Xs = sparse.csr_matrix(np.where(X > 0.5, X, 0.0))
     for matrix, is_sparse in ((X, False), (Xs, True)):
-        fits = [fit_fold(fold_basis(matrix, backend, is_sparse), y, "single_label", C=1.0, alpha=1.0, max_iter=1000)
-                for backend in (Backend(), Backend("torch", "cpu"))]
+        fits = [fit_fold(fold_basis(matrix, backend, is_sparse), y, "single_label", C=1.0, alpha=1.0, max_iter=1000,
+                         next_C=10.0) for backend in (Backend(), Backend("torch", "cpu"))]
         np.testing.assert_allclose(fits[1].coef, fits[0].coef, rtol=1e-6, atol=1e-8)
         np.testing.assert_array_equal(fits[1].predict(matrix)[0], fits[0].predict(matrix)[0])
+        # the path start C="auto" predicts for the next C, on torch too
+        np.testing.assert_allclose(fits[1].next_warm[1].numpy(), fits[0].next_warm[1], rtol=1e-4, atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------- whole metric
@@ -201,6 +203,29 @@ def test_repeats_keep_the_first_repeat_and_reshuffle_the_rest():
                                StratifiedKFold(3, shuffle=True, random_state=repeat_seed(5, 1)), "balanced_accuracy")
     assert scores[3:] == pytest.approx(second, abs=1e-12)
     assert repeat_seed(5, 1) != 5 and repeat_seed(5, 1) == repeat_seed(5, 1)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_path_start_follows_the_tangent_of_the_regularization_path(k):
+    """The start C="auto" predicts for the next C is the optimum moved along d theta / d log C, checked against a
+    finite difference of two tightly converged optima (measured 0.3% off; the tangent solve stops at 1%), and it
+    lands closer to the next optimum than the previous optimum itself does (measured 0.48 vs 0.96, 0.59 vs 0.79)."""
+    X, y = _classes(300, 12, k, seed=20 + k, spread=0.5)
+    basis = fold_basis(X, Backend(), False)
+    kind, Y = ("sigmoid", (y == 1).astype(float)[:, None]) if k == 2 else ("softmax", np.eye(k)[y])
+    C, h = 1.0, 1e-4
+    here = fit_logistic(basis, Y, kind, C, tol=1e-13).theta
+    nearby = fit_logistic(basis, Y, kind, C * np.exp(h), tol=1e-13).theta
+    tangent = path_start(basis, Y, kind, C, here, C * np.e) - here  # a step of 1 in log C: the tangent itself
+    finite_difference = (nearby - here) / h
+    assert np.linalg.norm(tangent - finite_difference) <= 0.02 * np.linalg.norm(finite_difference)
+    far = fit_logistic(basis, Y, kind, 10 * C, tol=1e-13)
+    start = path_start(basis, Y, kind, C, here, 10 * C)
+    assert np.linalg.norm(start - far.theta) < 0.8 * np.linalg.norm(here - far.theta)
+    from_start = fit_logistic(basis, Y, kind, 10 * C, theta0=start)
+    from_previous = fit_logistic(basis, Y, kind, 10 * C, theta0=here)
+    assert from_start.converged and from_start.newton_iterations <= from_previous.newton_iterations
+    assert np.abs(from_start.theta - far.theta).max() <= 1e-6 * np.abs(far.theta).max()
 
 
 def test_auto_C_equals_grid_search_on_the_same_inner_folds():

@@ -89,8 +89,10 @@ class LinearProbeMetric(Config):
 
     #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py);
     #: 3 = one BLAS thread per fold, the last Newton step's conjugate gradients stopped at the tolerance and
-    #: Hessian-vector products in float32 (the optimum is the same to the tolerance; the bytes are not).
-    version: ClassVar[int] = 3
+    #: Hessian-vector products in float32 (the optimum is the same to the tolerance; the bytes are not);
+    #: 4 = ``C="auto"``'s inner paths start each ``C`` from the previous optimum moved along the path's tangent
+    #: (the same optima to the tolerance; fixed-``C`` fits are unchanged).
+    version: ClassVar[int] = 4
 
     def fold_workers(self, n_folds: int) -> int:
         """Threads fitting folds at once (:func:`~vertebrae._base.threads.thread_workers`); one on a GPU."""
