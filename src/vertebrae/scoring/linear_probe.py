@@ -90,8 +90,9 @@ class LinearProbeMetric(Config):
     #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py);
     #: 3 = one BLAS thread per fold, the last Newton step's conjugate gradients stopped at the tolerance and
     #: Hessian-vector products in float32 (the optimum is the same to the tolerance; the bytes are not);
-    #: 4 = ``C="auto"``'s inner paths start each ``C`` from the previous optimum moved along the path's tangent
-    #: (the same optima to the tolerance; fixed-``C`` fits are unchanged).
+    #: 4 = ``C="auto"``'s inner paths start each ``C`` from the previous optimum moved along the path's tangent, and
+    #: a Newton step may take 1,000 CG steps instead of 250 (the same optima to the tolerance; only fits that reached
+    #: the old cap take another path there).
     version: ClassVar[int] = 4
 
     def fold_workers(self, n_folds: int) -> int:
