@@ -108,8 +108,9 @@ def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> No
               f"call   score {result['score']:.4f}")
     for name, floor in (("ridge floor", ridge_floor), ("LDA floor", lda_floor)):
         f_time = measure(lambda: floor(X, y), rounds, trace=False)[0]
+        what = " ".join(floor.__doc__.split(":")[0].split())
         print(f"  {name:<22}{f_time:>9.3f} s{'':>13}{100 * f_time / b_time:>6.2f}% of the bare call, "
-              f"{100 * f_time / single_time:>6.2f}% of the one-thread call   ({' '.join(floor.__doc__.split(':')[0].split())})")
+              f"{100 * f_time / single_time:>6.2f}% of the one-thread call   ({what})")
 
 
 def _splits(y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -14,9 +14,12 @@ import numpy as np
 
 #: The timings entry of the extract job that carries its measurements (not a number: never a runtime column).
 PROFILE_KEY = "resource_profile"
+#: The profile layout's version (docs/profiling.md).
 SCHEMA = 1
+#: A profile's status when the embedding came from a cache and the extractor never ran.
 CACHE_HIT = "not_measured_cache_hit"
 
+#: ``throughput_kind`` of a distributed profile: what its samples per second divide by.
 AGGREGATE_WORKER_COMPUTE = "aggregate_worker_compute"
 AGGREGATE_NOTE = ("materialized samples / summed worker compute seconds (each measured task's extractor time on its "
                   "worker, added up); NOT cluster wall-clock throughput, which also depends on how many workers ran "

@@ -5,8 +5,8 @@ stage where it runs: :class:`ExtractionProfiler` times every real batch call of 
 neural extractors (through :func:`vertebrae.extractors.batching.observe_batches`), or
 the one ``transform`` call of any other extractor, and samples host RSS in a thread.
 The measurements travel beside the artifact (in the job's timings side channel under
-:data:`~vertebrae._base.profile_records.PROFILE_KEY`), never inside it, so a cached embedding stays the same bytes; a
-cache hit did not run the extractor and reports ``not_measured_cache_hit``.  On a dask
+:data:`~vertebrae._base.profile_records.PROFILE_KEY`), never inside it, so a cached embedding stays
+the same bytes; a cache hit did not run the extractor and reports ``not_measured_cache_hit``.  On a dask
 cluster each task measures its calls on its worker (:func:`measure_on_worker`) and
 :func:`~vertebrae._base.profile_records.distributed_profile` merges them (worker-first latency,
 maximum worker memory, aggregate worker-compute throughput).
@@ -546,10 +546,10 @@ def load_endpoint_profiles(data: Mapping[str, Any] | None, path: str) -> dict[st
 
 
 # ----------------------------------------------------------------------------- distributed runs
-#: ``throughput_kind`` of a distributed profile: what its samples per second divide by.
 def measure_on_worker(config: ResourceProfilingConfig, extractor: Any, X: Any, transform: Callable[[], Any],
                       worker: str) -> tuple[Any, WorkerMeasurement]:
-    """Run ``transform()`` on a worker under measurement, keeping its batch calls for :func:`distributed_profile`."""
+    """Run ``transform()`` on a worker under measurement, keeping its batch calls for
+    :func:`~vertebrae._base.profile_records.distributed_profile`."""
     started = time.time()
     profiler = ExtractionProfiler(config, extractor, X)
     outputs, profile = profiler.measure(transform)

@@ -138,7 +138,8 @@ def transform_rows(job: Any, extractor: Any, rows: Any, profiling: Any = None,
         return _transform(extractor, rows, profiling, {} if timings is None else timings)
 
 
-def measured_rows(job: Any, extractor: Any, rows: Any, profiling: Any, worker: str) -> tuple[dict[str | None, Any], Any]:
+def measured_rows(job: Any, extractor: Any, rows: Any, profiling: Any,
+                  worker: str) -> tuple[dict[str | None, Any], Any]:
     """Step 2 on a cluster worker with resource profiling on: the outputs and that worker's measurement of them."""
     from ...extractors.profiling import measure_on_worker
 
