@@ -81,12 +81,12 @@ def bare_knn(X: np.ndarray, y: np.ndarray, k: int) -> float:
 
 def bare_probe(X: np.ndarray, y: np.ndarray) -> float:
     from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.model_selection import cross_val_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     return cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)), X, y,
-                           cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy").mean()
+                           cv=_splits(y), scoring="balanced_accuracy").mean()
 
 
 def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> None:
@@ -114,6 +114,7 @@ def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> No
 
 
 def _splits(y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The probes' folds for ``seed=0``: ``StratifiedKFold(5, shuffle=True, random_state=0)``."""
     from sklearn.model_selection import StratifiedKFold
 
     return list(StratifiedKFold(5, shuffle=True, random_state=0).split(np.zeros((y.size, 1)), y))
@@ -137,19 +138,21 @@ def lda_floor(X: np.ndarray, y: np.ndarray) -> None:
     that gives each fold's shrunk class covariances (classes on the metric's threads, one BLAS thread each)."""
     from vertebrae._base.threads import map_single_threaded, thread_workers
 
+    splits = _splits(y)
     fold_of = np.empty(y.size, dtype=int)
-    for f, (_, test) in enumerate(_splits(y)):
+    for f, (_, test) in enumerate(splits):
         fold_of[test] = f
 
-    def cells(k: int) -> list[np.ndarray]:
+    def class_scatters(k: int) -> list[float]:
         rows = np.flatnonzero(y == k)
-        centered = np.subtract(X[rows], X[rows].mean(axis=0, dtype=np.float64), dtype=np.float64)
-        cells = [held.T @ held for held in (centered[fold_of[rows] == f] for f in range(5))]
+        block = X[rows]
+        centered = np.subtract(block, block.mean(axis=0, dtype=np.float64), dtype=np.float64)
+        cells = [held.T @ held for held in (centered[fold_of[rows] == f] for f in range(len(splits)))]
         gram = sum(cells)
         return [np.einsum("ij,ij->", scatter, scatter) for scatter in (gram - cell for cell in cells)]
 
     classes = int(y.max()) + 1
-    map_single_threaded(cells, range(classes), workers=thread_workers(None, classes))
+    map_single_threaded(class_scatters, range(classes), workers=thread_workers(None, classes))
 
 
 def tweet_states(cache_dir: str | None) -> tuple[dict[str, np.ndarray], np.ndarray]:
