@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 
 from vertebrae import (ConfigError, ConfigTypeError, LDAProbeMetric, LinearProbeMetric, MetricError,
                        RidgeProbeMetric, load_metric)
-from vertebrae.scoring.lda_probe import ClassScatter, _discriminants
+from vertebrae.scoring.lda_probe import fold_discriminants
 from vertebrae.scoring.metrics import check_metric
 
 SINGLE = {"target_type": "single_label"}
@@ -145,8 +145,7 @@ def test_lda_equals_shrinkage_lda(shape):
     assert all(0 < s <= 1 for fold in got["diagnostics"]["shrinkage"] for s in fold)
     # the discriminants themselves, on the first training fold
     splits = list(LinearProbeMetric().folds("single_label", 6, False).split(X, y))
-    train, test = splits[0]
-    fit = _discriminants(ClassScatter(X, y, 1), y[train], test)
+    fit = fold_discriminants(X, y, splits, 1)[0]
     classes, coef, intercept = fit.classes, fit.coef, fit.intercept
     expected_coef, expected_intercept = ref["estimator"][0][-1].coef_, ref["estimator"][0][-1].intercept_
     if n_classes == 2:  # scikit-learn keeps the difference of the two discriminants

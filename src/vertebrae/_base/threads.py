@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+W = TypeVar("W")
 
 #: Default thread limit for dependency calls (measured, see docs/performance.md).
 DEFAULT_THREAD_LIMIT = 1
@@ -74,3 +76,42 @@ def map_single_threaded(task: Callable[[Any], T], items: Sequence[Any], *, worke
             return [task(item) for item in items]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(task, items))
+
+
+def map_reusing_workspaces(task: Callable[[Any, W], T], items: Sequence[Any], make_workspace: Callable[[], W], *,
+                           workers: int) -> Iterator[T]:
+    """``task(item, workspace)`` for every item on ``workers`` threads (one BLAS thread each), results yielded in
+    order, each item's ``workspace`` one of ``workers + 1`` made once and reused.
+
+    A result may live in its workspace (large scratch arrays: made once instead of page-faulted in per item) until
+    the caller asks for the next result: item ``i`` starts only once the caller has taken the result of item
+    ``i - workers - 1``, the last to use its workspace.  Unlike map_single_threaded in chunks of ``workers`` items,
+    no worker waits for a slower neighbour, and the caller's work on one result overlaps the next items'.
+    """
+    slots = workers + 1 if workers > 1 and len(items) > 1 else 1
+    workspaces = [make_workspace() for _ in range(min(slots, len(items)))]
+    with limited_threads(1):
+        if slots == 1:
+            for item in items:
+                yield task(item, workspaces[0])
+            return
+        free = [threading.Event() for _ in items]
+        for event in free[:slots]:
+            event.set()
+        stopped = False
+
+        def run(i: int) -> T | None:
+            free[i].wait()
+            return None if stopped else task(items[i], workspaces[i % slots])
+
+        pool = ThreadPoolExecutor(max_workers=workers)
+        try:
+            for i, result in enumerate(pool.map(run, range(len(items)))):
+                yield result
+                if i + slots < len(items):
+                    free[i + slots].set()
+        finally:  # on an error or an abandoned iteration, release every waiting item so that the pool can stop
+            stopped = True
+            for event in free:
+                event.set()
+            pool.shutdown(wait=True, cancel_futures=True)

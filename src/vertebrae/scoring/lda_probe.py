@@ -22,15 +22,11 @@ import numpy as np
 
 from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
-from .._base.threads import map_single_threaded, thread_workers
+from .._base.threads import map_reusing_workspaces, map_single_threaded, thread_workers
 from ..errors import MetricError
 from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payload, scatter_scale, \
     training_classes
 from .metrics import check_metric_name
-
-#: Dense float64 D x D arrays held at once per fold in flight: the shared covariance, one class's scatter, the
-#: solver's copy (besides one Gram matrix per class, held for the whole call).
-COVARIANCE_COPIES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +56,10 @@ class LDAProbeMetric(Config):
     #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
     speed_only = ("n_jobs",)
     #: Bumped when the same settings give other scores: 2 = each fold's StandardScaler statistics and class
-    #: covariances read off the per-class Gram matrices, no standardized copy of the fold (equal to scikit-learn's
-    #: to rounding; the bytes differ from version 1's).
-    version: ClassVar[int] = 2
+    #: covariances read off the per-class Gram matrices, no standardized copy of the fold; 3 = those Gram matrices
+    #: summed from the held-out rows' (one per fold) and each fold's covariance accumulated before its scaling
+    #: (equal to scikit-learn's to rounding; the bytes differ from version 2's).
+    version: ClassVar[int] = 3
 
     def _validate(self) -> None:
         owner = type(self).__name__
@@ -87,95 +84,27 @@ class LDAProbeMetric(Config):
         folds = probe_folds(self.name, self.n_splits, embeddings, labels, target_metadata, groups, seed,
                             self.supported_target_types)
         workers = thread_workers(self.n_jobs, len(folds.splits))
-        codes = folds.targets.y
-        check_dense_budget(self.name, embeddings.shape[1], int(codes.max()) + 1 + COVARIANCE_COPIES * workers,
+        check_dense_budget(self.name, embeddings.shape[1], held_matrices(len(folds.splits), workers),
                            self.max_dense_bytes, "LDAProbeMetric.max_dense_bytes")
-
-        def fit_split(split: tuple[np.ndarray, np.ndarray], scatter: ClassScatter) -> tuple[float, list[float]]:
-            train, test = split
-            fit = _discriminants(scatter, codes[train], test)
-            standardized = np.subtract(embeddings[test], fit.mean, dtype=np.float64)
-            standardized /= fit.scale
-            predicted = fit.classes[(standardized @ fit.coef.T + fit.intercept).argmax(axis=1)]
-            return fold_score(folds.targets, test, predicted), fit.shrinkage
-
-        scatter = ClassScatter(embeddings, codes, workers)
-        outcomes = map_single_threaded(lambda split: fit_split(split, scatter), folds.splits, workers=workers)
-        scores, shrinkages = [score for score, _ in outcomes], [shrinkage for _, shrinkage in outcomes]
-        return probe_payload(folds, scores, {"shrinkage": shrinkages}, {
+        fits = fold_discriminants(embeddings, folds.targets.y, folds.splits, workers)
+        scores = [fold_score(folds.targets, test, fit.predicted) for (_, test), fit in zip(folds.splits, fits)]
+        return probe_payload(folds, scores, {"shrinkage": [fit.shrinkage for fit in fits]}, {
             "model": 'LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")', "scaling": "StandardScaler()",
             "shrinkage": "Ledoit-Wolf, per class on its standardized rows"}, seed, self.n_splits)
 
 
-class ClassScatter:
-    """Every class's rows centered by the class mean (float64), their Gram matrix and the overall mean, computed
-    once per call.  A training fold's class scatter is that Gram minus its test rows' (the folds' test rows partition
-    the rows), and the fold's ``StandardScaler`` statistics follow from the classes' (the total scatter is the
-    within-class scatter plus the between-class one), so the folds together cost one pass over the rows and no fold
-    is copied to be standardized."""
-
-    def __init__(self, embeddings: np.ndarray, codes: np.ndarray, workers: int) -> None:
-        self.n = embeddings.shape[0]
-        self.overall_mean = embeddings.mean(axis=0, dtype=np.float64)
-        self.rows = [np.flatnonzero(codes == k) for k in range(int(codes.max()) + 1)]
-
-        def centered(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            block = embeddings[rows]
-            mean = block.mean(axis=0, dtype=np.float64)
-            rows_centered = np.subtract(block, mean, dtype=np.float64)
-            return mean, rows_centered, rows_centered.T @ rows_centered
-
-        # one class per worker, each product on one BLAS thread: the same bytes on any number of workers
-        parts = map_single_threaded(centered, self.rows, workers=workers)
-        self.means, self.centered, self.grams = ([part[i] for part in parts] for i in range(3))
-
-    def training(self, k: int, in_test: np.ndarray) -> ClassFold:
-        """The moments of class ``k``'s training rows in the fold whose test rows ``in_test`` marks (a mask over
-        all rows); :meth:`scatter` gives their scatter matrix."""
-        held_out = in_test[self.rows[k]]
-        held = self.centered[k][held_out]
-        kept = held_out.size - held.shape[0]
-        shift = -held.sum(axis=0) / kept  # the training rows' mean minus the class's (its rows sum to 0 here)
-        mean_square = (np.diagonal(self.grams[k]) - np.einsum("ij,ij->j", held, held)) / kept
-        return ClassFold(k, kept, self.means[k] + shift, shift, mean_square - shift**2, mean_square, ~held_out, held)
-
-    def scatter(self, part: ClassFold) -> np.ndarray:
-        """The scatter matrix of ``part``'s rows around their mean (raw coordinates): the class's Gram matrix less
-        its held-out rows' and the shift of the mean."""
-        gram = self.grams[part.k] - part.held.T @ part.held
-        gram -= part.count * np.outer(part.shift, part.shift)
-        return gram
-
-    def squared_norms(self, part: ClassFold, unit: np.ndarray) -> np.ndarray:
-        """``||(x - mean) / unit||^2`` of the training rows of ``part``, without copying them: with ``c`` a row
-        centered by the class's overall mean and ``s`` the training rows' shift, ``sum_j (c_j - s_j)^2 / unit_j^2``
-        expanded, every row read in place."""
-        inverse = 1.0 / unit**2
-        rows = self.centered[part.k]
-        norms = np.einsum("ij,ij,j->i", rows, rows, inverse) - 2.0 * (rows @ (part.shift * inverse))
-        return norms[part.kept] + part.shift**2 @ inverse
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassFold:
-    """Class ``k``'s training rows of one fold: their count and mean, the mean's shift from the class's overall
-    mean, each column's variance around their mean and mean square around the class's overall mean, which of the
-    class's rows they are, and the class's held-out rows (centered by its overall mean)."""
-
-    k: int
-    count: int
-    mean: np.ndarray
-    shift: np.ndarray
-    variance: np.ndarray
-    mean_square: np.ndarray
-    kept: np.ndarray
-    held: np.ndarray
+def held_matrices(n_folds: int, workers: int) -> int:
+    """Dense float64 D x D matrices held at once: each fold's covariance sum, ``workers + 1`` class workspaces (the
+    held-out Gram matrices, one per fold, their sum and a squaring buffer) and per worker the solver's copy of a
+    covariance."""
+    return n_folds + (workers + 1) * (n_folds + 2) + workers
 
 
 @dataclasses.dataclass(frozen=True)
 class Discriminants:
     """Shrinkage LDA of one training fold: ``coef``/``intercept`` act on rows standardized by ``mean``/``scale``
-    (the fold's ``StandardScaler``); ``shrinkage`` is each class's Ledoit–Wolf shrinkage."""
+    (the fold's ``StandardScaler``); ``shrinkage`` is each class's Ledoit–Wolf shrinkage; ``predicted``: the class
+    codes it predicts for the fold's test rows, in the order of the split's test indices."""
 
     classes: np.ndarray
     coef: np.ndarray
@@ -183,63 +112,202 @@ class Discriminants:
     shrinkage: list[float]
     mean: np.ndarray
     scale: np.ndarray
+    predicted: np.ndarray
 
 
-def _discriminants(scatter: ClassScatter, y: np.ndarray, test: np.ndarray) -> Discriminants:
-    """Shrinkage LDA on the training fold whose class codes are ``y`` and whose test rows are ``test``."""
+def fold_discriminants(embeddings: np.ndarray, codes: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]],
+                       workers: int) -> list[Discriminants]:
+    """Shrinkage LDA of every training fold of ``splits`` (whose test rows partition the rows).
+
+    A fold's covariance is ``S / (scale scale^T) + diag(r)`` with ``S = sum_k prior_k (1 - s_k) T_k / n_k``
+    (``T_k`` the class's training scatter, raw coordinates) and ``r = sum_k prior_k s_k mu_k class_scale_k^2``;
+    both sums are accumulated class by class, in class order, so the bytes do not depend on ``workers``.
+    """
+    n_folds = len(splits)
+    fold_of = np.full(codes.size, -1)
+    for f, (_, test) in enumerate(splits):
+        fold_of[test] = f
+    classes = int(codes.max()) + 1
+    parts = map_single_threaded(lambda k: ClassRows(embeddings, np.flatnonzero(codes == k), fold_of, n_folds),
+                                range(classes), workers=workers)
+    overall_mean = sum(part.centered.shape[0] * part.mean for part in parts) / codes.size
+    scalers = [fold_scaler(parts, f, overall_mean, codes[train]) for f, (train, _) in enumerate(splits)]
+    dim = embeddings.shape[1]
+    scatter_sums = [np.zeros((dim, dim)) for _ in range(n_folds)]
+    ridges = [np.zeros(dim) for _ in range(n_folds)]
+    shrinkages: list[list[float]] = [[] for _ in range(n_folds)]
+    shifts: list[list[np.ndarray]] = [[] for _ in range(n_folds)]
+    # scratch arrays reused class after class: fresh D x D arrays cost their page faults every time (measured: a
+    # 384 x 384 Gram product 0.59 ms into a reused array, 1.06 ms into a new one)
+    rows = max(part.centered.shape[0] for part in parts)
+    workspaces = map_reusing_workspaces(lambda part, workspace: class_shares(part, workspace, scalers), parts,
+                                        lambda: (np.empty((n_folds + 2, dim, dim)), np.empty((rows, dim))),
+                                        workers=workers)
+    for shares in workspaces:  # in class order, while the next classes are computed
+        for f, share in enumerate(shares):
+            if share is not None:
+                scatter_sums[f] += share.scatter
+                shifts[f].append(share.shift)
+                ridges[f] += share.ridge
+                shrinkages[f].append(share.shrinkage)
+    return map_single_threaded(
+        lambda f: _solve(parts, scalers[f], f, scatter_sums[f], np.array(shifts[f]), ridges[f], shrinkages[f],
+                         splits[f][1]), range(n_folds), workers=workers)
+
+
+class ClassRows:
+    """One class's rows, centered by the class mean in float64 and ordered by the fold that tests them, with each
+    fold's column sums and sums of squares of its held-out rows: a training fold's class moments are the class's
+    less its held-out rows'."""
+
+    def __init__(self, embeddings: np.ndarray, rows: np.ndarray, fold_of: np.ndarray, n_folds: int) -> None:
+        self.rows = rows = rows[np.argsort(fold_of[rows], kind="stable")]
+        block = embeddings[rows]
+        self.mean = block.mean(axis=0, dtype=np.float64)
+        self.centered = np.subtract(block, self.mean, dtype=np.float64)
+        self.bounds = np.searchsorted(fold_of[rows], np.arange(n_folds + 1))
+        self.held_sums = np.array([self.held(f).sum(axis=0) for f in range(n_folds)])
+        self.held_squares = np.array([np.einsum("ij,ij->j", self.held(f), self.held(f)) for f in range(n_folds)])
+        self.counts = rows.size - np.diff(self.bounds)  # training rows per fold
+
+    def held(self, f: int) -> np.ndarray:
+        """The rows fold ``f`` tests (a view)."""
+        return self.centered[self.bounds[f]:self.bounds[f + 1]]
+
+    def shift(self, f: int) -> np.ndarray:
+        """Fold ``f``'s training rows' mean minus the class's (the centered rows sum to 0)."""
+        return -self.held_sums[f] / self.counts[f]
+
+    def mean_square(self, f: int) -> np.ndarray:
+        """Each column's mean square of fold ``f``'s training rows around the class mean."""
+        return (self.held_squares.sum(axis=0) - self.held_squares[f]) / self.counts[f]
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldScaler:
+    """One training fold's ``StandardScaler`` statistics, its row count and the classes it holds."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    count: int
+    classes: np.ndarray
+
+
+def fold_scaler(parts: list[ClassRows], f: int, overall_mean: np.ndarray, training_codes: np.ndarray) -> FoldScaler:
+    """Fold ``f``'s StandardScaler statistics from its classes': the total variance is the within-class plus the
+    between-class one, so no fold is copied to be standardized."""
+    classes, _ = training_classes(training_codes)
+    counts = np.array([parts[k].counts[f] for k in classes])
+    n = int(counts.sum())
+    means = np.array([parts[k].mean + parts[k].shift(f) for k in classes])
+    mean = (counts / n) @ means
+    var = sum(count * (parts[k].mean_square(f) - parts[k].shift(f) ** 2 + (class_mean - mean) ** 2)
+              for k, count, class_mean in zip(classes, counts, means)) / n
+    return FoldScaler(mean, scatter_scale(n * var, var + (mean - overall_mean) ** 2, n), n, classes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassShare:
+    """One class's term of one training fold's covariance before the fold's scaling: ``scatter - outer(shift,
+    shift) + diag(ridge)``, i.e. the class's weighted training scatter matrix (raw coordinates) split into its part
+    around the class's overall mean and the rank-one correction for the training rows' own mean."""
+
+    scatter: np.ndarray
+    shift: np.ndarray
+    ridge: np.ndarray
+    shrinkage: float
+
+
+def class_shares(part: ClassRows, workspace: tuple[np.ndarray, np.ndarray],
+                 scalers: list[FoldScaler]) -> list[ClassShare | None]:
+    """A class's Ledoit–Wolf terms of every training fold (``None`` where the fold holds none of its rows).
+
+    ``LinearDiscriminantAnalysis`` standardizes each class before shrinking its covariance: the class's
+    correlation ``R = T / (n u u^T)`` (``T`` the training rows' scatter, ``u`` their standard deviations with
+    StandardScaler's rule for constant columns) is shrunk to ``(1 - s) R + s mu I`` and scaled back.  The held-out
+    rows' Gram matrices (one per fold) sum to the class's, so ``T = E - n d d^T`` with ``E`` that sum less one of
+    them and ``d`` the shift of the training mean: one pass of products over the class's rows serves every fold,
+    and the rank-one part enters ``||R||_F`` and the fold's covariance as vectors.  ``workspace``: ``n_folds + 2``
+    D x D arrays and a row buffer, which the returned shares' scatter matrices live in.
+    """
+    n_folds = len(scalers)
+    matrices, row_buffer = workspace
+    cells, gram, buffer = matrices[:n_folds], matrices[n_folds], matrices[n_folds + 1]
+    for f in range(n_folds):
+        np.matmul(part.held(f).T, part.held(f), out=cells[f])
+    np.add(cells[0], cells[1], out=gram)
+    for cell in cells[2:]:
+        gram += cell
+    folds = [f for f in range(n_folds) if part.counts[f] > 0]
+    moments = []
+    for f in folds:  # each cell becomes its training rows' scatter around the class mean, in place
+        count, shift, scale = int(part.counts[f]), part.shift(f), scalers[f].scale
+        scatter = np.subtract(gram, cells[f], out=cells[f])
+        diagonal = np.diagonal(scatter) - count * shift**2
+        class_scale = scatter_scale(diagonal / scale**2, part.mean_square(f) / scale**2, count)
+        weights = 1.0 / (scale * class_scale) ** 2  # 1 / u^2
+        weighted_shift = shift * weights
+        squared = (weights @ (np.multiply(scatter, scatter, out=buffer) @ weights)
+                   - 2.0 * count * (weighted_shift @ (scatter @ weighted_shift))
+                   + (count * (shift @ weighted_shift)) ** 2) / count**2  # ||R||_F^2
+        moments.append((scatter, class_scale, weights, float(diagonal @ weights) / count, float(squared)))
+    # each training row's ||(x - mean) / u||^2 for every fold at once: two products over the class's rows
+    weights = np.array([weight for _, _, weight, _, _ in moments]).T.copy()
+    shifts = np.array([part.shift(f) for f in folds]).T.copy()
+    squares = np.multiply(part.centered, part.centered, out=row_buffer[:part.centered.shape[0]])
+    norms = squares @ weights - 2.0 * (part.centered @ (shifts * weights))
+    norms += np.einsum("jf,jf->f", shifts * shifts, weights)
+    shares: list[ClassShare | None] = [None] * n_folds
+    for i, (f, (scatter, class_scale, _, trace, squared)) in enumerate(zip(folds, moments)):
+        count, held = int(part.counts[f]), slice(part.bounds[f], part.bounds[f + 1])
+        fourth = float(norms[:, i] @ norms[:, i] - norms[held, i] @ norms[held, i])
+        shrinkage, mu = _ledoit_wolf(trace, squared, fourth, count, scatter.shape[0])
+        weight = (1.0 - shrinkage) / scalers[f].count  # prior (count / total) times (1 - s) / count
+        np.multiply(scatter, weight, out=scatter)
+        shares[f] = ClassShare(scatter, np.sqrt(weight * count) * shifts[:, i],
+                               count / scalers[f].count * shrinkage * mu * class_scale**2, shrinkage)
+    return shares
+
+
+def _ledoit_wolf(trace: float, squared: float, fourth: float, n: int, dim: int) -> tuple[float, float]:
+    """The Ledoit–Wolf shrinkage ``s`` and target ``mu`` of ``n`` standardized, centered rows ``z_i`` in ``dim``
+    columns from ``S = Z^T Z / n``'s trace, ``||S||_F^2`` and ``sum_i ||z_i||^4``.
+
+    ``mu = trace(S) / dim``; ``s = min(b, d) / d`` with ``d = ||S - mu I||_F^2 / dim`` and
+    ``b = (sum_i ||z_i||^4 / n - ||S||_F^2) / (n dim)`` (0 when ``b`` is 0, and for a single dimension).
+    """
+    mu = trace / dim
+    if dim == 1:
+        return 0.0, mu
+    beta = (fourth / n - squared) / (dim * n)
+    delta = (squared - 2.0 * mu * trace + dim * mu**2) / dim
+    beta = min(beta, delta)
+    return (0.0 if beta == 0 else beta / delta), mu
+
+
+def _solve(parts: list[ClassRows], scaler: FoldScaler, f: int, scatter_sum: np.ndarray, shifts: np.ndarray,
+           ridge: np.ndarray, shrinkages: list[float], test: np.ndarray) -> Discriminants:
+    """One fold's discriminants from its covariance terms (``coef = cov^+ means``, ``intercept = -means coef / 2 +
+    log(prior)``) and its predictions for the ``test`` rows."""
     from scipy import linalg
 
-    classes, local = training_classes(y)
-    in_test = np.zeros(scatter.n, dtype=bool)
-    in_test[test] = True
-    per_class = [scatter.training(int(code), in_test) for code in classes]
-    n = sum(part.count for part in per_class)
-    priors = np.array([part.count for part in per_class]) / n
-    # the fold's StandardScaler statistics: the total variance is the within-class plus the between-class one
-    mean = priors @ np.array([part.mean for part in per_class])
-    var = sum(part.count * (part.variance + (part.mean - mean) ** 2) for part in per_class) / n
-    scale = scatter_scale(n * var, var + (mean - scatter.overall_mean) ** 2, n)
-    dim = mean.size
-    means = np.empty((classes.size, dim))
-    covariance = np.zeros((dim, dim))
-    shrinkages = []
-    for k, part in enumerate(per_class):  # one class's scatter matrix at a time
-        means[k] = (part.mean - mean) / scale
-        # LinearDiscriminantAnalysis standardizes each class (StandardScaler) before shrinking its covariance
-        correlation = scatter.scatter(part)
-        class_scale = scatter_scale(np.diagonal(correlation) / scale**2, part.mean_square / scale**2, part.count)
-        unit = scale * class_scale
-        correlation /= part.count * np.outer(unit, unit)
-        shrunk, shrinkage = _ledoit_wolf(correlation, scatter.squared_norms(part, unit))
-        shrunk *= class_scale[:, None]
-        shrunk *= class_scale[None, :]
-        covariance += priors[k] * shrunk
-        shrinkages.append(shrinkage)
+    inverse = 1.0 / scaler.scale
+    covariance = scatter_sum  # finished and scaled in place: each fold's sum is used once
+    covariance -= shifts.T @ shifts
+    covariance *= inverse[:, None]
+    covariance *= inverse[None, :]
+    covariance.flat[:: covariance.shape[0] + 1] += ridge
+    means = np.array([(parts[k].mean + parts[k].shift(f) - scaler.mean) * inverse for k in scaler.classes])
     try:  # positive definite whenever a class was shrunk: one Cholesky solve
-        coef = linalg.solve(covariance, means.T, assume_a="pos").T
+        coef = linalg.cho_solve(linalg.cho_factor(covariance, check_finite=False), means.T, check_finite=False).T
     except (linalg.LinAlgError, ValueError):  # singular (no shrinkage, a constant column): the least-squares solution
         coef = linalg.lstsq(covariance, means.T)[0].T
+    priors = np.array([parts[k].counts[f] for k in scaler.classes]) / scaler.count
     intercept = -0.5 * np.einsum("kd,kd->k", means, coef) + np.log(priors)
-    return Discriminants(classes, coef, intercept, shrinkages, mean, scale)
-
-
-def _ledoit_wolf(S: np.ndarray, row_norms: np.ndarray) -> tuple[np.ndarray, float]:
-    """The Ledoit–Wolf covariance of standardized, centered rows ``Z`` from ``S = Z^T Z / n`` and the squared row
-    norms ``||z_i||^2`` (``S`` is overwritten), and the shrinkage.
-
-    ``mu = trace(S) / D``; the shrinkage is ``min(b, d) / d`` with ``d = ||S - mu I||_F^2 / D`` and
-    ``b = (sum_i ||z_i||^4 / n - ||S||_F^2) / (n D)`` (0 when ``b`` is 0, and for a single dimension).
-    """
-    n, dim = row_norms.size, S.shape[0]
-    trace = float(np.trace(S))
-    mu = trace / dim
-    shrinkage = 0.0
-    if dim > 1:
-        squared = np.einsum("ij,ij->", S, S)
-        beta = (row_norms @ row_norms / n - squared) / (dim * n)
-        delta = (squared - 2.0 * mu * trace + dim * mu**2) / dim
-        beta = min(beta, delta)
-        shrinkage = 0.0 if beta == 0 else beta / delta
-    S *= 1.0 - shrinkage
-    S.flat[:: dim + 1] += shrinkage * mu
-    return S, float(shrinkage)
+    # the test rows are every class's held-out rows, already centered by their class mean: x = c + class mean
+    raw = np.ascontiguousarray((coef * inverse).T)
+    predicted = np.empty(max(part.rows.max() for part in parts if part.rows.size) + 1, dtype=scaler.classes.dtype)
+    for part in parts:
+        decision = part.held(f) @ raw + (((part.mean - scaler.mean) @ raw) + intercept)[None, :]
+        predicted[part.rows[part.bounds[f]:part.bounds[f + 1]]] = scaler.classes[decision.argmax(axis=1)]
+    return Discriminants(scaler.classes, coef, intercept, shrinkages, scaler.mean, scaler.scale, predicted[test])
