@@ -243,3 +243,30 @@ def test_distributed_profile_pools_calls_by_hand():
     assert (cluster["shards"], cluster["shards_measured"], cluster["shards_reused"]) == (4, 3, 1)
     assert profile["context"]["workload"]["rows"] == 50
     assert distributed_profile([])["status"] == "not_measured_cache_hit"
+
+
+class NaNInLastShard:
+    """Doubles the first 4 columns, but returns NaN for the 30-row call: the last shard (150:180) of 50-row shards."""
+
+    def __call__(self, X):
+        out = np.asarray(X, dtype=np.float64)[:, :4] * 2.0
+        if len(X) == 30:
+            out[3, 1] = np.nan
+        return out
+
+
+def test_an_invalid_shard_is_refused_where_it_is_made_and_never_stored(dask_client, tmp_path):
+    """The stage's ``RowShards.check`` runs on the worker before the write: the error names the shard's rows and the
+    value, the valid shards are stored (a rerun reuses them) and the invalid one is not."""
+    url = str(tmp_path / "cache")
+    store = open_store(url)
+    result = Benchmark(classes(), [CallableExtractor("nan", NaNInLastShard(), cache_identity="nan-v1")],
+                       separatix_config=NO_SEPARATIX, cache_config=CacheConfig(store=url), on_error="record",
+                       ).run(runner=DaskRunner(dask_client, shard_rows=50))
+    error = result["nan"].error
+    assert error["stage"] == "extract" and error["type"] == "InputValidationError", error
+    assert "output shard 150:180 from extractor 'nan'" in error["message"] and "NaN" in error["message"]
+    assert "in rows 153 (0-based; 1 row(s))" in error["message"]  # the dataset's row, not the shard's
+    job = result["nan"].artifact_keys["extract"]
+    stored = {key for key in store.keys() if key.startswith(f"{SHARD_STAGE}/")}
+    assert stored == {shard_key(job, start, stop) for start, stop in shard_ranges(ROWS, 50)[:3]}

@@ -29,10 +29,10 @@ def test_increments_are_files_and_read_back_bit_for_bit_in_rung_order(store):
     store.add("x", _set(a=first, b=first[:, :1].astype(np.float64)))
     store.add("x", _set(a=second, b=second[:, :1].astype(np.float64)))
     assert len(os.listdir(store.folder)) == 4  # one file per output per increment: nothing kept in memory
-    a = store.rows("x", "a", "extractor 'x'")
+    a = store.rows("x", "a")
     assert type(a) is np.ndarray and a.dtype == np.float32  # a plain array, not a view of the memory-mapped file
     assert a.tobytes() == np.concatenate([first, second]).tobytes()
-    b = store.rows("x", "b", "extractor 'x'")
+    b = store.rows("x", "b")
     assert b.dtype == np.float64 and b.tobytes() == np.concatenate([first[:, :1], second[:, :1]]).astype(np.float64).tobytes()
     assert store.outputs("x") == ["a", "b"]
 
@@ -42,12 +42,12 @@ def test_a_single_output_and_sparse_increments_round_trip(store):
     store.add("plain", _set(none=dense))
     store.add("plain", _set(none=dense + 1))
     assert store.outputs("plain") == [None]
-    assert np.array_equal(store.rows("plain", None, "extractor 'plain'"), np.concatenate([dense, dense + 1]))
+    assert np.array_equal(store.rows("plain", None), np.concatenate([dense, dense + 1]))
     one, two = sparse.random(4, 6, density=0.5, format="csr", random_state=1), sparse.random(2, 6, density=0.5,
                                                                                            format="csr", random_state=2)
     store.add("tfidf", _set(none=one))
     store.add("tfidf", _set(none=two))
-    rows = store.rows("tfidf", None, "extractor 'tfidf'")
+    rows = store.rows("tfidf", None)
     assert sparse.issparse(rows) and (rows != sparse.vstack([one, two])).nnz == 0
 
 

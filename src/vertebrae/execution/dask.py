@@ -386,14 +386,12 @@ def _compute_shard(job: StageJob, context: Any, extractor: Any, start: int,
 
 def _store_shard(job: StageJob, context: Any, start: int, stop: int, outputs: dict[str | None, Any],
                  timings: dict[str, Any]) -> _ShardRef | dict[str | None, Any]:
-    """Write a shard to the store; the outputs themselves when the store refuses (as a cache write, a warning)."""
-    from ..inputs.embeddings import validate_embeddings
+    """Check a shard (its stage's hook: no invalid shard is stored) and write it to the store; the outputs themselves
+    when the store refuses (as a cache write, a warning)."""
     from .caching import write_shard
 
     began = time.perf_counter()
-    source = f"extractor {job.params['parent']!r}"
-    checked = {output: validate_embeddings(value, argument=f"output shard {start}:{stop}", source=source)
-               for output, value in outputs.items()}
+    checked = definition_of(job).shards.check(job, outputs, start, stop)
     try:
         write_shard(context.cache, job, context, start, stop, checked)
     except ArtifactError as exc:

@@ -63,7 +63,8 @@ class RowShards:
     ``stack(job, context, [outputs per shard]) -> artifact``; ``rows(context) -> the sliceable inputs``;
     ``measured(job, fitted, rows, profiling, worker) -> (outputs, WorkerMeasurement)``: ``transform`` under resource
     profiling on a worker (:mod:`vertebrae._base.profile_records` merges the shards' measurements), so the runner
-    needs no extractor code.
+    needs no extractor code; ``check(job, outputs, start, stop) -> outputs``: one shard's outputs validated (and
+    converted) once, where they are made, before they are stored or sent to ``stack`` (which can trust them).
     """
 
     fit: Callable[..., Any]
@@ -71,6 +72,7 @@ class RowShards:
     stack: Callable[..., Any]
     rows: Callable[[Any], Any]
     measured: Callable[..., Any]
+    check: Callable[..., Any]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,18 +20,19 @@ from ..errors import InputTypeError, InputValidationError
 _SHOWN = 5
 
 
-def _first_rows(mask_rows: np.ndarray) -> str:
-    rows = np.flatnonzero(mask_rows)
+def _first_rows(mask_rows: np.ndarray, first_row: int = 0) -> str:
+    rows = np.flatnonzero(mask_rows) + first_row
     shown = ", ".join(str(int(r)) for r in rows[:_SHOWN])
     return f"{shown}{', ...' if rows.size > _SHOWN else ''} (0-based; {rows.size} row(s))"
 
 
 def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: int | None = None,
-                        source: str = "") -> np.ndarray | sparse.csr_matrix:
+                        source: str = "", first_row: int = 0) -> np.ndarray | sparse.csr_matrix:
     """Return ``matrix`` as a finite 2-D numeric ndarray or CSR matrix, or raise a clear error.
 
     ``n_rows`` is the row count the matrix must have (the dataset size); ``source``
-    names who produced the matrix (an extractor) for the message.
+    names who produced the matrix (an extractor) for the message; ``first_row``: the dataset row of the
+    matrix's first row (a shard of rows), so the message names dataset rows.
     """
     where = f"{argument}{f' from {source}' if source else ''}"
     if is_sparse(matrix):
@@ -48,7 +49,7 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
             row_of = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
             mask = np.zeros(csr.shape[0], dtype=bool)
             mask[row_of[bad]] = True
-            raise InputValidationError(f"{where} has NaN or infinite stored values in rows {_first_rows(mask)}; "
+            raise InputValidationError(f"{where} has NaN or infinite stored values in rows {_first_rows(mask, first_row)}; "
                                        "impute or drop those rows before benchmarking")
         result = csr
     else:
@@ -72,7 +73,7 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
             finite = np.isfinite(array)
             if not finite.all():
                 raise InputValidationError(f"{where} has NaN or infinite values in rows "
-                                           f"{_first_rows(~finite.all(axis=1))}; impute or drop those rows")
+                                           f"{_first_rows(~finite.all(axis=1), first_row)}; impute or drop those rows")
         result = array
     if result.shape[0] == 0:
         raise InputValidationError(f"{where} is empty (0 rows); there is nothing to evaluate")

@@ -427,10 +427,9 @@ def _score(scope: RunScope, alive: list[Chain], rung: Rung, held: IncrementStore
 def _rung_rows(held: IncrementStore, chain: Chain) -> EmbeddingSet:
     """The extractor's outputs on the rung's rows so far (its increments, concatenated in rung order): what its
     ``extract_rows`` job over those rows would compute, since a row's embedding does not depend on its batch."""
-    source = f"extractor {chain.parent!r}"
     parts = {}
     for output in held.outputs(chain.extractor_id):
-        matrix = held.rows(chain.extractor_id, output, source + ("" if output is None else f" output {output!r}"))
+        matrix = held.rows(chain.extractor_id, output)
         parts[output] = Embedding(matrix, embedding_metadata(matrix))
     return EmbeddingSet(parts)
 
@@ -522,8 +521,8 @@ def _assembly(job: StageJob, context: RunContext, held: IncrementStore, inverse:
     """How an extract job's full-data embedding is made from its extractor's increments, in dataset row order."""
     def assemble() -> tuple[EmbeddingSet, dict[str, float]]:
         start = time.perf_counter()
-        extractor_id, source = job.params["extractor"], f"extractor {job.params['parent']!r}"
-        rows = {output: held.rows(extractor_id, output, source)[inverse] for output in held.outputs(extractor_id)}
+        extractor_id = job.params["extractor"]
+        rows = {output: held.rows(extractor_id, output)[inverse] for output in held.outputs(extractor_id)}
         return stacked_outputs(job, context, [rows]), {"seconds": time.perf_counter() - start}
 
     return assemble

@@ -48,10 +48,10 @@ class IncrementStore:
         """The outputs the extractor produced, in its order."""
         return list(self._files[extractor_id])
 
-    def rows(self, extractor_id: str, output: str | None, source: str) -> Any:
+    def rows(self, extractor_id: str, output: str | None) -> Any:
         """The output's increments so far, concatenated in rung order (an in-memory matrix of this output only)."""
         parts = [_load(path) for path in self._files[extractor_id][output]]
-        matrix = stack_rows(parts, source)
+        matrix = stack_rows(parts)
         return matrix if is_sparse(matrix) else np.asarray(matrix)
 
     def keep_only(self, extractor_ids: set[str]) -> None:

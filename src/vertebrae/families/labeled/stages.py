@@ -146,13 +146,20 @@ def measured_rows(job: Any, extractor: Any, rows: Any, profiling: Any,
     return measure_on_worker(profiling, extractor, rows, lambda: transform_rows(job, extractor, rows), worker)
 
 
+def checked_rows(job: Any, outputs: dict[str | None, Any], start: int, stop: int) -> dict[str | None, Any]:
+    """A shard of step 2 validated where it is made (rows ``start:stop``), so that an invalid one is never stored."""
+    source = f"extractor {job.params['parent']!r}"
+    return {output: validate_embeddings(value, argument=f"output shard {start}:{stop}", source=source, first_row=start)
+            for output, value in outputs.items()}
+
+
 def stacked_outputs(job: Any, context: Any, parts: list[dict[str | None, Any]]) -> EmbeddingSet:
     """Step 3 of extract: stack the row parts (in row order) of every output, then validate each matrix."""
     dataset, name = context.dataset, job.params["parent"]
     outputs = {}
     for output in parts[0]:
         source = f"extractor {name!r}" + ("" if output is None else f" output {output!r}")
-        raw = parts[0][output] if len(parts) == 1 else stack_rows([part[output] for part in parts], source)
+        raw = parts[0][output] if len(parts) == 1 else stack_rows([part[output] for part in parts])
         matrix = validate_embeddings(raw, argument="output", n_rows=dataset.n_samples, source=source)
         if is_constant(matrix):
             raise ExtractorError(f"{source} returned the same embedding for every row, so it separates nothing; "
@@ -161,13 +168,13 @@ def stacked_outputs(job: Any, context: Any, parts: list[dict[str | None, Any]]) 
     return EmbeddingSet(outputs)
 
 
-def stack_rows(parts: list[Any], source: str) -> Any:
-    """One matrix from row shards: sparse shards stack as CSR, dense ones as one array."""
-    checked = [validate_embeddings(part, argument=f"output shard {i}", source=source) for i, part in enumerate(parts)]
-    if any(is_sparse(part) for part in checked):
+def stack_rows(parts: list[Any]) -> Any:
+    """One matrix from validated row shards (:func:`checked_rows`, or parts of a stored embedding): sparse shards
+    stack as CSR, dense ones as one array; the stacked matrix is validated as a whole by its caller."""
+    if any(is_sparse(part) for part in parts):
         sparse = sparse_module()
-        return sparse.csr_matrix(sparse.vstack([sparse.csr_matrix(part) for part in checked], format="csr"))
-    return np.concatenate(checked, axis=0)
+        return sparse.csr_matrix(sparse.vstack([sparse.csr_matrix(part) for part in parts], format="csr"))
+    return np.concatenate(parts, axis=0)
 
 
 def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) -> dict[str | None, Any]:
@@ -190,7 +197,7 @@ def _transform(extractor: Any, X: Any, profiling: Any, timings: dict[str, Any]) 
 @stage(PIPELINE, "extract", version=1, context=("inputs", "fit_targets", "extractor"), packages=("numpy",),
        codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="seconds_and_steps",
        shards=RowShards(fit_extractor, transform_rows, stacked_outputs, lambda context: context.dataset.extractor_input,
-                        measured_rows))
+                        measured_rows, checked_rows))
 def extract(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Fit the extractor on the dataset inputs (with targets only when it is supervised), embed, validate.
 
