@@ -306,7 +306,7 @@ def _solve(parts: list[ClassRows], scaler: FoldScaler, f: int, scatter_sum: np.n
     intercept = -0.5 * np.einsum("kd,kd->k", means, coef) + np.log(priors)
     # the test rows are every class's held-out rows, already centered by their class mean: x = c + class mean
     raw = np.ascontiguousarray((coef * inverse).T)
-    predicted = np.empty(max(part.rows.max() for part in parts if part.rows.size) + 1, dtype=scaler.classes.dtype)
+    predicted = np.empty(sum(part.rows.size for part in parts), dtype=scaler.classes.dtype)  # by row index
     for part in parts:
         decision = part.held(f) @ raw + (((part.mean - scaler.mean) @ raw) + intercept)[None, :]
         predicted[part.rows[part.bounds[f]:part.bounds[f + 1]]] = scaler.classes[decision.argmax(axis=1)]
