@@ -166,6 +166,10 @@ def test_lda_with_groups_uses_group_folds():
     X, y = _classes(240, 12, 3, seed=3)
     got, _ = _check_lda(X, y, seed=1, groups=np.arange(y.size) % 10)
     assert got["metadata"]["folds"] == "GroupKFold"
+    groups = np.arange(y.size) % 6
+    groups[y == 2] = 0  # class 2 in one group: the fold testing it trains on two classes and still predicts its rows
+    got, _ = _check_lda(X, y, seed=1, groups=groups)
+    assert sorted(len(shrinkages) for shrinkages in got["diagnostics"]["shrinkage"]) == [2, 3, 3, 3, 3]
 
 
 # ------------------------------------------------------------------------------------------ rejections
