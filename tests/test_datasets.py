@@ -122,3 +122,15 @@ def test_multilabel_rare_and_unused_labels(identity):
     Y[0, 2] = 1
     with pytest.raises(InputValidationError, match="'c' \\(1\\)"):
         BenchmarkDataset.from_embeddings(X6, Y, label_names=["a", "b", "c"], identity=identity)
+
+
+def test_a_shard_of_rows_names_the_dataset_rows_dense_and_sparse():
+    """``validate_embeddings(first_row=...)``: a shard starting at dataset row 150 reports row 153, not 3."""
+    from vertebrae.inputs.embeddings import validate_embeddings
+
+    rows = np.ones((30, 4))
+    rows[3, 1] = np.nan
+    for matrix in (rows, sparse.csr_matrix(rows)):
+        with pytest.raises(InputValidationError, match=r"output shard 150:180 has NaN or infinite (stored )?values "
+                                                        r"in rows 153 \(0-based; 1 row"):
+            validate_embeddings(matrix, argument="output shard 150:180", first_row=150)

@@ -49,8 +49,8 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
             row_of = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
             mask = np.zeros(csr.shape[0], dtype=bool)
             mask[row_of[bad]] = True
-            raise InputValidationError(f"{where} has NaN or infinite stored values in rows {_first_rows(mask, first_row)}; "
-                                       "impute or drop those rows before benchmarking")
+            raise InputValidationError(f"{where} has NaN or infinite stored values in rows "
+                                       f"{_first_rows(mask, first_row)}; impute or drop those rows before benchmarking")
         result = csr
     else:
         if isinstance(matrix, (list, tuple)):
