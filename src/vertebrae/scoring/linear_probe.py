@@ -92,8 +92,10 @@ class LinearProbeMetric(Config):
     #: Hessian-vector products in float32 (the optimum is the same to the tolerance; the bytes are not);
     #: 4 = ``C="auto"``'s inner paths start each ``C`` from the previous optimum moved along the path's tangent, and
     #: a Newton step may take 1,000 CG steps instead of 250 (the same optima to the tolerance; only fits that reached
-    #: the old cap take another path there).
-    version: ClassVar[int] = 4
+    #: the old cap take another path there); 5 = a Hessian-vector product is one float32 product each way with
+    #: ``[Z, 1]`` (the intercept's row included) and CG's inner products are BLAS dot products, updated in place
+    #: (the same optima to the tolerance; a few CG steps differ).
+    version: ClassVar[int] = 5
 
     def fold_workers(self, n_folds: int) -> int:
         """Threads fitting folds at once (:func:`~vertebrae._base.threads.thread_workers`); one on a GPU."""
