@@ -283,6 +283,8 @@ class DrawOutcome:
     bare_gap: float
     chosen_C: list[float]
     overlap_vs_product: float
+    #: ``C="auto"``'s mean inner score of every grid value, per candidate and outer fold (the whole grid searched).
+    inner_scores: list[list[list[float]]] = dataclasses.field(default_factory=list)
 
 
 def _metric_scores(results: Sequence[Any], metric: str) -> dict[str, float]:
@@ -421,16 +423,44 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, 
                "auto": total(f"metric.{AUTO_PROBE}"), "referee": float(result.timing["referee"]["seconds"])}
     chosen_C = [c for r in ranked if AUTO_PROBE in r.metrics
                 for c in r.metrics[AUTO_PROBE].diagnostics.get("chosen_C", [])]
+    inner_scores = [r.metrics[AUTO_PROBE].diagnostics["inner_scores"] for r in ranked
+                    if AUTO_PROBE in r.metrics and "inner_scores" in r.metrics[AUTO_PROBE].diagnostics]
     product = next(a for a in result.agreement() if a.reference_metric == "linear_probe")
     best = max(probe, key=probe.get)
     return DrawOutcome(
         agreements=agreements, n_candidates=len(probe), n_rows=len(draw.y), seconds=seconds, policies=policies,
         best_fold_sd=next(r for r in ranked if r.name == best).metrics["linear_probe"].diagnostics["fold_std"],
-        bare_gap=gap, chosen_C=chosen_C,
+        bare_gap=gap, chosen_C=chosen_C, inner_scores=inner_scores,
         overlap_vs_product=abs((product.weighted_tau or 0.0) - agreements["overlap"]["weighted_tau"]))
 
 
 # ----------------------------------------------------------------------------- printing
+#: The ``C_patience`` values whose choices are simulated on the whole-grid inner scores C="auto" records.
+PATIENCES = (1, 2, 3)
+
+
+def patience_line(draws: Sequence[list[list[list[float]]]], patience: int) -> str:
+    """What ``LinearProbeMetric(C="auto", C_patience=patience)`` would choose, read off the recorded whole-grid inner
+    scores (the search is sequential, so a shorter one sees exactly their prefix): the folds and candidates whose
+    chosen C is unchanged, and the share of grid values (inner paths) it leaves out."""
+    from vertebrae.scoring.probe_solver import search_stopped
+
+    def evaluated(curve: list[float]) -> int:
+        return next((k for k in range(1, len(curve) + 1) if search_stopped(curve[:k], patience)), len(curve))
+
+    candidates = [candidate for draw in draws for candidate in draw]
+    if not candidates:
+        return f"C_patience={patience}: no inner scores recorded"
+    same = [[int(np.argmax(curve[:evaluated(curve)])) == int(np.argmax(curve)) for curve in candidate]
+            for candidate in candidates]
+    folds = sum(len(flags) for flags in same)
+    searched = sum(evaluated(curve) for candidate in candidates for curve in candidate)
+    grid = sum(len(curve) for candidate in candidates for curve in candidate)
+    return (f"C_patience={patience} (simulated): the same chosen C in {sum(map(sum, same))}/{folds} folds, "
+            f"{sum(all(flags) for flags in same)}/{len(candidates)} candidates unchanged; "
+            f"{100 * (1 - searched / grid):.0f}% of the grid's values left unsearched")
+
+
 def value_counts(values: Sequence[float]) -> str:
     """``"0.01 x 12, 0.1 x 3"``: each distinct value with its count, most frequent first (ties: smaller value first)."""
     counts: dict[float, int] = {}
@@ -487,6 +517,8 @@ def print_task(task: str, outcomes: Sequence[DrawOutcome], stability: StabilityC
         print(f"  C=auto picks another candidate than C=1 in {differs}/{n} draws; chosen C per fold: "
               f"{value_counts([c for o in outcomes for c in o.chosen_C])}")
         summary["auto_differs"] = f"{differs}/{n}"
+        for patience in PATIENCES:
+            print("  " + patience_line([o.inner_scores for o in outcomes], patience))
     summary["cost"] = {"bare/fast": ratio(sec["bare"], sec["probe"]), "fast/overlap": ratio(sec["probe"], sec["overlap"]),
                        "ridge % bare": ratio(sec["ridge"], sec["bare"], 100),
                        "LDA % bare": ratio(sec["lda"], sec["bare"], 100) if any(sec["lda"]) else "—",

@@ -190,7 +190,10 @@ def probe_cases(args: argparse.Namespace) -> None:
     if "synthetic" in args.probe_cases.split(","):
         X, y = make_data(2_000, 64, 10) if args.small else make_data(20_000, 384, 20)
         cases.append((f"synthetic {X.shape[0]:,}x{X.shape[1]}", X, y.astype(str)))
-    auto = "auto" in args.probe_variants.split(",")
+    # "auto": the whole grid; "auto-pN": C_patience=N
+    autos = [(variant, None if variant == "auto" else int(variant.split("-p")[1]))
+             for variant in args.probe_variants.split(",") if variant.startswith("auto")]
+    auto = bool(autos)
     # Warm-up, untimed: the first call of each pays imports and first BLAS calls, which no later candidate pays.
     X_small, y_small = make_data(200, 16, 3)
     LinearProbeMetric()(X_small, np.array([f"vk:int:{c:03d}" for c in y_small]),
@@ -201,7 +204,7 @@ def probe_cases(args: argparse.Namespace) -> None:
           "bare = the bare call with the default BLAS threads, bare 1t = with one BLAS thread")
     print(f"{'case':<24}{'probe s':>9}{'bare s':>9}{'speedup':>9}{'bare 1t s':>11}{'speedup':>9}{'overlap s':>11}"
           f"{'probe/overlap':>15}"
-          + (f"{'auto s':>9}{'auto/probe':>12}" if auto else "")
+          + "".join(f"{variant + ' s':>11}{'/probe':>8}" for variant, _ in autos)
           + f"{'score':>9}{'bare':>9}{'CG':>6}{'unconv':>8}" + (f"{'chosen C':>24}" if auto else ""))
     for name, X, labels in cases:
         codes = np.unique(labels, return_inverse=True)[1]
@@ -216,14 +219,17 @@ def probe_cases(args: argparse.Namespace) -> None:
                                      trace=False)
         line = (f"{name:<24}{probe_time:>9.2f}{bare_time:>9.2f}{bare_time / probe_time:>9.1f}{single_time:>11.2f}"
                 f"{single_time / probe_time:>9.1f}{overlap_time:>11.2f}{probe_time / overlap_time:>15.2f}")
-        if auto:
+        chosen = []
+        for variant, patience in autos:
             auto_time, _, auto_payload = measure(
-                lambda: LinearProbeMetric(C="auto")(X, keys, target_metadata=meta, seed=0), args.rounds, trace=False)
-            line += f"{auto_time:>9.2f}{auto_time / probe_time:>12.1f}"
+                lambda: LinearProbeMetric(C="auto", C_patience=patience)(X, keys, target_metadata=meta, seed=0),
+                args.rounds, trace=False)
+            line += f"{auto_time:>11.2f}{auto_time / probe_time:>8.1f}"
+            chosen.append(auto_payload["diagnostics"]["chosen_C"])
         line += (f"{probe['score']:>9.4f}{bare:>9.4f}{sum(probe['diagnostics']['cg_iterations']):>6}"
                  f"{probe['diagnostics']['unconverged_fits']:>8}")
         if auto:
-            line += f"{str(auto_payload['diagnostics']['chosen_C']):>24}"
+            line += f"  {chosen[0]}" + ("" if all(c == chosen[0] for c in chosen) else f" (differs: {chosen})")
         print(line, flush=True)
 
 
@@ -234,8 +240,9 @@ def main() -> None:
     parser.add_argument("--only", default="knn,probe,logme", help="comma-separated subset of knn, probe, logme, closed")
     parser.add_argument("--probe-cases", default="",
                         help="with probe: also time tweets (MiniLM states) and/or synthetic (20,000 x 384) cases")
-    parser.add_argument("--probe-variants", default="auto", help="'auto' also times LinearProbeMetric(C='auto'); "
-                                                                  "'' skips it")
+    parser.add_argument("--probe-variants", default="auto",
+                        help="comma-separated: 'auto' also times LinearProbeMetric(C='auto'), 'auto-pN' the same with "
+                             "C_patience=N (e.g. auto,auto-p1,auto-p2); '' skips them")
     parser.add_argument("--embedding-cache", default=None, help="folder caching the MiniLM states between runs")
     parser.add_argument("--tweets", action="store_true", help="with --only closed: MiniLM states of 1,500 tweets")
     args = parser.parse_args()

@@ -70,6 +70,17 @@ def test_value_counts_orders_by_frequency_then_value():
     assert bench.value_counts([]) == ""
 
 
+def test_patience_line_reads_the_choices_off_the_whole_grid_curves():
+    # one draw, two candidates: the first's folds peak early (patience 1 stops after one decline, same choice; the
+    # second fold declines once then rises above its best, which patience 1 misses and patience 2 sees)
+    draw = [[[0.1, 0.5, 0.4, 0.3], [0.1, 0.5, 0.4, 0.6]], [[0.2, 0.3, 0.3, 0.1]]]
+    assert bench.patience_line([draw], 1) == ("C_patience=1 (simulated): the same chosen C in 2/3 folds, "
+                                              "1/2 candidates unchanged; 17% of the grid's values left unsearched")
+    assert bench.patience_line([draw], 2) == ("C_patience=2 (simulated): the same chosen C in 3/3 folds, "
+                                              "2/2 candidates unchanged; 0% of the grid's values left unsearched")
+    assert bench.patience_line([[]], 1) == "C_patience=1: no inner scores recorded"
+
+
 def test_ratio_is_the_spread_of_per_draw_ratios_and_skips_zero_denominators():
     assert bench.ratio([2.0, 6.0, 1.0], [1.0, 2.0, 0.0]) == bench.spread([2.0, 3.0]) == "2.50 [2.00–3.00]"
     assert bench.ratio([1.0], [4.0], 100) == "25.00 [25.00–25.00]"

@@ -385,7 +385,7 @@ CONFIG_CASES = {
     "LabelRetrievalMetric": ({}, {"cutoffs": (1, 5), "similarity": "dot", "primary": "mrr", "block_size": 8,
                                   "name": "lr"}),
     "LinearProbeMetric": ({}, {"n_splits": 3, "C": 2.0, "max_iter": 50, "alpha": 2.0, "name": "lp", "n_repeats": 2,
-                               "C_grid": (0.1, 1.0), "device": "cuda"}),
+                               "C_grid": (0.1, 1.0), "C_patience": 2, "device": "cuda"}),
     "LogMEMetric": ({}, {"max_iter": 50, "tol": 1e-6, "max_dense_bytes": 1 << 20, "name": "lm"}),
     "RidgeProbeMetric": ({}, {"n_splits": 3, "alphas": (1.0, 2.0), "max_dense_bytes": 1 << 20, "name": "rp"}),
     "LDAProbeMetric": ({}, {"n_splits": 3, "max_dense_bytes": 1 << 20, "name": "ldp"}),

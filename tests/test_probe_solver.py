@@ -245,6 +245,37 @@ def test_auto_C_equals_grid_search_on_the_same_inner_folds():
     assert all(p["diagnostics"]["unconverged_fits"] == 0 for p in fixed)
 
 
+def test_search_stops_after_patience_values_below_the_best_before_them():
+    from vertebrae.scoring.probe_solver import search_stopped
+
+    assert search_stopped([0.5, 0.6, 0.55], 1) and not search_stopped([0.5, 0.6, 0.55], 2)
+    assert search_stopped([0.5, 0.6, 0.55, 0.58], 2)   # both below 0.6
+    assert not search_stopped([0.5, 0.6, 0.6], 1)       # a tie is not a decline
+    assert not search_stopped([0.5, 0.6, 0.55, 0.61], 1)  # a new best
+    assert not search_stopped([0.6, 0.5], 2) and not search_stopped([0.6, 0.5], None)
+
+
+def test_C_patience_searches_a_prefix_of_the_grid_and_chooses_its_best():
+    """The search is sequential, so a patient one sees exactly the first values of the whole-grid search (the same
+    inner scores, bit for bit) and chooses the best of them; here the whole-grid choice lies inside that prefix."""
+    from vertebrae.scoring.probe_solver import search_stopped
+
+    X, y = _classes(240, 10, 3, seed=12, spread=0.35)
+    grid = tuple(10.0 ** k for k in range(-4, 4))
+    whole = LinearProbeMetric(n_splits=3, C="auto", C_grid=grid)(X, _labels(y), target_metadata=SINGLE, seed=2)
+    for patience in (1, 2):
+        short = LinearProbeMetric(n_splits=3, C="auto", C_grid=grid, C_patience=patience)(
+            X, _labels(y), target_metadata=SINGLE, seed=2)
+        for curve, prefix, chosen in zip(whole["diagnostics"]["inner_scores"], short["diagnostics"]["inner_scores"],
+                                         short["diagnostics"]["chosen_C"]):
+            assert len(curve) == len(grid) and len(prefix) < len(grid)
+            assert prefix == curve[:len(prefix)]
+            assert search_stopped(prefix, patience) and not search_stopped(prefix[:-1], patience)
+            assert chosen == grid[int(np.argmax(prefix))]
+        assert short["diagnostics"]["chosen_C"] == whole["diagnostics"]["chosen_C"]
+        assert short["score"] == whole["score"]
+
+
 def test_config_and_device_are_validated_and_keyed():
     with pytest.raises(ConfigError, match="C_grid must be strictly increasing"):
         LinearProbeMetric(C="auto", C_grid=(1.0, 0.1))
@@ -254,9 +285,12 @@ def test_config_and_device_are_validated_and_keyed():
         LinearProbeMetric(device="tpu")
     with pytest.raises(ConfigError, match="n_repeats must be >= 1"):
         LinearProbeMetric(n_repeats=0)
+    with pytest.raises(ConfigError, match="C_patience must be >= 1"):
+        LinearProbeMetric(C="auto", C_patience=0)
     identities = {repr(LinearProbeMetric(**kw).identity()) for kw in
-                  ({}, {"C": "auto"}, {"C": "auto", "C_grid": (0.1, 1.0)}, {"n_repeats": 2}, {"device": "cuda"})}
-    assert len(identities) == 5
+                  ({}, {"C": "auto"}, {"C": "auto", "C_grid": (0.1, 1.0)}, {"n_repeats": 2}, {"device": "cuda"},
+                   {"C": "auto", "C_patience": 2})}
+    assert len(identities) == 6
     assert LinearProbeMetric.from_dict(LinearProbeMetric(C="auto").to_dict()) == LinearProbeMetric(C="auto")
 
 

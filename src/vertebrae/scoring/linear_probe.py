@@ -45,7 +45,9 @@ class LinearProbeMetric(Config):
     seed), so no group is in a training and a test fold at once.  Repeat ``r >= 1`` reshuffles with a seed derived
     from ``(seed, r)``; repeat 0 is exactly the unrepeated folds.  ``C="auto"`` chooses ``C`` from ``C_grid`` in
     every training fold by an inner ``INNER_SPLITS``-fold cross-validation (classification only; regression uses
-    ``alpha``).  ``max_iter`` bounds the Newton iterations of one fit; ``device`` runs the solver on torch
+    ``alpha``); ``C_patience`` (an int) stops each fold's search, from the smallest ``C`` up, once that many values
+    in a row score below the best so far (a measured shortcut: docs/metrics.md), ``None`` searches the whole grid.
+    ``max_iter`` bounds the Newton iterations of one fit; ``device`` runs the solver on torch
     ("cuda") with the same results to 1e-4.
     """
 
@@ -55,6 +57,7 @@ class LinearProbeMetric(Config):
     alpha: float = 1.0
     n_repeats: int = 1
     C_grid: tuple[float, ...] = C_GRID
+    C_patience: int | None = None
     device: str = "cpu"
     n_jobs: int | None = None
     name: str = "linear_probe"
@@ -83,6 +86,7 @@ class LinearProbeMetric(Config):
         if list(grid) != sorted(set(grid)):
             raise ConfigError(f"{owner}.C_grid must be strictly increasing, got {list(grid)}; sort it")
         self._set("C_grid", grid)
+        self._set("C_patience", check_int(owner, "C_patience", self.C_patience, minimum=1, allow_none=True))
         self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
@@ -94,7 +98,7 @@ class LinearProbeMetric(Config):
     #: a Newton step may take 1,000 CG steps instead of 250 (the same optima to the tolerance; only fits that reached
     #: the old cap take another path there); 5 = a Hessian-vector product is one float32 product each way with
     #: ``[Z, 1]`` (the intercept's row included) and CG's inner products are BLAS dot products, updated in place
-    #: (the same optima to the tolerance; a few CG steps differ).
+    #: (the same optima to the tolerance; a few CG steps differ), and ``C="auto"`` records ``inner_scores``.
     version: ClassVar[int] = 5
 
     def fold_workers(self, n_folds: int) -> int:
@@ -141,25 +145,26 @@ class LinearProbeMetric(Config):
 
         splits = self.splits(targets, codes, seed)
 
-        def fit_split(split: tuple[np.ndarray, np.ndarray]) -> tuple[float, int, list[Any], float | None]:
-            """One outer fold: its score, near ties, fits and (``C="auto"``) the chosen ``C``."""
+        def fit_split(split: tuple[np.ndarray, np.ndarray]) -> tuple[float, int, list[Any], float | None, list[float]]:
+            """One outer fold: its score, near ties, fits and (``C="auto"``) the chosen ``C`` and the inner scores."""
             train, test = split
-            C, warm = self.C, None
+            C, warm, inner_scores = self.C, None, []
             if auto:
                 inner = self.folds(targets.target_type, seed, codes is not None, INNER_SPLITS).split(
                     np.zeros((train.size, 1)), _split_target(targets, train),
                     groups=None if codes is None else codes[train])
-                C, _, inner_models = choose_C(X, targets.y,
-                                              [(train[a], train[b]) for a, b in inner], self.C_grid,
-                                              targets.target_type, score, backend=backend,
-                                              sparse_input=sparse_input, max_iter=self.max_iter)
+                C, inner_scores, inner_models = choose_C(X, targets.y,
+                                                         [(train[a], train[b]) for a, b in inner], self.C_grid,
+                                                         targets.target_type, score, backend=backend,
+                                                         sparse_input=sparse_input, max_iter=self.max_iter,
+                                                         patience=self.C_patience)
                 warm = inner_models[0].warm
             basis = fold_basis(X[train], backend, sparse_input)
             model = fit_fold(basis, targets.y[train], targets.target_type, C=C, alpha=self.alpha,
                              max_iter=self.max_iter, warm=warm)
             predicted, margins = model.predict(X[test])
             return (score(targets.y[test], predicted), 0 if margins is None else int((margins < NEAR_TIE).sum()),
-                    list(model.fits), C if auto else None)
+                    list(model.fits), C if auto else None, inner_scores)
 
         outcomes = map_single_threaded(fit_split, splits, workers=self.fold_workers(len(splits)))
         scores = [outcome[0] for outcome in outcomes]
@@ -178,8 +183,9 @@ class LinearProbeMetric(Config):
             "newton_iterations": [fit.newton_iterations for fit in fits],
             "cg_iterations": [fit.cg_iterations for fit in fits],
             "max_gradient_ratio": max((fit.gradient_ratio for fit in fits), default=0.0)}
-        if auto:
+        if auto:  # each fold's chosen C, and the mean inner score of every C its search evaluated, in grid order
             diagnostics["chosen_C"] = chosen
+            diagnostics["inner_scores"] = [outcome[4] for outcome in outcomes]
         return {"score": float(fold_scores.mean()),
                 "diagnostics": diagnostics,
                 "warnings": notes,

@@ -597,17 +597,31 @@ def _model(basis: FoldBasis, theta: Any, target_type: str, *, classes: np.ndarra
 
 
 # ------------------------------------------------------------------------------------------ C by inner CV
+def search_stopped(means: list[float], patience: int | None) -> bool:
+    """Whether a search along the grid, from the smallest ``C`` up, stops after the mean inner scores ``means``: the
+    last ``patience`` of them all below the best before them (``None``: never).  A shortcut, not the grid search:
+    a later rise above the best is not seen (how often that changes the choice: docs/metrics.md)."""
+    return (patience is not None and len(means) > patience
+            and max(means[-patience:]) < max(means[:-patience]))
+
+
 def choose_C(X: Any, y: np.ndarray, inner_splits: list[tuple[np.ndarray, np.ndarray]], grid: tuple[float, ...],
              target_type: str, score: Any, *, backend: Backend, sparse_input: bool, max_iter: int,
-             ) -> tuple[float, list[float], list[FoldModel]]:
+             patience: int | None = None) -> tuple[float, list[float], list[FoldModel]]:
     """The grid value with the best mean inner-fold score (the smallest on ties, as ``GridSearchCV``), each inner
     fold's path started from the tangent prediction of its previous ``C`` (:func:`path_start`); returns it, the mean
-    scores and the inner models at it."""
+    scores of the values evaluated and the inner models at it.
+
+    ``patience``: stop the path once :func:`search_stopped` (``None``: every value of the grid).
+    """
     bases = [fold_basis(X[train], backend, sparse_input) for train, _ in inner_splits]
     warm: list[Any] = [None] * len(inner_splits)
-    means, models_at_best, best = [], [], -np.inf
+    means: list[float] = []
+    models_at_best, best = [], -np.inf
     path = sorted(grid)
     for C, next_C in zip(path, [*path[1:], None]):
+        if search_stopped(means, patience):
+            break
         models = []
         for j, ((train, test), basis) in enumerate(zip(inner_splits, bases)):
             model = fit_fold(basis, y[train], target_type, C=C, alpha=0.0, max_iter=max_iter, warm=warm[j],
