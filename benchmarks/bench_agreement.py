@@ -448,14 +448,14 @@ def patience_line(draws: Sequence[list[list[list[float]]]], patience: int) -> st
     def evaluated(curve: list[float]) -> int:
         return next((k for k in range(1, len(curve) + 1) if search_stopped(curve[:k], patience)), len(curve))
 
-    candidates = [candidate for draw in draws for candidate in draw]
+    candidates = [[(curve, evaluated(curve)) for curve in candidate] for draw in draws for candidate in draw]
     if not candidates:
         return f"C_patience={patience}: no inner scores recorded"
-    same = [[int(np.argmax(curve[:evaluated(curve)])) == int(np.argmax(curve)) for curve in candidate]
+    same = [[int(np.argmax(curve[:seen])) == int(np.argmax(curve)) for curve, seen in candidate]
             for candidate in candidates]
     folds = sum(len(flags) for flags in same)
-    searched = sum(evaluated(curve) for candidate in candidates for curve in candidate)
-    grid = sum(len(curve) for candidate in candidates for curve in candidate)
+    searched = sum(seen for candidate in candidates for _, seen in candidate)
+    grid = sum(len(curve) for candidate in candidates for curve, _ in candidate)
     return (f"C_patience={patience} (simulated): the same chosen C in {sum(map(sum, same))}/{folds} folds, "
             f"{sum(all(flags) for flags in same)}/{len(candidates)} candidates unchanged; "
             f"{100 * (1 - searched / grid):.0f}% of the grid's values left unsearched")

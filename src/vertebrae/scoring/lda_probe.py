@@ -102,16 +102,14 @@ def held_matrices(n_folds: int, workers: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Discriminants:
-    """Shrinkage LDA of one training fold: ``coef``/``intercept`` act on rows standardized by ``mean``/``scale``
-    (the fold's ``StandardScaler``); ``shrinkage`` is each class's Ledoit–Wolf shrinkage; ``predicted``: the class
-    codes it predicts for the fold's test rows, in the order of the split's test indices."""
+    """Shrinkage LDA of one training fold: ``coef``/``intercept`` act on rows standardized by the fold's
+    ``StandardScaler`` (:class:`FoldScaler`); ``shrinkage`` is each class's Ledoit–Wolf shrinkage; ``predicted``: the
+    class codes it predicts for the fold's test rows, in the order of the split's test indices."""
 
     classes: np.ndarray
     coef: np.ndarray
     intercept: np.ndarray
     shrinkage: list[float]
-    mean: np.ndarray
-    scale: np.ndarray
     predicted: np.ndarray
 
 
@@ -252,11 +250,11 @@ def class_shares(part: ClassRows, workspace: tuple[np.ndarray, np.ndarray],
                    + (count * (shift @ weighted_shift)) ** 2) / count**2  # ||R||_F^2
         moments.append((scatter, class_scale, weights, float(diagonal @ weights) / count, float(squared)))
     # each training row's ||(x - mean) / u||^2 for every fold at once: two products over the class's rows
-    weights = np.array([weight for _, _, weight, _, _ in moments]).T.copy()
+    fold_weights = np.array([weights for _, _, weights, _, _ in moments]).T.copy()  # one column per fold
     shifts = np.array([part.shift(f) for f in folds]).T.copy()
     squares = np.multiply(part.centered, part.centered, out=row_buffer[:part.centered.shape[0]])
-    norms = squares @ weights - 2.0 * (part.centered @ (shifts * weights))
-    norms += np.einsum("jf,jf->f", shifts * shifts, weights)
+    norms = squares @ fold_weights - 2.0 * (part.centered @ (shifts * fold_weights))
+    norms += np.einsum("jf,jf->f", shifts * shifts, fold_weights)
     shares: list[ClassShare | None] = [None] * n_folds
     for i, (f, (scatter, class_scale, _, trace, squared)) in enumerate(zip(folds, moments)):
         count, held = int(part.counts[f]), slice(part.bounds[f], part.bounds[f + 1])
@@ -310,4 +308,4 @@ def _solve(parts: list[ClassRows], scaler: FoldScaler, f: int, scatter_sum: np.n
     for part in parts:
         decision = part.held(f) @ raw + (((part.mean - scaler.mean) @ raw) + intercept)[None, :]
         predicted[part.rows[part.bounds[f]:part.bounds[f + 1]]] = scaler.classes[decision.argmax(axis=1)]
-    return Discriminants(scaler.classes, coef, intercept, shrinkages, scaler.mean, scaler.scale, predicted[test])
+    return Discriminants(scaler.classes, coef, intercept, shrinkages, predicted[test])
