@@ -20,7 +20,7 @@ from sklearn.preprocessing import StandardScaler
 
 from vertebrae import ConfigError, LinearProbeMetric, MetricError
 from vertebrae.scoring.linear_probe import repeat_seed
-from vertebrae.scoring.probe_solver import Backend, fit_fold, fit_logistic, fold_basis, path_start
+from vertebrae.scoring.probe_solver import Backend, fit_fold, fit_logistic, fold_basis, path_start, path_warm
 
 SINGLE = {"target_type": "single_label"}
 MULTI = {"target_type": "multi_label"}
@@ -145,12 +145,13 @@ def test_torch_backend_runs_the_same_solver():
     X, y = _classes(300, 12, 3, seed=2)
     Xs = sparse.csr_matrix(np.where(X > 0.5, X, 0.0))
     for matrix, is_sparse in ((X, False), (Xs, True)):
-        fits = [fit_fold(fold_basis(matrix, backend, is_sparse), y, "single_label", C=1.0, alpha=1.0, max_iter=1000,
-                         next_C=10.0) for backend in (Backend(), Backend("torch", "cpu"))]
+        bases = [fold_basis(matrix, backend, is_sparse) for backend in (Backend(), Backend("torch", "cpu"))]
+        fits = [fit_fold(basis, y, "single_label", C=1.0, alpha=1.0, max_iter=1000) for basis in bases]
         np.testing.assert_allclose(fits[1].coef, fits[0].coef, rtol=1e-6, atol=1e-8)
         np.testing.assert_array_equal(fits[1].predict(matrix)[0], fits[0].predict(matrix)[0])
         # the path start C="auto" predicts for the next C, on torch too
-        np.testing.assert_allclose(fits[1].next_warm[1].numpy(), fits[0].next_warm[1], rtol=1e-4, atol=1e-6)
+        starts = [path_warm(basis, fit, y, 1.0, 10.0) for basis, fit in zip(bases, fits)]
+        np.testing.assert_allclose(starts[1][1].numpy(), starts[0][1], rtol=1e-4, atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------- whole metric
@@ -255,17 +256,29 @@ def test_search_stops_after_patience_values_below_the_best_before_them():
     assert not search_stopped([0.6, 0.5], 2) and not search_stopped([0.6, 0.5], None)
 
 
-def test_C_patience_searches_a_prefix_of_the_grid_and_chooses_its_best():
+def test_C_patience_searches_a_prefix_of_the_grid_and_chooses_its_best(monkeypatch):
     """The search is sequential, so a patient one sees exactly the first values of the whole-grid search (the same
-    inner scores, bit for bit) and chooses the best of them; here the whole-grid choice lies inside that prefix."""
+    inner scores, bit for bit) and chooses the best of them; here the whole-grid choice lies inside that prefix.  A
+    path's tangent is computed only when the path goes on: one per inner fold and value fitted after the first."""
+    from vertebrae.scoring import probe_solver
     from vertebrae.scoring.probe_solver import search_stopped
+
+    tangents: list[float] = []  # a spy on the real function (it still runs), counting the next values asked for
+
+    def counted(basis, Y, kind, C, theta, next_C):
+        tangents.append(next_C)
+        return path_start(basis, Y, kind, C, theta, next_C)
 
     X, y = _classes(240, 10, 3, seed=12, spread=0.35)
     grid = tuple(10.0 ** k for k in range(-4, 4))
     whole = LinearProbeMetric(n_splits=3, C="auto", C_grid=grid)(X, _labels(y), target_metadata=SINGLE, seed=2)
+    monkeypatch.setattr(probe_solver, "path_start", counted)
     for patience in (1, 2):
-        short = LinearProbeMetric(n_splits=3, C="auto", C_grid=grid, C_patience=patience)(
+        tangents.clear()
+        short = LinearProbeMetric(n_splits=3, C="auto", C_grid=grid, C_patience=patience, n_jobs=1)(
             X, _labels(y), target_metadata=SINGLE, seed=2)
+        fitted = [len(prefix) for prefix in short["diagnostics"]["inner_scores"]]
+        assert sorted(tangents) == sorted(c for n in fitted for c in grid[1:n] for _ in range(3))  # 3 inner folds
         for curve, prefix, chosen in zip(whole["diagnostics"]["inner_scores"], short["diagnostics"]["inner_scores"],
                                          short["diagnostics"]["chosen_C"]):
             assert len(curve) == len(grid) and len(prefix) < len(grid)

@@ -508,8 +508,6 @@ class FoldModel:
     constant: np.ndarray | None = None
     fits: tuple[LogisticFit, ...] = ()
     warm: tuple[Any, Any, Any] | None = None   # (problem key, coef, intercept) on the backend, for the next fit
-    #: Like ``warm``, a start predicted for the next ``C`` of a path (``fit_fold(next_C=...)``, :func:`path_start`).
-    next_warm: tuple[Any, Any, Any] | None = None
 
     def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray | None]:
         """Predictions on raw rows and each decision's margin (distance of the deciding logit to the runner-up)."""
@@ -529,12 +527,11 @@ class FoldModel:
 
 
 def fit_fold(basis: FoldBasis, y: np.ndarray, target_type: str, *, C: float, alpha: float, max_iter: int,
-             warm: tuple[Any, Any, Any] | None = None, next_C: float | None = None) -> FoldModel:
+             warm: tuple[Any, Any, Any] | None = None) -> FoldModel:
     """Fit the probe of ``target_type`` on one standardized training fold (``y``: that fold's targets).
 
-    ``warm`` (a previous :class:`FoldModel`'s ``warm`` or ``next_warm``) starts the Newton iteration from that
-    model, carried into this fold's basis, when it solved the same problem (same loss and classes); ``next_C``
-    asks for ``next_warm``, the start :func:`path_start` predicts for a logistic fit at ``next_C``.
+    ``warm`` (a previous :class:`FoldModel`'s ``warm``, or :func:`path_warm`'s start) starts the Newton iteration
+    from that model, carried into this fold's basis, when it solved the same problem (same loss and classes).
     """
     from ..errors import MetricError
 
@@ -547,15 +544,9 @@ def fit_fold(basis: FoldBasis, y: np.ndarray, target_type: str, *, C: float, alp
         if classes.size < 2:
             raise MetricError(f"a training fold holds one class only (code {classes[0]}); a logistic probe needs "
                               "two: lower n_splits or drop rare classes")
-        if classes.size == 2:
-            kind, Y = "sigmoid", (y == classes[1]).astype(np.float64)[:, None]
-        else:
-            kind, Y = "softmax", (y[:, None] == classes[None, :]).astype(np.float64)
-        key = (kind, tuple(classes.tolist()))
-        Y = be.asarray(Y)
-        fit = _fit(basis, Y, kind, C, max_iter, key, warm)
-        return _model(basis, fit.theta, target_type, classes=classes, fits=(fit,), key=key,
-                      next_theta=_next_start(basis, Y, kind, C, fit, next_C))
+        key = ("sigmoid" if classes.size == 2 else "softmax", tuple(classes.tolist()))
+        fit = _fit(basis, be.asarray(_logistic_targets(y, target_type, key)), key[0], C, max_iter, key, warm)
+        return _model(basis, fit.theta, target_type, classes=classes, fits=(fit,), key=key)
     column_max, column_min = y.max(axis=0), y.min(axis=0)
     constant = np.where(column_max == column_min, column_max, -1).astype(np.int8)
     varying = constant < 0
@@ -563,10 +554,32 @@ def fit_fold(basis: FoldBasis, y: np.ndarray, target_type: str, *, C: float, alp
     if not varying.any():
         theta = be.zeros((basis.colsq.shape[0] + 1, 0))
         return _model(basis, theta, target_type, constant=constant)
-    Y = be.asarray(y[:, varying].astype(np.float64))
-    fit = _fit(basis, Y, "sigmoid", C, max_iter, key, warm)
-    return _model(basis, fit.theta, target_type, constant=constant, fits=(fit,), key=key,
-                  next_theta=_next_start(basis, Y, "sigmoid", C, fit, next_C))
+    fit = _fit(basis, be.asarray(_logistic_targets(y, target_type, key)), "sigmoid", C, max_iter, key, warm)
+    return _model(basis, fit.theta, target_type, constant=constant, fits=(fit,), key=key)
+
+
+def _logistic_targets(y: np.ndarray, target_type: str, key: tuple[str, tuple[int, ...]]) -> np.ndarray:
+    """The 0/1 targets of the logistic fit ``key`` names (its loss and columns): one column per class (softmax), the
+    second class's (sigmoid, two classes) or each varying label's (multi-label)."""
+    kind, columns = key
+    if target_type == "multi_label":
+        return y[:, list(columns)].astype(np.float64)
+    if kind == "sigmoid":
+        return (y == columns[1]).astype(np.float64)[:, None]
+    return (y[:, None] == np.asarray(columns)[None, :]).astype(np.float64)
+
+
+def path_warm(basis: FoldBasis, model: FoldModel, y: np.ndarray, C: float,
+              next_C: float) -> tuple[Any, Any, Any] | None:
+    """A ``warm`` start for the fit at ``next_C`` of the problem ``model`` solved at ``C`` on ``basis`` (targets
+    ``y``): :func:`path_start`'s tangent prediction, or the model's own optimum when its fit did not converge (or
+    it fitted no logistic loss).  Asked only once the path goes on, so a stopped search pays no unused tangent."""
+    if not model.fits or not model.fits[0].converged:
+        return model.warm
+    key = model.warm[0]
+    Y = basis.backend.asarray(_logistic_targets(y, model.target_type, key))
+    theta = path_start(basis, Y, key[0], C, model.fits[0].theta, next_C)
+    return (key, *basis.to_original(theta[:-1], theta[-1]))
 
 
 def _fit(basis: FoldBasis, Y: Any, kind: str, C: float, max_iter: int, key: Any,
@@ -579,21 +592,12 @@ def _fit(basis: FoldBasis, Y: Any, kind: str, C: float, max_iter: int, key: Any,
     return fit_logistic(basis, Y, kind, C, theta0=theta0, max_iter=max_iter)
 
 
-def _next_start(basis: FoldBasis, Y: Any, kind: str, C: float, fit: LogisticFit, next_C: float | None) -> Any:
-    """:func:`path_start` for ``next_C`` from a converged fit (None when not asked or not converged)."""
-    if next_C is None or not fit.converged:
-        return None
-    return path_start(basis, Y, kind, C, fit.theta, next_C)
-
-
 def _model(basis: FoldBasis, theta: Any, target_type: str, *, classes: np.ndarray | None = None,
-           constant: np.ndarray | None = None, fits: tuple[LogisticFit, ...] = (), key: Any = None,
-           next_theta: Any = None) -> FoldModel:
+           constant: np.ndarray | None = None, fits: tuple[LogisticFit, ...] = (), key: Any = None) -> FoldModel:
     coef, intercept = basis.to_original(theta[:-1], theta[-1])
     be = basis.backend
-    next_warm = None if next_theta is None else (key, *basis.to_original(next_theta[:-1], next_theta[-1]))
     return FoldModel(target_type, be.numpy(coef), be.numpy(intercept), classes, constant, fits,
-                     None if key is None else (key, coef, intercept), next_warm)
+                     None if key is None else (key, coef, intercept))
 
 
 # ------------------------------------------------------------------------------------------ C by inner CV
@@ -619,15 +623,15 @@ def choose_C(X: Any, y: np.ndarray, inner_splits: list[tuple[np.ndarray, np.ndar
     means: list[float] = []
     models_at_best, best = [], -np.inf
     path = sorted(grid)
-    for C, next_C in zip(path, [*path[1:], None]):
+    models: list[FoldModel] = []
+    for previous_C, C in zip([None, *path[:-1]], path):
         if search_stopped(means, patience):
             break
-        models = []
-        for j, ((train, test), basis) in enumerate(zip(inner_splits, bases)):
-            model = fit_fold(basis, y[train], target_type, C=C, alpha=0.0, max_iter=max_iter, warm=warm[j],
-                             next_C=next_C)
-            warm[j] = model.next_warm or model.warm
-            models.append(model)
+        if previous_C is not None:  # the path goes on: each inner fold starts from its tangent prediction
+            warm = [path_warm(basis, model, y[train], previous_C, C)
+                    for (train, _), basis, model in zip(inner_splits, bases, models)]
+        models = [fit_fold(basis, y[train], target_type, C=C, alpha=0.0, max_iter=max_iter, warm=start)
+                  for (train, _), basis, start in zip(inner_splits, bases, warm)]
         mean = float(np.mean([score(y[test], model.predict(X[test])[0])
                               for (_, test), model in zip(inner_splits, models)]))
         means.append(mean)
