@@ -183,6 +183,43 @@ def test_lda_rejects_other_target_types_and_sparse_input_naming_the_fix():
         LDAProbeMetric()(sparse.csr_matrix(X), _labels(y), target_metadata=SINGLE)
 
 
+# ------------------------------------------------------------------------------- StandardScaler's constant rule
+def _near_constant_columns(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Columns StandardScaler keeps at scale 1: a constant that no float sum hits exactly (0.1) and a large offset
+    whose rows differ by one rounding step; a probe that judged them on centered rows alone scaled them by 1e8."""
+    X, y = _classes(300, 8, 3, seed=seed)
+    rng = np.random.default_rng(seed)
+    X[:, 0] = 0.1
+    X[:, 1] = np.where(rng.random(y.size) < 0.5, 1e8, np.nextafter(1e8, np.inf))
+    return X, y
+
+
+def test_closed_form_probes_keep_standard_scalers_constant_columns():
+    X, y = _near_constant_columns(seed=3)
+    _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=0)
+    X[:, 1] = X[:, 2]  # LDA: only the exact constant (a rounding-level spread amplified by 1e8 is noise on both sides)
+    got, ref = _check_lda(X, y, seed=0)
+    splits = list(LinearProbeMetric().folds("single_label", 0, False).split(X, y))
+    for fit, estimator in zip(fold_discriminants(X, y, splits, 1), ref["estimator"]):
+        np.testing.assert_allclose(fit.coef[:, 1:], estimator[-1].coef_[:, 1:], rtol=1e-9)
+
+
+def test_sparse_column_statistics_are_standard_scalers():
+    """The corrected two-pass variance: ``E[x^2] - E[x]^2`` left rounding noise in a dense constant column of a CSR
+    matrix (scale 6.3 for a column of 1e8 and its next float, where StandardScaler keeps 1)."""
+    from vertebrae.scoring.standard_scaling import column_statistics
+
+    X, _ = _near_constant_columns(seed=5)
+    X[:, 3:] = np.where(np.random.default_rng(5).random((X.shape[0], X.shape[1] - 3)) < 0.6, 0.0, X[:, 3:])
+    matrix = sparse.csr_matrix(X)
+    reference = StandardScaler(with_mean=False).fit(matrix)
+    mean, scale, var = column_statistics(matrix, sparse_input=True)
+    np.testing.assert_allclose(mean, reference.mean_, rtol=1e-15)
+    np.testing.assert_allclose(var, reference.var_, rtol=1e-12, atol=1e-30)
+    np.testing.assert_array_equal(scale[:2], [1.0, 1.0])
+    np.testing.assert_allclose(scale, reference.scale_, rtol=1e-12)
+
+
 @pytest.mark.parametrize("alphas, error, match", [
     ((), ConfigError, "non-empty"), ((1.0, 1.0), ConfigError, "distinct"), ((1.0, -2.0), ConfigError, "alphas\\[1\\]"),
     ("1.0", ConfigTypeError, "sequence"), ((1.0, float("nan")), ConfigError, "finite")])
@@ -215,7 +252,7 @@ def test_probes_plug_into_the_metric_protocol():
         assert metric.higher_is_better and metric.aggregate_valid and metric.supported_target_types == target_types
         for target_type in target_types:
             check_metric(metric, "metrics[0]", target_type)
-    assert ridge.identity() == {"type": "ridge_probe", "n_splits": 5, "alphas": [1.0, 10.0],
+    assert ridge.identity() == {"type": "ridge_probe", "version": 2, "n_splits": 5, "alphas": [1.0, 10.0],
                                 "max_dense_bytes": 2**30, "name": "ridge_probe"}
     assert LDAProbeMetric().identity()["type"] == "lda_probe"
     assert RidgeProbeMetric().reference == "ridge classifier probe"

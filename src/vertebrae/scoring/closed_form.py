@@ -88,14 +88,6 @@ def standardized_fold(embeddings: Any, train: np.ndarray, test: np.ndarray) -> S
                             None, scale)
 
 
-def scatter_scale(scatter_diagonal: np.ndarray, mean_square: np.ndarray, n: int) -> np.ndarray:
-    """Standard deviations from a scatter matrix's diagonal (``n`` rows), as ``StandardScaler`` keeps them: 1 for a
-    column constant in those rows, i.e. whose variance is within float rounding (``n * eps``) of its mean square."""
-    var = scatter_diagonal / n
-    constant = var <= n * np.finfo(np.float64).eps * mean_square
-    return np.where(constant, 1.0, np.sqrt(np.maximum(var, 0.0)))
-
-
 def _standardized(rows: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``(rows - mean) / scale`` as one new float64 array (the fancy-indexed rows are a copy already)."""
     out = np.subtract(rows, mean, dtype=np.float64)

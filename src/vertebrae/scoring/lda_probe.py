@@ -24,9 +24,9 @@ from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
 from .._base.threads import map_reusing_workspaces, map_single_threaded, thread_workers
 from ..errors import MetricError
-from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payload, scatter_scale, \
-    training_classes
+from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payload, training_classes
 from .metrics import check_metric_name
+from .standard_scaling import EPS, standard_scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +58,10 @@ class LDAProbeMetric(Config):
     #: Bumped when the same settings give other scores: 2 = each fold's StandardScaler statistics and class
     #: covariances read off the per-class Gram matrices, no standardized copy of the fold; 3 = those Gram matrices
     #: summed from the held-out rows' (one per fold) and each fold's covariance accumulated before its scaling
-    #: (equal to scikit-learn's to rounding; the bytes differ from version 2's).
-    version: ClassVar[int] = 3
+    #: (equal to scikit-learn's to rounding; the bytes differ from version 2's); 4 = StandardScaler's rule for
+    #: constant columns reads each column's mean where the scaler sees it (a near-constant column with a large offset
+    #: was scaled by 1e8), and a column holding one value in a class's training rows has variance 0 exactly.
+    version: ClassVar[int] = 4
 
     def _validate(self) -> None:
         owner = type(self).__name__
@@ -69,6 +71,7 @@ class LDAProbeMetric(Config):
         self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
 
     def identity(self) -> dict[str, Any]:
+        """What the cache key hashes: the type, the version and every field but the speed-only ``n_jobs``."""
         return {"type": "lda_probe", "version": self.version, **self.fingerprint()}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
@@ -128,8 +131,7 @@ def fold_discriminants(embeddings: np.ndarray, codes: np.ndarray, splits: list[t
     classes = int(codes.max()) + 1
     parts = map_single_threaded(lambda k: ClassRows(embeddings, np.flatnonzero(codes == k), fold_of, n_folds),
                                 range(classes), workers=workers)
-    overall_mean = sum(part.centered.shape[0] * part.mean for part in parts) / codes.size
-    scalers = [fold_scaler(parts, f, overall_mean, codes[train]) for f, (train, _) in enumerate(splits)]
+    scalers = [fold_scaler(parts, f, codes[train]) for f, (train, _) in enumerate(splits)]
     dim = embeddings.shape[1]
     scatter_sums = [np.zeros((dim, dim)) for _ in range(n_folds)]
     ridges = [np.zeros(dim) for _ in range(n_folds)]
@@ -180,6 +182,20 @@ class ClassRows:
         """Each column's mean square of fold ``f``'s training rows around the class mean."""
         return (self.held_squares.sum(axis=0) - self.held_squares[f]) / self.counts[f]
 
+    def training_variance(self, f: int, diagonal: np.ndarray) -> np.ndarray:
+        """Each column's variance in fold ``f``'s training rows from their scatter's ``diagonal``, 0 exactly where
+        they hold one value: a difference of sums leaves rounding there, which StandardScaler's rule for constant
+        columns would read as a variance once the class's rows are standardized (their mean is then near 0).  Only
+        columns within that rounding of a constant (below ``(n eps mean)^2``) are looked at."""
+        count = int(self.counts[f])
+        variance = diagonal / count
+        suspect = np.flatnonzero(variance <= (count * EPS * self.mean) ** 2)
+        if suspect.size:
+            training = np.concatenate([self.centered[:self.bounds[f], suspect],
+                                       self.centered[self.bounds[f + 1]:, suspect]])
+            variance[suspect[training.max(axis=0) == training.min(axis=0)]] = 0.0
+        return variance
+
 
 @dataclasses.dataclass(frozen=True)
 class FoldScaler:
@@ -191,7 +207,7 @@ class FoldScaler:
     classes: np.ndarray
 
 
-def fold_scaler(parts: list[ClassRows], f: int, overall_mean: np.ndarray, training_codes: np.ndarray) -> FoldScaler:
+def fold_scaler(parts: list[ClassRows], f: int, training_codes: np.ndarray) -> FoldScaler:
     """Fold ``f``'s StandardScaler statistics from its classes': the total variance is the within-class plus the
     between-class one, so no fold is copied to be standardized."""
     classes, _ = training_classes(training_codes)
@@ -201,7 +217,7 @@ def fold_scaler(parts: list[ClassRows], f: int, overall_mean: np.ndarray, traini
     mean = (counts / n) @ means
     var = sum(count * (parts[k].mean_square(f) - parts[k].shift(f) ** 2 + (class_mean - mean) ** 2)
               for k, count, class_mean in zip(classes, counts, means)) / n
-    return FoldScaler(mean, scatter_scale(n * var, var + (mean - overall_mean) ** 2, n), n, classes)
+    return FoldScaler(mean, standard_scale(var, mean, n), n, classes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,7 +258,9 @@ def class_shares(part: ClassRows, workspace: tuple[np.ndarray, np.ndarray],
         count, shift, scale = int(part.counts[f]), part.shift(f), scalers[f].scale
         scatter = np.subtract(gram, cells[f], out=cells[f])
         diagonal = np.diagonal(scatter) - count * shift**2
-        class_scale = scatter_scale(diagonal / scale**2, part.mean_square(f) / scale**2, count)
+        # the class's StandardScaler runs on the fold's standardized rows: its mean is the class's there
+        class_mean = (part.mean + shift - scalers[f].mean) / scale
+        class_scale = standard_scale(part.training_variance(f, diagonal) / scale**2, class_mean, count)
         weights = 1.0 / (scale * class_scale) ** 2  # 1 / u^2
         weighted_shift = shift * weights
         squared = (weights @ (np.multiply(scatter, scatter, out=buffer) @ weights)

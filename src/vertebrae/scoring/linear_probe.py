@@ -98,14 +98,17 @@ class LinearProbeMetric(Config):
     #: a Newton step may take 1,000 CG steps instead of 250 (the same optima to the tolerance; only fits that reached
     #: the old cap take another path there); 5 = a Hessian-vector product is one float32 product each way with
     #: ``[Z, 1]`` (the intercept's row included) and CG's inner products are BLAS dot products, updated in place
-    #: (the same optima to the tolerance; a few CG steps differ), and ``C="auto"`` records ``inner_scores``.
-    version: ClassVar[int] = 5
+    #: (the same optima to the tolerance; a few CG steps differ), and ``C="auto"`` records ``inner_scores``; 6 = a
+    #: sparse column's variance is StandardScaler's corrected two-pass sum (a dense constant column of a CSR matrix
+    #: was scaled by its rounding noise) and a scale below 10 eps is kept, as StandardScaler keeps it.
+    version: ClassVar[int] = 6
 
     def fold_workers(self, n_folds: int) -> int:
         """Threads fitting folds at once (:func:`~vertebrae._base.threads.thread_workers`); one on a GPU."""
         return 1 if self.device != "cpu" else thread_workers(self.n_jobs, n_folds)
 
     def identity(self) -> dict[str, Any]:
+        """What the cache key hashes: the type, the version and every field but the speed-only ``n_jobs``."""
         return {"type": "linear_probe", "version": self.version, **self.fingerprint()}
 
     def folds(self, target_type: str, seed: int | None, grouped: bool, n_splits: int | None = None) -> Any:
@@ -196,8 +199,8 @@ class LinearProbeMetric(Config):
                                  "ridge in closed form on each fold's principal axes" if not sparse_input else
                                  "ridge by conjugate gradients on the sparse matrix")
                                  if targets.target_type == "regression" else
-                                 "vertebrae.scoring.probe_solver: Newton-CG with a Kronecker-factored "
-                                 "preconditioner on each fold's " + (
+                                 "vertebrae.scoring.probe_solver: Newton-CG with a diagonal preconditioner "
+                                 "on each fold's " + (
                                      "principal axes" if not sparse_input else "sparse matrix (implicitly centered)")),
                              "device": self.device, "C": "auto" if auto else self.C,
                              "folds": type(self.folds(targets.target_type, seed, codes is not None)).__name__,
@@ -214,7 +217,8 @@ class LinearProbeMetric(Config):
                                   "group folds; lower n_splits or drop the dataset's groups")
             return []
         if n < self.n_splits:
-            raise MetricError(f"metric {self.name!r}: {n} rows cannot make n_splits={self.n_splits} folds")
+            raise MetricError(f"metric {self.name!r}: {n} rows cannot make n_splits={self.n_splits} folds; lower "
+                              "n_splits or add rows")
         if targets.target_type != "single_label":
             return []
         counts = np.bincount(targets.y)
@@ -227,7 +231,8 @@ class LinearProbeMetric(Config):
 
 
 def repeat_seed(seed: int | None, repeat: int) -> int | None:
-    """The fold seed of repeat ``repeat``: the stage seed itself for repeat 0, else one drawn from ``(seed, repeat)``."""
+    """The fold seed of repeat ``repeat``: the stage seed itself for repeat 0, else one drawn from ``(seed, repeat)``
+    (``None`` stays ``None``: unseeded folds, reshuffled on every call)."""
     if repeat == 0 or seed is None:
         return seed
     return int(np.random.SeedSequence([seed, repeat]).generate_state(1)[0])

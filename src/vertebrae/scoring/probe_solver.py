@@ -13,8 +13,8 @@ features only moves it (``b_uncentered = b - mean @ W``), so every fold is solve
 Dense folds are rotated onto their principal axes (``Z = X_c V``, the eigenvectors of the centered Gram matrix, or
 of ``X_c X_c^T`` when there are fewer rows than features, which is the row space: the optimum lies there).  An
 orthogonal change of basis keeps the L2 penalty isotropic, and ``Z^T Z`` is diagonal, so Newton's method with
-conjugate gradients (Hessian-vector products cost O(n r K)) is preconditioned by the Kronecker-factored curvature
-the Hessian's diagonal in the basis (principal axis) x (eigenvectors of ``A``, the mean per-row softmax
+conjugate gradients (Hessian-vector products cost O(n r K)) is preconditioned by the Hessian's diagonal in the
+basis (principal axis) x (eigenvectors of ``A``, the mean per-row softmax
 curvature): ``C * sum_i z_ij^2 q_k' Lambda_i q_k + 1`` (one extra product per Newton step), which refines the
 Kronecker-factored ``C * A (x) diag(Z^T Z) + I`` by each row's own curvature (measured: fewer CG steps on MiniLM
 states and on 20-class data).  The intercept block uses ``C * n * A`` exactly (pseudo-inverted: the softmax is
@@ -36,6 +36,8 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+
+from .standard_scaling import column_statistics
 
 
 #: Relative gradient norm at which a logistic fit counts as converged.
@@ -243,23 +245,6 @@ class FoldBasis:
     def from_original(self, coef: Any, intercept: Any) -> tuple[Any, Any]:
         """Solver coordinates of a raw-feature model (a warm start from another fold)."""
         return self.from_standardized(coef * self.scale[:, None]), intercept + self.mean @ coef
-
-
-def column_statistics(X: Any, sparse_input: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """StandardScaler's mean, scale and variance (float64; scale 1 where the column is constant within rounding)."""
-    n = X.shape[0]
-    if sparse_input:
-        mean = np.asarray(X.mean(axis=0), dtype=np.float64).ravel()
-        squares = np.asarray(X.multiply(X).mean(axis=0), dtype=np.float64).ravel()
-        var = np.maximum(squares - mean ** 2, 0.0)
-    else:
-        mean = X.mean(axis=0, dtype=np.float64)
-        var = X.var(axis=0, dtype=np.float64)
-    eps = np.finfo(np.float64).eps
-    constant = var <= n * eps * var + (n * mean * eps) ** 2
-    scale = np.sqrt(var)
-    scale[constant | (scale < 10 * eps)] = 1.0
-    return mean, scale, var
 
 
 def fold_basis(X: Any, backend: Backend, sparse_input: bool) -> FoldBasis:

@@ -25,9 +25,10 @@ from .._base.threads import limited_threads, map_single_threaded, thread_workers
 from ..errors import ConfigError, ConfigTypeError
 from ..inputs.targets import TARGET_TYPES
 from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    scatter_scale, standardized_fold, training_classes
+    standardized_fold, training_classes
 from .metric_targets import MetricTargets
 from .metrics import check_metric_name
+from .standard_scaling import standard_scale
 
 #: The default alphas: the 9 decades from 1e-2 to 1e6 (RidgeClassifierCV's own default is 0.1, 1, 10).  On
 #: standardized features the useful alpha grows with the rows (the Gram matrix's eigenvalues do), so the grid
@@ -70,6 +71,9 @@ class RidgeProbeMetric(Config):
     #: Folds are fitted on ``n_jobs`` threads, each on one BLAS thread, so the bytes are the same whatever the worker
     #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
     speed_only = ("n_jobs",)
+    #: Bumped when the same settings give other scores: 2 = StandardScaler's rule for constant columns reads each
+    #: fold's raw column mean (a near-constant column with a large offset was scaled by 1e8).
+    version: ClassVar[int] = 2
 
     def _validate(self) -> None:
         owner = type(self).__name__
@@ -86,7 +90,8 @@ class RidgeProbeMetric(Config):
         self._set("alphas", alphas)
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "ridge_probe", **self.fingerprint()}
+        """What the cache key hashes: the type, the version and every field but the speed-only ``n_jobs``."""
+        return {"type": "ridge_probe", "version": self.version, **self.fingerprint()}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
@@ -185,16 +190,16 @@ class FeatureSpectra:
     """
 
     def __init__(self, embeddings: np.ndarray) -> None:
-        self.rows = np.subtract(embeddings, embeddings.mean(axis=0, dtype=np.float64), dtype=np.float64)
+        self.offset = embeddings.mean(axis=0, dtype=np.float64)
+        self.rows = np.subtract(embeddings, self.offset, dtype=np.float64)
         self.gram, self.total = self.rows.T @ self.rows, self.rows.sum(axis=0)
 
     def fold(self, train: np.ndarray, test: np.ndarray) -> Spectrum:
         held = self.rows[test]
         scatter = self.gram - held.T @ held
         mean = (self.total - held.sum(axis=0)) / train.size
-        mean_square = np.diagonal(scatter) / train.size
         scatter -= train.size * np.outer(mean, mean)
-        scale = scatter_scale(np.diagonal(scatter), mean_square, train.size)
+        scale = standard_scale(np.diagonal(scatter) / train.size, self.offset + mean, train.size)
         w, V = np.linalg.eigh(scatter / np.outer(scale, scale))
         V /= scale[:, None]  # coefficients on the unscaled, centered rows
         shift = mean @ V
