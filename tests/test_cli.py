@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 import subprocess
 import sys
@@ -37,6 +38,15 @@ def test_demo_prints_ranking_and_writes_reports(tmp_path, capsys):
     assert (tmp_path / "report.md").read_text().startswith("# vertebrae benchmark report")
     assert "Top candidate: raw_pixels" in out and str(tmp_path / "report.html") in out
     assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+    # the README shows this very output and a new user compares them: the same text, the same numbers (to 2e-3:
+    # another CPU's BLAS may round a neighbour distance the other way)
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    shown = "rank  extractor" + readme.split("rank  extractor", 1)[1].split("```", 1)[0]
+    printed = out.split("\nWrote ", 1)[0].rstrip() + "\n"
+    number = r"\d+\.\d{4}"
+    assert re.sub(number, "#", shown) == re.sub(number, "#", printed)
+    np.testing.assert_allclose([float(v) for v in re.findall(number, shown)],
+                               [float(v) for v in re.findall(number, printed)], atol=2e-3)
 
 
 @pytest.fixture

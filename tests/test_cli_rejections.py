@@ -71,6 +71,43 @@ def test_report_folder_that_is_a_file_or_cannot_exist_is_refused_before_the_run(
     assert "'/proc/nope': cannot create this folder" in _one_line_error(capsys, "run")
 
 
+@pytest.mark.parametrize("report", ["report.json", "report.md", "report.html"])
+def test_a_folder_where_a_report_goes_is_refused_before_the_run(project, capsys, report):
+    """A finished run used to end in a traceback (IsADirectoryError) at its last write, with report.json written."""
+    folder, _ = project
+    (folder / "out" / report).mkdir(parents=True)
+    for command in (["demo"], ["run", str(folder / "run.toml")]):
+        assert main([*command, "-o", str(folder / "out"), "-q"]) == 2
+        assert f"{report} there is not a file" in _one_line_error(capsys, command[0])
+    assert sorted(path.name for path in (folder / "out").iterdir()) == [report]  # nothing was written
+    (folder / "dangling").symlink_to(folder / "nowhere")
+    assert main(["demo", "-o", str(folder / "dangling"), "-q"]) == 2
+    assert "is a link to a missing folder" in _one_line_error(capsys, "demo")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run"], "vertebrae run: error: the following arguments are required: config (see vertebrae run --help)"),
+    (["run", "x.toml", "--finalists"], "vertebrae run: error: argument --finalists: expected one argument"),
+    (["run", "x.toml", "--on-error", "ignore"], "vertebrae run: error: argument --on-error: invalid choice"),
+    (["run", "x.toml", "--referee", "knn"], "argument --referee: invalid choice: 'knn' (choose from 'probe')"),
+    (["compare", "a.json", "b.json", "--tolerance", "abc"], "vertebrae compare: error: argument --tolerance"),
+    (["report", "r.json", "--format", "pdf"], "vertebrae report: error: argument --format/-f: invalid choice"),
+    (["run", "x.toml", "--frobnicate"], "vertebrae run: error: unrecognized arguments: --frobnicate (see vertebrae "
+                                        "run --help)"),
+    (["run", "x.toml", "--prob"], "vertebrae run: error: unrecognized arguments: --prob"),  # no abbreviations
+    (["cache", "list", "--secret-env", "X"], "vertebrae cache list: error: unrecognized arguments: --secret-env X"),
+    (["nosuch"], "vertebrae: error: argument COMMAND: invalid choice: 'nosuch'"),
+])
+def test_usage_mistakes_are_one_line_naming_the_command(argv, says, capsys):
+    """argparse prints its usage block before the error; the CLI's contract is one line and exit 2."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and err.startswith("vertebrae") and says in err, err
+
+
 def test_file_outputs_create_missing_folders_and_refuse_impossible_ones(project, capsys):
     folder, _ = project
     assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 0
@@ -348,3 +385,20 @@ model = "{module}:interrupt"
 """)
     assert main(["run", str(folder / "texts.toml"), "-o", str(folder / "out"), "-q"]) == 130
     assert capsys.readouterr().err == "vertebrae run: interrupted\n"
+
+
+def test_a_folder_given_for_a_file_and_a_missing_section_say_so(project, capsys):
+    """A folder where a file belongs was reported as missing, and an empty config as "got NoneType"."""
+    folder, _ = project
+    (folder / "adir.toml").mkdir()
+    assert main(["run", str(folder / "adir.toml")]) == 2
+    assert "config file" in (err := _one_line_error(capsys, "run")) and "is a folder, not a file" in err
+    assert main(["report", str(folder / "adir.toml")]) == 2
+    assert "is a folder, not a file" in _one_line_error(capsys, "report")
+    (folder / "afile").write_text("")
+    assert main(["cache", "list", "--store", str(folder / "afile")]) == 2
+    assert "is a file, not a folder" in _one_line_error(capsys, "cache")
+    for name, text in (("empty.toml", ""), ("nodata.yaml", "extractors: []\n")):
+        (folder / name).write_text(text)
+        assert main(["run", str(folder / name), "-q"]) == 2
+        assert "config section [dataset] is missing or empty" in _one_line_error(capsys, "run")

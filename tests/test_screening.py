@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -550,3 +551,19 @@ def test_a_difference_within_the_subsample_noise_is_tied_on_a_rung_though_its_re
 def test_subsample_fraction_1_is_refused_the_subsamples_spread_is_what_the_rung_interval_scales():
     with pytest.raises(ConfigError, match=r"subsample_fraction must be in \(0.0, 1.0\), got 1.0"):
         ScreeningConfig(subsample_fraction=1.0)
+
+
+def test_a_first_rung_of_few_rows_is_warned_about_before_any_work():
+    """A new user's 60-row regression screen started from 6 rows and cut the candidate a full run ranks first."""
+    from vertebrae import DataWarning
+    from vertebrae.selection.screening import MIN_FIRST_RUNG_ROWS
+
+    X, y = _features(n_per_class=40)  # 120 rows: the default 10% start is 12 rows
+    small = BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("screening-small", "1"))
+    with pytest.warns(DataWarning, match=r"first rung holds 15 of 120 rows.*raise ScreeningConfig.start_rows") as seen:
+        Benchmark(small, _candidates(), **{**QUIET, "screening": SCREEN})
+    assert f"e.g. {MIN_FIRST_RUNG_ROWS}" in str(seen[0].message)
+    with warnings.catch_warnings():  # a first rung of enough rows is not warned about
+        warnings.simplefilter("error", DataWarning)
+        Benchmark(small, _candidates(), **{**QUIET, "screening": ScreeningConfig(eta=2, seed=1, repeats=5,
+                                                                                   start_rows=MIN_FIRST_RUNG_ROWS)})

@@ -18,7 +18,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import UserCodeError, VertebraeError
 from .._base.extras import install_hint
@@ -73,10 +73,23 @@ Full reference with an example: docs/cli.md
 
 """ + SECURITY_HELP
 
-def _parser() -> argparse.ArgumentParser:
+class CommandParser(argparse.ArgumentParser):
+    """argparse held to the CLI's contract for bad input: one line naming the command, the mistake and where help
+    is, exit 2 (argparse's own error prints the whole usage block first); no abbreviated options, so a misspelled
+    ``--prob`` is refused rather than read as ``--probe``.  Subcommand parsers are made of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> CommandParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vertebrae", description="Compare frozen feature extractors on your labeled data with OverlapIndex.")
     parser.add_argument("--version", action="version", version=f"vertebrae {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -133,7 +146,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     """The options of ``run`` (and of ``score`` given a run config)."""
     _metric_option(parser)
     _probe_option(parser)
-    parser.add_argument("--referee", metavar="NAME", default=None,
+    parser.add_argument("--referee", metavar="NAME", default=None, choices=("probe",),
                         help="after the primary metric ranks every candidate, score only each view's finalists (tied "
                              "with the best, plus the quality cohort) with this reference metric and name its pick; "
                              "the ranking is unchanged. NAME: probe (a linear probe; as [benchmark] referee)")
@@ -314,12 +327,24 @@ def _output_folder(folder: pathlib.Path, what: str = "--output") -> pathlib.Path
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise VertebraeError(f"{what} {str(folder)!r} is a file, not a folder; give a folder path") from None
+        kind = "a link to a missing folder" if folder.is_symlink() else "a file, not a folder"
+        raise VertebraeError(f"{what} {str(folder)!r} is {kind}; give a folder path") from None
     except OSError as exc:
         raise VertebraeError(f"{what} {str(folder)!r}: cannot create this folder ({exc.strerror})") from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise VertebraeError(f"{what} {str(folder)!r}: this folder is not writable")
     return folder
+
+
+def _report_folder(folder: pathlib.Path | None) -> None:
+    """``--output`` of ``demo`` and ``run``: the folder, and no folder (or other non-file) where a report goes, checked
+    before the work, so a finished run is never lost to a name it cannot write."""
+    folder = _output_folder(pathlib.Path(".") if folder is None else folder)
+    for name in REPORT_FILES:
+        target = folder / name
+        if target.exists() and not target.is_file():
+            raise VertebraeError(f"--output {str(folder)!r}: {name} there is not a file (a folder?); move it away or "
+                                 "give another --output folder")
 
 
 def _output_file(path: pathlib.Path | None) -> None:
@@ -480,7 +505,7 @@ def _collapsed_caution(best: Any) -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    _output_folder(pathlib.Path(".") if args.output is None else args.output)
+    _report_folder(args.output)
     if args.text:
         from .text_demo import text_demo_benchmark as demo_benchmark
     else:
@@ -498,7 +523,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .run_config import benchmark_from_config, input_files, load_run_config, with_metric_options
 
-    _output_folder(pathlib.Path(".") if args.output is None else args.output)
+    _report_folder(args.output)
     address = None if args.dask_address is None else _dask_address(args.dask_address)
     if not args.dask_timeout > 0:
         raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {args.dask_timeout:g}")
@@ -584,7 +609,8 @@ def _load(path: pathlib.Path):
     from ..families.result_protocol import load_result
 
     if not path.is_file():
-        raise VertebraeError(f"result file {str(path)!r} does not exist")
+        found = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise VertebraeError(f"result file {str(path)!r} {found}")
     return load_result(path)
 
 
@@ -835,8 +861,8 @@ def _cache(args: argparse.Namespace) -> int:
     if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
         folder = pathlib.Path(location.removeprefix("file://")).expanduser()
         if not folder.is_dir():
-            raise VertebraeError(f"the cache store {location!r} does not exist (no such folder); check --store or "
-                                 "$VERTEBRAE_CACHE_DIR")
+            found = "is a file, not a folder" if folder.exists() else "does not exist (no such folder)"
+            raise VertebraeError(f"the cache store {location!r} {found}; check --store or $VERTEBRAE_CACHE_DIR")
     store = config.open_store()
     if args.cache_command == "verify":
         counts = {"valid": 0, "CORRUPT": 0, "UNREADABLE": 0, "REWRITTEN": 0}
@@ -913,7 +939,12 @@ COMMANDS = {"demo": _demo, "run": _run, "score": _score, "report": _report, "com
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:  # named with the subcommand they were given to (argparse names only "vertebrae")
+        command = " ".join(part for part in (args.command, getattr(args, "cache_command", None)) if part)
+        print(f"vertebrae {command}: error: unrecognized arguments: {' '.join(unknown)} (see vertebrae {command} "
+              "--help)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         with third_party_output(getattr(args, "quiet", False)), warnings.catch_warnings():
             if not getattr(args, "quiet", False):  # vertebrae's deprecations (an old spelling in a config) are shown

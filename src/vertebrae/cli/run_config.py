@@ -144,6 +144,8 @@ DATASET_KEYS = set(DATASET_FIELDS)
 
 
 def _check_keys(where: str, data: Any, allowed: set[str]) -> Mapping[str, Any]:
+    if data is None:  # an empty config file, or a YAML key with nothing under it
+        raise ConfigError(f"config section {where} is missing or empty; see docs/cli.md for what it holds")
     if not isinstance(data, Mapping):
         raise ConfigTypeError(f"config section {where} must be a table/mapping, got {type(data).__name__}")
     unknown = sorted(set(data) - allowed)

@@ -40,7 +40,8 @@ def _existing(path: str | pathlib.Path, what: str) -> pathlib.Path:
         raise InputValidationError(f"the {what} file {str(path)!r} is {exc.kind}, not a regular file; vertebrae "
                                    "reads only regular files: point the config at the file itself") from None
     if not path.is_file():
-        raise InputValidationError(f"{what} file {str(path)!r} does not exist")
+        found = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise InputValidationError(f"{what} file {str(path)!r} {found}")
     return path
 
 
