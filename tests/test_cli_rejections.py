@@ -402,3 +402,15 @@ def test_a_folder_given_for_a_file_and_a_missing_section_say_so(project, capsys)
         (folder / name).write_text(text)
         assert main(["run", str(folder / name), "-q"]) == 2
         assert "config section [dataset] is missing or empty" in _one_line_error(capsys, "run")
+
+
+def test_a_sections_own_validation_names_the_section(project, capsys):
+    """The classes' messages name their fields (StabilityConfig.repeats); the CLI adds the section they came from."""
+    folder, _ = project
+    base = (folder / "run.toml").read_text()
+    for extra, says in (("\n[stability]\nrepeats = -1\n", "config [stability]: StabilityConfig.repeats must be >= 2"),
+                        ("\n[benchmark]\nreferee_share = 3\n",
+                         "config [benchmark]: Benchmark.referee_share must be in (0.0, 1.0]")):
+        (folder / "bad.toml").write_text(base + extra)
+        assert main(["run", str(folder / "bad.toml"), "-o", str(folder / "out"), "-q"]) == 2
+        assert says in _one_line_error(capsys, "run")

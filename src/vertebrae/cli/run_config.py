@@ -67,9 +67,10 @@ file a run reads (path as given, size, SHA-256) for the result's metadata.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -183,16 +184,14 @@ def _identity(section: Mapping[str, Any]) -> DatasetIdentity:
 def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments for ``Benchmark`` from the config sections other than dataset/extractors."""
     kwargs: dict[str, Any] = {}
-    if "scoring" in config:
-        kwargs["scoring_config"] = OverlapScoringConfig.from_dict(config["scoring"])
-    if "continuous" in config:
-        kwargs["continuous_config"] = ContinuousOverlapScoringConfig.from_dict(config["continuous"])
-    if "stability" in config:
-        kwargs["stability_config"] = StabilityConfig.from_dict(config["stability"])
-    if "screening" in config:
-        kwargs["screening"] = ScreeningConfig.from_dict(config["screening"])
-    if "separatix" in config:
-        kwargs["separatix_config"] = SeparatixConfig.from_dict(config["separatix"])
+    for section, keyword, config_class in (("scoring", "scoring_config", OverlapScoringConfig),
+                                           ("continuous", "continuous_config", ContinuousOverlapScoringConfig),
+                                           ("stability", "stability_config", StabilityConfig),
+                                           ("screening", "screening", ScreeningConfig),
+                                           ("separatix", "separatix_config", SeparatixConfig)):
+        if section in config:
+            with config_section(f"[{section}]"):
+                kwargs[keyword] = config_class.from_dict(config[section])
     if "metrics" in config:
         kwargs["metrics"] = metrics_from_config(config["metrics"])
     if "compression" in config:
@@ -212,6 +211,20 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
                           "chooses whom the referee judges, but no referee is set: add --referee probe (or "
                           "[benchmark] referee = \"probe\")")
     return kwargs
+
+
+@contextlib.contextmanager
+def config_section(where: str, owner: str | None = None) -> Iterator[None]:
+    """Name the config section a class's own validation error came from: ``config [stability]: StabilityConfig.repeats
+    must be >= 2, got -1`` (the field is the section's key of that name); with ``owner``, only errors about that
+    class's fields (``Benchmark.referee_share ...``) are named so, the others pass unchanged."""
+    try:
+        yield
+    except ConfigError as exc:
+        message = str(exc)
+        if message.startswith("config ") or (owner is not None and not message.startswith(f"{owner}.")):
+            raise
+        raise type(exc)(f"config {where}: {exc}") from None
 
 
 def _probe(value: Any) -> bool:
@@ -309,7 +322,8 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
         dataset = BenchmarkDataset.from_embeddings(extractors[0].embeddings, y, **targets)
     if "groups" in section:
         dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))
-    return Benchmark(dataset, extractors, progress=progress, **kwargs)
+    with config_section("[benchmark]", "Benchmark"):  # its keys are Benchmark's keywords, checked by Benchmark
+        return Benchmark(dataset, extractors, progress=progress, **kwargs)
 
 
 def _check_rows(entries: Sequence[Any], extractors: Sequence[Any], n_rows: int, what: str) -> None:
