@@ -204,7 +204,8 @@ def test_csv_readers_keep_text_labels_and_detect_numeric_headers(tmp_path):
 
 
 @pytest.mark.parametrize("name, text, message", [
-    ("labels.txt", "a\nb\n\na\nb\n", "line(s) 3 of the labels file are blank"),
+    ("labels.txt", "a\nb\n\na\nb\n", "line(s) 3 of the labels file are blank (1 line(s)); every line (a .txt file "
+                                    "has no header) must hold one row"),
     ("labels.txt", "a\nb\na\nb\n  \n", "line(s) 5 of the labels file are blank"),
     ("labels.csv", "label\na\nb\n\na\nb\n", "line(s) 4 of the labels file are blank"),
     ("labels.csv", "id,label\n0,a\n1,b\n2,a,extra\n3,b\n", "line(s) 4 of the labels file have a field count other "

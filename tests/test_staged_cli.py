@@ -293,7 +293,11 @@ def test_edited_or_foreign_plan_files_are_refused(project, monkeypatch, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["embed", "plan.json", "--shard", "0/2"], "i must be between 1 and n"),
     (["embed", "plan.json", "--shard", "two"], "--shard must read i/n"),
-    (["score", "plan.json", "--cache", "elsewhere"], "--cache apply to a run config"),
+    (["score", "plan.json", "--cache", "elsewhere"], "--cache applies to a run config"),
+    (["score", "plan.json", "--cache", "elsewhere", "--probe"], "--cache, --probe apply to a run config"),
+    (["embed", "plan.json", "--shard", "1/0"], "--shard 1/0: n (the number of shards) must be at least 1"),
+    (["report", "plan.json"], "plan.json is a plan, not a result: run its jobs (vertebrae embed / score) and turn "
+                              "it into a result with `vertebrae collect plan.json --output result.json`"),
     (["score", "run.toml", "--shard", "1/2"], "--shard applies to a plan file"),
     (["plan", "run.toml", "--store", "store", "--storage-options", "[1]"], "must be a JSON object"),
 ])

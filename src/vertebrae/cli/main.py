@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from ..errors import UserCodeError, VertebraeError
+from ..errors import SerializationError, UserCodeError, VertebraeError
 from .._base.extras import install_hint
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
@@ -611,7 +611,15 @@ def _load(path: pathlib.Path):
     if not path.is_file():
         found = "is a folder, not a file" if path.is_dir() else "does not exist"
         raise VertebraeError(f"result file {str(path)!r} {found}")
-    return load_result(path)
+    try:
+        return load_result(path)
+    except SerializationError:
+        from .staged_workflow import is_plan_file
+
+        if is_plan_file(path):
+            raise VertebraeError(f"{path} is a plan, not a result: run its jobs (vertebrae embed / score) and turn it "
+                                 f"into a result with `vertebrae collect {path} --output result.json`") from None
+        raise
 
 
 def _emit(text: str, output: pathlib.Path | None) -> None:
@@ -780,7 +788,8 @@ def _score(args: argparse.Namespace) -> int:
                                       ("--finalists", args.finalists))
              if value is not None]
     if given:
-        raise VertebraeError(f"{', '.join(given)} apply to a run config, not to a plan file: the plan fixes its "
+        verb = "applies" if len(given) == 1 else "apply"
+        raise VertebraeError(f"{', '.join(given)} {verb} to a run config, not to a plan file: the plan fixes its "
                              "store and ranking (write it again with `vertebrae plan`), and `vertebrae collect "
                              "--output` writes the result")
     args.plan = args.config

@@ -45,6 +45,18 @@ PLAN_FIELDS = (("config", dict, "a table (the run config)"), ("base_dir", str, "
                ("vertebrae_version", str, "a version string"), ("plan_id", str, "a content hash"))
 
 
+def is_plan_file(path: pathlib.Path) -> bool:
+    """Whether ``path`` holds a plan `vertebrae plan` wrote (a small JSON with its ``format``), to tell a user who
+    hands one to ``report`` or ``compare`` what to do with it."""
+    try:
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            return False
+        data = json_codec.read(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == PLAN_FORMAT
+
+
 @dataclasses.dataclass(frozen=True)
 class PlanFile:
     """What ``vertebrae plan`` writes: the config (with its store as the run's cache), file hashes and job keys."""

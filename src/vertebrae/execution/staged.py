@@ -63,9 +63,11 @@ class Shard:
             index, count = (int(part) for part in text.split("/"))
         except ValueError:
             raise ConfigError(f"--shard must read i/n with whole numbers (e.g. 1/4), got {text!r}") from None
-        if count < 1 or not 1 <= index <= count:
-            raise ConfigError(f"--shard {text}: i must be between 1 and n (shards are numbered 1/{max(count, 1)} to "
-                              f"{max(count, 1)}/{max(count, 1)})")
+        if count < 1:
+            raise ConfigError(f"--shard {text}: n (the number of shards) must be at least 1, e.g. 1/4")
+        if not 1 <= index <= count:
+            raise ConfigError(f"--shard {text}: i must be between 1 and n (shards are numbered 1/{count} to "
+                              f"{count}/{count})")
         return cls(index, count)
 
     def owns(self, position: int) -> bool:

@@ -134,7 +134,8 @@ def load_column(path: str | pathlib.Path, column: str | None, what: str) -> Any:
         return _load_numpy(path, what)
     if suffix == ".txt":
         lines = path.read_text(encoding="utf-8").splitlines()
-        _reject_lines(path, what, [n for n, line in enumerate(lines, 1) if not line.strip()], "are blank")
+        _reject_lines(path, what, [n for n, line in enumerate(lines, 1) if not line.strip()], "are blank",
+                      header=False)
         return lines
     if suffix in (".csv", ".parquet"):
         import pandas as pd
@@ -186,12 +187,13 @@ def labels_source(path: str | pathlib.Path, given: str | pathlib.Path, column: A
     return TargetSource(description, tuple(lines))
 
 
-def _reject_lines(path: pathlib.Path, what: str, numbers: list[int], problem: str) -> None:
+def _reject_lines(path: pathlib.Path, what: str, numbers: list[int], problem: str, *, header: bool = True) -> None:
     """Name the offending lines (1-based, as editors number them) instead of letting rows shift."""
     if numbers:
         shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+        lines = "every line after the header" if header else "every line (a .txt file has no header)"
         raise InputValidationError(f"{path}: line(s) {shown} of the {what} file {problem} ({len(numbers)} line(s)); "
-                                   "every line after the header must hold one row: fix or delete those lines")
+                                   f"{lines} must hold one row: fix or delete those lines")
 
 
 def _check_csv_lines(path: pathlib.Path, what: str) -> None:
