@@ -103,6 +103,17 @@ def test_ridge_sparse_input_stays_sparse_and_equals_the_sparse_pipeline(shape):
     np.testing.assert_allclose(got["diagnostics"]["fold_scores"], dense_got["diagnostics"]["fold_scores"], atol=1e-12)
 
 
+def test_ridge_sparse_folds_on_both_sides_of_the_width_record_each_side():
+    """101 rows in 5 folds train on 80 or 81 rows of 80 columns: each sparse fold decomposes its smaller side."""
+    rng = np.random.default_rng(4)
+    y = np.arange(101) % 3
+    X = sparse.csr_matrix(rng.poisson(0.4, (101, 80)).astype(float) * (1 + y[:, None] * (np.arange(80) % 4 == 0)))
+    got, ref = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=1)
+    sizes = [train.size for train, _ in LinearProbeMetric().folds("single_label", 1, False).split(X, y)]
+    assert sorted(set(sizes)) == [80, 81]
+    assert got["metadata"]["decomposition"] == ["features (D x D)" if n > 80 else "rows (n x n)" for n in sizes]
+
+
 def test_ridge_multi_label_equals_ridge_classifier_cv():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(300, 15))

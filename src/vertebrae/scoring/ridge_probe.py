@@ -125,9 +125,16 @@ class RidgeProbeMetric(Config):
         return probe_payload(folds, scores, {"chosen_alphas": chosen}, {
             "model": _MODELS[folds.targets.target_type], "alphas": list(self.alphas),
             "selection": "exact leave-one-out mean squared error inside each training fold",
-            "decomposition": "features (D x D)" if side == dim else "rows (n x n)",
+            "decomposition": _decompositions(folds.splits, dim, shared=not is_sparse(embeddings) and side == dim),
             "scaling": "StandardScaler(with_mean=False) (sparse input stays sparse)" if is_sparse(embeddings)
             else "StandardScaler()"}, seed, self.n_splits)
+
+
+def _decompositions(splits: list[tuple[np.ndarray, np.ndarray]], dim: int, shared: bool) -> str | list[str]:
+    """``metadata.decomposition``: which side each fold decomposed (dense rows with a fold of at least ``dim`` rows
+    share the feature side; otherwise each fold takes the smaller side), one string when every fold took the same."""
+    sides = ["features (D x D)" if shared or train.size > dim else "rows (n x n)" for train, _ in splits]
+    return sides[0] if len(set(sides)) == 1 else sides
 
 
 _MODELS = {"single_label": "RidgeClassifierCV", "multi_label": "RidgeClassifierCV (multi-label)",
