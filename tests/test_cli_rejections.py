@@ -414,3 +414,26 @@ def test_a_sections_own_validation_names_the_section(project, capsys):
         (folder / "bad.toml").write_text(base + extra)
         assert main(["run", str(folder / "bad.toml"), "-o", str(folder / "out"), "-q"]) == 2
         assert says in _one_line_error(capsys, "run")
+
+
+def test_row_level_errors_name_the_file_they_come_from(project, capsys):
+    """A NaN row or a short groups file is the file's mistake: the message names the entry and the file."""
+    folder, _ = project
+    rng = np.random.default_rng(0)
+    matrix = rng.normal(size=(30, 3))
+    matrix[4] = np.nan
+    np.save(folder / "nan.npy", matrix)
+    (folder / "y.txt").write_text("".join(f"{i % 3}\n" for i in range(30)))
+    (folder / "g.txt").write_text("g1\ng2\n")
+    entry = '[[extractors]]\nname = "a"\nembeddings = "nan.npy"\n'
+    (folder / "nan.toml").write_text(f'[dataset]\nid = "t"\nrevision = "1"\nlabels = "y.txt"\n\n{entry}')
+    assert main(["run", str(folder / "nan.toml"), "-o", str(folder / "out"), "-q"]) == 2
+    err = _one_line_error(capsys, "run")
+    assert f"config extractors[0] ('a', kind 'precomputed') (embeddings = '{folder / 'nan.npy'}')" in err
+    assert "has NaN or infinite values in rows 4" in err
+    np.save(folder / "ok.npy", rng.normal(size=(30, 3)))
+    (folder / "groups.toml").write_text(f'[dataset]\nid = "t"\nrevision = "1"\nlabels = "y.txt"\ngroups = "g.txt"\n\n'
+                                        f'{entry.replace("nan.npy", "ok.npy")}')
+    assert main(["run", str(folder / "groups.toml"), "-o", str(folder / "out"), "-q"]) == 2
+    assert "config [dataset] groups = 'g.txt': groups has 2 entries but the dataset has 30 rows" in _one_line_error(
+        capsys, "run")

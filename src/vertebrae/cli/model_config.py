@@ -251,8 +251,9 @@ def _build(entry: CheckedEntry, progress: bool | None) -> Any:
         warnings.simplefilter("always", DeprecationWarning)
         try:
             built = cls(entry.name, **kwargs)
-        except VertebraeError as exc:
-            raise type(exc)(f"{entry.where}: {exc}") from None
+        except VertebraeError as exc:  # named with the entry and the data files it read (a NaN row is the file's)
+            files = ", ".join(f"{key} = {str(entry.options[key])!r}" for key in spec.matrices if key in entry.options)
+            raise type(exc)(f"{entry.where}{f' ({files})' if files else ''}: {exc}") from None
         except TypeError as exc:  # a value of the wrong type that the class does not check itself
             raise ConfigTypeError(f"{entry.where}: {exc}") from None
     for item in caught:  # an old option spelling: the config entry to edit, and the new spelling

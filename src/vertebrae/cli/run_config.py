@@ -321,7 +321,11 @@ def benchmark_from_config(config: Mapping[str, Any], base_dir: pathlib.Path, *,
         build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names, argument=where)
         dataset = BenchmarkDataset.from_embeddings(extractors[0].embeddings, y, **targets)
     if "groups" in section:
-        dataset = dataset.with_groups(load_column(resolve(section["groups"]), section.get("groups_column"), "groups"))
+        groups = load_column(resolve(section["groups"]), section.get("groups_column"), "groups")
+        try:
+            dataset = dataset.with_groups(groups)
+        except InputValidationError as exc:  # the count is the file's: name it
+            raise InputValidationError(f"config [dataset] groups = {str(section['groups'])!r}: {exc}") from None
     with config_section("[benchmark]", "Benchmark"):  # its keys are Benchmark's keywords, checked by Benchmark
         return Benchmark(dataset, extractors, progress=progress, **kwargs)
 
