@@ -409,8 +409,11 @@ def test_a_sections_own_validation_names_the_section(project, capsys):
     folder, _ = project
     base = (folder / "run.toml").read_text()
     for extra, says in (("\n[stability]\nrepeats = -1\n", "config [stability]: StabilityConfig.repeats must be >= 2"),
-                        ("\n[benchmark]\nreferee_share = 3\n",
-                         "config [benchmark]: Benchmark.referee_share must be in (0.0, 1.0]")):
+                        ('\n[benchmark]\nreferee = "probe"\nreferee_finalists = "auto"\nreferee_share = 3\n',
+                         "config [benchmark]: Benchmark.referee_share must be in (0.0, 1.0]"),
+                        ('\n[benchmark]\nreferee = "probe"\nreferee_share = 0.5\n',
+                         "config [benchmark] referee_share = 0.5 is the budget of the 'auto' finalist policy, but "
+                         "referee_finalists is 'overlap': add --finalists auto")):
         (folder / "bad.toml").write_text(base + extra)
         assert main(["run", str(folder / "bad.toml"), "-o", str(folder / "out"), "-q"]) == 2
         assert says in _one_line_error(capsys, "run")

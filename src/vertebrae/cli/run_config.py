@@ -206,6 +206,11 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
     if "referee_finalists" in kwargs and kwargs["referee_finalists"] not in FINALIST_POLICIES:
         raise ConfigError(f"config [benchmark] referee_finalists (--finalists) must be one of "
                           f"{list(FINALIST_POLICIES)}, got {kwargs['referee_finalists']!r}")
+    if "referee_share" in kwargs and kwargs.get("referee_finalists") != "auto":
+        raise ConfigError(f"config [benchmark] referee_share = {kwargs['referee_share']!r} is the budget of the 'auto' "
+                          "finalist policy, but referee_finalists is "
+                          f"{kwargs.get('referee_finalists', 'overlap')!r}: add --finalists auto (or "
+                          "referee_finalists = \"auto\") or drop referee_share")
     if "referee_finalists" in kwargs and "referee" not in kwargs:
         raise ConfigError(f"config [benchmark] referee_finalists (--finalists) = {kwargs['referee_finalists']!r} "
                           "chooses whom the referee judges, but no referee is set: add --referee probe (or "
