@@ -217,6 +217,9 @@ def test_the_report_renders_from_the_archived_json(run, tmp_path):
     score = f"{run['clean'].primary_score:.4f}"
     assert f"| 1 | clean_copy | {score} | 0.0000 | [0.0000, 0.0000] | 0.5000 | tied |" in section
     assert "**Tied with the best:** clean, clean_copy." in section
+    # the interval the table prints is the paired t interval the verdicts use, and the text says so
+    assert "95% confidence interval of the mean d_r (Student's t over the repeats" in section
+    assert "percentile range" not in section
     assert "Which differences are real?" in page and "Adjacent ranks" in page
     answer = md[:md.index("## Ranking")]
     assert ("**Tied with the best** (paired verdicts over 6 repeats, 95% interval): clean, clean_copy; worse: "

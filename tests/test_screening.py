@@ -363,7 +363,9 @@ def _rejected(match, extractors=None, dataset=None, **kwargs):
 
 def test_bad_screening_requests_fail_before_any_extraction():
     _rejected("dataset has only 600", screening=ScreeningConfig(start_rows=600))
-    _rejected(r"rung 0 \(3 of 600 rows\) cannot keep the targets",
+    # the rung's counts, not the internal fraction it is drawn with (which is no setting of the user's)
+    _rejected(r"rung 0 \(3 of 600 rows\) cannot keep the targets \(the rung keeps fewer than 2 rows of class\(es\) "
+              r"'0': 1 of \d+, .*every class must keep at least 2 rows\); raise start_fraction",
               screening=ScreeningConfig(start_fraction=0.001, eta=200))  # 1 row per class
     _rejected(r"repeats of rung 0 \(6 rows\) .* subsample_fraction",
               screening=ScreeningConfig(start_fraction=0.01, eta=100))  # 2 rows per class, 1 in a repeat

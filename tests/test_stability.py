@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -281,3 +283,21 @@ def test_ranking_stability_lower_is_better_and_ties() -> None:
 def test_ranking_stability_rejects_bad_input(scores: dict, message: str) -> None:
     with pytest.raises(InputValidationError, match=message):
         ranking_stability(scores)
+
+
+@pytest.mark.parametrize("target_type, n, keep", [("single_label", 7, 2), ("regression", 11, 3)])
+def test_the_suggested_subsample_fraction_is_enough(target_type, n, keep) -> None:
+    """The hint printed 2/7 as 0.2857, which keeps floor(7 x 0.2857) = 1 row: it must name a fraction that works."""
+    import re
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2 * n, 3))
+    y = np.repeat([0, 1], n) if target_type == "single_label" else rng.normal(size=2 * n)
+    count = n if target_type == "single_label" else 2 * n
+    config = StabilityConfig(mode="subsample", repeats=4, subsample_fraction=0.1)
+    with pytest.raises(ConfigError, match="would do") as refused:
+        run_stability_analysis(X, y, target_type=target_type, scorer=_scorer(), config=config)
+    suggested = float(re.search(r"subsample_fraction >= ([0-9.]+) would do", str(refused.value)).group(1))
+    assert math.floor(count * Fraction(str(suggested))) >= keep > math.floor(count * Fraction(str(suggested - 1e-4)))
+    run_stability_analysis(X, y, target_type=target_type, scorer=_scorer(),
+                           config=StabilityConfig(mode="subsample", repeats=4, subsample_fraction=suggested))

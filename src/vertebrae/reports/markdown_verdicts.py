@@ -83,8 +83,9 @@ def _view_blocks(result: Any, view: str | None, tolerance: float) -> list[Any]:
     blocks: list[Any] = [Para(
         f"Each candidate is compared with the best on the same {verdicts.n_repeats} stability repeats (same seeds "
         "and rows, so the noise they share cancels): d_r is the candidate's repeat score minus the best's, signed so "
-        f"that negative means worse. The interval is the central {level} percentile range of the d_r (the method of "
-        "the stability intervals, not a confidence interval); share better counts the repeats in which the "
+        f"that negative means worse. The interval is the {level} confidence interval of the mean d_r (Student's t over "
+        "the repeats, the paired t-test's interval: it narrows as repeats are added); share better counts the "
+        "repeats in which the "
         "candidate beats the best, ties counting half. Verdict: tied when the interval covers 0, worse when it lies "
         "entirely below 0."),
         Table(["rank", "extractor", "primary score", "mean difference", "difference interval", "share better",

@@ -256,6 +256,12 @@ def score_position(score: float, repeat_scores: Sequence[float], interval_low: f
 
 
 # ----------------------------------------------------------------------- sampling plan
+def least_fraction(rows: int, count: int) -> float:
+    """The smallest ``subsample_fraction`` of four decimals that keeps ``rows`` of ``count`` (what an error suggests:
+    ``2 / 7`` printed as 0.2857 would keep only 1 of 7 rows; 0.2858 keeps 2)."""
+    return math.ceil(Fraction(rows, count) * 10_000) / 10_000
+
+
 def subsample_size(count: int, fraction: float) -> int:
     """``floor(count * fraction)``, reading ``fraction`` as the decimal it prints as.
 
@@ -281,8 +287,9 @@ class _SingleLabelSampler:
         if short:
             shown = ", ".join(f"{targets.catalog.display(k)!r}: floor({n} x {fraction}) = {s}" for k, n, s in short[:5])
             smallest = min(g.size for g in self.groups)
+            enough = least_fraction(2, smallest)
             raise _infeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; every "
-                              f"class must keep at least 2 rows (subsample_fraction >= {2 / smallest:.4g} would do)")
+                              f"class must keep at least 2 rows (subsample_fraction >= {enough:g} would do)")
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         return np.sort(np.concatenate([rng.choice(g, s, replace=False) for g, s in zip(self.groups, self.sizes)]))
@@ -334,7 +341,7 @@ class _RegressionSampler:
         if self.size < 3:
             raise _infeasible(f"subsample_fraction={fraction} keeps floor({targets.n_samples} x {fraction}) = "
                               f"{self.size} rows; regression repeats need at least 3 (subsample_fraction >= "
-                              f"{3 / targets.n_samples:.4g} would do)")
+                              f"{least_fraction(3, targets.n_samples):g} would do)")
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         order = rng.permutation(self.values.shape[0])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -201,7 +202,7 @@ def plan_rungs(targets: Targets, config: ScreeningConfig) -> list[Rung]:
             picked = draw_subsample(targets.subset(current), sizes[index] / current.size, int(row_seeds[index]))
         except ConfigError as exc:
             raise ConfigError(f"ScreeningConfig: rung {index} ({sizes[index]} of {targets.n_samples} rows) cannot keep "
-                              f"the targets ({_reason(exc)}); raise start_fraction or start_rows, or run without "
+                              f"the targets ({_rung_reason(exc)}); raise start_fraction or start_rows, or run without "
                               "screening") from None
         current = current[picked]
         drawn.append(current)
@@ -225,6 +226,14 @@ def plan_rungs(targets: Targets, config: ScreeningConfig) -> list[Rung]:
 def _reason(exc: ConfigError) -> str:
     """The stability sampler's reason without its advice about StabilityConfig fields (screening has its own)."""
     return str(exc).split(": ", 1)[-1].split(". The subset", 1)[0]
+
+
+def _rung_reason(exc: ConfigError) -> str:
+    """:func:`_reason` for a rung, which is drawn with an internal fraction (its size over the next rung's): the
+    counts stay, the fraction and the advice about ``subsample_fraction`` (not the user's setting) go."""
+    reason = re.sub(r"subsample_fraction=\S+ keeps", "the rung keeps", _reason(exc))
+    reason = re.sub(r"floor\((\d+) x \S+\) = (\d+)", r"\2 of \1", reason)
+    return re.sub(r" \(subsample_fraction >= \S+ would do\)", "", reason)
 
 
 def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Chain], targets: Targets) -> None:
