@@ -160,6 +160,29 @@ def test_every_similarity_ranks_the_noisy_copies_first(similarity):
     assert entry.forward.diagnostics["similarity_margin"] > 0
 
 
+def test_a_collapsed_gallery_is_cached_and_read_back_like_any_other(tmp_path):
+    """A cold run stores a constant gallery with a warning; a read used to call that entry corrupt (so it was
+    recomputed every run, and read_only runs and `cache verify` failed on it)."""
+    from vertebrae import CacheConfig
+    from vertebrae.artifacts.cache import verify_store
+
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    collapsed = TwoBranchExtractor("collapsed", lambda X: X, lambda X: np.ones_like(X), cache_identity="flat-v1")
+    config = CacheConfig(store=str(tmp_path / "store"))
+    statuses = []
+    for mode in ("read_write", "read_write", "read_only"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = RetrievalBenchmark(data, [collapsed], retrieval_config=RetrievalConfig(cutoffs=[1, 5, 10]),
+                                        cache_config=config.replace(mode=mode), progress=False).run()
+        assert not [w for w in caught if "corrupt" in str(w.message)]
+        statuses.append(result["collapsed"].embedding["gallery"]["cache_status"])
+        assert result["collapsed"].forward.metrics["mrr"] == pytest.approx(1 / 29)
+    assert statuses == ["miss", "hit", "hit"]
+    assert all(problem_found is None for _, problem_found in verify_store(config.open_store()))
+
+
 def test_collapsed_gallery_embeddings_are_warned_about_and_score_worst_case():
     queries, gallery, relevance = problem()
     data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)

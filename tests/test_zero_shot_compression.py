@@ -274,3 +274,24 @@ def test_variants_and_the_cache_run_on_dask_workers_with_identical_results(dask_
     assert remote.to_dict()["extractor_results"] == local.to_dict()["extractor_results"]
     assert warm["counts+pca5"].embedding["samples"]["cache_status"] == "hit"
     assert _stable(warm) == _stable(remote)
+
+
+def test_prompts_that_embed_to_one_row_are_cached_and_read_back(numeric, tmp_path):
+    """A cold run scores prompts that all embed alike; a read used to call that entry corrupt (recomputed every run,
+    refused by read_only runs and by `cache verify`)."""
+    from vertebrae.artifacts.cache import verify_store
+
+    samples, _, prompts, data = numeric
+    flat = np.ones_like(prompts)
+    config = CacheConfig(store=str(tmp_path / "cache"))
+    statuses = []
+    for mode in ("read_write", "read_write", "read_only"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = ZeroShotBenchmark(data, [PrecomputedZeroShotEncoder("e", samples, flat)],
+                                       config=ZeroShotConfig(top_k=(1, 3)), cache_config=config.replace(mode=mode),
+                                       progress=False).run()
+        assert not [w for w in caught if "corrupt" in str(w.message)]
+        statuses.append(result["e"].embedding["prompts"]["cache_status"])
+    assert statuses == ["miss", "hit", "hit"]
+    assert all(problem is None for _, problem in verify_store(config.open_store()))

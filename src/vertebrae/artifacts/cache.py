@@ -169,19 +169,30 @@ def verify_store(store: Store) -> Iterator[tuple[str, ArtifactError | None]]:
     rest: every file is re-read against its checksums and the artifact decoded as its stage declares (a document a
     run could not use is corrupt, not valid).  A stage folder the store refuses to list (a link out of it) is
     ``("<stage>/*", why)``."""
-    from ..execution.registry import codec_of_kind
+    from ..execution.registry import codecs_of
 
     yield from store.refused()
     for key in store.keys():
         try:
             stored = store.read(key)
-            codec = codec_of_kind(stored.kind)
-            if codec is not None:
-                codec.decode(stored)
+            _decodes(stored, codecs_of(key, stored.kind))
         except ArtifactError as exc:
             yield key, exc
         else:
             yield key, None
+
+
+def _decodes(stored: Any, codecs: list[Any]) -> None:
+    """Decode ``stored`` with the first of ``codecs`` that accepts it; the first one's error when none does."""
+    first: ArtifactError | None = None
+    for codec in codecs:
+        try:
+            codec.decode(stored)
+            return
+        except ArtifactError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def problem_label(problem: ArtifactError) -> str:

@@ -194,15 +194,16 @@ def get_stage(pipeline: str, name: str, path: str | None = None) -> StageDefinit
     return definition
 
 
-def codec_of_kind(kind: str) -> ArtifactCodec | None:
-    """The codec a stage declares for stored artifacts of ``kind`` (None: no stage stores that kind).
+def codecs_of(key: str, kind: str) -> list[ArtifactCodec]:
+    """The codecs the stages named by ``key``'s prefix declare for artifacts of ``kind`` (one per pipeline with such
+    a stage; every stage's for ``kind`` when none is named so): an entry is one a run could use when one of them
+    decodes it (retrieval's endpoints may be one repeated row where a labeled extraction may not).
 
-    ``vertebrae cache verify`` decodes each entry with it, so a document a run could not use is reported."""
-    for stages in _REGISTRY.values():
-        for definition in stages.values():
-            if definition.codec is not None and definition.codec.kind == kind:
-                return definition.codec
-    return None
+    ``vertebrae cache verify`` decodes each entry with them, so a document a run could not use is reported."""
+    declared = [(definition.name, definition.codec) for stages in _REGISTRY.values() for definition in stages.values()
+                if definition.codec is not None and definition.codec.kind == kind]
+    stage = key.split("/", 1)[0]
+    return [codec for name, codec in declared if name == stage] or [codec for _, codec in declared]
 
 
 def definition_of(job: Any) -> StageDefinition:

@@ -12,6 +12,7 @@ pipeline: fit the variant on one declared part, apply the same fitted transform 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,19 +50,19 @@ def _encode(embeddings: EmbeddingSet) -> StoredArtifact:
                            **({} if embeddings.compression is None else {"compression": embeddings.compression})})
 
 
-def _decode(stored: StoredArtifact) -> EmbeddingSet:
+def _decode(stored: StoredArtifact, constant_allowed: frozenset[str] = frozenset()) -> EmbeddingSet:
     try:
         parts = stored.document["outputs"]
         metadata = stored.document["metadata"]
         compression = stored.document.get("compression")
-        return EmbeddingSet({p: _described(p, stored.arrays[output_array(p)], m)
+        return EmbeddingSet({p: _described(p, stored.arrays[output_array(p)], m, p in constant_allowed)
                              for p, m in zip(parts, metadata, strict=True)},
                             None if compression is None else dict(compression))
     except (KeyError, TypeError, ValueError) as exc:
         raise ArtifactIntegrityError(f"embedding_set artifact is malformed: {type(exc).__name__}: {exc}") from None
 
 
-def _described(part: str | None, matrix: Any, metadata: Any) -> Embedding:
+def _described(part: str | None, matrix: Any, metadata: Any, constant_allowed: bool) -> Embedding:
     """A stored part whose metadata describes its matrix: results read shape, dtype and ``logical_bytes`` from it,
     so a document without them (or with other values) is malformed, not a hit."""
     if not isinstance(metadata, Mapping):
@@ -71,29 +72,38 @@ def _described(part: str | None, matrix: Any, metadata: Any) -> Embedding:
              for name, value in expected.items() if metadata.get(name) != value]
     if wrong:
         raise ValueError(f"the metadata of part {part!r} does not describe its matrix: {', '.join(wrong)}")
-    _check_stored_values(part, matrix)
+    _check_stored_values(part, matrix, constant_allowed)
     return Embedding(matrix, dict(metadata))
 
 
-def _check_stored_values(part: str | None, matrix: Any) -> None:
+def _check_stored_values(part: str | None, matrix: Any, constant_allowed: bool) -> None:
     """A stored matrix holds what an extraction can store: finite values (NaN or infinity never passes validation
-    before it is written) that are not one constant row.  Anything else was forged or damaged with consistent
-    checksums (an unsigned store), so it is corrupt -- recomputed in ``read_write`` mode -- not a hit whose run fails
-    later in scoring.  (An extractor whose honest output is constant is recomputed, and fails, as on a cold run.)"""
+    before it is written) and, unless ``constant_allowed``, not one constant row.  Anything else was forged or
+    damaged with consistent checksums (an unsigned store), so it is corrupt -- recomputed in ``read_write`` mode --
+    not a hit whose run fails later in scoring.  (An extractor whose honest output is constant is recomputed, and
+    fails, as on a cold run; a part a cold run stores constant is read back as it is.)"""
     what = f"the stored {'' if part is None else _noun(part) + ' '}embeddings"
     try:
         validate_embeddings(matrix, argument=what)
     except InputValidationError as exc:
         raise ValueError(str(exc)) from None
-    if matrix.shape[0] > 1 and is_constant(matrix):  # one row (a single query) is no repetition
+    if not constant_allowed and matrix.shape[0] > 1 and is_constant(matrix):  # one row (one query) is no repetition
         raise ValueError(f"{what} are one row repeated throughout (a space that separates nothing)")
 
 
-#: Extractions: what the embedding cache reuses.
-EMBEDDINGS_CODEC = ArtifactCodec("embedding_set", _encode, _decode)
+def embedding_set_codec(constant_allowed: frozenset[str] = frozenset(), *, cached: bool = True) -> ArtifactCodec:
+    """The codec of a stage that stores an :class:`EmbeddingSet`.  ``constant_allowed``: the parts a cold run stores
+    even when every row is the same (retrieval's endpoints and zero-shot prompts get a warning there, not a
+    failure), which a read must then accept too, or the entry would count as corrupt and never be reused."""
+    return ArtifactCodec("embedding_set", _encode, functools.partial(_decode, constant_allowed=constant_allowed),
+                         cached)
+
+
+#: Extractions: what the embedding cache reuses (every part refused constant, as the extraction refuses it).
+EMBEDDINGS_CODEC = embedding_set_codec()
 #: Compressed variants: stored for staged runs (fitted once, in `vertebrae embed`), never reused by the cache (a
 #: fit is cheap next to extraction, and its runtime is measured).
-COMPRESSED_CODEC = dataclasses.replace(EMBEDDINGS_CODEC, cached=False)
+COMPRESSED_CODEC = embedding_set_codec(cached=False)
 
 
 #: How a message names one embedding of a part (``sample embeddings``, ``query embeddings``).

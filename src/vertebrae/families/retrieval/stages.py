@@ -20,7 +20,7 @@ import numpy as np
 
 from ...artifacts.codecs import document_codec
 from ...extractors.compression import compression_fingerprint
-from ..embedding_set import (COMPRESSED_CODEC, EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings,
+from ..embedding_set import (Embedding, EmbeddingSet, compress_embeddings, embedding_set_codec,
                              evaluated, variant_facts)
 from ...inputs.embeddings import embedding_metadata, is_constant, validate_embeddings
 from ...execution.registry import COLLECT, EMBED, SCORE, stage
@@ -83,19 +83,23 @@ def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str,
 
 
 # ----------------------------------------------------------------------------- stored forms
+#: Either endpoint may be one repeated row (assemble warns about a constant gallery; it does not fail).
+ENDPOINTS = frozenset({"query", "gallery"})
 DIRECTION_CODEC = document_codec("ranking_direction", lambda d: d.to_dict(), lambda d: DirectionResult(**d))
 ENTRY_CODEC = document_codec("retrieval_entry", lambda e: e.to_dict(), lambda d: RetrievalEntry.from_dict(d, None))
 
 
 @stage(PIPELINE, "encode", version=2, context=("query_inputs", "gallery_inputs", "extractor"), packages=("numpy",),
-       codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="steps", steps=("fit", "encode_queries", "encode_gallery"))
+       codec=embedding_set_codec(ENDPOINTS), phase=EMBED, runtime="steps",
+       steps=("fit", "encode_queries", "encode_gallery"))
 def encode(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     return encode_endpoints(context.extractor(job), job.params["name"], context.dataset, timings,
                             profiling=getattr(context.settings, "resource_profiling", None))
 
 
 @stage(PIPELINE, "compress", version=2, reads=("encode",), context=("extractor",), packages=("numpy", "scikit-learn"),
-       config=compression_fingerprint, codec=COMPRESSED_CODEC, phase=EMBED, runtime="seconds")
+       config=compression_fingerprint, codec=embedding_set_codec(ENDPOINTS, cached=False), phase=EMBED,
+       runtime="seconds")
 def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Paired compression: fit the variant on the gallery, apply the same fitted transform to both endpoints."""
     return compress_embeddings(job, inputs, context, reads=("encode",), fit_on="gallery",

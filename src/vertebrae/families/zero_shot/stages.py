@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...extractors.compression import compression_fingerprint
-from ..embedding_set import (COMPRESSED_CODEC, EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings,
+from ..embedding_set import (EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings, embedding_set_codec,
                              evaluated as evaluated_part, variant_facts)
 from ...inputs.embeddings import embedding_metadata, is_constant, validate_embeddings
 from ...errors import ExtractorError
@@ -36,6 +36,8 @@ from .encoders import modalities
 from .metrics import zero_shot_metrics
 
 PIPELINE = "zero_shot"
+#: Prompts may all embed to one row (a cold run scores them; only constant samples are refused, encode_branch).
+PROMPTS = frozenset({"prompts"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +116,7 @@ def encode_samples(job: Any, inputs: Mapping[str, Any], context: Any, timings: d
 
 
 @stage(PIPELINE, "encode_prompts", version=2, optional_reads=("fit",), context=("prompts", "inputs", "extractor"),
-       packages=("numpy",), codec=EMBEDDINGS_CODEC, phase=EMBED, runtime="steps", steps=("encode_prompts",))
+       packages=("numpy",), codec=embedding_set_codec(PROMPTS), phase=EMBED, runtime="steps", steps=("encode_prompts",))
 def encode_prompts(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     return encode_branch(_encoder(job, inputs, context), job.params["parent"], "prompts", context.dataset, timings,
                          context.settings.resource_profiling)
@@ -126,8 +128,8 @@ def evaluated(inputs: Mapping[str, Any], branch: str) -> Embedding:
 
 
 @stage(PIPELINE, "compress", version=2, reads=("encode_samples", "encode_prompts"), context=("extractor",),
-       packages=("numpy", "scikit-learn"), config=compression_fingerprint, codec=COMPRESSED_CODEC, phase=EMBED,
-       runtime="seconds")
+       packages=("numpy", "scikit-learn"), config=compression_fingerprint,
+       codec=embedding_set_codec(PROMPTS, cached=False), phase=EMBED, runtime="seconds")
 def compress(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> EmbeddingSet:
     """Fit the variant on the sample embeddings and apply the same fitted transform to the prompt embeddings.
 
