@@ -99,6 +99,9 @@ X6 = np.random.default_rng(1).normal(size=(6, 3))
     (np.zeros((6, 0)), [0, 1] * 3, {}, InputValidationError, "zero width"),
     (np.array([["a"]] * 6), [0, 1] * 3, {}, InputTypeError, "numeric"),
     (X6, [0, 1] * 2, {}, InputValidationError, "has 4 rows but the embeddings/inputs have 6"),
+    # the count first: a short file of one-sample classes is the wrong file, not a file of too-small classes
+    (X6, [0, 1, 2, 3], {}, InputValidationError, "has 4 rows but the embeddings/inputs have 6"),
+    (X6, [1.0, 2.0, 3.0], {"target_type": "regression"}, InputValidationError, "has 3 rows but the"),
     (np.zeros((0, 3)), [], {}, InputValidationError, "empty"),
     (X6, [7] * 6, {}, InputValidationError, "single class"),
     (X6, [0, 0, 0, 1, 1, 2], {}, InputValidationError, r"class\(es\) '2' \(1 sample\)"),

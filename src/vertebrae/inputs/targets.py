@@ -159,6 +159,7 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
     """
     if target_type is not None and target_type not in TARGET_TYPES:
         raise InputValidationError(f"target_type must be one of {list(TARGET_TYPES)} or None, got {target_type!r}")
+    _check_rows(argument, _row_count(y), n_samples)  # first: a wrong file explains every later complaint
     if target_type == "regression":
         targets: Targets = _regression(y, target_names, argument)
     elif target_type == "multi_label" or (target_type is None and _looks_multilabel(y)):
@@ -168,10 +169,22 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
             raise InputValidationError(f"label_names only applies to multi-label indicator targets; "
                                        f"for single-label {argument} the labels are the values themselves")
         targets = _single_label(y, argument, inferred=target_type is None)
-    if n_samples is not None and targets.n_samples != n_samples:
-        raise InputValidationError(f"{argument} has {targets.n_samples} rows but the embeddings/inputs have {n_samples}; "
-                                   "give exactly one target per sample, in the same order")
+    _check_rows(argument, targets.n_samples, n_samples)  # targets without a length known before they are read
     return targets
+
+
+def _row_count(y: Any) -> int | None:
+    """How many rows ``y`` holds, when that is known without reading it (None otherwise)."""
+    shape = getattr(y, "shape", None)
+    if shape is not None and len(shape) >= 1:
+        return int(shape[0])
+    return len(y) if hasattr(y, "__len__") and not isinstance(y, (str, bytes)) else None
+
+
+def _check_rows(argument: Any, rows: int | None, n_samples: int | None) -> None:
+    if n_samples is not None and rows is not None and rows != n_samples:
+        raise InputValidationError(f"{argument} has {rows} rows but the embeddings/inputs have {n_samples}; "
+                                   "give exactly one target per sample, in the same order")
 
 
 def _looks_multilabel(y: Any) -> bool:
