@@ -22,7 +22,7 @@ from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, CallableM
                            DatasetIdentity, EmbeddingCompressionConfig, OverlapScoringConfig, PrecomputedExtractor,
                            SeparatixConfig, StabilityConfig)
 from vertebrae.extractors.compression import Compressor, pareto_frontier
-from vertebrae.errors import CompressionWarning, InputValidationError
+from vertebrae.errors import CompressionWarning, ExtractorError, InputValidationError
 from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalConfig,
                                               RetrievalDataset, TwoBranchExtractor)
 from vertebrae.cli.run_config import benchmark_kwargs
@@ -326,6 +326,33 @@ def test_a_request_wider_than_the_embedding_is_recorded_as_not_applied():
     assert skipped.compression["output_dim"] == 12
     assert skipped.overlap.score == result["raw"].overlap.score == direct_overlap(X, y)
     assert any("not applied" in w for w in skipped.warnings)
+
+
+def test_pca_of_as_many_components_as_sparse_rows_is_not_applied_rather_than_a_crash():
+    """scikit-learn's PCA of CSR rows (ARPACK) needs fewer components than min(rows, width): 30 of 30 rows aborted
+    the run with scikit-learn's ValueError; 29 fit."""
+    X, y = blobs(dim=100, n_per_class=10)
+    Xs = sp.csr_matrix(np.where(X > 0.5, X, 0.0))
+    with pytest.warns(CompressionWarning, match="pca30 not applied: requested 30 dimensions but pca can keep at most "
+                                                "29 components of 30 sparse rows"):
+        result = run(Xs, y, [C(method="pca", n_components=30), C(method="pca", n_components=29)], quiet=False)
+    assert result["raw+pca30"].compression["applied"] is False
+    assert result["raw+pca29"].compression["applied"] is True and result["raw+pca29"].compression["output_dim"] == 29
+
+
+def test_float16_beyond_its_range_is_not_applied_rather_than_infinity():
+    """Values above 65504 became infinity and aborted the run naming no variant."""
+    X, y = blobs(dim=8)
+    large = X * 1e5
+    with pytest.warns(CompressionWarning, match=r"float16 not applied: values reach .* beyond float16's largest "
+                                                "finite value 65504"):
+        result = run(large, y, [C(), C(method="quantize", dtype="float16")], quiet=False)
+    variant = result["raw+float16"]
+    assert variant.compression["applied"] is False and variant.overlap.score == result["raw"].overlap.score
+    compressor = Compressor(C(method="quantize", dtype="float16"))
+    compressor.fit(X)  # in range: applied; rows transformed later (queries) beyond it are refused by name
+    with pytest.raises(ExtractorError, match="float16 quantization: a value of magnitude 1e\\+05"):
+        compressor.transform(np.full((2, 8), 1e5, dtype=np.float32))
 
 
 def test_footprints_keep_raw_and_evaluated_bytes_apart():

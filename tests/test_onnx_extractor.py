@@ -84,3 +84,35 @@ def test_rejections(exported, two_outputs, tmp_path):
         ONNXExtractor("m", tmp_path / "missing.onnx")
     with pytest.raises(ExtractorError, match=r"outputs \['nope'\] are not model outputs \['double', 'plus_one'\]"):
         ONNXExtractor("m", two_outputs, outputs=("nope",), progress=False).transform_many(X)
+
+
+def test_external_data_files_are_part_of_the_identity(tmp_path):
+    """Models over 2 GB (and many exports) keep their weights beside the .onnx file: new weights must move the key,
+    and a missing weights file is named before any run."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from vertebrae.extractors.profiling import checkpoint_files
+
+    weights = numpy_helper.from_array(np.arange(18, dtype=np.float32).reshape(6, 3), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.onnx.data", size_threshold=0)
+    extractor = ONNXExtractor("m", path, progress=False)
+    assert extractor.model_files == (path, tmp_path / "m.onnx.data")
+    assert set(checkpoint_files(extractor)) == {path, tmp_path / "m.onnx.data"}
+    before, out = extractor.recipe(), extractor.transform(X)
+    np.testing.assert_allclose(out, X @ np.arange(18, dtype=np.float32).reshape(6, 3), rtol=1e-5)
+    data = np.fromfile(tmp_path / "m.onnx.data", dtype=np.float32)
+    (data * 2).tofile(tmp_path / "m.onnx.data")  # same .onnx file, new weights
+    rebuilt = ONNXExtractor("m", path, progress=False)
+    assert rebuilt.recipe() != before
+    np.testing.assert_allclose(rebuilt.transform(X), 2 * out, rtol=1e-5)
+    (tmp_path / "m.onnx.data").unlink()
+    with pytest.raises(InputValidationError, match="external-data file 'm.onnx.data', which is not beside it"):
+        ONNXExtractor("m", path)

@@ -145,6 +145,27 @@ def test_changing_one_weight_changes_the_recipe(minilm_path, minilm, tmp_path):
             parameter.view(-1)[0] -= 1e-3
 
 
+def test_an_in_memory_sentence_transformers_prompts_and_truncation_move_its_recipe(minilm, tweets):
+    """encode() prepends the default prompt and truncates to truncate_dim: both change the embeddings, so both are
+    in the recipe (they were not: a cache returned the unprompted, full-width embeddings)."""
+    before = SentenceTransformerExtractor("s", minilm).recipe()
+    saved = (dict(minilm.prompts), minilm.default_prompt_name, minilm.truncate_dim)
+    try:
+        minilm.prompts, minilm.default_prompt_name = {"query": "query: "}, "query"
+        prompted = SentenceTransformerExtractor("s", minilm, progress=False)
+        prompted_recipe = prompted.recipe()  # read off the live model: taken now, before it changes again
+        assert prompted_recipe != before
+        np.testing.assert_allclose(prompted.transform(tweets.texts[:3]),
+                                   minilm.encode(["query: " + t for t in tweets.texts[:3]], prompt=""), atol=1e-6)
+        minilm.prompts, minilm.default_prompt_name, minilm.truncate_dim = saved[0], None, 16
+        truncated = SentenceTransformerExtractor("s", minilm, progress=False)
+        assert truncated.recipe() not in (before, prompted_recipe)
+        assert truncated.transform(tweets.texts[:3]).shape == (3, 16)
+    finally:
+        minilm.prompts, minilm.default_prompt_name, minilm.truncate_dim = saved
+    assert SentenceTransformerExtractor("s", minilm).recipe() == before
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"layers": 7}, ConfigError, r"layers 7 is out of range; this model has 7 hidden states: 0 \(embed"),
     ({"layers": [-1, 6]}, ConfigError, "lists layer 6 twice"),
@@ -209,3 +230,26 @@ def test_token_states_takes_layer_and_the_old_hidden_layer(minilm_path):
         old_states, old_offsets = token_states(extractor, ["two words"], hidden_layer=3)
     np.testing.assert_array_equal(states[0], old_states[0])
     assert np.abs(states[0] - token_states(extractor, ["two words"])[0][0]).max() > 1e-3  # layer 3 is not the last
+
+
+def test_a_distilbert_folder_reads_its_layer_count_and_pools_like_automodel(minilm_path, tweets, tmp_path):
+    """DistilBERT's config.json says n_layers (not num_hidden_layers): it used to be refused as layer-less."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_path))
+    tokenizer.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=16, n_layers=2, n_heads=2,
+                                           hidden_dim=32, max_position_embeddings=128)
+    model = transformers.DistilBertModel(config).eval()
+    model.save_pretrained(tmp_path)
+    texts = tweets.texts[:6]
+    out = HFTextExtractor("distil", tmp_path, layers=[0, -1], poolings=["mean"], batch_size=4, device="cpu",
+                          progress=False).transform_many(texts)
+    assert sorted(out) == ["layer0_mean", "layer2_mean"]
+    with torch.no_grad():
+        states = [model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states
+                  for text in texts]
+    for layer in (0, 2):
+        expected = np.stack([s[layer][0].numpy().mean(0) for s in states])
+        np.testing.assert_allclose(out[f"layer{layer}_mean"], expected, rtol=1e-4, atol=2e-5)

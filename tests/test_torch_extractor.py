@@ -148,6 +148,50 @@ def test_cache_eligibility_follows_the_user_functions():
     assert declared.cache_eligible and declared.recipe()["cache_identity"] == "identity-v1"
 
 
+MODULE_SOURCE = """
+import torch
+from torch import nn
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.linear(x) * SCALE
+"""
+
+
+def test_editing_a_modules_forward_moves_its_identity(tmp_path, monkeypatch):
+    """Same weights and repr, another forward: the class source is in the identity (it was not, so a cache served
+    the old forward's embeddings); a class without a readable source is cached only with a cache_identity."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    identities, outputs = [], []
+    for scale in ("2.0", "3.0"):
+        (tmp_path / "scaled_module.py").write_text(MODULE_SOURCE.replace("SCALE", scale))
+        sys.modules.pop("scaled_module", None)
+        importlib.invalidate_caches()
+        module = importlib.import_module("scaled_module")
+        torch.manual_seed(0)
+        model = module.Scaled()
+        extractor = TorchExtractor("m", model, progress=False)
+        assert extractor.cache_eligible
+        identities.append(extractor.recipe()["model"])
+        outputs.append(extractor.transform(np.ones((2, 4), dtype=np.float32)))
+    sys.modules.pop("scaled_module", None)
+    assert identities[0]["weights_sha256"] == identities[1]["weights_sha256"]
+    assert identities[0]["config_sha256"] == identities[1]["config_sha256"]
+    assert identities[0] != identities[1] and not np.allclose(outputs[0], outputs[1])
+    namespace: dict = {}
+    exec(MODULE_SOURCE.replace("SCALE", "2.0"), namespace)  # as in a REPL: no source file to read
+    unreadable = namespace["Scaled"]()
+    assert not TorchExtractor("r", unreadable).cache_eligible
+    assert TorchExtractor("r", unreadable, cache_identity="scaled-v1").cache_eligible
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 def test_torchscript_file_recipe_needs_no_torch_and_loads_lazily(tmp_path):
     model = small_model()
@@ -192,6 +236,8 @@ def build_from_checkpoint() -> nn.Module:
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"device": "tpu"}, ConfigError, "device must be 'auto', 'cpu', 'cuda'"),
+    ({"device": "cuda:x"}, ConfigError, "device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got 'cuda:x'"),
+    ({"device": "auto:1"}, ConfigError, "got 'auto:1'"),  # accepted before, then torch's RuntimeError at transform
     ({"outputs": ()}, ConfigError, "outputs must be non-empty names"),
     ({"batch_size": 0}, InputValidationError, "batch_size must be a positive integer, got 0"),
     ({"collate_fn": 3}, InputTypeError, "collate_fn must be callable"),

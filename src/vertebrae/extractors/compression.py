@@ -27,7 +27,7 @@ import numpy as np
 
 from .._base.config import Config, check_bool, check_choice, check_seed
 from .._base.sparse import is_sparse
-from ..errors import ConfigError
+from ..errors import ConfigError, ExtractorError
 from .._base.threads import DEFAULT_THREAD_LIMIT, limited_threads
 
 METHODS = ("none", "pca", "truncated_svd", "gaussian_random_projection", "sparse_random_projection",
@@ -205,11 +205,21 @@ class Compressor:
         requested = config.n_components
         if config.method in REDUCING and isinstance(requested, int):
             limit = min(n_rows, width) if config.method in ("pca", "truncated_svd") else width
+            arpack = config.method == "pca" and is_sparse(X)  # scikit-learn's PCA of CSR rows: fewer than min(n, d)
+            limit -= arpack
             if requested >= width or requested > limit:
                 why = (f"the embedding has only {width} dimensions" if requested >= width
-                       else f"{config.method} can keep at most {limit} components of {n_rows} rows")
+                       else f"{config.method} can keep at most {limit} components of {n_rows} "
+                            f"{'sparse ' if arpack else ''}rows")
                 self._warn(f"{config.label} not applied: requested {requested} dimensions but {why}; "
                            "the variant scores the uncompressed embedding")
+                self.applied = False
+        if config.method == "quantize" and config.dtype == "float16" and self.applied:
+            peak = _largest_magnitude(X)
+            if peak > FLOAT16_MAX:
+                self._warn(f"{config.label} not applied: values reach {peak:.4g}, beyond float16's largest finite "
+                           f"value {FLOAT16_MAX:g}, which would store them as infinity; scale the embeddings first or "
+                           "quantize to int8 (scaled per column); the variant scores the uncompressed embedding")
                 self.applied = False
         if config.method == "prefix_truncate" and self.applied and not self.matryoshka:
             self._warn(f"{config.label} keeps the leading dimensions, but the extractor does not "
@@ -275,7 +285,7 @@ class Compressor:
 
     def _quantizer(self):
         if self.config.dtype == "float16":
-            return lambda values, columns: values.astype(np.float16).astype(np.float32)
+            return _float16
         if self.config.dtype == "binary":
             return lambda values, columns: np.sign(values).astype(np.float32)
         scales = self._scales
@@ -346,6 +356,25 @@ def _int8_scales(X: Any) -> np.ndarray:
         peak = np.abs(X).max(axis=0)
     peak = peak.astype(np.float64)
     return np.where(peak > 0, peak / INT8_MAX, 1.0).astype(np.float32)
+
+
+#: The largest finite float16; a value beyond it would be stored as infinity.
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def _largest_magnitude(X: Any) -> float:
+    values = X.data if is_sparse(X) else np.asarray(X)
+    return float(np.abs(values).max()) if values.size else 0.0
+
+
+def _float16(values: np.ndarray, columns: Any) -> np.ndarray:
+    """float16 and back; a value beyond float16's range (rows transformed after the fit, e.g. retrieval's queries)
+    is refused rather than turned into infinity."""
+    peak = float(np.abs(values).max()) if values.size else 0.0
+    if peak > FLOAT16_MAX:
+        raise ExtractorError(f"float16 quantization: a value of magnitude {peak:.4g} is beyond float16's largest "
+                             f"finite value {FLOAT16_MAX:g}; scale the embeddings first or quantize to int8")
+    return values.astype(np.float16).astype(np.float32)
 
 
 def _map_values(X: Any, fn: Any) -> Any:

@@ -70,7 +70,7 @@ def read_model_config(model_dir: Path, *, where: str) -> dict[str, Any]:
 
 
 #: config.json keys that give an encoder's layer count, most specific first.
-LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")  # n_layers: DistilBERT, XLM
 
 
 def num_hidden_layers(model_dir: Path, *, where: str, keys: Sequence[str] = LAYER_COUNT_KEYS) -> int:

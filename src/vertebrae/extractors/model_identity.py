@@ -9,7 +9,9 @@ loads one), and the *identity of user functions* (collate/output hooks).
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,6 +50,38 @@ def files_sha256(paths: Sequence[Path]) -> str:
             relative = file.relative_to(root).as_posix() if root.is_dir() else file.name
             digest.update(f"{relative}\x00{file_sha256(file)}\x00".encode())
     return digest.hexdigest()
+
+
+#: How an ONNX tensor names its external-data file in the protobuf: a StringStringEntryProto with key "location"
+#: (field 1, 8 bytes) followed by its value (field 2, length-prefixed).
+_ONNX_LOCATION = re.compile(rb"\x0a\x08location\x12")
+
+
+def onnx_model_files(model_path: Path, *, where: str) -> tuple[Path, ...]:
+    """The ``.onnx`` file and the external-data files its tensors name (relative to its folder), which hold the
+    weights of models over 2 GB and of many exports: the identity hashes them all, or new weights would be a cache
+    hit.  Read from the protobuf's bytes (memory-mapped), without importing onnx."""
+    locations: set[str] = set()
+    if not model_path.is_file() or model_path.stat().st_size == 0:  # onnxruntime names what is wrong on load
+        return (model_path,)
+    with open(model_path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for match in _ONNX_LOCATION.finditer(data):
+            length, position, shift = 0, match.end(), 0
+            while position < len(data) and shift < 35:  # the value's length, a varint
+                byte = data[position]
+                length |= (byte & 0x7F) << shift
+                position, shift = position + 1, shift + 7
+                if byte < 0x80:
+                    break
+            locations.add(data[position:position + length].decode("utf-8", errors="replace"))
+    files = []
+    for location in sorted(locations):
+        path = model_path.parent / location
+        if not path.is_file():
+            raise InputValidationError(f"{where}: {str(model_path)!r} keeps weights in the external-data file "
+                                       f"{location!r}, which is not beside it ({str(path)!r}); copy it there")
+        files.append(path)
+    return (model_path, *files)
 
 
 def check_paths(argument: str, paths: Any, *, where: str) -> tuple[Path, ...]:

@@ -16,7 +16,7 @@ from ..errors import DependencyError, ExtractorError, InputTypeError
 from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
-from .model_identity import check_paths, files_sha256, function_identity, trusted_function
+from .model_identity import check_paths, files_sha256, function_identity, onnx_model_files, trusted_function
 
 
 class ONNXExtractor(BatchedExtractor):
@@ -42,6 +42,7 @@ class ONNXExtractor(BatchedExtractor):
             if fn is not None and not callable(fn):
                 raise InputTypeError(f"{where}: {argument} must be callable or None, got {type(fn).__name__}")
         self.model_path = check_paths("model_path", model_path, where=where)[0]
+        self.model_files = onnx_model_files(self.model_path, where=where)  # with its external-data files
         self.input_fn, self.output_fn = input_fn, output_fn
         self.outputs = check_outputs(outputs, where=where)
         self.providers = list(providers) if providers is not None else ["CPUExecutionProvider"]
@@ -50,7 +51,7 @@ class ONNXExtractor(BatchedExtractor):
         self.session_: Any = None
 
     def recipe(self) -> dict[str, Any]:
-        return {"type": "onnx", "model_files_sha256": files_sha256([self.model_path]),
+        return {"type": "onnx", "model_files_sha256": files_sha256(list(self.model_files)),
                 "input_fn": function_identity(self.input_fn), "output_fn": function_identity(self.output_fn),
                 "outputs": None if self.outputs is None else list(self.outputs), "providers": list(self.providers),
                 "batch_size": self.batch_size, "cache_identity": self.cache_identity}

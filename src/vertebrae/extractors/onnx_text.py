@@ -26,7 +26,7 @@ from ..errors import ConfigError, DependencyError, ExtractorError, InputValidati
 from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import BatchedExtractor, check_outputs, check_texts, longest_first
-from .model_identity import check_paths, files_sha256
+from .model_identity import check_paths, files_sha256, onnx_model_files
 from .module_taps import check_layer_names
 from .pooling import POOLINGS, check_poolings, pool_array
 
@@ -71,6 +71,7 @@ class ONNXTextExtractor(BatchedExtractor):
         super().__init__(name, batch_size, progress)
         where = f"ONNXTextExtractor {name!r}"
         self.model_path = check_paths("model_path", model_path, where=where)[0]
+        self.model_files = onnx_model_files(self.model_path, where=where)  # with its external-data files
         self.tokenizer_path = tokenizer_file(tokenizer, where=where)
         self.layers = check_layer_names(layers, where=where, what="ONNX outputs holding token states")
         self.poolings = check_poolings(poolings, where=where, allowed=POOLINGS, argument="poolings")
@@ -85,7 +86,7 @@ class ONNXTextExtractor(BatchedExtractor):
         self.tokenizer_: Any = None
 
     def recipe(self) -> dict[str, Any]:
-        return {"type": "onnx_text", "model_files_sha256": files_sha256([self.model_path]),
+        return {"type": "onnx_text", "model_files_sha256": files_sha256(list(self.model_files)),
                 "tokenizer_sha256": files_sha256([self.tokenizer_path]), "layers": list(self.layers),
                 "poolings": list(self.poolings), "max_length": self.max_length, "batch_size": self.batch_size,
                 "providers": list(self.providers), "cache_identity": self.cache_identity}

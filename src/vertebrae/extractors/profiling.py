@@ -182,6 +182,7 @@ def checkpoint_files(extractor: Any) -> list[Path]:
         if isinstance(value, (str, os.PathLike)):
             declared.append(Path(value))
     declared += [Path(p) for p in getattr(extractor, "checkpoint_paths", None) or ()]
+    declared += [Path(p) for p in getattr(extractor, "model_files", None) or ()]  # ONNX external data
     files: list[Path] = []
     for path in declared:
         files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.is_file() else []

@@ -58,7 +58,12 @@ class SentenceTransformerExtractor(BatchedExtractor):
             model: dict[str, Any] = {"files_sha256": files_sha256([self.model_dir])}
         else:
             vocab = json.dumps(sorted(self.model_.tokenizer.get_vocab().items())).encode()
-            config = f"{self.model_!r}|max_seq_length={self.model_.max_seq_length}".encode()
+            # encode() also reads the prompts (prepended to every text by default_prompt_name) and truncate_dim
+            config = json.dumps({"repr": repr(self.model_), "max_seq_length": self.model_.max_seq_length,
+                                 "prompts": getattr(self.model_, "prompts", None),
+                                 "default_prompt_name": getattr(self.model_, "default_prompt_name", None),
+                                 "truncate_dim": getattr(self.model_, "truncate_dim", None)},
+                                sort_keys=True, default=str).encode()
             model = {"class": callable_name(type(self.model_)), "config_sha256": hashlib.sha256(config).hexdigest(),
                      "tokenizer_sha256": hashlib.sha256(vocab).hexdigest(),
                      "weights_sha256": state_dict_sha256(self.model_)}

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import itertools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +32,9 @@ from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, 
 from .model_identity import check_paths, files_sha256, function_identity, trusted_function
 from .module_taps import check_layer_names, check_layers_exist, check_tap_poolings, pool_tap, tap_tensor, tapped
 
-_DEVICE_TYPES = ("auto", "cpu", "cuda", "mps")
+#: "auto" or a torch device a model can be moved to, with an optional index ("cuda:1"); "cuda:x" or "auto:1" are
+#: refused at construction, not at the first batch.
+_DEVICE_SPELLING = re.compile(r"auto|(cpu|cuda|mps)(:\d+)?")
 
 
 def import_torch() -> Any:
@@ -43,7 +47,7 @@ def import_torch() -> Any:
 
 def check_device(device: Any, *, where: str) -> str:
     """Validate the device spelling now (no torch import); availability is checked when the model loads."""
-    if not isinstance(device, str) or device.split(":")[0] not in _DEVICE_TYPES:
+    if not isinstance(device, str) or not _DEVICE_SPELLING.fullmatch(device):
         raise ConfigError(f"{where}: device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
     return device
 
@@ -75,9 +79,26 @@ def state_dict_sha256(module: Any) -> str:
 
 
 def module_identity(module: Any) -> dict[str, Any]:
-    """Class, configuration (the module's ``repr`` lists its layers and their hyperparameters) and weights."""
+    """Class, configuration (the module's ``repr`` lists its layers and their hyperparameters), weights, and the
+    source of every class in the module tree that torch does not ship (:func:`class_sources`)."""
     return {"class": callable_name(type(module)), "config_sha256": hashlib.sha256(repr(module).encode()).hexdigest(),
-            "weights_sha256": state_dict_sha256(module)}
+            "weights_sha256": state_dict_sha256(module), "class_sources_sha256": class_sources(module)}
+
+
+def class_sources(module: Any) -> dict[str, str | None]:
+    """The SHA-256 of the source of each class in ``module``'s tree outside torch, by qualified name: a
+    ``forward`` is code that neither ``repr`` nor the weights describe (torch's own classes are covered by torch's
+    version in the key).  None where the source cannot be read (a class defined in a REPL), which leaves the
+    model uncacheable without a declared ``cache_identity``."""
+    sources: dict[str, str | None] = {}
+    for cls in {type(m) for m in module.modules()}:
+        if cls.__module__.split(".")[0] == "torch":
+            continue
+        try:
+            sources[callable_name(cls)] = hashlib.sha256(inspect.getsource(cls).encode()).hexdigest()
+        except (OSError, TypeError):
+            sources[callable_name(cls)] = None
+    return dict(sorted(sources.items()))
 
 
 def is_torch_module(obj: Any) -> bool:
@@ -189,6 +210,7 @@ class TorchExtractor(BatchedExtractor):
         self.script_path: Path | None = None
         self.factory: Callable[[], Any] | None = None
         self.model_: Any = None
+        readable = True  # every class of an nn.Module's tree has a source to hash
         if isinstance(model, (str, os.PathLike)):
             if self.layers is not None:
                 raise ConfigError(f"{where}: layers=[...] taps modules with forward hooks, which TorchScript modules "
@@ -196,6 +218,7 @@ class TorchExtractor(BatchedExtractor):
             self.script_path = check_paths("model", model, where=where)[0]
         elif is_torch_module(model):
             self.model_ = model
+            readable = all(source is not None for source in class_sources(model).values())
             if self.layers is not None:
                 check_layers_exist(model, self.layers, where=where)
         elif callable(model):
@@ -206,7 +229,8 @@ class TorchExtractor(BatchedExtractor):
         else:
             raise InputTypeError(f"{where}: model must be a torch.nn.Module, a TorchScript file path or a factory "
                                  f"function, got {type(model).__name__}")
-        trusted = trusted_function(collate_fn) and trusted_function(output_fn) and trusted_function(self.factory)
+        trusted = (trusted_function(collate_fn) and trusted_function(output_fn) and trusted_function(self.factory)
+                   and readable)
         self.cache_eligible = trusted or self.cache_identity is not None
 
     def _set_taps(self, layers: Any, poolings: Any, *, where: str) -> None:
