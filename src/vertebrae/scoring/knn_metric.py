@@ -3,7 +3,8 @@
 Rows are L2-normalized exactly as the overlap scorer normalizes them
 (:func:`~vertebrae.inputs.embeddings.evaluated_matrix`: in float64, zero rows stay at the
 origin), so similarity is cosine; similarities are computed in float64 for float64
-input and in float32 otherwise (scikit-learn's precision rule, twice as fast).  Queries are processed in blocks whose
+input and in float32 otherwise (scikit-learn's rule for float32 input; integer and float16 input
+too, twice as fast).  Queries are processed in blocks whose
 temporaries stay under ``max_block_bytes``; sparse input stays CSR and only one
 block of similarities is dense.  Definitions, tie rules and measured speed are in
 docs/metrics.md ("Reference metrics").

@@ -594,8 +594,8 @@ def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> tuple[np.ndarr
 
 def _backend_metadata(cfg: Any, X: Any, kmeans_kwargs: Mapping[str, Any], zeros: np.ndarray,
                       distinct: int) -> dict[str, Any]:
-    """Backend facts every overlap result records, classification or regression (no speed-only setting: the
-    stored score is the same bytes whichever tile size or thread limit computed it)."""
+    """Backend facts every overlap result records, classification or regression (no tile size, which is speed-only:
+    the stored score is the same bytes whichever computed it; the thread limit, which is not, is in the key)."""
     return {"backend": BACKEND, "normalize_embeddings": cfg.normalize_embeddings, "seed": kmeans_kwargs["random_state"],
             "kmeans_kwargs": dict(kmeans_kwargs), "input_sparse": bool(is_sparse(X)), "input_dtype": str(X.dtype),
             "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
