@@ -285,6 +285,20 @@ def test_torch_footprint_counts_frozen_parameters_and_checkpoint_files(blob_data
     assert result["lin"].resource_profile["latency"]["calls"] == math.ceil(180 / 64)
 
 
+def test_a_model_without_parameters_runs_on_its_declared_device(blob_dataset):
+    """nn.Tanh() holds no tensor to read a device from: it was reported as spanning several devices ([])."""
+    import torch
+
+    from vertebrae import TorchExtractor
+
+    extractor = TorchExtractor("tanh", torch.nn.Tanh(), device="cpu", batch_size=64, progress=False)
+    result = Benchmark(blob_dataset, [extractor], resource_profiling=ResourceProfilingConfig(),
+                       separatix_config=NO_SEPARATIX, progress=False).run()
+    profile = result["tanh"].resource_profile
+    assert profile["context"]["device"] == "cpu"
+    assert "several devices" not in str(profile)
+
+
 def test_a_real_cache_hit_reports_no_inference_and_the_persisted_bytes(minilm_path, tweets, tmp_path):
     """Cold run measures and stores; the warm run serves the embedding from the store: nothing to measure."""
     from vertebrae.artifacts.cache import CacheConfig

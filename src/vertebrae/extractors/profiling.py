@@ -225,8 +225,8 @@ class ExtractionProfiler:
         declared = getattr(self.extractor, "device", None)
         if torch is None or not isinstance(declared, str):
             return None
-        if module is not None:
-            devices = _devices(module)
+        devices = [] if module is None else _devices(module)
+        if devices:  # a model without parameters or buffers (nn.Tanh()) runs where it is declared to
             return torch.device(devices[0]) if len(devices) == 1 else ("multi", devices)
         from .torch import resolve_device
 
