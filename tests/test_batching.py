@@ -57,6 +57,19 @@ def test_non_finite_values_name_the_rows():
         stream_batches(10, 4, embed, ("double", "sum"), source="my-model", progress=False)
 
 
+def test_a_batch_gathered_from_across_the_dataset_names_its_rows():
+    """Extractors batch texts of similar length, so a batch's rows are no range: 9..2 named nothing."""
+    def embed(rows):
+        out = two_outputs(rows)
+        out["double"] = out["double"].copy()
+        out["double"][rows == 2] = np.nan
+        return out
+
+    with pytest.raises(ExtractorError, match=r"my-model: batch of 4 rows \(2, 5, 7, 9\): output 'double' has NaN"):
+        stream_batches(10, 4, embed, ("double", "sum"), source="my-model", progress=False,
+                       order=np.array([9, 2, 7, 5, 0, 1, 3, 4, 6, 8]))
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda a: np.hstack([a, a]), r"is 6 wide with dtype float32, but earlier batches were 3 wide"),
     (lambda a: a.astype(np.float64), r"is 3 wide with dtype float64, but earlier batches were 3 wide with dtype float32"),

@@ -94,6 +94,19 @@ def test_single_output_extractors_have_only_the_plain_protocol():
     assert hasattr(TorchExtractor("two", TwoHeads(), outputs=("hidden", "logits")), "transform_many")
 
 
+def test_named_outputs_keep_only_the_declared_keys_and_name_a_missing_one():
+    """A model that returns more than it is asked for (logits beside the embedding) keeps the named keys, as
+    ONNXExtractor fetches only its named outputs; it used to fail on the extra key."""
+    model = TwoHeads()
+    only = TorchExtractor("hidden", model, outputs=("hidden",), device="cpu", progress=False).transform_many(X)
+    assert list(only) == ["hidden"]
+    with torch.no_grad():
+        np.testing.assert_allclose(only["hidden"], torch.relu(model.body(torch.as_tensor(X))).numpy(), rtol=1e-6)
+    with pytest.raises(ExtractorError, match=r"outputs \['pooled'\] are not among the keys of the model output "
+                                             r"\['hidden', 'logits'\]"):
+        TorchExtractor("p", model, outputs=("pooled",), device="cpu", progress=False).transform_many(X)
+
+
 def test_inference_mode_false_uses_no_grad():
     model = TwoHeads()
     TorchExtractor("heads", model, output_fn=keep_logits, inference_mode=False, device="cpu",

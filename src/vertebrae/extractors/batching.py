@@ -130,9 +130,18 @@ def stream_batches(n_rows: int, batch_size: int, embed: BatchFunction, outputs: 
     return filled
 
 
+def _rows_named(rows: np.ndarray) -> str:
+    """``rows 4..7`` for a run of rows; the rows themselves (the first few) for a batch of texts of similar length,
+    which the extractors gather from anywhere in the dataset."""
+    if rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+        return f"rows {int(rows[0])}..{int(rows[-1])}"
+    shown = ", ".join(str(int(r)) for r in np.sort(rows)[:5]) + (", ..." if rows.size > 5 else "")
+    return f"{rows.size} rows ({shown})"
+
+
 def _check_batch(batch: Mapping[str, Any], rows: np.ndarray, expected: tuple[str, ...], filled: dict[str, np.ndarray],
                  *, source: str) -> dict[str, np.ndarray]:
-    where = f"{source}: batch of rows {int(rows[0])}..{int(rows[-1])}"
+    where = f"{source}: batch of {_rows_named(rows)}"
     if not isinstance(batch, Mapping) or set(batch) != set(expected):
         got = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
         raise ExtractorError(f"{where} returned outputs {got}, expected {list(expected)}; every batch must return "

@@ -336,5 +336,10 @@ class TorchExtractor(BatchedExtractor):
         if not isinstance(out, Mapping):
             raise ExtractorError(f"TorchExtractor {self.name!r}: outputs={list(self.outputs)} needs output_fn to return "
                                  f"a mapping of those names to tensors, got {type(out).__name__}")
-        return {name: to_numpy(value) for name, value in out.items()}
+        missing = [name for name in self.outputs if name not in out]
+        if missing:
+            raise ExtractorError(f"TorchExtractor {self.name!r}: outputs {missing} are not among the keys of the "
+                                 f"{'output_fn result' if self.output_fn else 'model output'} "
+                                 f"{sorted(map(str, out))}; name outputs=(...) from those keys")
+        return {name: to_numpy(out[name]) for name in self.outputs}  # other keys (logits, ...) are not kept
 
