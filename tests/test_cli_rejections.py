@@ -144,6 +144,16 @@ def test_unreachable_dask_scheduler_is_one_line_after_the_timeout(project, capsy
     assert not (folder / "out" / "report.json").exists()
 
 
+def test_a_dask_timeout_without_an_address_is_refused(project, capsys):
+    """It waited for nothing: the run went local and the flag was silently ignored."""
+    folder, _ = project
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q", "--dask-timeout", "3"]) == 2
+    assert "--dask-timeout is how long to wait for --dask-address, which is not given" in _one_line_error(capsys, "run")
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q", "--dask-address", "tcp://h:1",
+                 "--dask-timeout", "0"]) == 2
+    assert "--dask-timeout must be a number of seconds > 0, got 0" in _one_line_error(capsys, "run")
+
+
 # ------------------------------------------------------------------ 3. a primary metric that fails everywhere
 @pytest.mark.parametrize("function, reason", [("nan_score", "returned score=nan"),
                                               ("broken", "TypeError: broken needs a fitted model")])

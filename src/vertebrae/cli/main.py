@@ -163,7 +163,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dask-address", metavar="tcp://HOST:PORT", default=None,
                         help="run every job on this dask.distributed scheduler (needs "
                              f"{install_hint('dask')}); the results equal a local run; see docs/distributed.md")
-    parser.add_argument("--dask-timeout", metavar="SECONDS", type=float, default=DASK_TIMEOUT,
+    parser.add_argument("--dask-timeout", metavar="SECONDS", type=float, default=None,
                         help=f"give up connecting to --dask-address after SECONDS (default {DASK_TIMEOUT:g})")
     _output_options(parser)
 
@@ -525,8 +525,12 @@ def _run(args: argparse.Namespace) -> int:
 
     _report_folder(args.output)
     address = None if args.dask_address is None else _dask_address(args.dask_address)
-    if not args.dask_timeout > 0:
-        raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {args.dask_timeout:g}")
+    if args.dask_timeout is not None and address is None:
+        raise VertebraeError("--dask-timeout is how long to wait for --dask-address, which is not given; add "
+                             "--dask-address tcp://HOST:PORT or drop --dask-timeout")
+    timeout = DASK_TIMEOUT if args.dask_timeout is None else args.dask_timeout
+    if not timeout > 0:
+        raise VertebraeError(f"--dask-timeout must be a number of seconds > 0, got {timeout:g}")
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
     if args.cache is not None:  # an explicit URL also turns a disabled [cache] section on
         config["cache"] = {**config.get("cache", {}), "store": _cache_url(args.cache), "enabled": True}
@@ -545,7 +549,7 @@ def _run(args: argparse.Namespace) -> int:
         result.metadata["input_files"] = files
         result.save_json((pathlib.Path(".") if args.output is None else args.output) / REPORT_FILES[0])
 
-    with _dask_runner(address, args.dask_timeout, progress=False if args.quiet else None) as runner:
+    with _dask_runner(address, timeout, progress=False if args.quiet else None) as runner:
         result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner), keep)
     _write_reports(result, args.output, args.quiet, json_written=True)
     return _exit_code(args.command, result)
