@@ -231,6 +231,30 @@ def test_garbage_manifest_is_an_integrity_error_and_skipped_when_listing(store):
     _assert_same(store.read(KEY), _artifact(2))
 
 
+@pytest.mark.parametrize("text, says", [(b"[" * 100_000 + b"]" * 100_000, "nests too deeply"),
+                                        (b'{"created_at": 1e999}', "the number 1e999 overflows to infinity")])
+def test_a_manifest_too_deep_to_parse_or_overflowing_is_corrupt_not_a_crash(store, text, says):
+    """A RecursionError escaped the reader (and `cache verify`), and 1e999 read as infinity past the NaN check."""
+    from vertebrae.artifacts.cache import verify_store
+
+    store.write(KEY, _artifact())
+    _rewrite(store, f"{store.root}/{KEY}/{MANIFEST_FILE}", text)
+    with pytest.raises(ArtifactIntegrityError, match=f"unreadable manifest: {says}"):
+        store.read(KEY)
+    [(key, problem)] = list(verify_store(store))
+    assert key == KEY and isinstance(problem, ArtifactIntegrityError)
+
+
+def test_strict_json_refuses_what_the_writer_never_writes():
+    from vertebrae._base.json_codec import strict_json
+
+    assert strict_json('{"a": 1e300, "b": [1, 2.5]}') == {"a": 1e300, "b": [1, 2.5]}
+    for text, says in (('{"a": 1e999}', "overflows to infinity"), ('{"a": -1e999}', "overflows"),
+                       ('{"a": NaN}', "non-finite constant NaN"), ("[" * 100_000, "nests too deeply")):
+        with pytest.raises(ValueError, match=says):
+            strict_json(text)
+
+
 def test_manifest_pointing_outside_the_folder_is_rejected(store, tmp_path):
     store.write(KEY, _artifact())
     secret = tmp_path / "secret.npy"

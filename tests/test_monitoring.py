@@ -264,6 +264,11 @@ def test_corruption_inside_a_history_is_refused_with_its_line_number(data, tmp_p
     path.write_bytes(b"\n".join([lines[0], lines[1], lines[3], lines[2], b""]))
     with pytest.raises(HistoryError, match="line 3 is not evaluation 1"):
         monitor(ds, history=path)
+    first = json.loads(lines[1])  # false == 0 in Python: an index of false was read as evaluation 0
+    path.write_bytes(b"\n".join([lines[0], json.dumps({**first, "row": {**first["row"], "evaluation_index": False}})
+                                  .encode(), b""]))
+    with pytest.raises(HistoryError, match="line 2 is not evaluation 0"):
+        monitor(ds, history=path)
     manifest = json.loads(lines[0])
     path.write_bytes(b"\n".join([json.dumps({**manifest, "schema_version": 99}).encode(), *lines[1:]]))
     with pytest.raises(HistoryError, match="schema_version 99"):
@@ -394,7 +399,10 @@ def test_bad_history_paths_are_rejected(data, tmp_path):
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"snapshot_id": ""}, InputValidationError, "snapshot_id must be None or a non-empty string"),
-    ({"epoch": -1}, InputValidationError, "epoch must be >= 0"),
+    ({"epoch": -1}, InputValidationError, "epoch must be between 0 and 9223372036854775807"),
+    ({"epoch": 2**70}, InputValidationError, "epoch must be between 0 and"),  # to_dataframe's Int64 overflowed
+    ({"context_metadata": {"big": 10**5000}}, InputValidationError, r"context_metadata\['big'\] is an integer beyond "
+                                                                    "64 bits"),  # failed at the write, after the run
     ({"epoch": 1.5}, InputTypeError, "epoch must be None or an integer"),
     ({"step": True}, InputTypeError, "step must be None or an integer"),
     ({"timestamp": "yesterday"}, InputValidationError, "timestamp must be None, a datetime or an ISO-8601"),

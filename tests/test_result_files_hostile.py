@@ -116,6 +116,9 @@ def test_deep_nesting_and_a_5000_digit_integer_exit_2_with_one_line(tmp_path):
     big = tmp_path / "big.json"
     big.write_text('{"result_type": "benchmark", "schema_version": ' + "7" * 5000 + "}")
     _one_line_exit_2(big, "more than", "digits")
+    overflowing = tmp_path / "inf.json"  # 1e999 parses to infinity: NaN's back door past the strict parser
+    overflowing.write_text('{"result_type": "benchmark", "schema_version": 1e999}')
+    _one_line_exit_2(overflowing, "the number 1e999 overflows to infinity")
 
 
 @pytest.mark.parametrize("payload, needle", [

@@ -42,6 +42,8 @@ HISTORY_FORMAT = "vertebrae-monitor-history"
 HISTORY_SCHEMA_VERSION = 1
 ERROR_POLICIES = ("raise", "continue")
 #: Columns every monitor row starts with, before the benchmark row's columns.
+#: The largest count or integer context value a history holds (its DataFrame columns are Int64).
+INT64_MAX = 2**63 - 1
 MONITOR_COLUMNS = ("evaluation_index", "status", "snapshot_id", "epoch", "step", "timestamp", "recorded_at")
 #: Failure columns every row ends with (None on ``ok`` rows).
 FAILURE_COLUMNS = ("error_stage", "error_type", "error_message", "error_traceback")
@@ -353,8 +355,9 @@ def parse_history(data: bytes, path: pathlib.Path) -> tuple[dict[str, Any] | Non
     rows = []
     for number, record in enumerate(records[1:], start=2):
         row = record.get("row")
-        if record.get("record") != "evaluation" or not isinstance(row, dict) or \
-                row.get("evaluation_index") != len(rows):
+        index = row.get("evaluation_index") if isinstance(row, dict) else None
+        if record.get("record") != "evaluation" or not isinstance(row, dict) or isinstance(index, bool) or \
+                index != len(rows):
             raise HistoryError(f"{path}: line {number} is not evaluation {len(rows)} (got record "
                                f"{record.get('record')!r}); the file was edited or mixed with another history")
         rows.append(row)
@@ -520,8 +523,9 @@ def _check_count(name: str, value: Any) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputTypeError(f"{name} must be None or an integer, got {type(value).__name__} {value!r}")
-    if int(value) < 0:
-        raise InputValidationError(f"{name} must be >= 0, got {value!r}")
+    if not 0 <= int(value) <= INT64_MAX:
+        raise InputValidationError(f"{name} must be between 0 and {INT64_MAX} (the DataFrame's Int64 column), got "
+                                   f"{value!r:.60}")
     return int(value)
 
 
@@ -556,6 +560,9 @@ def _check_context_metadata(context: Any) -> dict[str, Any]:
         if not (value is None or isinstance(value, (bool, int, float, str))) or not finite:
             raise InputValidationError(f"context_metadata[{key!r}] = {value!r:.60} is not a finite JSON scalar (str, "
                                        "int, float, bool or None); flatten nested values into separate keys")
+        if isinstance(value, int) and not isinstance(value, bool) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise InputValidationError(f"context_metadata[{key!r}] is an integer beyond 64 bits; store it as a "
+                                       "string")
         checked[key] = value
     return checked
 

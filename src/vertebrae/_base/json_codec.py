@@ -256,14 +256,30 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"non-finite constant {name} (strict JSON has none)")
 
 
-def loads(text: str, source: str = "the document") -> Any:
-    """Strict, bounded parse: NaN/Infinity, integers beyond Python's digit limit and nesting the parser cannot
-    follow are a SerializationError naming ``source`` (never a RecursionError or a raw ValueError)."""
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refused when it overflows to infinity (``1e999``: NaN's back door)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} overflows to infinity (strict JSON has no non-finite value)")
+    return value
+
+
+def strict_json(text: str | bytes | bytearray) -> Any:
+    """``json.loads`` refusing what the writer never writes: NaN, Infinity and numbers that overflow to infinity
+    (a ValueError, as for malformed JSON); nesting the parser cannot follow is a ValueError too, not a
+    RecursionError."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except RecursionError:
-        raise SerializationError(f"{source} nests too deeply to be read; not a document vertebrae writes") \
-            from None
+        raise ValueError("nests too deeply to be read; not a document vertebrae writes") from None
+
+
+def loads(text: str, source: str = "the document") -> Any:
+    """Strict, bounded parse: NaN/Infinity (written or overflowing), integers beyond Python's digit limit and nesting
+    the parser cannot follow are a SerializationError naming ``source`` (never a RecursionError or a raw
+    ValueError)."""
+    try:
+        return strict_json(text)
     except ValueError as exc:  # JSONDecodeError, an integer with too many digits, NaN/Infinity
         reason = (f"an integer has more than {sys.get_int_max_str_digits()} digits" if "integer string" in str(exc)
                   else str(exc))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import json
 import math
 import re
 import struct
@@ -326,13 +325,10 @@ def _load_csr(data: bytes | bytearray, filename: str) -> Any:
     return matrix
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"non-finite JSON constant {name}")
-
-
 def strict_loads(data: str | bytes | bytearray) -> Any:
-    """``json.loads`` that also refuses NaN and Infinity (what the writer refuses too)."""
-    return json.loads(data, parse_constant=_reject_constant)
+    """Strict JSON (:func:`vertebrae._base.json_codec.strict_json`): NaN, Infinity, overflowing numbers and nesting
+    too deep to parse are a ValueError, which the readers turn into a corrupt entry."""
+    return json_codec.strict_json(data)
 
 
 def _load_document(data: bytes | bytearray) -> dict[str, Any]:
