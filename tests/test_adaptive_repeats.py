@@ -62,7 +62,10 @@ def test_a_clear_case_stops_after_the_first_round_with_every_verdict_decided(dat
     assert len(noisy) == 4 and max(np.subtract(noisy, clean)) < 0  # every paired difference says: worse
     assert [c.verdict for c in result.paired_verdicts().against_best] == ["best", "worse"]
     assert result.to_dataframe()["stability_repeats"].tolist() == [4, 4]
-    assert "Adaptive repeats: stopped after 4 repeats (1 round); all verdicts decided." in result.to_markdown()
+    markdown = result.to_markdown()
+    assert "Adaptive repeats: stopped after 4 repeats (1 round); all verdicts decided." in markdown
+    # the reading guide counts the repeats run (it said "over auto repeats")
+    assert "range of the overlap score over 4 repeats" in markdown and "over auto repeats" not in markdown
 
 
 def test_the_repeats_of_an_auto_run_are_those_of_a_fixed_run_and_of_bare_scoring_calls(data):

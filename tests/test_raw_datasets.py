@@ -300,6 +300,18 @@ def test_several_label_columns_are_a_multi_label_indicator_with_their_names():
     assert dataset.summary()["structure"]["modality"] == "tabular"
 
 
+def test_a_label_column_of_words_among_indicator_columns_says_what_it_holds():
+    with pytest.raises(InputValidationError, match=r"label column 'topic' must hold 0/1 or booleans .* \(it holds "
+                                                   r"\w+ values, not numbers\)"):  # it said "(rows all do not)"
+        BenchmarkDataset.from_dataframe(frame(), input_col="size", label_col=["cat", "topic"], identity=ID)
+
+
+def test_a_single_string_is_not_a_collection_of_inputs():
+    """len("abcd") made it four one-character texts."""
+    with pytest.raises(InputTypeError, match="got one str; wrap a single text in a list"):
+        BenchmarkDataset.from_arrays("abcd", [0, 0, 1, 1], identity=ID)
+
+
 def test_one_numeric_column_is_a_one_feature_matrix():
     dataset = BenchmarkDataset.from_dataframe(frame(), input_col="size", label_col="topic", identity=ID)
     np.testing.assert_array_equal(dataset.extractor_input, np.arange(6.0)[:, None])

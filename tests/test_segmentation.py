@@ -94,7 +94,8 @@ def test_ignore_index_cells_are_counted_and_nested_subsets_keep_original_indices
     masks = dataset.semantic_masks.copy()
     masks[:, :4, :4] = 255
     marked = SegmentationDataset.from_arrays(images=dataset.images, semantic_masks=masks,
-                                             class_metadata=CLASS_METADATA, ignore_index=255, identity=IDENTITY)
+                                             class_metadata=CLASS_METADATA, ignore_index=np.int64(255),
+                                             identity=IDENTITY)  # a NumPy integer was refused as "must be an int"
     reasons = marked.token_dataset(features).summary()["structure"]["ignored_token_reasons"]
     assert reasons["ignore_index"] == 24 * 4  # the 4x4 corner is 2x2 whole cells per image
     nested = dataset.subset(range(5, 15)).subset([2, 3])

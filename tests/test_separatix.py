@@ -201,6 +201,10 @@ def test_class_in_single_group_keeps_report_and_surfaces_skip():
     assert result.probe_summary["grouping"]["skipped_count"] == 1
     assert result.probe_summary["grouping"]["supported_count"] == 2
     assert result.probe_summary["evaluation"]["group_aware"] is True
+    # the report's context line: those counts are classes, not groups (it read "Groups: 7 (2 supported, ...)")
+    from vertebrae.reports.markdown_separatix import _context
+
+    assert "Groups: 7; classes the group-aware split supports 2, skipped 1: str:c." in _context(result.to_dict())
 
 
 def test_too_few_supported_classes_is_skipped_not_retried():

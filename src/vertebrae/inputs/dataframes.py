@@ -128,8 +128,9 @@ def _indicator(df: Any, columns: list[Any]) -> np.ndarray:
             continue
         numeric = is_numeric_dtype(df[column])
         if not numeric or not np.isin(values, (0, 1)).all():
-            bad = [int(r) for r in np.flatnonzero(~np.isin(values, (0, 1)))[:5]] if numeric else "all"
+            found = (f"rows {[int(r) for r in np.flatnonzero(~np.isin(values, (0, 1)))[:5]]} do not" if numeric
+                     else f"it holds {df[column].dtype} values, not numbers")
             raise InputValidationError(f"{WHERE}: label column {column!r} must hold 0/1 or booleans when several label "
-                                       f"columns form a multi-label indicator (rows {bad} do not)")
+                                       f"columns form a multi-label indicator ({found})")
         matrix[:, j] = values
     return matrix

@@ -113,6 +113,9 @@ class BenchmarkDataset:
                     name: str | None = None) -> "BenchmarkDataset":
         """Dataset over raw inputs (arrays, texts, images...) that each extractor embeds."""
         identity = require_identity(identity, where="BenchmarkDataset.from_arrays")
+        if isinstance(X, (str, bytes)):  # len("abcd") would make it 4 one-character inputs
+            raise InputTypeError(f"X must be a sized collection of inputs (array, list of texts, ...), got one "
+                                 f"{type(X).__name__}; wrap a single text in a list")
         try:
             n = len(X) if not hasattr(X, "shape") else X.shape[0]
         except TypeError:

@@ -73,6 +73,8 @@ class SegmentationDataset:
             raise InputValidationError(f"images has {n_images} images but semantic_masks has {masks.shape[0]} masks; "
                                        "give one mask per image")
         metadata = _class_metadata(class_metadata)
+        if isinstance(ignore_index, np.integer):  # a NumPy integer (np.int64(255)) is an int to the user
+            ignore_index = int(ignore_index)
         if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)
                                          or ignore_index in metadata):
             raise InputValidationError(f"ignore_index must be an int that is not a class in class_metadata, got "

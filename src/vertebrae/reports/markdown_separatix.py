@@ -65,9 +65,9 @@ def _context(s: Mapping[str, Any]) -> str:
              f"{plain(sampling.get('n_used'))} of {plain(sampling.get('n_original'))}"
              f"{' (sampled)' if sampling.get('sampled') else ''}."]
     if g.get("provided"):
-        parts.append(f"Groups: {plain(g.get('group_count'))} ({plain(g.get('supported_count'))} supported, "
-                     f"{plain(g.get('skipped_count'))} skipped"
-                     + (f": {', '.join(str(k) for k in g['skipped'])}" if g["skipped"] else "") + ").")
+        parts.append(f"Groups: {plain(g.get('group_count'))}; classes the group-aware split supports "
+                     f"{plain(g.get('supported_count'))}, skipped {plain(g.get('skipped_count'))}"
+                     + (f": {', '.join(str(k) for k in g['skipped'])}" if g["skipped"] else "") + ".")
     parts.append(f"Dense budget {s['effective_max_dense_mb']} MiB ({s['dense_budget_source']}), policy "
                  f"{s['config']['densify_policy']}, budget {s['config']['budget']}.")
     skips = [f"{d['name']}: {d.get('reason', '')}" for d in s["skipped_diagnostics"]]

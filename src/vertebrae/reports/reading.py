@@ -208,8 +208,9 @@ def how_to_read(data: Mapping[str, Any]) -> list[str]:
     stability = next((r["stability"] for r in data["extractor_results"] if r.get("stability")), None)
     if stability:
         level = stability["config"]["interval_level"]
+        repeats = len((stability.get("repeat_scores") or {}).get("score") or []) or stability["config"]["repeats"]
         parts.append(f"A stability interval is the central {level:.0%} range of the overlap score over "
-                     f"{stability['config']['repeats']} repeats ({stability['config']['mode']} mode): a spread "
+                     f"{repeats} repeats ({stability['config']['mode']} mode): a spread "
                      "under this protocol, not a confidence interval. Differences smaller than the intervals are "
                      "not meaningful.")
     if any(r.get("separatix") for r in data["extractor_results"]):
