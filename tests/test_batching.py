@@ -46,28 +46,20 @@ def test_first_batch_rejections(bad_batch, message):
         stream_batches(10, 4, bad_batch, ("double", "sum"), source="my-model", progress=False)
 
 
-def test_non_finite_values_name_the_rows():
+@pytest.mark.parametrize("order, nan_row, named", [
+    (None, 6, r"batch of rows 4..7: output 'double' has NaN .* rows \[6\]"),
+    # extractors batch texts of similar length, so a batch's rows are no range: "9..2" named nothing
+    (np.array([9, 2, 7, 5, 0, 1, 3, 4, 6, 8]), 2, r"batch of 4 rows \(2, 5, 7, 9\): output 'double' has NaN"),
+])
+def test_non_finite_values_name_the_batch_and_its_rows(order, nan_row, named):
     def embed(rows):
         out = two_outputs(rows)
         out["double"] = out["double"].copy()
-        out["double"][rows == 6] = np.nan
+        out["double"][rows == nan_row] = np.nan
         return out
 
-    with pytest.raises(ExtractorError, match=r"my-model: batch of rows 4..7: output 'double' has NaN .* rows \[6\]"):
-        stream_batches(10, 4, embed, ("double", "sum"), source="my-model", progress=False)
-
-
-def test_a_batch_gathered_from_across_the_dataset_names_its_rows():
-    """Extractors batch texts of similar length, so a batch's rows are no range: 9..2 named nothing."""
-    def embed(rows):
-        out = two_outputs(rows)
-        out["double"] = out["double"].copy()
-        out["double"][rows == 2] = np.nan
-        return out
-
-    with pytest.raises(ExtractorError, match=r"my-model: batch of 4 rows \(2, 5, 7, 9\): output 'double' has NaN"):
-        stream_batches(10, 4, embed, ("double", "sum"), source="my-model", progress=False,
-                       order=np.array([9, 2, 7, 5, 0, 1, 3, 4, 6, 8]))
+    with pytest.raises(ExtractorError, match="my-model: " + named):
+        stream_batches(10, 4, embed, ("double", "sum"), source="my-model", progress=False, order=order)
 
 
 @pytest.mark.parametrize("change, message", [
