@@ -104,9 +104,11 @@ def test_bad_fields_are_rejected_before_anything_runs(data):
     with pytest.raises(InputValidationError, match="every field needs one value per sample"):
         BenchmarkDataset.from_multimodal({"image": images, "caption": texts[:-1]}, larger, modalities=modalities,
                                          identity=IDENTITY)
-    with pytest.raises(InputValidationError, match=r"inputs\['caption'\] has no value \(None\) for samples \[2\]"):
-        BenchmarkDataset.from_multimodal({"image": images, "caption": texts[:2] + [None] + texts[3:]}, larger,
-                                         modalities=modalities, identity=IDENTITY)
+    for missing in (texts[:2] + [None] + texts[3:], np.array(texts[:2] + [None] + texts[3:], dtype=object)):
+        # a list or a NumPy object array (whose shape hid its None before)
+        with pytest.raises(InputValidationError, match=r"inputs\['caption'\] has no value \(None\) for samples \[2\]"):
+            BenchmarkDataset.from_multimodal({"image": images, "caption": missing}, larger, modalities=modalities,
+                                             identity=IDENTITY)
     with pytest.raises(InputValidationError, match="aligned_field 'audio' is not a field"):
         BenchmarkDataset.from_multimodal({"image": images, "caption": texts}, larger, modalities=modalities,
                                          aligned_field="audio", identity=IDENTITY)

@@ -81,7 +81,8 @@ def build_multimodal_inputs(inputs: Any, modalities: Any) -> MultiModalInputs:
     if not next(iter(lengths.values())):
         raise InputValidationError("inputs has no samples; a benchmark needs at least two classes with two rows each")
     for field, values in inputs.items():
-        if not hasattr(values, "shape"):
+        # a numeric array holds no None; a list or a NumPy object array may (rows of texts, images, ...)
+        if not hasattr(values, "shape") or getattr(values, "dtype", None) == object:
             missing = [i for i, value in enumerate(values) if value is None]
             if missing:
                 raise InputValidationError(f"inputs[{field!r}] has no value (None) for samples {missing[:5]}; every "
