@@ -295,6 +295,7 @@ def test_edited_or_foreign_plan_files_are_refused(project, monkeypatch, capsys):
     (["embed", "plan.json", "--shard", "two"], "--shard must read i/n"),
     (["score", "plan.json", "--cache", "elsewhere"], "--cache applies to a run config"),
     (["score", "plan.json", "--cache", "elsewhere", "--probe"], "--cache, --probe apply to a run config"),
+    (["score", "plan.json", "--dask-timeout", "3"], "--dask-timeout applies to a run config"),
     (["embed", "plan.json", "--shard", "1/0"], "--shard 1/0: n (the number of shards) must be at least 1"),
     (["report", "plan.json"], "plan.json is a plan, not a result: run its jobs (vertebrae embed / score) and turn "
                               "it into a result with `vertebrae collect plan.json --output result.json`"),

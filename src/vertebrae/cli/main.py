@@ -787,7 +787,8 @@ def _score(args: argparse.Namespace) -> int:
                                  f"not to the run config {str(args.config)!r}")
         return _run(args)
     given = [flag for flag, value in (("--primary-metric", args.primary_metric), ("--cache", args.cache),
-                                      ("--dask-address", args.dask_address), ("--output", args.output),
+                                      ("--dask-address", args.dask_address), ("--dask-timeout", args.dask_timeout),
+                                      ("--output", args.output),
                                       ("--probe", args.probe or None), ("--referee", args.referee),
                                       ("--finalists", args.finalists))
              if value is not None]
