@@ -450,3 +450,17 @@ def test_row_level_errors_name_the_file_they_come_from(project, capsys):
     assert main(["run", str(folder / "groups.toml"), "-o", str(folder / "out"), "-q"]) == 2
     assert "config [dataset] groups = 'g.txt': groups has 2 entries but the dataset has 30 rows" in _one_line_error(
         capsys, "run")
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_warning_about_the_configuration_joins_the_digest(project, capsys, quiet):
+    """Screening's small-rung warning is raised while the benchmark is built, before the digest collected warnings:
+    it was printed with a source line even under --quiet."""
+    folder, _ = project
+    (folder / "screen.toml").write_text((folder / "run.toml").read_text() + "\n[screening]\nstart_rows = 30\neta = 2\n")
+    assert main(["run", str(folder / "screen.toml"), "-o", str(folder / "out"), *(["-q"] if quiet else [])]) == 0
+    err = capsys.readouterr().err
+    assert "run_config.py" not in err and "return Benchmark" not in err
+    digest = [line for line in err.splitlines() if "first rung holds 30 of 60 rows" in line]
+    assert len(digest) == (0 if quiet else 1)
+    assert all(line.startswith("vertebrae run: DataWarning: screening's first rung") for line in digest)

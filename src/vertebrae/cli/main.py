@@ -114,8 +114,8 @@ def _parser() -> CommandParser:
     _run_options(run)
     _add_staged_commands(sub)
     report = sub.add_parser("report", help="regenerate the Markdown or HTML report from an archived result JSON",
-                            description="Render the report of RESULT (a result JSON written by vertebrae: benchmark "
-                                        "or retrieval).")
+                            description="Render the report of RESULT (a result JSON written by vertebrae: benchmark, "
+                                        "retrieval or zero-shot).")
     report.add_argument("result", type=pathlib.Path, help="path to a result JSON file")
     report.add_argument("--format", "-f", choices=("markdown", "html"), default="markdown",
                         help="markdown (default) or a self-contained HTML page with figures")
@@ -185,8 +185,8 @@ TRACEBACK_ENV = "VERTEBRAE_TRACEBACK"
 
 def _traceback_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traceback", action="store_true",
-                        help="when an extractor's own code raises, show its traceback (your frames) above the one-line "
-                             f"message (or set {TRACEBACK_ENV}=1)")
+                        help="when an extractor's own code raises, show its traceback (ending in your frames) above "
+                             f"the one-line message (or set {TRACEBACK_ENV}=1)")
 
 
 def _user_code_failure(command: str, exc: Any, show_traceback: bool) -> int:
@@ -275,18 +275,29 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
             os.environ[name] = value
 
 
+@contextlib.contextmanager
+def _held_warnings() -> Iterator[list[Any]]:
+    """Hold the warnings raised while a benchmark is built (about its configuration, e.g. screening's small first
+    rung) for :func:`_collecting_warnings`' digest, instead of Python's own print with a source line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
 def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
-                         keep: Callable[[Any], None] | None = None) -> Any:
+                         keep: Callable[[Any], None] | None = None, earlier: Sequence[Any] = ()) -> Any:
     """Run ``run()`` and show each distinct warning once, with its count and without source lines.
 
-    The results keep every warning; the terminal gets a digest (nothing with ``--quiet``): a note that
-    several results share (``<name>: <note>``, as the front door warns it) is one line saying in which
-    results, e.g. ``...: every class (10 classes): k reduced ... (in all 7 results)``.  A failed
-    extractor's note is left out: :func:`_exit_code` prints it once, as the failure it is.
+    The results keep every warning of the run; the terminal gets a digest (nothing with ``--quiet``) of those and
+    of the ``earlier`` ones, held while the benchmark was built (:func:`_held_warnings`): a note that several
+    results share (``<name>: <note>``, as the front door warns it) is one line saying in which results, e.g.
+    ``...: every class (10 classes): k reduced ... (in all 7 results)``.  A failed extractor's note is left out:
+    :func:`_exit_code` prints it once, as the failure it is.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = run()
+    caught = [*earlier, *caught]
     if keep is not None:
         keep(result)
     results = getattr(result, "extractor_results", ())
@@ -514,8 +525,9 @@ def _demo(args: argparse.Namespace) -> int:
     from ..artifacts.cache import CacheConfig
 
     cache = None if args.cache is None else CacheConfig(store=_cache_url(args.cache))
-    benchmark = demo_benchmark(progress=False if args.quiet else None, cache_config=cache)
-    result = _collecting_warnings(args.command, args.quiet, benchmark.run)
+    with _held_warnings() as earlier:
+        benchmark = demo_benchmark(progress=False if args.quiet else None, cache_config=cache)
+    result = _collecting_warnings(args.command, args.quiet, benchmark.run, earlier=earlier)
     _write_reports(result, args.output, args.quiet)
     return EXIT_OK
 
@@ -542,7 +554,9 @@ def _run(args: argparse.Namespace) -> int:
         config["benchmark"] = {**config.get("benchmark", {}), "referee_finalists": args.finalists}
     if getattr(args, "screen", False):
         config["screening"] = config.get("screening", {})
-    benchmark = benchmark_from_config(config, args.config.resolve().parent, progress=False if args.quiet else None)
+    with _held_warnings() as earlier:
+        benchmark = benchmark_from_config(config, args.config.resolve().parent,
+                                          progress=False if args.quiet else None)
     files = input_files(config, args.config)
 
     def keep(result: Any) -> None:
@@ -550,7 +564,8 @@ def _run(args: argparse.Namespace) -> int:
         result.save_json((pathlib.Path(".") if args.output is None else args.output) / REPORT_FILES[0])
 
     with _dask_runner(address, timeout, progress=False if args.quiet else None) as runner:
-        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner), keep)
+        result = _collecting_warnings(args.command, args.quiet, lambda: benchmark.run(runner=runner), keep,
+                                      earlier=earlier)
     _write_reports(result, args.output, args.quiet, json_written=True)
     return _exit_code(args.command, result)
 
