@@ -278,10 +278,17 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
 @contextlib.contextmanager
 def _held_warnings() -> Iterator[list[Any]]:
     """Hold the warnings raised while a benchmark is built (about its configuration, e.g. screening's small first
-    rung) for :func:`_collecting_warnings`' digest, instead of Python's own print with a source line."""
+    rung) for :func:`_collecting_warnings`' digest, instead of Python's own print with a source line.  A
+    DeprecationWarning (an old spelling in the config) is passed on as Python shows it, naming the line to edit."""
+    held: list[Any] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        yield caught
+        yield held
+    for item in caught:
+        if issubclass(item.category, DeprecationWarning):
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+        else:
+            held.append(item)
 
 
 def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
