@@ -271,9 +271,15 @@ def subsample_size(count: int, fraction: float) -> int:
     return math.floor(count * Fraction(str(fraction)))
 
 
-def _infeasible(message: str) -> ConfigError:
-    return ConfigError(f"StabilityConfig(mode='subsample'): {message}. The subset is never expanded silently: use a "
-                       "larger subsample_fraction, or mode='prototype' (no sampling).")
+class SubsampleInfeasible(ConfigError):
+    """A subsample that cannot keep the targets.  ``counts`` says so without the fraction or the advice about
+    ``subsample_fraction``, as what the subsample ``keeps ...`` (screening draws its rungs with fractions of its own,
+    no setting of the user's)."""
+
+    def __init__(self, message: str, counts: str) -> None:
+        super().__init__(f"StabilityConfig(mode='subsample'): {message}. The subset is never expanded silently: use "
+                         "a larger subsample_fraction, or mode='prototype' (no sampling).")
+        self.counts = counts
 
 
 class _SingleLabelSampler:
@@ -285,11 +291,15 @@ class _SingleLabelSampler:
         self.sizes = [subsample_size(g.size, fraction) for g in self.groups]
         short = [(key, g.size, s) for key, g, s in zip(keys, self.groups, self.sizes) if s < 2]
         if short:
-            shown = ", ".join(f"{targets.catalog.display(k)!r}: floor({n} x {fraction}) = {s}" for k, n, s in short[:5])
-            smallest = min(g.size for g in self.groups)
-            enough = least_fraction(2, smallest)
-            raise _infeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; every "
-                              f"class must keep at least 2 rows (subsample_fraction >= {enough:g} would do)")
+            names = [targets.catalog.display(k) for k, _, _ in short[:5]]
+            shown = ", ".join(f"{name!r}: floor({n} x {fraction}) = {s}" for name, (_, n, s) in zip(names, short))
+            kept = ", ".join(f"{name!r}: {s} of {n}" for name, (_, n, s) in zip(names, short))
+            enough = least_fraction(2, min(g.size for g in self.groups))
+            raise SubsampleInfeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; "
+                                      "every class must keep at least 2 rows (subsample_fraction >= "
+                                      f"{enough:g} would do)",
+                                      f"keeps fewer than 2 rows of class(es) {kept}; every class must keep at "
+                                      "least 2 rows")
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         return np.sort(np.concatenate([rng.choice(g, s, replace=False) for g, s in zip(self.groups, self.sizes)]))
@@ -321,9 +331,10 @@ class _MultiLabelSampler:
                 chosen[rng.choice(rows[~chosen[rows]], missing, replace=False)] = True
         required = np.flatnonzero(chosen)
         if required.size > self.size:
-            raise _infeasible(
-                f"keeping 2 positive rows of each of the {len(self.positives)} labels needs {required.size} rows in "
-                f"this draw, but floor({self.n} x {self.fraction}) = {self.size}")
+            needs = (f"keeping 2 positive rows of each of the {len(self.positives)} labels needs {required.size} "
+                     "rows in this draw")
+            raise SubsampleInfeasible(f"{needs}, but floor({self.n} x {self.fraction}) = {self.size}",
+                                      f"keeps {self.size} of {self.n} rows, but {needs}")
         others = np.setdiff1d(np.arange(self.n), required, assume_unique=True)
         return np.sort(np.concatenate([required, rng.choice(others, self.size - required.size, replace=False)]))
 
@@ -339,9 +350,11 @@ class _RegressionSampler:
         self.values = targets.values
         self.size = subsample_size(targets.n_samples, fraction)
         if self.size < 3:
-            raise _infeasible(f"subsample_fraction={fraction} keeps floor({targets.n_samples} x {fraction}) = "
-                              f"{self.size} rows; regression repeats need at least 3 (subsample_fraction >= "
-                              f"{least_fraction(3, targets.n_samples):g} would do)")
+            raise SubsampleInfeasible(f"subsample_fraction={fraction} keeps floor({targets.n_samples} x {fraction}) = "
+                                      f"{self.size} rows; regression repeats need at least 3 (subsample_fraction >= "
+                                      f"{least_fraction(3, targets.n_samples):g} would do)",
+                                      f"keeps {self.size} of {targets.n_samples} rows; regression repeats need at "
+                                      "least 3")
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         order = rng.permutation(self.values.shape[0])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -43,7 +42,7 @@ from ..families.labeled.results import ExtractorResult
 from ..scoring.metric_result import OVERLAP_METRIC
 from ..scoring.metrics import Metric, check_metric, metrics_from_config
 from ..scoring.paired_verdicts import Interval, against_best, t_interval
-from ..scoring.stability import MAX_REPEATS, StabilityConfig, draw_subsample, plan_repeats
+from ..scoring.stability import MAX_REPEATS, StabilityConfig, SubsampleInfeasible, draw_subsample, plan_repeats
 from .screening_spill import IncrementStore
 from .screening_stages import PIPELINE, RungContext, RungSettings
 from ..inputs.targets import Targets
@@ -200,9 +199,9 @@ def plan_rungs(targets: Targets, config: ScreeningConfig) -> list[Rung]:
     for index in reversed(range(len(sizes))):
         try:
             picked = draw_subsample(targets.subset(current), sizes[index] / current.size, int(row_seeds[index]))
-        except ConfigError as exc:
+        except SubsampleInfeasible as exc:  # its counts: the rung's fraction is no setting of the user's
             raise ConfigError(f"ScreeningConfig: rung {index} ({sizes[index]} of {targets.n_samples} rows) cannot keep "
-                              f"the targets ({_rung_reason(exc)}); raise start_fraction or start_rows, or run without "
+                              f"the targets (the rung {exc.counts}); raise start_fraction or start_rows, or run without "
                               "screening") from None
         current = current[picked]
         drawn.append(current)
@@ -226,14 +225,6 @@ def plan_rungs(targets: Targets, config: ScreeningConfig) -> list[Rung]:
 def _reason(exc: ConfigError) -> str:
     """The stability sampler's reason without its advice about StabilityConfig fields (screening has its own)."""
     return str(exc).split(": ", 1)[-1].split(". The subset", 1)[0]
-
-
-def _rung_reason(exc: ConfigError) -> str:
-    """:func:`_reason` for a rung, which is drawn with an internal fraction (its size over the next rung's): the
-    counts stay, the fraction and the advice about ``subsample_fraction`` (not the user's setting) go."""
-    reason = re.sub(r"subsample_fraction=\S+ keeps", "the rung keeps", _reason(exc))
-    reason = re.sub(r"floor\((\d+) x \S+\) = (\d+)", r"\2 of \1", reason)
-    return re.sub(r" \(subsample_fraction >= \S+ would do\)", "", reason)
 
 
 def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Chain], targets: Targets) -> None:
