@@ -633,10 +633,9 @@ def _invalid_reason(extractor_result) -> str:
 def _load(path: pathlib.Path):
     """Any vertebrae result JSON; a missing file or a malformed document is one message naming the file once."""
     from ..families.result_protocol import load_result
+    from ..inputs.io import _existing
 
-    if not path.is_file():
-        found = "is a folder, not a file" if path.is_dir() else "does not exist"
-        raise VertebraeError(f"result file {str(path)!r} {found}")
+    _existing(path, "result")  # a folder, a FIFO or nothing there: one line naming it
     try:
         return load_result(path)
     except SerializationError:

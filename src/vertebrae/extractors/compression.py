@@ -215,7 +215,7 @@ class Compressor:
                            "the variant scores the uncompressed embedding")
                 self.applied = False
         if config.method == "quantize" and config.dtype == "float16" and self.applied:
-            peak = _largest_magnitude(X)
+            peak = _largest_magnitude(X.data if is_sparse(X) else np.asarray(X))
             if peak > FLOAT16_MAX:
                 self._warn(f"{config.label} not applied: values reach {peak:.4g}, beyond float16's largest finite "
                            f"value {FLOAT16_MAX:g}, which would store them as infinity; scale the embeddings first or "
@@ -362,15 +362,14 @@ def _int8_scales(X: Any) -> np.ndarray:
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
-def _largest_magnitude(X: Any) -> float:
-    values = X.data if is_sparse(X) else np.asarray(X)
+def _largest_magnitude(values: np.ndarray) -> float:
     return float(np.abs(values).max()) if values.size else 0.0
 
 
 def _float16(values: np.ndarray, columns: Any) -> np.ndarray:
     """float16 and back; a value beyond float16's range (rows transformed after the fit, e.g. retrieval's queries)
     is refused rather than turned into infinity."""
-    peak = float(np.abs(values).max()) if values.size else 0.0
+    peak = _largest_magnitude(values)
     if peak > FLOAT16_MAX:
         raise ExtractorError(f"float16 quantization: a value of magnitude {peak:.4g} is beyond float16's largest "
                              f"finite value {FLOAT16_MAX:g}; scale the embeddings first or quantize to int8")
