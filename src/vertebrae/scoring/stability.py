@@ -276,10 +276,14 @@ class SubsampleInfeasible(ConfigError):
     ``subsample_fraction``, as what the subsample ``keeps ...`` (screening draws its rungs with fractions of its own,
     no setting of the user's)."""
 
-    def __init__(self, message: str, counts: str) -> None:
-        super().__init__(f"StabilityConfig(mode='subsample'): {message}. The subset is never expanded silently: use "
-                         "a larger subsample_fraction, or mode='prototype' (no sampling).")
+    def __init__(self, message: str, counts: str = "") -> None:  # one argument too: callers re-raise type(exc)(text)
+        super().__init__(message)
         self.counts = counts
+
+
+def _infeasible(message: str, counts: str) -> SubsampleInfeasible:
+    return SubsampleInfeasible(f"StabilityConfig(mode='subsample'): {message}. The subset is never expanded silently: "
+                               "use a larger subsample_fraction, or mode='prototype' (no sampling).", counts)
 
 
 class _SingleLabelSampler:
@@ -295,11 +299,11 @@ class _SingleLabelSampler:
             shown = ", ".join(f"{name!r}: floor({n} x {fraction}) = {s}" for name, (_, n, s) in zip(names, short))
             kept = ", ".join(f"{name!r}: {s} of {n}" for name, (_, n, s) in zip(names, short))
             enough = least_fraction(2, min(g.size for g in self.groups))
-            raise SubsampleInfeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; "
-                                      "every class must keep at least 2 rows (subsample_fraction >= "
-                                      f"{enough:g} would do)",
-                                      f"keeps fewer than 2 rows of class(es) {kept}; every class must keep at "
-                                      "least 2 rows")
+            raise _infeasible(f"subsample_fraction={fraction} keeps fewer than 2 rows of class(es) {shown}; "
+                              "every class must keep at least 2 rows (subsample_fraction >= "
+                              f"{enough:g} would do)",
+                              f"keeps fewer than 2 rows of class(es) {kept}; every class must keep at "
+                              "least 2 rows")
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         return np.sort(np.concatenate([rng.choice(g, s, replace=False) for g, s in zip(self.groups, self.sizes)]))
@@ -333,8 +337,8 @@ class _MultiLabelSampler:
         if required.size > self.size:
             needs = (f"keeping 2 positive rows of each of the {len(self.positives)} labels needs {required.size} "
                      "rows in this draw")
-            raise SubsampleInfeasible(f"{needs}, but floor({self.n} x {self.fraction}) = {self.size}",
-                                      f"keeps {self.size} of {self.n} rows, but {needs}")
+            raise _infeasible(f"{needs}, but floor({self.n} x {self.fraction}) = {self.size}",
+                              f"keeps {self.size} of {self.n} rows, but {needs}")
         others = np.setdiff1d(np.arange(self.n), required, assume_unique=True)
         return np.sort(np.concatenate([required, rng.choice(others, self.size - required.size, replace=False)]))
 
@@ -350,11 +354,11 @@ class _RegressionSampler:
         self.values = targets.values
         self.size = subsample_size(targets.n_samples, fraction)
         if self.size < 3:
-            raise SubsampleInfeasible(f"subsample_fraction={fraction} keeps floor({targets.n_samples} x {fraction}) = "
-                                      f"{self.size} rows; regression repeats need at least 3 (subsample_fraction >= "
-                                      f"{least_fraction(3, targets.n_samples):g} would do)",
-                                      f"keeps {self.size} of {targets.n_samples} rows; regression repeats need at "
-                                      "least 3")
+            raise _infeasible(f"subsample_fraction={fraction} keeps floor({targets.n_samples} x {fraction}) = "
+                              f"{self.size} rows; regression repeats need at least 3 (subsample_fraction >= "
+                              f"{least_fraction(3, targets.n_samples):g} would do)",
+                              f"keeps {self.size} of {targets.n_samples} rows; regression repeats need at "
+                              "least 3")
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         order = rng.permutation(self.values.shape[0])
