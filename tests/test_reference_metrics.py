@@ -24,7 +24,7 @@ from sklearn.preprocessing import StandardScaler
 from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, DatasetIdentity, KNNMetric, LinearProbeMetric,
                            LogMEMetric, MetricError, load_metric)
 from vertebrae.extractors import PrecomputedExtractor
-from vertebrae.scoring.logme import maximize_evidence, spectrum
+from vertebrae.scoring.logme import _fixed_point, maximize_evidence, spectrum
 from vertebrae.scoring.metrics import metrics_key_fingerprint
 
 from .conftest import gaussian_classes
@@ -254,6 +254,21 @@ def test_logme_invariances_rotation_scaling_permutation_and_sparse(blobs):
     padded = np.hstack([X, np.zeros((len(X), 3))]) @ np.linalg.qr(np.random.default_rng(2).normal(size=(9, 9)))[0]
     payload = metric(padded, labels, target_metadata=SINGLE)  # rank 6 of 9: the same F F^T, so the same evidence
     assert payload["score"] == pytest.approx(base, abs=1e-9) and payload["diagnostics"]["rank"] == X.shape[1]
+
+
+def test_logme_noise_features_take_the_limit_without_a_convergence_warning():
+    # Features that explain y worse than noise drive alpha up without meeting the tolerance (seed 14: 100
+    # iterations are not enough); the maximum is then the alpha -> infinity limit, a closed form, so the evidence
+    # is exact and no "did not converge" warning is due.
+    rng = np.random.default_rng(14)
+    F, y = rng.normal(size=(40, 3)), rng.normal(size=40)
+    sigma, Z = spectrum(F, y[:, None])
+    assert not _fixed_point(sigma, Z, np.array([y @ y]), 40, 100, 1e-8)[1][0]  # the case this test is about
+    payload = LogMEMetric()(F, y, target_metadata=REGRESSION)
+    assert payload["warnings"] == [] and payload["diagnostics"]["unconverged_targets"] == 0
+    limit = (math.log(40 / (y @ y)) - math.log(2 * math.pi) - 1) / 2
+    assert payload["score"] == pytest.approx(limit, abs=1e-12)
+    assert payload["score"] == pytest.approx(_max_log_evidence(F, y) / 40, abs=1e-9)
 
 
 def test_logme_fewer_rows_than_dimensions_uses_the_sample_gram():

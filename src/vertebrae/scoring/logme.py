@@ -64,6 +64,8 @@ class LogMEMetric(Config):
     #: Marks a reference metric: results report how the primary ranking agrees with it (docs/metrics.md).
     reference: ClassVar[str] = "LogME evidence score"
     supported_target_types: ClassVar[tuple[str, ...]] = ("single_label", "regression")
+    #: Bumped whenever the same settings give other bytes (2: a column at the alpha -> infinity limit is converged).
+    version: ClassVar[int] = 2
 
     def _validate(self) -> None:
         owner = type(self).__name__
@@ -73,7 +75,8 @@ class LogMEMetric(Config):
         self._set("max_dense_bytes", check_int(owner, "max_dense_bytes", self.max_dense_bytes, minimum=1))
 
     def identity(self) -> dict[str, Any]:
-        return {"type": "logme", **self.fingerprint()}
+        """What the cache key hashes: the type, the version and every field."""
+        return {"type": "logme", "version": self.version, **self.fingerprint()}
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
@@ -129,7 +132,8 @@ def maximize_evidence(sigma: np.ndarray, Z: np.ndarray, y_squared: np.ndarray, n
 
     The maximum is taken over alpha in (0, infinity]: the limit alpha -> infinity (w = 0, pure noise with
     beta = n / ||y||^2) has a closed form, and it is the maximum when the features explain a column worse than
-    noise does (the iteration then drives alpha up without converging) or reach it not at all (z = 0).
+    noise does (the iteration then drives alpha up without converging) or reach it not at all (z = 0); such a
+    column counts as converged, since its evidence is the closed form, not the iterate.
     """
     reached = (Z != 0).any(axis=0)
     evidence = (-math.log(2 * math.pi) + np.log(n / y_squared) - 1.0) / 2  # the alpha -> infinity limit
@@ -138,7 +142,9 @@ def maximize_evidence(sigma: np.ndarray, Z: np.ndarray, y_squared: np.ndarray, n
         fitted, fitted_converged = _fixed_point(sigma, Z[:, reached], y_squared[reached], n, max_iter, tol)
         at_limit = fitted <= evidence[reached]
         evidence[reached] = np.where(at_limit, evidence[reached], fitted)
-        converged[reached] = fitted_converged
+        # A column whose maximum is the limit is exact whether or not the iteration, drifting alpha towards
+        # infinity, met its tolerance: only an evidence that is the last iterate can be unconverged.
+        converged[reached] = fitted_converged | at_limit
     return evidence, converged
 
 
