@@ -296,6 +296,23 @@ def test_a_store_that_cannot_be_created_is_refused_before_any_work(data, tmp_pat
     assert blocker.read_text() == "not a folder" and extractor.calls == 0
 
 
+def test_an_object_store_that_cannot_be_reached_is_refused_before_any_work(data):
+    """Unreachable, every job's lookup and write failed in turn after botocore's retries (98 s and 17 warnings for
+    five wine candidates against a closed port); now one lookup when the run starts refuses it.  The closed port is
+    real: a socket bound, then closed (no mock)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    options = {**s3_options(closed), "config_kwargs": {"retries": {"max_attempts": 1}}}  # one refused request
+    extractor = CountingExtractor()
+    with pytest.raises(ArtifactError, match="cannot be reached \\(EndpointConnectionError") as refused:
+        Benchmark(data, [extractor], cache_config=CacheConfig(store="s3://bucket/cache", storage_options=options),
+                  progress=False, separatix_config=None).run()
+    assert S3_SECRET not in str(refused.value) and extractor.calls == 0
+
+
 # ---------------------------------------------------------------- configuration and safety
 def test_cache_config_type_is_checked_before_any_work(data):
     with pytest.raises(ConfigError, match="cache_config must be a vertebrae.artifacts.cache.CacheConfig"):

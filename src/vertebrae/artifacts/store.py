@@ -181,9 +181,12 @@ class FsspecStore:
 
     def check_writable(self) -> None:
         """Create a local store's folder now, or say in one ``ArtifactError`` why it cannot be written: a run
-        that cannot store would otherwise finish, store nothing, and look cached.  An object store is not
-        probed (that costs a request and its permissions may allow writes only); its first write says."""
+        that cannot store would otherwise finish, store nothing, and look cached.  An object store gets one
+        request, to see that its endpoint answers: unreachable, every job's lookup and write would fail in turn,
+        each after the client's own retries (measured against a closed port: 98 s for five small candidates on
+        S3, 34 s per request on GCS).  A refusal (its permissions may allow writes only) counts as an answer."""
         if not self._local:
+            self._check_reachable()
             return
         try:
             os.makedirs(self.root, exist_ok=True)
@@ -194,6 +197,19 @@ class FsspecStore:
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise ArtifactError(f"the cache store {self.url} is not writable; give a folder that can be written, or "
                                 "mode = \"read_only\" to only read an existing cache")
+
+    def _check_reachable(self) -> None:
+        """One lookup of the root: a failure to connect is an ``ArtifactError``.  Not a bucket check: s3fs reads
+        a missing, a forbidden and an unreachable bucket alike as absent, so a user allowed only a prefix would be
+        refused."""
+        try:
+            self.fs.exists(self.root)
+        except PermissionError:
+            return
+        except Exception as exc:  # any backend's failure: botocore, aiohttp, google-auth...
+            raise ArtifactError(self._scrub(
+                f"the cache store {self.url} cannot be reached ({type(exc).__name__}: {exc}); check its endpoint and "
+                "credentials (storage_options) and the network, or run without a cache")) from None
 
     def __reduce__(self):
         reopen = functools.partial(FsspecStore, secret=self._secret, max_artifact_bytes=self.max_artifact_bytes)
