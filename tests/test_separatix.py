@@ -217,6 +217,27 @@ def test_too_few_supported_classes_is_skipped_not_retried():
     assert result.skipped_diagnostics[0]["severity"] == "blocking"
 
 
+def test_targets_separatix_refuses_are_skipped_with_its_reason_with_or_without_groups():
+    """Multi-label labels each missing from one row only: valid for the overlap score, but separatix's own
+    validation wants two negatives per usable label.  That ValueError escaped a run as a traceback without groups,
+    and with groups it was recorded as a cross-group support problem (read from the phrase "distinct groups" in the
+    message); now separatix's validator is asked which it is."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 5))
+    indicator = np.ones((60, 2), dtype=np.int8)
+    indicator[0, 0] = indicator[1, 1] = 0
+    targets = build_targets(sparse.csr_matrix(indicator), target_type="multi_label")
+    with pytest.raises(ValueError, match="two negative examples"):
+        separatix.diagnose(X, targets.indicator, target_mode="multilabel")  # the dependency refuses them itself
+    groups = np.array([f"g{i % 6}" for i in range(60)], dtype=object)
+    for given in (None, groups):
+        result = SeparatixScorer(SeparatixConfig(run_when="always")).diagnose(X, targets, overlap_score=0.5,
+                                                                              groups=given)
+        assert result.status == "skipped" and result.report is None
+        assert result.reason.startswith("separatix cannot diagnose these targets: At least one multilabel column")
+        assert "cross-group" not in result.reason
+
+
 def test_groups_are_validated():
     X, y = _blobs(n_per=5)
     with pytest.raises(InputValidationError, match="groups has 3 entries"):

@@ -61,9 +61,10 @@ METRIC_DIRECTIONS = {
 _PROBE_BOOKKEEPING = frozenset({"runtime_seconds", "prediction_evidence_bytes", "estimated_expanded_feature_count",
                                 "estimated_expanded_mb", "original_feature_count", "probe_degree", "stability_repeats"})
 
-#: Messages of separatix's ValueErrors raised when groups leave too little cross-group
-#: class (or label) support; such a run is recorded as skipped, never retried row-level.
-_GROUP_SUPPORT_MARKER = "distinct groups"
+#: separatix's own input validation per target mode: which of its ValueErrors the targets cause (with and without
+#: the groups) is asked of it, not read from its messages.
+_VALIDATORS = {"singlelabel": "validate_inputs", "multilabel": "validate_multilabel_inputs",
+               "regression": "validate_regression_inputs"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,10 +279,14 @@ class SeparatixScorer:
                 "SeparatixConfig.max_dense_bytes, or use densify_policy='warn_and_sample' (sample within the budget) "
                 "or 'skip' (record the dense-only diagnostics as unavailable).") from exc
         except ValueError as exc:
-            if group_keys is None or _GROUP_SUPPORT_MARKER not in str(exc):
+            refusal = _input_refusal(Xf, _separatix_y(targets), mode)
+            if refusal is not None:  # targets valid for the overlap score that separatix cannot diagnose
+                reason = f"separatix cannot diagnose these targets: {refusal} Recorded as skipped."
+            elif group_keys is not None and _input_refusal(Xf, _separatix_y(targets), mode, group_keys) is not None:
+                reason = (f"grouped diagnostic lacks cross-group class support: {exc} Recorded as skipped; vertebrae "
+                          "never retries a grouped diagnostic with a row-level split.")
+            else:
                 raise
-            reason = (f"grouped diagnostic lacks cross-group class support: {exc} Recorded as skipped; vertebrae "
-                      "never retries a grouped diagnostic with a row-level split.")
             skip = {"name": "separatix_diagnostic", "reason": str(exc), "severity": "blocking"}
             return not_run("skipped", reason, [skip])
         captured = list(dict.fromkeys(f"separatix: {w.category.__name__}: {w.message}" for w in caught))
@@ -301,6 +306,17 @@ class SeparatixScorer:
 
 
 # ----------------------------------------------------------------------- input helpers
+def _input_refusal(X: Any, y: Any, mode: str, groups: Any = None) -> str | None:
+    """The message of separatix's own input validation of ``mode`` when it refuses (X, y, groups), else None."""
+    from separatix import validation
+
+    try:
+        getattr(validation, _VALIDATORS[mode])(X, y, groups=groups)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _separatix_y(targets: Targets) -> Any:
     """Semantic key strings (single-label), the CSR 0/1 indicator (multi-label), float64 (n, T) values."""
     if isinstance(targets, SingleLabelTargets):
