@@ -378,7 +378,7 @@ def _diagnose_config(settings: Any, chain: Any) -> dict[str, Any] | None:
             "overlap_max_dense_bytes": settings.scoring_config.max_dense_bytes}
 
 
-@stage(PIPELINE, "diagnose", version=1, reads=("embedding", "score"), optional_reads=("compress", "budget"),
+@stage(PIPELINE, "diagnose", version=2, reads=("embedding", "score"), optional_reads=("compress", "budget"),
        context=("targets", "groups"), packages=("separatix",), config=_diagnose_config, codec=SEPARATIX_CODEC,
        phase=SCORE, runtime="steps", steps=("separatix",))
 def diagnose(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> SeparatixResult:
