@@ -188,6 +188,31 @@ def test_canonical_identifies_functions_by_source_and_everything_else_by_declara
     assert not identified({"nested": [{UNIDENTIFIED: "x"}]})
 
 
+def pca_of(Z):
+    """Reads the global PCA: a scikit-learn estimator class, whose get_params is unbound."""
+    return PCA(2, random_state=0).fit_transform(Z)
+
+
+def test_a_function_reading_an_estimator_class_runs_and_carries_the_library_version(monkeypatch):
+    """A class has ``get_params`` too (unbound): a function that read an imported estimator class crashed every run
+    with get_params' TypeError, cache or not.  And what another distribution supplies (a module, a class, a
+    function) computes what that distribution's version computes: upgrading scikit-learn must change the key of a
+    function that calls PCA.  The upgrade is simulated by the version lookup, the one thing a test cannot install."""
+    import vertebrae._base.fingerprint as fingerprint
+
+    result = run([CallableExtractor("pca_of", pca_of)])
+    assert result["pca_of"].embedding["embedding_dim"] == 2
+    document = canonical(pca_of)["globals"]["PCA"]
+    assert document == {"type": "sklearn.decomposition._pca.PCA",
+                        "distribution": f"scikit-learn=={fingerprint.package_version('scikit-learn')}"}
+    assert "distribution" not in canonical(module_function)  # nothing read from another distribution
+    before = canonical(pca_of)
+    real = fingerprint.package_version
+    monkeypatch.setattr(fingerprint, "package_version", lambda name: "99.0" if name == "scikit-learn" else real(name))
+    assert canonical(pca_of) != before
+    assert canonical(pca_of)["globals"]["PCA"]["distribution"] == "scikit-learn==99.0"
+
+
 def test_an_unseeded_random_component_is_unsafe_anywhere_in_the_estimator():
     from sklearn.pipeline import make_pipeline
 

@@ -71,14 +71,14 @@ def canonical(value: Any) -> Any:
         return {str(k): canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):
         return [canonical(v) for v in value]
+    if isinstance(value, type):  # before the estimator test: an estimator class has get_params too, unbound
+        return {"type": f"{value.__module__}.{value.__qualname__}"}
     if hasattr(value, "get_params") and callable(value.get_params):  # a nested scikit-learn estimator
         params = value.get_params(deep=False)
         document = {"estimator": f"{type(value).__module__}.{type(value).__qualname__}", "params": canonical(params)}
         if "random_state" in params and params["random_state"] is None:  # unseeded: each fit may differ
             document[UNIDENTIFIED] = "random_state=None"
         return document
-    if isinstance(value, type):
-        return {"type": f"{value.__module__}.{value.__qualname__}"}
     if callable(value):
         return _callable(value)
     try:
@@ -161,21 +161,49 @@ def _global_names(code: types.CodeType) -> set[str]:
 
 def _global_value(value: Any, module: str, seen: frozenset[int]) -> Any:
     """What stands for one global a function reads: a module by name, a function of the same module with its own
-    globals (once: recursion is named, not followed), a function or routine of another module by name and source
-    (the package version or its own source identifies it), anything else by content (:func:`canonical`)."""
-    if isinstance(value, types.ModuleType):
-        return {"module": value.__name__}
+    globals (once: recursion is named, not followed), a function or routine of another module by name and source,
+    anything else by content (:func:`canonical`).  Code another module supplies (a module, its functions, classes
+    and estimators) also carries the version of the installed distribution it comes from, since what it computes
+    changes with that version, not with anything the key could read; data is its content under any version."""
     if isinstance(value, types.FunctionType) and value.__module__ == module:
         if id(value) in seen:
             return {"callable": callable_name(value)}
         document = function_document(value, seen)
         return document if document is not None else _callable(value)
-    if isinstance(value, types.FunctionType):
+    if isinstance(value, types.ModuleType):
+        document, owner = {"module": value.__name__}, value.__name__
+    elif isinstance(value, types.FunctionType):
         source = function_source(value)
-        return source_identity(value, source) if source is not None else _callable(value)
-    if inspect.isroutine(value) or isinstance(value, np.ufunc):  # builtins, NumPy functions and ufuncs
-        return {"callable": callable_name(value)}
-    return canonical(value)
+        document = source_identity(value, source) if source is not None else _callable(value)
+        owner = value.__module__
+    elif inspect.isroutine(value) or isinstance(value, np.ufunc):  # builtins, NumPy functions and ufuncs
+        document, owner = {"callable": callable_name(value)}, getattr(value, "__module__", None)
+    elif isinstance(value, type) or callable(getattr(value, "get_params", None)):  # code: a class, an estimator
+        document = canonical(value)
+        owner = value.__module__ if isinstance(value, type) else type(value).__module__
+    else:  # data, by content: the same content computes the same under any version
+        return canonical(value)
+    distribution = _distribution_of(owner)
+    if distribution is not None and isinstance(document, dict):
+        document = {**document, "distribution": f"{distribution}=={package_version(distribution)}"}
+    return document
+
+
+@functools.lru_cache(maxsize=None)
+def _distribution_of(module: str | None) -> str | None:
+    """The installed distribution that provides ``module`` (``scipy.signal`` -> ``scipy``), or None: the standard
+    library, a script, a module of the user's own that is not installed, or builtins."""
+    if not module:
+        return None
+    found = _import_names().get(module.split(".", 1)[0])
+    return sorted(found)[0] if found else None
+
+
+@functools.lru_cache(maxsize=1)
+def _import_names() -> dict[str, list[str]]:
+    from importlib.metadata import packages_distributions
+
+    return packages_distributions()
 
 
 def _callable(fn: Any) -> Any:
