@@ -144,6 +144,22 @@ def test_a_rerun_with_a_cache_reads_every_round_back(data, tmp_path):
     assert isinstance(more["a"].runtime["stability_round"], float)  # the new round was measured
 
 
+def test_a_stored_round_holds_only_what_its_key_hashes(data, tmp_path):
+    """A round's key hashes its draws, not the stopping rule, so runs with another interval level or margin reuse
+    it; it stored the whole config and intervals at the storing run's level, so the same key held different bytes
+    depending on which run wrote it.  Now every run stores the same bytes, and each still gets its own level."""
+    stores = []
+    for level, margin in ((0.95, 0.01), (0.5, 0.05)):
+        store = tmp_path / f"level{level}"
+        config = StabilityConfig(repeats="auto", min_repeats=3, batch_repeats=2, max_repeats=3,
+                                 interval_level=level, equivalence_margin=margin)
+        result = _tied(data, config, cache_config=CacheConfig(store=str(store))).run()
+        assert result["a"].stability.config.interval_level == level  # the run's own level, after the merge
+        stores.append({path.relative_to(store): path.read_bytes() for path in sorted(store.rglob("*"))
+                       if path.is_file() and "stability_round" in path.parts and path.name != "manifest.json"})
+    assert stores[0] and stores[0] == stores[1]  # the artifacts (a manifest also records when and by whom)
+
+
 def test_a_dask_run_gives_the_local_result(data, dask_client):
     from vertebrae.execution.dask import DaskRunner
 

@@ -508,6 +508,18 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
         includes_primary_draw=config.mode == "prototype" and start == 0)
 
 
+def stored_round(result: StabilityResult) -> StabilityResult:
+    """A round of adaptive repeats holding only what its key hashes (the draws, :meth:`StabilityConfig.draws`):
+    every stopping field and the interval level at their defaults, the summaries at that level.  Runs with other
+    stopping rules reuse the round, so it must be the same bytes whichever run stored it; :func:`merge_rounds`
+    gives the run's own config and interval level back."""
+    c = result.config
+    config = StabilityConfig(mode=c.mode, repeats="auto", subsample_fraction=c.subsample_fraction,
+                             random_state=c.random_state)
+    return dataclasses.replace(result, config=config, summaries={
+        name: StabilitySummary.of(v, config.interval_level) for name, v in result.repeat_scores.items()})
+
+
 def merge_rounds(rounds: Sequence[StabilityResult], config: StabilityConfig) -> StabilityResult:
     """Consecutive rounds (windows ``0..a``, ``a..b``, ...) joined into one result over all their repeats.
 

@@ -37,7 +37,7 @@ from ...scoring.metrics import (MetricsArtifact, attributed_results, metric_warn
 from ...scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ...scoring.separatix import SeparatixResult, SeparatixScorer
 from ...scoring.stability import PROTOCOL_VERSION as STABILITY_PROTOCOL
-from ...scoring.stability import StabilityResult, run_stability_analysis
+from ...scoring.stability import StabilityResult, run_stability_analysis, stored_round
 from ...inputs.targets import MultiLabelTargets, RegressionTargets, Targets
 
 PIPELINE = "benchmark"
@@ -316,7 +316,7 @@ ROUND_CODEC = dataclasses.replace(document_codec("stability_round", lambda a: {"
                                   cached=True)
 
 
-@stage(PIPELINE, "stability_round", version=3, reads=("embedding",), optional_reads=("compress", "budget"),
+@stage(PIPELINE, "stability_round", version=4, reads=("embedding",), optional_reads=("compress", "budget"),
        context=("targets",), packages=("overlapindex",), config=_round_config, codec=ROUND_CODEC, final=True,
        runtime="seconds", scoring_units=lambda settings: len(range(*repeat_window(settings))))
 def stability_round(job: Any, inputs: Mapping[str, Any], context: Any,
@@ -328,8 +328,8 @@ def stability_round(job: Any, inputs: Mapping[str, Any], context: Any,
     settings = context.settings
     scorer = OverlapIndexScorer(settings.scoring_config, settings.continuous_config)
     matrix, targets, _ = scoring_input(job, inputs, context)
-    return StabilityArtifact(run_stability_analysis(matrix, targets, config=settings.stability_config, scorer=scorer,
-                                                    window=repeat_window(settings)))
+    return StabilityArtifact(stored_round(run_stability_analysis(matrix, targets, config=settings.stability_config,
+                                                                scorer=scorer, window=repeat_window(settings))))
 
 
 def _metrics_config(settings: Any, chain: Any) -> dict[str, Any] | None:
