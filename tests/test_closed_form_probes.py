@@ -293,3 +293,20 @@ def test_fold_workers_give_identical_bytes_and_move_no_key():
     with pytest.raises(MetricError, match="max_dense_bytes"):  # 2 folds in flight need twice one fold's matrices
         RidgeProbeMetric(n_jobs=2, max_dense_bytes=3 * 8 * 40 * 40 + 1)(X, labels, seed=2)
     RidgeProbeMetric(n_jobs=1, max_dense_bytes=3 * 8 * 40 * 40 + 1)(X, labels, seed=2)
+
+
+@pytest.mark.parametrize("metric", [LinearProbeMetric(), RidgeProbeMetric(), LDAProbeMetric()], ids=lambda m: m.name)
+def test_embeddings_a_probe_cannot_standardize_are_refused_with_the_fix(metric):
+    """At 1e160 the squares overflow (LinearProbe and Ridge failed in LAPACK, "eigenvalues did not converge"), at
+    1e80 LDA's fourth powers do (chance), at 1e-160 the squares underflow (every column read as constant: chance).  Inside the range the scale
+    does not matter: 1e60 and 1e-140 give the unit-scale score (powers of two would be bitwise; these agree to
+    rounding)."""
+    X, y = _classes(90, 5, 3, seed=4)
+    labels = _labels(y)
+    base = metric(X, labels, target_metadata=SINGLE, seed=0)["score"]
+    for scale in (1e60, 1e-140):
+        assert metric(X * scale, labels, target_metadata=SINGLE, seed=0)["score"] == pytest.approx(base, abs=1e-12)
+    for scale in (1e80, 1e-160):
+        with pytest.raises(MetricError, match="largest magnitude is .*where squares overflow or underflow float64 "
+                                              "and standardizing fails; rescale the embeddings"):
+            metric(X * scale, labels, target_metadata=SINGLE, seed=0)

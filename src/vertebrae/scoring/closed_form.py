@@ -19,6 +19,7 @@ import numpy as np
 from .._base.sparse import is_sparse
 from ..errors import MetricError
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
+from .standard_scaling import check_magnitude
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,7 @@ def probe_folds(name: str, n_splits: int, embeddings: Any, labels: Any, target_m
     from .linear_probe import LinearProbeMetric
 
     n = embeddings.shape[0]
+    check_magnitude(name, embeddings)
     targets = metric_targets(name, labels, target_metadata, n, supported)
     codes = group_codes(name, groups, n)
     same_folds = LinearProbeMetric(n_splits=n_splits, name=name)

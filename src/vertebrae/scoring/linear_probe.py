@@ -24,6 +24,7 @@ from ..inputs.targets import TARGET_TYPES
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
 from .probe_solver import backend_for, choose_C, fold_basis, fit_fold
+from .standard_scaling import check_magnitude
 
 #: The default ``C_grid`` of ``C="auto"``: 1e-4 ... 1e4 by factors of 10.
 C_GRID = tuple(10.0 ** k for k in range(-4, 5))
@@ -135,6 +136,7 @@ class LinearProbeMetric(Config):
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
         n = embeddings.shape[0]
+        check_magnitude(self.name, embeddings)
         targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
         codes = group_codes(self.name, groups, n)
         notes = [*targets.warnings, *self.fold_notes(targets, codes, n)]
