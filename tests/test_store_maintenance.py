@@ -73,6 +73,35 @@ def test_verify_list_and_prune_report_each_bad_entry_and_go_on(tmp_path, capsys)
     assert list(store.keys()) == [_key(1)]  # left for a person to look at: its age is unknown
 
 
+def test_files_that_block_entries_are_reported_then_replaced_by_a_write(tmp_path, capsys):
+    """A file where an entry's folder (or a stage's) belongs, or a folder where a manifest belongs, blocked every
+    write of that key for ever ("could not store" on each run) while `cache verify` said the store was healthy (the
+    listing skipped what had no manifest).  Now verify names them, and the next write clears them."""
+    root = tmp_path / "c"
+    store = FsspecStore(str(root))
+    _fill(store, 2)
+    (root / "score").write_text("not a stage folder")
+    for i, block in ((0, "file"), (1, "manifest folder")):
+        folder = root / _key(i)
+        for child in folder.iterdir():
+            child.unlink()
+        if block == "file":
+            folder.rmdir()
+            folder.write_text("not an entry folder")
+        else:
+            (folder / MANIFEST_FILE).mkdir()
+    assert main(["cache", "verify", "--store", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert f"CORRUPT {_key(0)}: {root / _key(0)} is a file where the entry's folder belongs" in out
+    assert f"CORRUPT score/*: {root / 'score'} is a file where the stage folder belongs" in out
+    assert f"UNREADABLE {_key(1)}" in out
+    artifact = StoredArtifact(kind="embedding", arrays={"matrix": np.ones((2, 2))}, document={})
+    for key in (_key(0), _key(1), "score/0123456789abcdef"):
+        store.write(key, artifact)
+        assert store.read(key).arrays["matrix"].tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert main(["cache", "verify", "--store", str(root)]) == 0
+
+
 def _rewrite_document(store_dir, change) -> str:
     """Edit the stored JSON document of the only entry, and save it consistently (new content name, manifest)."""
     store = FsspecStore(str(store_dir))

@@ -450,8 +450,11 @@ class FsspecStore:
         except OSError as exc:
             raise self._error("list", "*", exc) from None
         for stage in stages:
-            if not KEY.fullmatch(f"{stage.name}/{'0' * 16}") or not stage.is_dir():
+            if not KEY.fullmatch(f"{stage.name}/{'0' * 16}"):
                 continue  # a foreign file or folder in the store root is not ours to interpret
+            if not stage.is_dir():
+                refused.append((f"{stage.name}/*", self._blocked(stage.path, "the stage folder")))
+                continue
             try:
                 self._inside(stage.path)
             except ArtifactError as exc:
@@ -466,9 +469,27 @@ class FsspecStore:
                 key = f"{stage.name}/{entry.name}"
                 if not KEY.fullmatch(key):
                     continue
-                if self._leaves_root(entry.path) or os.path.lexists(os.path.join(entry.path, MANIFEST_FILE)):
+                if not self._leaves_root(entry.path) and not entry.is_dir():
+                    refused.append((key, self._blocked(entry.path, "the entry's folder")))
+                elif self._leaves_root(entry.path) or os.path.lexists(os.path.join(entry.path, MANIFEST_FILE)):
                     keys.append(key)
         return keys, refused
+
+    def _blocked(self, path: str, what: str) -> ArtifactIntegrityError:
+        return ArtifactIntegrityError(f"{path} is a file where {what} belongs: nothing can be stored under it; a "
+                                      "read_write run replaces it (or remove it)")
+
+    def _unblock(self, folder: str) -> None:
+        """Clear a local entry's path of what no write can get past and the store never wrote: a file where the
+        stage's or the entry's folder belongs, a folder where its manifest belongs (links are left alone)."""
+        import shutil
+
+        for path in (os.path.dirname(folder), folder):
+            if os.path.lexists(path) and not os.path.islink(path) and not os.path.isdir(path):
+                os.remove(path)
+        manifest = os.path.join(folder, MANIFEST_FILE)
+        if os.path.isdir(manifest) and not os.path.islink(manifest):
+            shutil.rmtree(manifest)
 
     def manifests(self) -> Iterator[Manifest]:
         """Every readable manifest; an unreadable one is skipped with an :class:`ArtifactWarning`."""
@@ -489,6 +510,8 @@ class FsspecStore:
         folder = self._folder(key)
         # Validate versions and metadata (and that they are strict JSON) before writing any data.
         build_manifest(key, artifact, {}, versions, metadata).to_json()
+        if self._local:
+            self._unblock(folder)
         try:
             previous = self.manifest(key)
         except ArtifactIntegrityError:
