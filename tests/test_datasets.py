@@ -77,6 +77,24 @@ def test_identity_forms(identity):
         DatasetIdentity.declared("d", "")
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"kind": "declared", "dataset_id": 5, "revision": "1"}, InputTypeError, "dataset_id must be a non-empty string"),
+    ({"kind": "bogus", "dataset_id": "d", "revision": "1"}, InputValidationError, "kind must be one of"),
+    ({"kind": "declared", "dataset_id": "d"}, InputTypeError, r"DatasetIdentity.declared: revision .* got None"),
+    ({"kind": "content", "dataset_id": "d", "content_sha256": 7}, InputTypeError, "content_sha256"),
+])
+def test_a_directly_built_identity_is_validated_like_the_factories(kwargs, error, match):
+    """The identity keys caches and is written into reports: one that JSON cannot read back is refused."""
+    with pytest.raises(error, match=match):
+        DatasetIdentity(**kwargs)
+
+
+def test_the_dataset_name_must_be_a_string(identity):
+    with pytest.raises(InputTypeError, match=r"from_embeddings: name must be a string .* got \['a'\]"):
+        BenchmarkDataset.from_embeddings(np.eye(6, 2), [0, 1] * 3, identity=identity, name=["a"])
+    assert BenchmarkDataset.from_arrays(["t"] * 6, [0, 1] * 3, identity=identity, name="n").name == "n"
+
+
 def test_groups(identity):
     X = np.arange(12.0).reshape(6, 2)
     ds = BenchmarkDataset.from_embeddings(X, [0, 1] * 3, identity=identity).with_groups([1, 1, "1", "1", 2, 2])

@@ -43,6 +43,15 @@ class Groups:
                 "group_size_median": float(np.median(counts)), "group_size_max": int(counts.max())}
 
 
+def _dataset_name(name: Any, identity: DatasetIdentity, *, where: str) -> str:
+    """The report title: ``name`` when given, else the identity's dataset id; checked before any work."""
+    if name is None or name == "":
+        return identity.dataset_id
+    if not isinstance(name, str):
+        raise InputTypeError(f"{where}: name must be a string (the dataset's title in reports) or None, got {name!r}")
+    return name
+
+
 def build_groups(groups: Any, n_samples: int) -> Groups:
     values = list(groups.tolist() if isinstance(groups, np.ndarray) else groups)
     if isinstance(groups, np.ndarray) and groups.ndim != 1:
@@ -98,12 +107,13 @@ class BenchmarkDataset:
                         name: str | None = None) -> "BenchmarkDataset":
         """Dataset over a precomputed (dense or SciPy sparse) embedding matrix."""
         identity = require_identity(identity, where="BenchmarkDataset.from_embeddings")
+        name = _dataset_name(name, identity, where="BenchmarkDataset.from_embeddings")
         matrix = validate_embeddings(embeddings)
         targets = build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names,
                                 n_samples=matrix.shape[0])
         if identity.kind == "content":
             identity = identity.with_content(_content_hash(content_sha256(matrix), targets))
-        dataset = cls(identity, targets, embeddings=matrix, name=name or identity.dataset_id)
+        dataset = cls(identity, targets, embeddings=matrix, name=name)
         return dataset.with_groups(groups) if groups is not None else dataset
 
     @classmethod
@@ -113,6 +123,7 @@ class BenchmarkDataset:
                     name: str | None = None) -> "BenchmarkDataset":
         """Dataset over raw inputs (arrays, texts, images...) that each extractor embeds."""
         identity = require_identity(identity, where="BenchmarkDataset.from_arrays")
+        name = _dataset_name(name, identity, where="BenchmarkDataset.from_arrays")
         if isinstance(X, (str, bytes)):  # len("abcd") would make it 4 one-character inputs
             raise InputTypeError(f"X must be a sized collection of inputs (array, list of texts, ...), got one "
                                  f"{type(X).__name__}; wrap a single text in a list")
@@ -127,7 +138,7 @@ class BenchmarkDataset:
                                 n_samples=n)
         if identity.kind == "content":
             identity = identity.with_content(_content_hash(inputs_sha256(X), targets))
-        dataset = cls(identity, targets, inputs=X, name=name or identity.dataset_id)
+        dataset = cls(identity, targets, inputs=X, name=name)
         return dataset.with_groups(groups) if groups is not None else dataset
 
     @classmethod
