@@ -130,6 +130,9 @@ X6 = np.random.default_rng(1).normal(size=(6, 3))
     (X6, [3.0] * 6, {"target_type": "regression"}, InputValidationError, "every regression target is constant"),
     (X6, np.eye(6, 3, dtype=int), {"label_names": ["a", "b"]}, InputValidationError, "label_names has 2 names"),
     (X6, [0, 1] * 3, {"target_type": "ordinal"}, InputValidationError, "target_type must be one of"),
+    # target_names names regression columns only: elsewhere it would be dropped silently
+    (X6, [0, 1] * 3, {"target_names": ["a"]}, InputValidationError, "target_names names the columns of a regression"),
+    (X6, np.eye(6, 3, dtype=int), {"target_names": ["a", "b", "c"]}, InputValidationError, "drop target_names"),
 ])
 def test_bad_input_is_rejected_with_a_clear_message(identity, embeddings, y, kwargs, error, match):
     with pytest.raises(error, match=match):

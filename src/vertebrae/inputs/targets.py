@@ -160,6 +160,10 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
     if target_type is not None and target_type not in TARGET_TYPES:
         raise InputValidationError(f"target_type must be one of {list(TARGET_TYPES)} or None, got {target_type!r}")
     _check_rows(argument, _row_count(y), n_samples)  # first: a wrong file explains every later complaint
+    if target_names is not None and target_type != "regression":
+        raise InputValidationError(f"target_names names the columns of a regression target; pass "
+                                   f"target_type=\"regression\" if {argument} is one, else drop target_names (class "
+                                   "labels are named by their values, indicator columns by label_names)")
     if target_type == "regression":
         targets: Targets = _regression(y, target_names, argument)
     elif target_type == "multi_label" or (target_type is None and _looks_multilabel(y)):
