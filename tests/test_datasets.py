@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime
 import decimal
 import uuid
+import warnings
 
 import numpy as np
 import pytest
 from scipy import sparse
 
-from vertebrae import BenchmarkDataset, DatasetIdentity, InputTypeError, InputValidationError, LabelCatalog
+from vertebrae import (BenchmarkDataset, DataWarning, DatasetIdentity, InputTypeError, InputValidationError,
+                       LabelCatalog)
 from vertebrae.inputs.labels import decode_key, semantic_key
 
 
@@ -130,6 +132,10 @@ X6 = np.random.default_rng(1).normal(size=(6, 3))
     (X6, [3.0] * 6, {"target_type": "regression"}, InputValidationError, "every regression target is constant"),
     (X6, np.eye(6, 3, dtype=int), {"label_names": ["a", "b"]}, InputValidationError, "label_names has 2 names"),
     (X6, [0, 1] * 3, {"target_type": "ordinal"}, InputValidationError, "target_type must be one of"),
+    # fractions with a few repeats (rounded measurements) are a regression target, not classes of one row
+    (np.eye(60, 3), np.round(np.random.default_rng(0).normal(size=60), 1), {}, InputValidationError,
+     r"y looks continuous \(27 distinct numbers in 60 rows, 11 of them in a single row\).*target_type=\"regression"),
+    (X6, np.array([[0], [1], [2]] * 2), {}, InputValidationError, r"found \[2\]; it has a single column: .* 1-D"),
     # target_names names regression columns only: elsewhere it would be dropped silently
     (X6, [0, 1] * 3, {"target_names": ["a"]}, InputValidationError, "target_names names the columns of a regression"),
     (X6, np.eye(6, 3, dtype=int), {"target_names": ["a", "b", "c"]}, InputValidationError, "drop target_names"),
@@ -137,6 +143,17 @@ X6 = np.random.default_rng(1).normal(size=(6, 3))
 def test_bad_input_is_rejected_with_a_clear_message(identity, embeddings, y, kwargs, error, match):
     with pytest.raises(error, match=match):
         BenchmarkDataset.from_embeddings(embeddings, y, identity=identity, **kwargs)
+
+
+def test_non_integer_class_labels_warn_unless_declared(identity):
+    """Fractions are rarely class ids: inferred, they are read as classes with a warning naming both choices."""
+    y = np.repeat(np.linspace(0.1, 3.0, 30), 2)
+    with pytest.warns(DataWarning, match='non-integer numbers, read as 30 class labels; .*target_type="regression"'):
+        assert BenchmarkDataset.from_embeddings(np.eye(60, 3), y, identity=identity).summary()["n_classes"] == 30
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BenchmarkDataset.from_embeddings(np.eye(60, 3), y, identity=identity, target_type="single_label")
+        BenchmarkDataset.from_embeddings(np.eye(60, 3), np.repeat([0.0, 1.0, 2.0], 20), identity=identity)
 
 
 def test_multilabel_rare_and_unused_labels(identity):
