@@ -97,6 +97,21 @@ def test_the_dataset_name_must_be_a_string(identity):
     assert BenchmarkDataset.from_arrays(["t"] * 6, [0, 1] * 3, identity=identity, name="n").name == "n"
 
 
+@pytest.mark.parametrize("argument, value, error, match", [
+    ("X", set(range(6)), InputTypeError, "X must be an ordered collection of inputs .* got a set, which has no row order"),
+    ("X", {"a": 1}, InputTypeError, "X must be an ordered collection .* got a dict"),
+    ("X", np.array(5), InputValidationError, "X is a 0-d array"),
+    ("groups", 5, InputTypeError, "groups must be a sized collection of group ids .* got int"),
+    ("groups", "abcdef", InputTypeError, "groups must be a sized collection of group ids, got one str"),
+    ("groups", set(range(6)), InputTypeError, "groups must be an ordered collection of group ids"),
+])
+def test_rows_without_an_order_or_a_length_are_refused(identity, argument, value, error, match):
+    """A set or a dict has no row order to line up with the labels; a scalar has no rows."""
+    kwargs = {"X": ["t"] * 6, "groups": None, argument: value}
+    with pytest.raises(error, match=match):
+        BenchmarkDataset.from_arrays(kwargs["X"], [0, 1] * 3, identity=identity, groups=kwargs["groups"])
+
+
 def test_groups(identity):
     X = np.arange(12.0).reshape(6, 2)
     ds = BenchmarkDataset.from_embeddings(X, [0, 1] * 3, identity=identity).with_groups([1, 1, "1", "1", 2, 2])
