@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime
 import decimal
 import uuid
+import warnings
 
 import numpy as np
 import pytest
 from scipy import sparse
 
-from vertebrae import BenchmarkDataset, DatasetIdentity, InputTypeError, InputValidationError, LabelCatalog
+from vertebrae import (BenchmarkDataset, DataWarning, DatasetIdentity, InputTypeError, InputValidationError,
+                       LabelCatalog)
 from vertebrae.inputs.labels import decode_key, semantic_key
 
 
@@ -77,6 +79,39 @@ def test_identity_forms(identity):
         DatasetIdentity.declared("d", "")
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"kind": "declared", "dataset_id": 5, "revision": "1"}, InputTypeError, "dataset_id must be a non-empty string"),
+    ({"kind": "bogus", "dataset_id": "d", "revision": "1"}, InputValidationError, "kind must be one of"),
+    ({"kind": "declared", "dataset_id": "d"}, InputTypeError, r"DatasetIdentity.declared: revision .* got None"),
+    ({"kind": "content", "dataset_id": "d", "content_sha256": 7}, InputTypeError, "content_sha256"),
+])
+def test_a_directly_built_identity_is_validated_like_the_factories(kwargs, error, match):
+    """The identity keys caches and is written into reports: one that JSON cannot read back is refused."""
+    with pytest.raises(error, match=match):
+        DatasetIdentity(**kwargs)
+
+
+def test_the_dataset_name_must_be_a_string(identity):
+    with pytest.raises(InputTypeError, match=r"from_embeddings: name must be a string .* got \['a'\]"):
+        BenchmarkDataset.from_embeddings(np.eye(6, 2), [0, 1] * 3, identity=identity, name=["a"])
+    assert BenchmarkDataset.from_arrays(["t"] * 6, [0, 1] * 3, identity=identity, name="n").name == "n"
+
+
+@pytest.mark.parametrize("argument, value, error, match", [
+    ("X", set(range(6)), InputTypeError, "X must be an ordered collection of inputs .* got a set, which has no row order"),
+    ("X", {"a": 1}, InputTypeError, "X must be an ordered collection .* got a dict"),
+    ("X", np.array(5), InputValidationError, "X is a 0-d array"),
+    ("groups", 5, InputTypeError, "groups must be a sized collection of group ids .* got int"),
+    ("groups", "abcdef", InputTypeError, "groups must be a sized collection of group ids, got one str"),
+    ("groups", set(range(6)), InputTypeError, "groups must be an ordered collection of group ids"),
+])
+def test_rows_without_an_order_or_a_length_are_refused(identity, argument, value, error, match):
+    """A set or a dict has no row order to line up with the labels; a scalar has no rows."""
+    kwargs = {"X": ["t"] * 6, "groups": None, argument: value}
+    with pytest.raises(error, match=match):
+        BenchmarkDataset.from_arrays(kwargs["X"], [0, 1] * 3, identity=identity, groups=kwargs["groups"])
+
+
 def test_groups(identity):
     X = np.arange(12.0).reshape(6, 2)
     ds = BenchmarkDataset.from_embeddings(X, [0, 1] * 3, identity=identity).with_groups([1, 1, "1", "1", 2, 2])
@@ -112,10 +147,28 @@ X6 = np.random.default_rng(1).normal(size=(6, 3))
     (X6, [3.0] * 6, {"target_type": "regression"}, InputValidationError, "every regression target is constant"),
     (X6, np.eye(6, 3, dtype=int), {"label_names": ["a", "b"]}, InputValidationError, "label_names has 2 names"),
     (X6, [0, 1] * 3, {"target_type": "ordinal"}, InputValidationError, "target_type must be one of"),
+    # fractions with a few repeats (rounded measurements) are a regression target, not classes of one row
+    (np.eye(60, 3), np.round(np.random.default_rng(0).normal(size=60), 1), {}, InputValidationError,
+     r"y looks continuous \(27 distinct numbers in 60 rows, 11 of them in a single row\).*target_type=\"regression"),
+    (X6, np.array([[0], [1], [2]] * 2), {}, InputValidationError, r"found \[2\]; it has a single column: .* 1-D"),
+    # target_names names regression columns only: elsewhere it would be dropped silently
+    (X6, [0, 1] * 3, {"target_names": ["a"]}, InputValidationError, "target_names names the columns of a regression"),
+    (X6, np.eye(6, 3, dtype=int), {"target_names": ["a", "b", "c"]}, InputValidationError, "drop target_names"),
 ])
 def test_bad_input_is_rejected_with_a_clear_message(identity, embeddings, y, kwargs, error, match):
     with pytest.raises(error, match=match):
         BenchmarkDataset.from_embeddings(embeddings, y, identity=identity, **kwargs)
+
+
+def test_non_integer_class_labels_warn_unless_declared(identity):
+    """Fractions are rarely class ids: inferred, they are read as classes with a warning naming both choices."""
+    y = np.repeat(np.linspace(0.1, 3.0, 30), 2)
+    with pytest.warns(DataWarning, match='non-integer numbers, read as 30 class labels; .*target_type="regression"'):
+        assert BenchmarkDataset.from_embeddings(np.eye(60, 3), y, identity=identity).summary()["n_classes"] == 30
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BenchmarkDataset.from_embeddings(np.eye(60, 3), y, identity=identity, target_type="single_label")
+        BenchmarkDataset.from_embeddings(np.eye(60, 3), np.repeat([0.0, 1.0, 2.0], 20), identity=identity)
 
 
 def test_multilabel_rare_and_unused_labels(identity):

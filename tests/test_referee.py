@@ -341,6 +341,9 @@ def test_bad_policies_are_refused_before_any_work():
         benchmark(referee=None, referee_finalists="all")
     with pytest.raises(ConfigError, match="referee_share"):
         benchmark(referee_finalists="auto", referee_share=0.0)
+    for kwargs in ({"referee": None}, {}, {"referee_finalists": "all"}):  # only 'auto' reads the share
+        with pytest.raises(ConfigError, match="referee_share=0.5 is the budget of the 'auto' finalist policy"):
+            benchmark(referee_share=0.5, **kwargs)
 
 
 # ----------------------------------------------------------------------------- the terminal says what was found

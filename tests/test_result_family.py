@@ -22,7 +22,7 @@ from vertebrae.reports.compare import compare_results
 from vertebrae.execution.plan import artifact_key
 from vertebrae._base.fingerprint import package_version
 from vertebrae.families.front_door import RUN_PACKAGES
-from vertebrae.errors import DataWarning
+from vertebrae.errors import ConfigError, ConfigTypeError, DataWarning, InputTypeError, InputValidationError
 from vertebrae.extractors import PrecomputedExtractor
 from vertebrae.reports.reading import benchmark_answer, benchmark_ranking
 from vertebrae.families.result_protocol import PROTOCOL_COLUMNS, PROTOCOL_FIELDS, ChainResult
@@ -128,8 +128,34 @@ def test_quality_cohort_is_within_the_tolerance_of_the_best(any_result):
     gap = scores[0] - scores[1]
     assert [r.name for r in any_result.quality_cohort(gap / 2)] == [any_result.ranked_results()[0].name]
     assert len(any_result.quality_cohort(gap + 1e-9)) >= 2
-    with pytest.raises(ValueError, match="tolerance must be >= 0"):
-        any_result.quality_cohort(-1)
+    for bad, error, match in [(-1, ConfigError, r"tolerance must be in \[0.0, inf\], got -1"),
+                              (float("nan"), ConfigError, "tolerance must be a finite number, got nan"),
+                              ("0.1", ConfigTypeError, "tolerance must be a finite number, got '0.1'")]:
+        with pytest.raises(error, match=match):
+            any_result.quality_cohort(bad)
+    with pytest.raises(ConfigTypeError, match="include_invalid must be True or False, got 'no'"):
+        any_result.to_dataframe(include_invalid="no")
+
+
+@pytest.mark.parametrize("save", ["save_json", "save_markdown", "save_html"])
+def test_saving_to_a_folder_or_a_missing_folder_names_the_path_and_leaves_nothing(benchmark_result, tmp_path, save):
+    """The target is checked before the temporary file is written: no stray ``<name>.tmp``, the old file kept."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(InputValidationError, match=f"{folder} is a folder; give the path of a file inside it"):
+        getattr(benchmark_result, save)(folder)
+    with pytest.raises(InputValidationError, match="the folder .*missing does not exist; create it first"):
+        getattr(benchmark_result, save)(tmp_path / "missing" / "r.txt")
+    with pytest.raises(InputTypeError, match="path must be a file path"):
+        getattr(benchmark_result, save)(None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and not any(folder.iterdir())
+
+
+def test_an_unknown_view_is_a_config_error_naming_the_views(benchmark_result):
+    for call in (benchmark_result.ranking, benchmark_result.ranked_results, benchmark_result.agreement,
+                 benchmark_result.tied_with_best, benchmark_result.rank_verdicts):
+        with pytest.raises(ConfigError, match=r"view='zzz' names no view of this result; its views: \[None\]"):
+            call(view="zzz")
 
 
 def failed_like(result, name: str):

@@ -313,6 +313,7 @@ def test_config_normalizes_cutoffs_and_adds_the_primary_cutoff():
     ({"cutoffs": 10}, "cutoffs must be a list of positive integers"),
     ({"cutoffs": [5, 0]}, r"cutoffs\[1\] must be >= 1"),
     ({"cutoffs": [2.5]}, r"cutoffs\[0\] must be an integer"),
+    ({"cutoffs": ()}, "cutoffs is empty; give at least one cutoff"),  # not silently the primary's (10,)
     ({"similarity": "euclidean"}, "similarity must be one of"),
     ({"bidirectional": "yes"}, "bidirectional must be True or False"),
     ({"memory_budget_bytes": 0}, "memory_budget_bytes must be >= 1"),

@@ -13,7 +13,7 @@ import pytest
 from scipy import sparse
 from scipy.stats import kendalltau
 
-from vertebrae.errors import ConfigError, InputValidationError
+from vertebrae.errors import ConfigError, ConfigTypeError, InputValidationError
 from vertebrae.scoring.overlap import ContinuousOverlapScoringConfig, OverlapIndexScorer, OverlapScoringConfig
 from vertebrae.scoring.stability import (StabilityConfig, StabilityResult, StabilitySummary, ranking_stability,
                                              run_stability_analysis, subsample_size)
@@ -94,6 +94,20 @@ def test_subsample_size_floors_the_decimal_fraction() -> None:
     assert subsample_size(5, 0.4) == 2
     assert subsample_size(5, 0.39) == 1
     assert subsample_size(100, 0.57) == 57  # binary floating point alone would give 56
+
+
+@pytest.mark.parametrize("window, error, match", [
+    ("all", ConfigTypeError, "window must be a pair \\(start, stop\\) of repeat indices, got 'all'"),
+    ((0, 1.5), ConfigTypeError, r"window\[1\] must be an integer"),
+    ((0, 100), ConfigError, r"0 <= start < stop <= 3 \(StabilityConfig.repeats=3\), got \(0, 100\)"),
+    ((2, 2), ConfigError, "start < stop"),
+])
+def test_a_bad_window_is_refused_before_any_scoring(three_blobs, window, error, match) -> None:
+    """A window of a fixed count stays within its repeats: (0, 100) of repeats=3 scored 3 repeats as if asked."""
+    scorer = _scorer()
+    with pytest.raises(error, match=match):
+        run_stability_analysis(*three_blobs, config=StabilityConfig(repeats=3), scorer=scorer, window=window)
+    assert scorer.calls == []
 
 
 # ----------------------------------------------------------------------- prototype mode

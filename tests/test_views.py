@@ -107,7 +107,7 @@ def test_rankings_and_cohorts_stay_within_a_view(viewed):
     with pytest.raises(ConfigError, match="within one view"):
         result.quality_cohort()
     assert sum("Top candidate" in note for note in result.recommendations) == 2
-    with pytest.raises(KeyError, match="no view"):
+    with pytest.raises(ConfigError, match=r"view='target=nope' names no view of this result; its views: \['target"):
         result.ranked_results("target=nope")
 
 

@@ -41,6 +41,8 @@ def test_label_text_overrides_the_display_text_with_typed_keys():
         ZeroShotDataset.from_templates(source(labels), ["a {label}"], label_text={"1": "happy"})
     with pytest.raises(InputValidationError, match="non-empty string"):
         ZeroShotDataset.from_templates(source(labels), ["a {label}"], label_text={1: " "})
+    with pytest.raises(InputValidationError, match=r"label_text gives no text for class\(es\) \['2'\]; give every"):
+        ZeroShotDataset.from_templates(source([0, 1, 2] * 2), ["a {label}"], label_text={0: "sad", 1: "happy"})
 
 
 def test_rendered_prompts_as_mapping_or_pairs():

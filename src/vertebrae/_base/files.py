@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 import stat
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from ..errors import InputTypeError, InputValidationError, SerializationError
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"))
@@ -60,3 +63,27 @@ def read_regular(path: str | os.PathLike) -> bytes:
     """Every byte of the regular file at ``path`` (see :func:`open_regular`)."""
     with open_regular(path) as handle:
         return handle.read()
+
+
+def write_text_atomic(path: Any, text: str) -> pathlib.Path:
+    """Replace the file at ``path`` with ``text`` all at once, so a failed write never loses the old file.
+
+    The target is checked before the temporary ``<name>.tmp`` beside it is created (a folder, a missing folder:
+    :class:`InputValidationError` naming the path); an OS error while writing removes the temporary file and is
+    a :class:`SerializationError` naming the path.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputTypeError(f"path must be a file path (str or os.PathLike), got {path!r}")
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise InputValidationError(f"{path} is a folder; give the path of a file inside it")
+    if not path.parent.is_dir():
+        raise InputValidationError(f"{path}: the folder {path.parent} does not exist; create it first")
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SerializationError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return path

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .files import write_text_atomic
 from .names import json_escaped
 from .sparse import is_sparse, sparse_module
 from ..errors import SerializationError
@@ -244,12 +245,7 @@ def dumps(obj: Any) -> str:
 
 def write(obj: Any, path: str | pathlib.Path) -> pathlib.Path:
     """Serialize fully *before* touching the file, then replace it atomically."""
-    path = pathlib.Path(path)
-    text = dumps(obj)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text_atomic(path, dumps(obj))
 
 
 def _reject_constant(name: str) -> None:

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,36 @@ class Groups:
                 "group_size_median": float(np.median(counts)), "group_size_max": int(counts.max())}
 
 
+def _dataset_name(name: Any, identity: DatasetIdentity, *, where: str) -> str:
+    """The report title: ``name`` when given, else the identity's dataset id; checked before any work."""
+    if name is None or name == "":
+        return identity.dataset_id
+    if not isinstance(name, str):
+        raise InputTypeError(f"{where}: name must be a string (the dataset's title in reports) or None, got {name!r}")
+    return name
+
+
+def count_rows(argument: str, value: Any, *, what: str) -> int:
+    """How many rows ``value`` holds, refusing what has no rows in order: one text (its characters are not rows),
+    a set or a mapping (no row order to line up with the labels), a scalar or a 0-d array."""
+    if isinstance(value, (str, bytes)):
+        raise InputTypeError(f"{argument} must be a sized collection of {what}, got one {type(value).__name__}; "
+                             "wrap a single text in a list")
+    if isinstance(value, (AbstractSet, Mapping)):
+        raise InputTypeError(f"{argument} must be an ordered collection of {what} (list, array, Series), got a "
+                             f"{type(value).__name__}, which has no row order to line up with the labels; pass a list")
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) == 0:
+        raise InputValidationError(f"{argument} is a 0-d array (a single value); give one entry per row")
+    try:
+        return int(shape[0]) if shape is not None else len(value)
+    except TypeError:
+        raise InputTypeError(f"{argument} must be a sized collection of {what} (list, array, Series), "
+                             f"got {type(value).__name__}") from None
+
+
 def build_groups(groups: Any, n_samples: int) -> Groups:
+    count_rows("groups", groups, what="group ids")
     values = list(groups.tolist() if isinstance(groups, np.ndarray) else groups)
     if isinstance(groups, np.ndarray) and groups.ndim != 1:
         raise InputValidationError(f"groups must be 1-D (one group id per row), got shape {groups.shape}")
@@ -98,12 +128,13 @@ class BenchmarkDataset:
                         name: str | None = None) -> "BenchmarkDataset":
         """Dataset over a precomputed (dense or SciPy sparse) embedding matrix."""
         identity = require_identity(identity, where="BenchmarkDataset.from_embeddings")
+        name = _dataset_name(name, identity, where="BenchmarkDataset.from_embeddings")
         matrix = validate_embeddings(embeddings)
         targets = build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names,
                                 n_samples=matrix.shape[0])
         if identity.kind == "content":
             identity = identity.with_content(_content_hash(content_sha256(matrix), targets))
-        dataset = cls(identity, targets, embeddings=matrix, name=name or identity.dataset_id)
+        dataset = cls(identity, targets, embeddings=matrix, name=name)
         return dataset.with_groups(groups) if groups is not None else dataset
 
     @classmethod
@@ -113,21 +144,15 @@ class BenchmarkDataset:
                     name: str | None = None) -> "BenchmarkDataset":
         """Dataset over raw inputs (arrays, texts, images...) that each extractor embeds."""
         identity = require_identity(identity, where="BenchmarkDataset.from_arrays")
-        if isinstance(X, (str, bytes)):  # len("abcd") would make it 4 one-character inputs
-            raise InputTypeError(f"X must be a sized collection of inputs (array, list of texts, ...), got one "
-                                 f"{type(X).__name__}; wrap a single text in a list")
-        try:
-            n = len(X) if not hasattr(X, "shape") else X.shape[0]
-        except TypeError:
-            raise InputTypeError(f"X must be a sized collection of inputs (array, list of texts, ...), "
-                                 f"got {type(X).__name__}") from None
+        name = _dataset_name(name, identity, where="BenchmarkDataset.from_arrays")
+        n = count_rows("X", X, what="inputs")
         if n == 0:
             raise InputValidationError("X is empty; a benchmark needs at least two classes with two rows each")
         targets = build_targets(y, target_type=target_type, label_names=label_names, target_names=target_names,
                                 n_samples=n)
         if identity.kind == "content":
             identity = identity.with_content(_content_hash(inputs_sha256(X), targets))
-        dataset = cls(identity, targets, inputs=X, name=name or identity.dataset_id)
+        dataset = cls(identity, targets, inputs=X, name=name)
         return dataset.with_groups(groups) if groups is not None else dataset
 
     @classmethod

@@ -15,6 +15,17 @@ from typing import Any, Literal
 from ..errors import InputTypeError, InputValidationError
 
 IdentityKind = Literal["declared", "content", "ephemeral"]
+KINDS: tuple[str, ...] = ("declared", "content", "ephemeral")
+#: The factory that builds each kind, named in error messages.
+_FACTORY = {"declared": "declared", "content": "content_hash", "ephemeral": "ephemeral"}
+
+
+def _check_text(where: str, name: str, value: Any) -> None:
+    """Identity fields are non-empty strings: they are hashed into cache keys and written to reports as text."""
+    if not isinstance(value, str):
+        raise InputTypeError(f"{where}: {name} must be a non-empty string, got {value!r}")
+    if not value.strip():
+        raise InputValidationError(f"{where}: {name} must be a non-empty string, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -24,23 +35,26 @@ class DatasetIdentity:
     revision: str | None = None
     content_sha256: str | None = None
 
+    def __post_init__(self) -> None:
+        """Validate every construction, not only the factories': the identity keys caches and is written to reports."""
+        if self.kind not in KINDS:
+            raise InputValidationError(f"DatasetIdentity: kind must be one of {list(KINDS)}, got {self.kind!r}; "
+                                       "build it with DatasetIdentity.declared, .content_hash or .ephemeral")
+        where = f"DatasetIdentity.{_FACTORY[self.kind]}"
+        _check_text(where, "dataset_id", self.dataset_id)
+        if self.kind != "content" or self.revision is not None:
+            _check_text(where, "revision", self.revision)
+        if self.content_sha256 is not None:
+            _check_text(where, "content_sha256", self.content_sha256)
+
     @classmethod
     def declared(cls, dataset_id: str, revision: str) -> "DatasetIdentity":
         """The user vouches that (dataset_id, revision) names exactly this data."""
-        for name, value in (("dataset_id", dataset_id), ("revision", revision)):
-            if not isinstance(value, str):
-                raise InputTypeError(f"DatasetIdentity.declared: {name} must be a non-empty string, got {value!r}")
-            if not value.strip():
-                raise InputValidationError(f"DatasetIdentity.declared: {name} must be a non-empty string, got {value!r}")
         return cls("declared", dataset_id, revision)
 
     @classmethod
     def content_hash(cls, dataset_id: str = "dataset") -> "DatasetIdentity":
         """Identity derived from the data itself; the hash is filled in by the dataset constructor."""
-        if not isinstance(dataset_id, str):
-            raise InputTypeError(f"DatasetIdentity.content_hash: dataset_id must be a non-empty string, got {dataset_id!r}")
-        if not dataset_id.strip():
-            raise InputValidationError(f"DatasetIdentity.content_hash: dataset_id must be a non-empty string, got {dataset_id!r}")
         return cls("content", dataset_id)
 
     @classmethod

@@ -8,6 +8,7 @@ multi-label targets as a CSR 0/1 indicator; regression targets as float64 (n, T)
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -15,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._base.sparse import is_sparse, sparse_module
-from ..errors import InputTypeError, InputValidationError
+from ..errors import DataWarning, InputTypeError, InputValidationError
 from .labels import LabelCatalog, semantic_key
 
 TargetType = Literal["single_label", "multi_label", "regression"]
@@ -160,6 +161,10 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
     if target_type is not None and target_type not in TARGET_TYPES:
         raise InputValidationError(f"target_type must be one of {list(TARGET_TYPES)} or None, got {target_type!r}")
     _check_rows(argument, _row_count(y), n_samples)  # first: a wrong file explains every later complaint
+    if target_names is not None and target_type != "regression":
+        raise InputValidationError(f"target_names names the columns of a regression target; pass "
+                                   f"target_type=\"regression\" if {argument} is one, else drop target_names (class "
+                                   "labels are named by their values, indicator columns by label_names)")
     if target_type == "regression":
         targets: Targets = _regression(y, target_names, argument)
     elif target_type == "multi_label" or (target_type is None and _looks_multilabel(y)):
@@ -197,8 +202,6 @@ def _looks_multilabel(y: Any) -> bool:
     return all(_is_collection(item) for item in y)  # lists, tuples, object arrays, pandas Series
 
 
-#: Share of distinct values above which an inferred float target is read as continuous, not as class ids.
-_CONTINUOUS_UNIQUE_SHARE = 0.5
 #: Integer-valued numbers (counts, scores such as the diabetes target) read as continuous with at least this
 #: many distinct values that are also more than this share of the rows: fewer than 4 rows per "class".
 _INTEGER_CONTINUOUS_VALUES, _INTEGER_CONTINUOUS_SHARE = 20, 0.25
@@ -215,21 +218,16 @@ def _as_float(value: Any) -> float | None:
     return None
 
 
-def _looks_continuous(y: Any, values: list[Any]) -> bool:
-    """Numbers (or numeric text) that are mostly distinct non-integers, or many distinct integers with few rows
-    each: a regression target, not class ids."""
-    if isinstance(y, np.ndarray) and y.dtype.kind == "f":
-        floats = y
-    else:
-        parsed = (_as_float(v) for v in values)
-        floats = np.array([v for v in parsed if v is not None and math.isfinite(v)], dtype=np.float64)
-    n = len(y)
-    if floats.size < max(n // 2, 1) or floats.size < 3:
-        return False
-    distinct = np.unique(floats).size
-    if np.any(floats != np.round(floats)):
-        return bool(distinct > _CONTINUOUS_UNIQUE_SHARE * n)
-    return bool(distinct >= _INTEGER_CONTINUOUS_VALUES and distinct > _INTEGER_CONTINUOUS_SHARE * n)
+def _numeric_classes(targets: SingleLabelTargets) -> np.ndarray | None:
+    """The distinct class labels as numbers when floats (or numeric text) label at least half the rows (and 3
+    rows); None otherwise.  Read from the catalog, one value per class, so large targets cost nothing extra."""
+    counts = targets.counts()
+    numbers = {entry.key: _as_float(entry.value) for entry in targets.catalog.entries}
+    numbers = {key: v for key, v in numbers.items() if v is not None and math.isfinite(v)}
+    rows = sum(counts[key] for key in numbers)
+    if rows < max(targets.n_samples // 2, 3):
+        return None
+    return np.unique(np.fromiter(numbers.values(), dtype=np.float64, count=len(numbers)))
 
 
 def _single_label(y: Any, argument: str | TargetSource, inferred: bool = False) -> SingleLabelTargets:
@@ -255,7 +253,11 @@ def _single_label(y: Any, argument: str | TargetSource, inferred: bool = False) 
         raise InputValidationError(f"{argument} has a single class ({catalog.display(catalog.keys[0])!r}); "
                                    "class separation needs at least two classes")
     small = {k: c for k, c in counts.items() if c < 2}
-    if small and inferred and _looks_continuous(y, values):
+    numbers = _numeric_classes(targets) if inferred else None
+    non_integer = numbers is not None and bool(np.any(numbers != np.round(numbers)))
+    many_integers = numbers is not None and numbers.size >= _INTEGER_CONTINUOUS_VALUES and \
+        numbers.size > _INTEGER_CONTINUOUS_SHARE * targets.n_samples
+    if small and (non_integer or many_integers):  # numbers, some in a single row: a regression target
         raise InputValidationError(
             f"{argument} looks continuous ({len(counts)} distinct numbers in {targets.n_samples} rows, {len(small)} "
             f"of them in a single row), not like class labels; for a regression target pass "
@@ -268,6 +270,10 @@ def _single_label(y: Any, argument: str | TargetSource, inferred: bool = False) 
         raise InputValidationError(f"{argument}: class(es) {names} have fewer than 2 samples, at rows "
                                    f"{_rows_text(rows, argument)}; a class needs at least 2 samples to be scored: drop "
                                    "those rows or merge the class")
+    if non_integer:  # class ids are rarely fractions: say how it was read and how to choose
+        warnings.warn(f"{argument} holds non-integer numbers, read as {len(counts)} class labels; for a regression "
+                      f"target pass target_type=\"regression\", for class labels target_type=\"single_label\" "
+                      "(which also silences this warning)", DataWarning, stacklevel=2)
     return targets
 
 
@@ -308,8 +314,11 @@ def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str | Targe
             raise InputValidationError(f"{argument} is empty")
         data = indicator.data
         if data.size and not np.all((data == 0) | (data == 1)):
+            column = indicator.shape[1] == 1  # an (n, 1) column of class ids, not a one-label indicator
             raise InputValidationError(f"{argument} is a multi-label indicator and must hold only 0/1 values; "
-                                       f"found {np.unique(data[(data != 0) & (data != 1)])[:5].tolist()}")
+                                       f"found {np.unique(data[(data != 0) & (data != 1)])[:5].tolist()}"
+                                       + ("; it has a single column: for one class label per row pass it 1-D "
+                                          "(y.ravel())" if column else ""))
         indicator = sparse_module().csr_matrix((np.ones(indicator.nnz, np.int8), indicator.indices, indicator.indptr),
                                       shape=indicator.shape)
         indicator.eliminate_zeros()

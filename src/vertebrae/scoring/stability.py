@@ -457,6 +457,21 @@ def _score_all(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeats: li
         return list(pool.map(_score_in_worker, repeats))
 
 
+def _repeat_window(window: Any, config: StabilityConfig) -> tuple[int, int]:
+    """``window`` as (start, stop) repeats of the plan (None: all of a fixed count); a fixed count bounds ``stop``,
+    so a window never scores repeats the config does not ask for."""
+    if window is None:
+        return 0, config.repeats
+    if isinstance(window, (str, bytes)) or not isinstance(window, Sequence) or len(window) != 2:
+        raise ConfigTypeError(f"window must be a pair (start, stop) of repeat indices, got {window!r}")
+    start = check_int("run_stability_analysis", "window[0]", window[0], minimum=0)
+    stop = check_int("run_stability_analysis", "window[1]", window[1], minimum=1)
+    limit, what = (MAX_REPEATS, "") if config.adaptive else (config.repeats, f" (StabilityConfig.repeats={config.repeats})")
+    if not start < stop <= limit:
+        raise ConfigError(f"window must be (start, stop) with 0 <= start < stop <= {limit}{what}, got {window}")
+    return start, stop
+
+
 def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: StabilityConfig | None = None,
                            scorer: OverlapIndexScorer | None = None, target_type: str | None = None,
                            window: tuple[int, int] | None = None) -> StabilityResult:
@@ -487,9 +502,7 @@ def run_stability_analysis(embeddings: Any, targets: Targets | Any, *, config: S
     if config.adaptive and window is None:
         raise ConfigError("StabilityConfig(repeats='auto') is run in rounds: pass window=(start, stop), or use "
                           "Benchmark, which runs the rounds (vertebrae.selection.adaptive_repeats)")
-    start, stop = (0, config.repeats) if window is None else window
-    if not 0 <= start < stop <= MAX_REPEATS:
-        raise ConfigError(f"window must be (start, stop) with 0 <= start < stop <= {MAX_REPEATS}, got {window}")
+    start, stop = _repeat_window(window, config)
     repeats, sampling_seeds = plan_repeats(targets, config.fixed(stop), primary_seed=scoring_config.random_state)
     repeats, sampling_seeds = repeats[start:], sampling_seeds[start:]
     outcomes = _score_all(X, targets, scorer, repeats, config.n_jobs)

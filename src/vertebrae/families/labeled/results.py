@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..._base import json_codec
+from ..._base.config import check_bool, check_float
+from ..._base.files import write_text_atomic
 from ...selection import referee
 from ...selection.agreement import Agreement, competition_ranks, reference_scores, view_agreement
 from ...errors import ConfigError
@@ -85,6 +87,7 @@ class ResultFamily:
 
         ``include_invalid=True`` appends the results that are not ranked, with rank None.
         """
+        check_bool(type(self).__name__ + ".rows", "include_invalid", include_invalid)
         rows = [self._row(ranked.result, ranked.rank) for ranked in self.ranking()]
         if include_invalid:
             rows += [self._row(r, None) for r in self.extractor_results if not r.aggregate_valid]
@@ -130,9 +133,9 @@ class ResultFamily:
         return self._cohort(self.ranked_results(), tolerance)
 
     def _cohort(self, ranked: list[Any], tolerance: float | None) -> list[Any]:
+        tolerance = check_float(type(self).__name__ + ".quality_cohort", "tolerance", tolerance, low=0.0,
+                                allow_none=True)
         tolerance = self._default_tolerance() if tolerance is None else tolerance
-        if tolerance < 0:
-            raise ValueError(f"tolerance must be >= 0, got {tolerance}")
         if not ranked:
             return []
         best = ranked[0]
@@ -169,7 +172,7 @@ class ResultFamily:
         return render_markdown(self.serialized())
 
     def save_markdown(self, path: str | pathlib.Path) -> pathlib.Path:
-        return _write_text(path, self.to_markdown())
+        return write_text_atomic(path, self.to_markdown())
 
     def to_html(self) -> str:
         """One self-contained HTML page (figures inline when matplotlib is installed)."""
@@ -178,13 +181,7 @@ class ResultFamily:
         return render_html(self.serialized())
 
     def save_html(self, path: str | pathlib.Path) -> pathlib.Path:
-        return _write_text(path, self.to_html())
-
-
-def _write_text(path: str | pathlib.Path, text: str) -> pathlib.Path:
-    path = pathlib.Path(path)
-    path.write_text(text, encoding="utf-8")
-    return path
+        return write_text_atomic(path, self.to_html())
 
 
 def deprecated_alias(old: str, new: str) -> property:
@@ -446,8 +443,7 @@ class BenchmarkResult(ResultFamily):
         are never ranked against each other: ``view=`` gives one view's ranking, and without
         it the per-view rankings (each starting at rank 1) follow each other in view order.
         """
-        if view is not None and view not in self.views():
-            raise KeyError(f"no view {view!r} in this result; views: {self.views()}")
+        self._check_view(view)
         return [ranked for task in ([view] if view is not None else self.views())
                 for ranked in rank_results(r for r in self.extractor_results if r.view == task)]
 
@@ -485,8 +481,7 @@ class BenchmarkResult(ResultFamily):
         (``view=`` for one view); empty when no reference metric ran.  Derived from the results:
         valid results only, each metric in its own direction.
         """
-        if view is not None and view not in self.views():
-            raise KeyError(f"no view {view!r} in this result; views: {self.views()}")
+        self._check_view(view)
         primary = self.metadata.get("primary_metric", "overlap")
         return [view_agreement([r for r in self.extractor_results if r.view == task], primary, name, label, task)
                 for task in ([view] if view is not None else self.views())
@@ -531,9 +526,14 @@ class BenchmarkResult(ResultFamily):
                 raise ConfigError(f"this result scores several views {views}; {what} are defined within one view: "
                                   "pass view=...")
             return views[0] if views else None
-        if view not in views:
-            raise KeyError(f"no view {view!r} in this result; views: {views}")
+        self._check_view(view)
         return view
+
+    def _check_view(self, view: str | None) -> None:
+        """Refuse a ``view=`` argument that names none of this result's views (None: every view, always valid)."""
+        if view is not None and view not in self.views():
+            raise ConfigError(f"view={view!r} names no view of this result; its views: {self.views()} "
+                              "(None: the dataset's own targets)")
 
     def _paired_ranking(self, view: str | None) -> tuple[list[ExtractorResult], str | None]:
         """The ranked results of exactly ``view`` (None: the dataset's own targets) and why they cannot be paired

@@ -67,10 +67,10 @@ class RetrievalConfig(Config):
             raise ConfigError(f"{name}.cutoffs must be a list of positive integers such as [1, 5, 10], "
                               f"got {self.cutoffs!r}")
         cutoffs = {check_int(name, f"cutoffs[{i}]", k, minimum=1) for i, k in enumerate(self.cutoffs)}
+        if not cutoffs:  # checked before the primary's cutoff is added, which would hide it
+            raise ConfigError(f"{name}.cutoffs is empty; give at least one cutoff, e.g. [10]")
         if primary_k is not None:
             cutoffs.add(primary_k)
-        if not cutoffs:
-            raise ConfigError(f"{name}.cutoffs is empty; give at least one cutoff, e.g. [10]")
         self._set("cutoffs", tuple(sorted(cutoffs)))
         check_choice(name, "similarity", self.similarity, SIMILARITIES)
         self._set("bidirectional", check_bool(name, "bidirectional", self.bidirectional))

@@ -111,11 +111,16 @@ class ZeroShotDataset:
                 raise InputValidationError(f"templates[{i}] = {template!r} must be a string containing the "
                                            "placeholder {label}, e.g. 'a {label} tweet'")
         texts = {key: catalog.display(key) for key in catalog.keys}
-        for key, value in _label_pairs(label_text, catalog, "label_text"):
+        given = dict(_label_pairs(label_text, catalog, "label_text"))
+        for key, value in given.items():
             if not isinstance(value, str) or not value.strip():
                 raise InputValidationError(f"label_text for class {catalog.display(key)!r} must be a non-empty "
                                            f"string, got {value!r}")
             texts[key] = value
+        missing = [catalog.display(key) for key in catalog.keys if key not in given]
+        if given and missing:  # a partial mapping would mix its texts with display texts such as '2'
+            raise InputValidationError(f"label_text gives no text for class(es) {missing[:10]}; give every class "
+                                       "a text, or drop label_text to use the display text of every class")
         declaration = []
         for key in catalog.keys:
             rendered = []
