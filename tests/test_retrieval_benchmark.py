@@ -338,3 +338,35 @@ def test_progress_bar_only_when_asked(capsys):
     RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")], retrieval_config=config, progress=False).run()
     RetrievalBenchmark(dataset(), [PrecomputedExtractor("own")], retrieval_config=config).run()  # stderr: no terminal
     assert "vertebrae retrieval" not in capsys.readouterr().err
+
+
+def test_the_quality_cohort_width_is_configured_and_keys_nothing():
+    """Spec: the cohort is "within the configured absolute primary-score tolerance"; retrieval's was fixed at 0, so
+    its reports' resource table only ever held the best result and exact ties.  The tolerance shapes no artifact:
+    the plan's keys do not move with it."""
+    rng = np.random.default_rng(0)
+    gallery = rng.normal(size=(60, 6))
+    queries = gallery[:40] + 0.9 * rng.normal(size=(40, 6))
+    relevance = np.zeros((40, 60))
+    relevance[np.arange(40), np.arange(40)] = 1
+    data = RetrievalDataset.from_embeddings(queries, gallery, relevance=relevance, identity=IDENTITY)
+    near = queries + 0.05 * np.random.default_rng(3).normal(size=queries.shape)
+    extractors = [PrecomputedPairExtractor("a", queries, gallery), PrecomputedPairExtractor("b", near, gallery)]
+    result = run(data, extractors)
+    best, second = (r.primary_score for r in result.ranked_results())
+    assert 0 < best - second < 0.02  # the case this test is about
+    assert [r.name for r in result.quality_cohort()] == ["a", "b"]  # the default, 0.02
+    from vertebrae import ResourceProfilingConfig
+
+    profiled = RetrievalBenchmark(data, extractors, resource_profiling=ResourceProfilingConfig(), progress=False).run()
+    assert "Candidates within 0.02 of the best" in profiled.to_markdown()  # the report's resource cohort
+    strict = run(data, extractors, quality_tolerance=0.0)
+    assert [r.name for r in strict.quality_cohort()] == ["a"]
+    keys = [RetrievalBenchmark(data, extractors, retrieval_config=RetrievalConfig(quality_tolerance=t)).plan().chain_keys
+            for t in (0.0, 0.02)]
+    assert keys[0] == keys[1]
+    document = result.to_dict()
+    del document["protocol"]["config"]["quality_tolerance"]  # a file written before the field existed
+    assert [r.name for r in RetrievalBenchmarkResult.from_dict(document).quality_cohort()] == ["a"]
+    with pytest.raises(ConfigError, match="quality_tolerance"):
+        RetrievalConfig(quality_tolerance=-0.1)

@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Any
 
-from ..._base.config import Config, check_bool, check_choice, check_int
+from ..._base.config import Config, check_bool, check_choice, check_float, check_int
 from ...errors import ConfigError
 
 SIMILARITIES = ("cosine", "dot", "squared_l2")
@@ -49,7 +49,8 @@ class RetrievalConfig(Config):
     (OpenBLAS's Haswell kernels on an AMD EPYC) a float32 matmul on one thread rounds differently
     from the same matmul on two (measured up to 1.5e-7 per similarity), which moves the similarity
     diagnostics and could reorder near-tied items.  The block settings shape outputs too: a ranking
-    records its block plan.
+    records its block plan.  ``quality_tolerance`` is the default width of ``quality_cohort()`` (0.02, as for
+    ``Benchmark`` and zero-shot): it shapes no artifact, so no key holds it.
     """
 
     primary_metric: str = "ndcg@10"
@@ -59,6 +60,7 @@ class RetrievalConfig(Config):
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET
     block_size: int | None = None
     thread_limit: int | None = None
+    quality_tolerance: float = 0.02
 
     def _validate(self) -> None:
         name = type(self).__name__
@@ -77,3 +79,4 @@ class RetrievalConfig(Config):
         self._set("memory_budget_bytes", check_int(name, "memory_budget_bytes", self.memory_budget_bytes, minimum=1))
         self._set("block_size", check_int(name, "block_size", self.block_size, minimum=1, allow_none=True))
         self._set("thread_limit", check_int(name, "thread_limit", self.thread_limit, minimum=1, allow_none=True))
+        self._set("quality_tolerance", check_float(name, "quality_tolerance", self.quality_tolerance, low=0.0))

@@ -178,7 +178,7 @@ def _primary_scores_are_means(data: Mapping[str, Any], path: str) -> None:
 SCHEMA = both({
     "protocol": {"config": {"primary_metric": str, "cutoffs": [Number(integer=True, low=1)], "similarity": ANY,
                             "bidirectional": ANY, "memory_budget_bytes": ANY, "block_size": ANY,
-                            "thread_limit": ANY},
+                            "thread_limit": ANY, "quality_tolerance?": Number(low=0.0)},
                  "identity": IDENTITY_SCHEMA, "fingerprint": ANY, "n_queries": ANY, "n_gallery": ANY,
                  "n_relevant_pairs": ANY, "n_excluded_pairs": ANY, "tie_rule": ANY,
                  "relevant_per_query": {"min": ANY, "mean": NUMBER, "max": ANY},
@@ -212,6 +212,10 @@ class RetrievalBenchmarkResult(ResultFamily):
     @property
     def config(self) -> RetrievalConfig:
         return RetrievalConfig.from_dict(self.protocol["config"])
+
+    def _default_tolerance(self) -> float:
+        """The run's ``RetrievalConfig.quality_tolerance``; 0 for files written before it existed (their cohort)."""
+        return self.protocol["config"].get("quality_tolerance", 0.0)
 
     def __repr__(self) -> str:
         head = (f"RetrievalBenchmarkResult(dataset={self.protocol['identity'].get('dataset_id')!r}, "
