@@ -348,3 +348,19 @@ def test_a_file_that_loads_renders_with_figures(documents):
 
 def load_result_from(data: dict):
     return result_from_dict(json_codec.decode(json.loads(json.dumps(data))))
+
+
+def test_loading_a_path_that_is_no_result_file_names_it(tmp_path):
+    """A missing file, a folder and a FIFO raised FileNotFoundError / IsADirectoryError (or blocked forever on the
+    FIFO) from the standard library; now one SerializationError names the path."""
+    from vertebrae import BenchmarkResult
+    from vertebrae.families.result_protocol import load_result
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    for path, words in ((tmp_path / "missing.json", "does not exist"), (tmp_path, "is a folder, not a JSON file"),
+                        (fifo, "cannot be read: a FIFO")):
+        for load in (BenchmarkResult.load, load_result):
+            with pytest.raises(SerializationError, match=words) as refused:
+                load(path)
+            assert str(path) in str(refused.value)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .files import write_text_atomic
+from .files import read_regular, write_text_atomic
 from .names import json_escaped
 from .sparse import is_sparse, sparse_module
 from ..errors import SerializationError
@@ -283,9 +283,16 @@ def loads(text: str, source: str = "the document") -> Any:
 
 
 def read(path: str | pathlib.Path) -> Any:
-    """The parsed JSON at ``path`` (see :func:`loads`); text that is not UTF-8 is a SerializationError."""
+    """The parsed JSON at ``path`` (see :func:`loads`); a path that is no readable regular file, or text that is
+    not UTF-8, is a SerializationError naming the path (a FIFO is never opened for a blocking read)."""
     try:
-        text = pathlib.Path(path).read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SerializationError(f"{path} is not UTF-8 text ({exc})") from None
+    except FileNotFoundError:
+        raise SerializationError(f"{path} does not exist") from None
+    except IsADirectoryError:
+        raise SerializationError(f"{path} is a folder, not a JSON file") from None
+    except OSError as exc:  # NotRegularFileError, permissions
+        raise SerializationError(f"{path} cannot be read: {exc.strerror}") from None
     return loads(text, str(path))
