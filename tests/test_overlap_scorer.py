@@ -81,6 +81,41 @@ def test_multilabel_indicator_and_label_sets_match_direct_call():
                     assert result.sparse_adjacency.get(keys[a], {}).get(keys[b], 0) == oi.sparse_adj.get((a, b), 0)
 
 
+def test_each_regression_target_is_scored_alone_as_the_direct_call_scores_it():
+    """Spec (results and reports): a regression's score detail is the continuous overlap per target.  With several
+    targets, each is one more ContinuousOverlapIndex fit with the same settings and seed (a direct call is the
+    reference); with one, it is the score itself; stability repeats leave them out (``per_target=False``)."""
+    X, _ = gaussian_classes(n_per_class=40, n_classes=3, seed=3)
+    rng = np.random.default_rng(0)
+    Y = np.c_[X[:, 0] * 2 + rng.normal(0, 0.1, len(X)), rng.normal(size=len(X))]  # a signal and pure noise
+    cfg = ContinuousOverlapScoringConfig(k=4, n_null_permutations=3)
+    scorer = OverlapIndexScorer(continuous_config=cfg)
+    result = scorer.score(X, Y, target_type="regression", target_names=["signal", "noise"], seed=5, warn=False)
+    per_target = result.regression["per_target"]
+    assert list(per_target) == ["signal", "noise"]
+    for j, name in enumerate(("signal", "noise")):
+        coi = ContinuousOverlapIndex(model_type="MiniBatchKMeans", kmeans_k=4, kmeans_kwargs={"random_state": 5},
+                                     null_mode="refit_permutation", n_null_permutations=3, random_state=5)
+        coi.fit_offline(normalize(X.astype(np.float64)), Y[:, j])
+        assert per_target[name] == {"score": coi.index, "loss_ratio": coi.loss_ratio_}
+    assert per_target["signal"]["score"] > per_target["noise"]["score"]
+    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, PrecomputedExtractor, SeparatixConfig
+
+    dataset = BenchmarkDataset.from_embeddings(X, Y, identity=DatasetIdentity.declared("two-targets", "1"),
+                                               target_type="regression", target_names=["signal", "noise"])
+    run = Benchmark(dataset, [PrecomputedExtractor("x")], continuous_config=cfg, progress=False,
+                    separatix_config=SeparatixConfig(enabled=False)).run()
+    reported = run["x"].overlap.regression["per_target"]
+    assert set(reported) == {"signal", "noise"}
+    text = run.to_markdown()
+    assert (f"Per target, each scored alone: signal {reported['signal']['score']:.4f} (loss ratio "
+            f"{reported['signal']['loss_ratio']:.4f}), noise") in text
+    one = scorer.score(X, Y[:, 0], target_type="regression", seed=5, warn=False)
+    assert one.regression["per_target"] == {"target_0": {"score": one.score, "loss_ratio": one.loss_ratio}}
+    assert scorer.score(X, Y, target_type="regression", seed=5, warn=False,
+                        per_target=False).regression["per_target"] == {}
+
+
 def test_regression_matches_direct_continuous_overlapindex():
     X, _ = gaussian_classes(n_per_class=50, n_classes=3, seed=3)
     y = X[:, 0] * 2 + np.random.default_rng(0).normal(0, 0.1, len(X))

@@ -232,6 +232,12 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
         blocks.append(Para(f"Loss ratio {o['loss_ratio']:.4f} (actual {null['actual_loss']:.4f} / null "
                            f"{null['null_loss']:.4f}; null mode ", Code(null["null_mode_used"]),
                            f", {null['n_null_permutations']} permutations)."))
+        per_target = o["regression"].get("per_target") or {}  # absent in files written before it existed
+        if len(per_target) > 1:
+            order = [name for name in o["regression"].get("scored_targets", []) if name in per_target]
+            blocks.append(Para("Per target, each scored alone: " + ", ".join(
+                f"{name} {per_target[name]['score']:.4f} (loss ratio {per_target[name]['loss_ratio']:.4f})"
+                for name in order or sorted(per_target)) + "."))
     if len(r["metrics"]) > 1:  # only overlap: its numbers are already in the line above
         blocks += metrics_detail(r)
     if r["warnings"]:

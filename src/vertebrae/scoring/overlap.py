@@ -411,7 +411,8 @@ class OverlapIndexScorer:
 
     def score(self, embeddings: Any, targets: Targets | Any, *, seed: int | None = None,
               target_type: str | None = None, label_names: Sequence[Any] | None = None,
-              target_names: Sequence[str] | None = None, warn: bool = True) -> OverlapScoreResult:
+              target_names: Sequence[str] | None = None, warn: bool = True,
+              per_target: bool = True) -> OverlapScoreResult:
         """Score ``embeddings`` (n x d, dense or sparse) against ``targets``.
 
         ``targets`` is a validated targets object (from a dataset) or raw labels,
@@ -419,7 +420,9 @@ class OverlapIndexScorer:
         ``seed`` defaults to the config's ``random_state``; the seed used is recorded.
         Each of the result's ``warnings`` is also warned (a :class:`ScoringWarning` at your
         call) unless ``warn=False``: a benchmark's stages record them and its ``run`` warns
-        each once, named by extractor.
+        each once, named by extractor.  ``per_target=False`` leaves out the per-target scores of a
+        regression with several targets (one more ContinuousOverlapIndex fit per target): stability repeats
+        summarize the score alone.
         """
         X = validate_embeddings(embeddings)
         if not isinstance(targets, (SingleLabelTargets, MultiLabelTargets, RegressionTargets)):
@@ -429,7 +432,7 @@ class OverlapIndexScorer:
             raise InputValidationError(f"targets has {targets.n_samples} rows but embeddings has {X.shape[0]}; "
                                        "give exactly one target per embedding row")
         if isinstance(targets, RegressionTargets):
-            result = self._score_regression(X, targets, seed)
+            result = self._score_regression(X, targets, seed, per_target)
         else:
             result = self._score_categorical(X, targets, seed)
         if warn:
@@ -501,9 +504,8 @@ class OverlapIndexScorer:
             labels={k: catalog.display(k) for k in catalog.keys})
 
     # -- regression -----------------------------------------------------------
-    def _score_regression(self, X: Any, targets: RegressionTargets, seed: int | None) -> OverlapScoreResult:
-        from overlapindex import ContinuousOverlapIndex
-
+    def _score_regression(self, X: Any, targets: RegressionTargets, seed: int | None,
+                          per_target: bool) -> OverlapScoreResult:
         cfg = self.continuous_config
         seed = cfg.random_state if seed is None else check_seed("score", "seed", seed, allow_none=False)
         notes: list[str] = []
@@ -522,15 +524,15 @@ class OverlapIndexScorer:
         _LOG.info("ContinuousOverlapIndex on %d x %d with %d %s null permutation(s); this is slow (about 70 s at "
                   "20,000 x 384 with 20 permutations on 2 cores)", X.shape[0], X.shape[1], cfg.n_null_permutations,
                   cfg.null_mode)
+        names = [targets.target_names[j] for j in keep]
         with limited_threads(cfg.thread_limit), call_warnings() as caught:
-            coi = ContinuousOverlapIndex(
-                model_type=BACKEND, kmeans_k=cfg.k, kmeans_kwargs=kmeans_kwargs,
-                offline_chunk_size=cfg.offline_chunk_size, target_cover=cfg.target_cover,
-                n_target_cells=cfg.n_target_cells, target_distance=cfg.target_distance,
-                adjacency_mode=cfg.adjacency_mode, top_k=cfg.top_k, null_mode=cfg.null_mode,
-                n_null_permutations=cfg.n_null_permutations, aggregation=cfg.aggregation,
-                target_scaling=cfg.target_scaling, random_state=seed)
+            coi = _continuous_index(cfg, kmeans_kwargs, seed)
             coi.fit_offline(Xf, Y)
+            # Spec: a regression's score detail is the continuous overlap per target.  One target: the score
+            # itself; several: each target scored alone, with the same settings and seed.
+            alone = {names[0]: coi} if len(keep) == 1 else {} if not per_target else {
+                name: _continuous_index(cfg, kmeans_kwargs, seed).fit(Xf, targets.values[:, j])
+                for name, j in zip(names, keep)}
         cells = {f"cell:{int(c)}": sorted(int(p) for p in protos)
                  for c, protos in sorted(coi.target_cell_to_prototypes_.items())}
         support = {int(p): int(v) for p, v in coi.prototype_support_.items()}
@@ -551,7 +553,9 @@ class OverlapIndexScorer:
                                  "auto_null_work": int(coi.auto_null_work_)},
             "target_cover": str(coi.target_cover_), "target_distance": str(coi.target_distance_),
             "target_cells": cells, "prototypes": prototypes, "prototype_adjacency": adjacency,
-            "scored_targets": [targets.target_names[j] for j in keep],
+            "scored_targets": names,
+            "per_target": {name: {"score": float(one.index), "loss_ratio": float(one.loss_ratio_)}
+                           for name, one in alone.items()},
         }
         metadata = {
             **_backend_metadata(cfg, X, kmeans_kwargs, zeros, distinct), "aggregation": cfg.aggregation,
@@ -564,6 +568,18 @@ class OverlapIndexScorer:
             k_per_class={cell: len(protos) for cell, protos in cells.items()},
             warnings=notes + _capture(caught), metadata=metadata, target_type="regression",
             labels={cell: cell for cell in cells}, loss_ratio=float(coi.loss_ratio_), regression=regression)
+
+
+def _continuous_index(cfg: ContinuousOverlapScoringConfig, kmeans_kwargs: dict[str, Any], seed: int) -> Any:
+    """An unfitted ContinuousOverlapIndex with ``cfg``'s settings and the fixed backend."""
+    from overlapindex import ContinuousOverlapIndex
+
+    return ContinuousOverlapIndex(
+        model_type=BACKEND, kmeans_k=cfg.k, kmeans_kwargs=kmeans_kwargs, offline_chunk_size=cfg.offline_chunk_size,
+        target_cover=cfg.target_cover, n_target_cells=cfg.n_target_cells, target_distance=cfg.target_distance,
+        adjacency_mode=cfg.adjacency_mode, top_k=cfg.top_k, null_mode=cfg.null_mode,
+        n_null_permutations=cfg.n_null_permutations, aggregation=cfg.aggregation,
+        target_scaling=cfg.target_scaling, random_state=seed)
 
 
 def _check_geometry(X: Any, normalize: bool, notes: list[str]) -> tuple[np.ndarray, int]:

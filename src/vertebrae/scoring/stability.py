@@ -418,7 +418,7 @@ def _score_repeat(X: Any, targets: Targets, scorer: OverlapIndexScorer, repeat: 
     if repeat.rows is not None:
         X, targets = X[repeat.rows], targets.subset(repeat.rows)
     # The scorer records its warnings in the result; re-emitting them once per repeat is noise.
-    result = scorer.score(X, targets, seed=repeat.scoring_seed, warn=False)
+    result = scorer.score(X, targets, seed=repeat.scoring_seed, warn=False, per_target=False)
     return _Outcome((result.score, result.macro_score, result.weighted_score), result.warnings)
 
 

@@ -261,7 +261,7 @@ def scoring_input(job: Any, inputs: Mapping[str, Any], context: Any) -> tuple[An
     return evaluated(inputs).matrix, context.targets(job), context.dataset.groups
 
 
-@stage(PIPELINE, "score", version=3, reads=("embedding",), optional_reads=("compress", "budget"),
+@stage(PIPELINE, "score", version=4, reads=("embedding",), optional_reads=("compress", "budget"),
        context=("targets",), packages=("overlapindex",), config=scoring_fingerprint, codec=SCORE_CODEC, phase=SCORE,
        runtime="seconds_and_steps", scoring_units=lambda settings: 1)
 def score(job: Any, inputs: Mapping[str, Any], context: Any, timings: dict[str, float]) -> ScoreArtifact:
