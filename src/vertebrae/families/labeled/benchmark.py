@@ -46,6 +46,8 @@ from ...selection.screening import Screened, ScreeningConfig, check_screening, r
 from ...inputs.views import LabelViewConfig, TargetViewConfig, plan_views, view_label
 
 DEFAULT_QUALITY_TOLERANCE = 0.02
+#: What makes one result: (extractor position, output, compression variant, view, result name).
+ResultParts = tuple[int, "str | None", "EmbeddingCompressionConfig | None", "tuple[str, str] | None", str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +147,7 @@ class Benchmark(FrontDoor):
         check_config("label_view_config", label_view_config, LabelViewConfig)
         self.target_view_config, self.label_view_config = target_view_config, label_view_config
         self._views = plan_views(target_view_config, label_view_config, dataset, self._outputs())
+        self._check_unique_results()
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = progress
@@ -181,27 +184,46 @@ class Benchmark(FrontDoor):
     def _outputs(self) -> list[str | None]:
         return [output for e in self.extractors for output in self._extractor_outputs(e)]
 
-    def chains(self, context: RunContext | None = None) -> list[Chain]:
-        """One chain per result: each extractor (or each named output of it), times each compression variant,
-        times each scored view.
+    def _results(self) -> list[ResultParts]:
+        """The parts of every result, in plan order.
 
         Names read ``extractor``, ``extractor:output``, ``extractor+pca64``, ``extractor[target=coarse]`` or
         ``extractor:output+int8[level=family]`` (spec, results page).
         """
-        context = self._context() if context is None else context
-        variants = self.settings.compression or (None,)
-        target_types = {view: self.dataset.view_targets(view).target_type
-                        for chosen in self._views.values() for view in (chosen or [None])}
-        chains = []
-        for extractor, extractor_id in zip(self.extractors, context.extractor_ids()):
+        results = []
+        for position, extractor in enumerate(self.extractors):
             for output in self._extractor_outputs(extractor):
                 base = extractor.name if output is None else f"{extractor.name}:{output}"
-                for variant in variants:
+                for variant in self.settings.compression or (None,):
                     for view in self._views[output] or [None]:
                         name = variant_name(base, variant) + ("" if view is None else f"[{view_label(view)}]")
-                        chains.append(Chain(name, extractor_id, extractor.name, output, view, variant,
-                                            target_types[view]))
-        return chains
+                        results.append((position, output, variant, view, name))
+        return results
+
+    def _check_unique_results(self) -> None:
+        """Results are looked up, reported and reloaded by name: two results with one name (an extractor named like
+        another's output, variant or view) would shadow each other, so the clash is refused before any work."""
+        seen: dict[str, str] = {}
+        for position, output, variant, view, name in self._results():
+            maker = (f"extractors[{position}] ({self.extractors[position].name!r}"
+                     + ("" if output is None else f", output {output!r}")
+                     + ("" if variant is None or variant.method == "none" else f", compression {variant.label!r}")
+                     + ("" if view is None else f", view {view_label(view)!r}") + ")")
+            if name in seen:
+                raise ConfigError(f"{maker} and {seen[name]} both make the result named {name!r}; rename the "
+                                  "extractor (or the output) so that every result has its own name")
+            seen[name] = maker
+
+    def chains(self, context: RunContext | None = None) -> list[Chain]:
+        """One chain per result (:meth:`_results`): each extractor (or each named output of it), times each
+        compression variant, times each scored view."""
+        context = self._context() if context is None else context
+        extractor_ids = context.extractor_ids()
+        target_types = {view: self.dataset.view_targets(view).target_type
+                        for chosen in self._views.values() for view in (chosen or [None])}
+        return [Chain(name, extractor_ids[position], self.extractors[position].name, output, view, variant,
+                      target_types[view])
+                for position, output, variant, view, name in self._results()]
 
     def execute(self, runner: Any = None, description: str | None = None) -> tuple[Plan, RunOutcome]:
         """The shared run path's execute; with screening, the rungs first and the finalists' plan in full."""
