@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, PrecomputedExtractor
+from vertebrae import Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, PrecomputedExtractor
 from vertebrae.errors import ConfigError, InputValidationError
 from vertebrae.extractors.compression import EmbeddingCompressionConfig
 
@@ -64,3 +64,25 @@ def test_distinct_results_of_outputs_variants_and_extractors_pass():
     bench = Benchmark(dataset(), [TwoOutputs("net"), PrecomputedExtractor("net:c")], compression=compression)
     assert [chain.name for chain in bench.chains()] == ["net:a", "net:a+pca2", "net:b", "net:b+pca2", "net:c",
                                                         "net:c+pca2"]
+
+
+# ---------------------------------------------------------------- item 2: precomputed matrices fit the dataset
+def slow_identity(X):
+    """Stands for an expensive extractor that must not run before a later extractor's refusal."""
+    raise AssertionError("an extractor ran before the benchmark was refused")
+
+
+def test_a_precomputed_matrix_with_the_wrong_row_count_is_refused_before_any_extractor_runs():
+    with pytest.raises(InputValidationError, match=r"extractors\[1\] PrecomputedExtractor 'w' holds 50 rows but the "
+                                                   r"dataset has 60; pass one embedding row per sample"):
+        Benchmark(dataset(), [CallableExtractor("slow", slow_identity), PrecomputedExtractor("w", X[:50])])
+
+
+def test_a_precomputed_extractor_without_a_matrix_on_a_text_dataset_is_refused():
+    texts = BenchmarkDataset.from_arrays([f"text {i}" for i in range(60)], y,
+                                         identity=DatasetIdentity.declared("texts", "1"))
+    with pytest.raises(InputValidationError, match=r"extractors\[0\] PrecomputedExtractor 'p' has no embeddings of its "
+                                                   r"own.*not an embedding matrix.*pass embeddings=\.\.\."):
+        Benchmark(texts, [PrecomputedExtractor("p")])
+    numeric = BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("numeric", "1"))
+    assert Benchmark(numeric, [PrecomputedExtractor("p")]).extractors[0].name == "p"  # a numeric matrix passes through

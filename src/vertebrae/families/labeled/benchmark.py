@@ -18,14 +18,15 @@ from ...selection.agreement import reference_metrics
 from ...artifacts.cache import CacheConfig
 from ...extractors.compression import EmbeddingCompressionConfig, check_compression, variant_name
 from ...inputs.datasets import BenchmarkDataset
-from ...errors import ConfigError, InputTypeError, VertebraeError
+from ...errors import ConfigError, InputTypeError, InputValidationError, VertebraeError
 from ...selection import adaptive_repeats
 from . import stages as benchmark_stages  # noqa: F401  (benchmark_stages: this pipeline's stages)
 from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...extractors.base import Extractor
+from ...extractors.base import Extractor, PrecomputedExtractor
+from ...inputs.embeddings import validate_embeddings
 from ..front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names,
                           validate_extractor_list)
 from ...inputs.audio import check_extractor_rates
@@ -118,6 +119,7 @@ class Benchmark(FrontDoor):
         self.dataset = dataset
         self.extractors = _validate_extractors(extractors)
         check_extractor_fields(dataset, self.extractors)
+        _check_precomputed(dataset, self.extractors)
         check_extractor_rates(dataset, self.extractors)
         scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
                                                                             dataset.target_type)
@@ -339,6 +341,25 @@ def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
                                  "name, fit, transform and recipe (see vertebrae.extractors.Extractor)")
     check_unique_names(extractors, [f"extractors[{i}]" for i in range(len(extractors))])
     return extractors
+
+
+def _check_precomputed(dataset: BenchmarkDataset, extractors: Sequence[Any]) -> None:
+    """A precomputed matrix must have one row per sample, and one without a matrix passes the dataset's inputs
+    through, which must then be an embedding matrix: both fail here, not after the extractors before it ran."""
+    for i, extractor in enumerate(extractors):
+        if not isinstance(extractor, PrecomputedExtractor):
+            continue
+        where = f"extractors[{i}] PrecomputedExtractor {extractor.name!r}"
+        if extractor.embeddings is not None and extractor.embeddings.shape[0] != dataset.n_samples:
+            raise InputValidationError(f"{where} holds {extractor.embeddings.shape[0]} rows but the dataset has "
+                                       f"{dataset.n_samples}; pass one embedding row per sample, in dataset order")
+        if extractor.embeddings is None and dataset.embeddings is None:
+            try:
+                validate_embeddings(dataset.inputs, argument="dataset.inputs")
+            except VertebraeError as exc:
+                raise type(exc)(f"{where} has no embeddings of its own, so it would score the dataset's inputs, "
+                                f"which are not an embedding matrix ({exc}); pass embeddings=... (one row per "
+                                "sample) or build the dataset with BenchmarkDataset.from_embeddings") from None
 
 
 def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult],
