@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vertebrae import Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, PrecomputedExtractor
+from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, KNNMetric, LDAProbeMetric,
+                       LinearProbeMetric, PrecomputedExtractor, RidgeProbeMetric)
 from vertebrae.errors import ConfigError, InputValidationError
 from vertebrae.extractors.compression import EmbeddingCompressionConfig
 
@@ -86,3 +87,43 @@ def test_a_precomputed_extractor_without_a_matrix_on_a_text_dataset_is_refused()
         Benchmark(texts, [PrecomputedExtractor("p")])
     numeric = BenchmarkDataset.from_arrays(X, y, identity=DatasetIdentity.declared("numeric", "1"))
     assert Benchmark(numeric, [PrecomputedExtractor("p")]).extractors[0].name == "p"  # a numeric matrix passes through
+
+
+# ---------------------------------------------------------------- item 3: metric settings that fit no embedding
+@pytest.mark.parametrize("metric, message", [
+    (LinearProbeMetric(n_splits=30), r"metric 'linear_probe': every class has fewer rows than n_splits=30 \(the "
+                                     r"largest has 20\); lower n_splits to at most 20"),
+    (RidgeProbeMetric(n_splits=30), r"metric 'ridge_probe': every class has fewer rows than n_splits=30"),
+    (LDAProbeMetric(n_splits=1000), r"metric 'lda_probe': 60 rows cannot make n_splits=1000 folds; lower n_splits"),
+    (KNNMetric(k=500), r"metric 'knn': k=500 reaches every candidate neighbour of every row \(at most 59 of the 60 "
+                       r"rows\).*lower k below 59"),
+    (KNNMetric(k=59), r"metric 'knn': k=59 reaches every candidate"),
+])
+def test_metric_settings_no_embedding_could_satisfy_are_refused_before_any_extractor_runs(metric, message):
+    with pytest.raises(ConfigError, match=message + r".*checked before any ran"):
+        Benchmark(dataset(), [CallableExtractor("slow", slow_identity)], metrics=[metric])
+
+
+def test_group_folds_and_the_referee_are_checked_too():
+    grouped = BenchmarkDataset.from_embeddings(X, y, identity=DatasetIdentity.declared("grouped", "1"),
+                                               groups=np.tile([0, 1, 2], 20))
+    with pytest.raises(ConfigError, match=r"3 groups cannot make n_splits=5 group folds"):
+        Benchmark(grouped, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric()])
+    with pytest.raises(ConfigError, match=r"k=40 reaches every candidate neighbour of every row \(at most 40 of the "
+                                          r"60 rows in other groups\)"):
+        Benchmark(grouped, [CallableExtractor("slow", slow_identity)], metrics=[KNNMetric(k=40)])
+    with pytest.raises(ConfigError, match=r"every class has fewer rows than n_splits=30"):
+        Benchmark(dataset(), [CallableExtractor("slow", slow_identity)], referee=LinearProbeMetric(n_splits=30))
+
+
+def test_a_cuda_probe_without_a_cuda_device_is_refused_before_any_extractor_runs():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(ConfigError, match=r"device='cuda': torch sees no CUDA device; use device='cpu'"):
+        Benchmark(dataset(), [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(device="cuda")])
+
+
+def test_feasible_metric_settings_pass():
+    bench = Benchmark(dataset(), [PrecomputedExtractor("p")], metrics=[LinearProbeMetric(n_splits=20), KNNMetric(k=58)])
+    assert [m.name for m in bench.settings.metrics] == ["linear_probe", "knn"]

@@ -122,6 +122,15 @@ class LinearProbeMetric(Config):
             return StratifiedKFold(n_splits, shuffle=True, random_state=seed)
         return KFold(n_splits, shuffle=True, random_state=seed)
 
+    def preflight(self, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
+                  groups: Any = None) -> None:
+        """Raise the MetricError a call would raise on these targets whatever the embedding: folds that cannot be
+        made (:meth:`fold_notes`), a device that is not there (``backend_for``)."""
+        n = labels.shape[0]
+        targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
+        self.fold_notes(targets, group_codes(self.name, groups, n), n)
+        backend_for(self.device)
+
     def splits(self, targets: MetricTargets, codes: np.ndarray | None, seed: int | None
                ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every (train, test) pair, repeat-major: repeat 0 with ``seed``, repeat r with :func:`repeat_seed`."""
@@ -223,8 +232,8 @@ class LinearProbeMetric(Config):
             return []
         counts = np.bincount(targets.y)
         if counts.max() < self.n_splits:
-            raise MetricError(f"metric {self.name!r}: every class has fewer rows than n_splits={self.n_splits}; "
-                              "lower n_splits")
+            raise MetricError(f"metric {self.name!r}: every class has fewer rows than n_splits={self.n_splits} (the "
+                              f"largest has {counts.max()}); lower n_splits to at most {counts.max()}")
         small = [targets.names[j] for j in np.flatnonzero(counts < self.n_splits)]
         return [] if not small else [f"class(es) {small[:5]} have fewer rows than n_splits={self.n_splits}, so some "
                                      "test folds lack them"]

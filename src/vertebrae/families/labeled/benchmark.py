@@ -38,7 +38,8 @@ from ..._base.profile_records import PROFILE_KEY
 from .results import BenchmarkResult, ExtractorResult
 from ...scoring.memory import MemoryConfig, check_budget_feasible
 from ...scoring.metric_result import OVERLAP_METRIC, MetricResult
-from ...scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
+from ...scoring.metrics import (Metric, check_metrics_feasible, check_primary_metric, metrics_fingerprint,
+                                resolve_metrics)
 from ...scoring.probe_verdicts import capitalized, tied_sentence
 from ...scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from ...scoring.separatix import SeparatixConfig
@@ -176,6 +177,8 @@ class Benchmark(FrontDoor):
                 if self.settings.memory_config is not None:  # a budget no embedding width could meet
                     check_budget_feasible(targets, self.settings.memory_config, self.settings.scoring_config,
                                           self.settings.continuous_config)
+                referee = () if self.settings.referee is None else (self.settings.referee,)
+                check_metrics_feasible([*self.settings.metrics, *referee], targets, self.dataset.groups)
             except VertebraeError as exc:
                 raise type(exc)(f"{exc}{where}") from None
 
