@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, KNNMetric, LDAProbeMetric,
-                       LinearProbeMetric, PrecomputedExtractor, RidgeProbeMetric)
-from vertebrae.errors import ConfigError, InputValidationError
+                       LinearProbeMetric, PrecomputedExtractor, RidgeProbeMetric, SklearnExtractor)
+from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
 from vertebrae.extractors.compression import EmbeddingCompressionConfig
 
 X = np.random.default_rng(0).normal(size=(60, 5)) + np.repeat(np.arange(3), 20)[:, None]
@@ -127,3 +127,50 @@ def test_a_cuda_probe_without_a_cuda_device_is_refused_before_any_extractor_runs
 def test_feasible_metric_settings_pass():
     bench = Benchmark(dataset(), [PrecomputedExtractor("p")], metrics=[LinearProbeMetric(n_splits=20), KNNMetric(k=58)])
     assert [m.name for m in bench.settings.metrics] == ["linear_probe", "knn"]
+
+
+# ---------------------------------------------------------------- item 4: custom extractor objects are validated
+class Custom:
+    """A custom extractor object (no base class), its name and recipe set per test."""
+
+    def __init__(self, name, recipe=None):
+        self.name, self._recipe = name, recipe
+
+    def fit(self, X, y=None):
+        return self
+
+    def transform(self, X):
+        return X
+
+    def recipe(self):
+        return self._recipe
+
+
+@pytest.mark.parametrize("name, error, message", [
+    (5, InputTypeError, r"extractors\[1\] \(Custom\) name must be a non-empty string, got int 5"),
+    ("", InputValidationError, r"extractors\[1\] \(Custom\) name must be a non-empty string, got ''"),
+    ("c+int8", InputValidationError, r"extractors\[1\] \(Custom\) name 'c\+int8' contains '\+'"),
+])
+def test_a_custom_extractors_name_is_checked_like_a_built_in_ones(name, error, message):
+    with pytest.raises(error, match=message):
+        Benchmark(dataset(), [PrecomputedExtractor("p"), Custom(name, {})])
+
+
+@pytest.mark.parametrize("recipe, message", [
+    (None, r"extractor 'c': recipe\(\) returned a NoneType, not a mapping; return a JSON-safe dict"),
+    ({"model": object()}, r"extractor 'c': its recipe\(\)/identity\(\) holds a value vertebrae cannot fingerprint "
+                          r"\(cannot fingerprint a object by content\); keep it to JSON-safe values"),
+])
+def test_a_custom_recipe_that_is_no_json_mapping_is_refused_naming_the_extractor_before_any_extractor_runs(recipe,
+                                                                                                           message):
+    benchmark = Benchmark(dataset(), [CallableExtractor("slow", slow_identity), Custom("c", recipe)])
+    with pytest.raises(InputTypeError, match=message):
+        benchmark.run()
+
+
+def test_sklearn_extractor_refuses_an_estimator_class():
+    from sklearn.decomposition import PCA
+
+    with pytest.raises(InputTypeError, match=r"SklearnExtractor 's': estimator is the class PCA, not an instance; "
+                                             r"give an instance: PCA\(\.\.\.\)"):
+        SklearnExtractor("s", PCA)

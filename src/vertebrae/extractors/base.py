@@ -148,6 +148,9 @@ class SklearnExtractor:
 
     def __init__(self, name: str, estimator: Any, *, supervised: bool = False) -> None:
         self.name = check_extractor_name(name)
+        if isinstance(estimator, type):
+            raise InputTypeError(f"SklearnExtractor {name!r}: estimator is the class {estimator.__name__}, not an "
+                                 f"instance; give an instance: {estimator.__name__}(...)")
         if not (hasattr(estimator, "fit") and hasattr(estimator, "transform")):
             raise InputTypeError(f"SklearnExtractor {name!r}: estimator must have fit and transform, got "
                                  f"{type(estimator).__name__}")
