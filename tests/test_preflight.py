@@ -8,7 +8,7 @@ import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, KNNMetric, LDAProbeMetric,
                        LinearProbeMetric, PrecomputedExtractor, RidgeProbeMetric, SklearnExtractor)
-from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
+from vertebrae.errors import ConfigError, ConfigTypeError, InputTypeError, InputValidationError
 from vertebrae.extractors.compression import EmbeddingCompressionConfig
 
 X = np.random.default_rng(0).normal(size=(60, 5)) + np.repeat(np.arange(3), 20)[:, None]
@@ -174,3 +174,36 @@ def test_sklearn_extractor_refuses_an_estimator_class():
     with pytest.raises(InputTypeError, match=r"SklearnExtractor 's': estimator is the class PCA, not an instance; "
                                              r"give an instance: PCA\(\.\.\.\)"):
         SklearnExtractor("s", PCA)
+
+
+# ---------------------------------------------------------------- item 5: settings that would be ignored or misread
+@pytest.mark.parametrize("fields, message", [
+    ({"C_patience": 2}, r"LinearProbeMetric.C_patience is read only with C='auto' \(C chosen per fold\), but C=1.0; "
+                        r"pass C='auto' or leave C_patience out"),
+    ({"C": 100.0, "C_grid": (0.1, 1.0)}, r"LinearProbeMetric.C_grid is read only with C='auto'"),
+])
+def test_a_fixed_c_refuses_the_fields_only_c_auto_reads(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        LinearProbeMetric(**fields)
+    assert LinearProbeMetric(C="auto", **{k: v for k, v in fields.items() if k != "C"}).C == "auto"
+
+
+@pytest.mark.parametrize("progress", ["yes", 3])
+def test_progress_must_be_a_bool_or_none(progress):
+    with pytest.raises(ConfigTypeError, match=r"Benchmark: progress must be True, False or None"):
+        Benchmark(dataset(), [PrecomputedExtractor("p")], progress=progress)
+    assert Benchmark(dataset(), [PrecomputedExtractor("p")], progress=False).progress is False
+
+
+def test_retrieval_and_zero_shot_benchmarks_check_progress_too():
+    from vertebrae import RetrievalBenchmark, RetrievalDataset, ZeroShotBenchmark, ZeroShotDataset
+
+    rng = np.random.default_rng(1)
+    pairs = RetrievalDataset.from_embeddings(rng.normal(size=(4, 3)), rng.normal(size=(6, 3)),
+                                             relevance=[(0, 0, 1.0), (1, 2, 1.0), (2, 3, 1.0), (3, 5, 1.0)],
+                                             identity=DatasetIdentity.declared("pairs", "1"))
+    with pytest.raises(ConfigTypeError, match=r"RetrievalBenchmark: progress must be True, False or None"):
+        RetrievalBenchmark(pairs, [PrecomputedExtractor("p")], progress="yes")
+    prompts = ZeroShotDataset.from_templates(dataset(), ["a {label}"])
+    with pytest.raises(ConfigTypeError, match=r"ZeroShotBenchmark: progress must be True, False or None"):
+        ZeroShotBenchmark(prompts, [], progress=3)

@@ -87,6 +87,10 @@ class LinearProbeMetric(Config):
             raise ConfigError(f"{owner}.C_grid must be strictly increasing, got {list(grid)}; sort it")
         self._set("C_grid", grid)
         self._set("C_patience", check_int(owner, "C_patience", self.C_patience, minimum=1, allow_none=True))
+        changed = [f for f, default in (("C_grid", C_GRID), ("C_patience", None)) if getattr(self, f) != default]
+        if self.C != "auto" and changed:  # as StabilityConfig refuses adaptive fields a fixed repeats never reads
+            raise ConfigError(f"{owner}.{changed[0]} is read only with C='auto' (C chosen per fold), but C={self.C}; "
+                              f"pass C='auto' or leave {changed[0]} out")
         self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")

@@ -35,6 +35,7 @@ from ...selection.referee import (DEFAULT_REFEREE_SHARE, check_finalist_policy, 
                                   decide, referee_notes, referee_record)
 from ...extractors.profiling import ResourceProfilingConfig, chain_profile, check_profiling
 from ..._base.profile_records import PROFILE_KEY
+from ..._base.progress import check_progress
 from .results import BenchmarkResult, ExtractorResult
 from ...scoring.memory import MemoryConfig, check_budget_feasible
 from ...scoring.metric_result import OVERLAP_METRIC, MetricResult
@@ -153,7 +154,7 @@ class Benchmark(FrontDoor):
         self._check_unique_results()
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
-        self.progress = progress
+        self.progress = check_progress("Benchmark", progress)
         #: Successive halving before the full evaluation (docs/screening.md); None: every candidate in full.
         self.screening = check_config("screening", screening, ScreeningConfig)
         self._screened: Screened | None = None
