@@ -24,7 +24,8 @@ from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
 from .._base.threads import map_reusing_workspaces, map_single_threaded, thread_workers
 from ..errors import MetricError
-from .closed_form import SameFoldsPreflight, check_dense_budget, fold_score, probe_folds, probe_payload, training_classes
+from .closed_form import (SameFoldsPreflight, check_dense_budget, fold_score, probe_folds, probe_payload,
+                          training_classes)
 from .metrics import check_metric_name
 from .standard_scaling import EPS, standard_scale
 
