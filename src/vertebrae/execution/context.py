@@ -58,8 +58,13 @@ def extractor_identity(extractor: Any, unsafe_token: str) -> tuple[dict[str, Any
     artifacts across runs.  The token is deterministic, so result JSON stays
     byte-identical run to run.
     """
-    identity = extractor.identity() if hasattr(extractor, "identity") else dict(extractor.recipe())
-    identity = {k: v for k, v in identity.items() if k != "name"}
+    method = "identity" if hasattr(extractor, "identity") else "recipe"
+    declared = getattr(extractor, method)()
+    if not isinstance(declared, Mapping):
+        raise InputTypeError(f"extractor {extractor.name!r}: {method}() returned a {type(declared).__name__}, not a "
+                             "mapping; return a JSON-safe dict describing what it computes, e.g. {'type': 'my-model', "
+                             "'version': 1}")
+    identity = {k: v for k, v in declared.items() if k != "name"}
     safe = bool(getattr(extractor, "cache_eligible", True)) and identified(identity)
     if not safe:
         identity["unsafe_identity_token"] = unsafe_token
@@ -85,7 +90,13 @@ class RunContext:
         for position, extractor in enumerate(extractors):
             token = f"extractor-object-{first_position.setdefault(id(extractor), position)}"
             identity, safe = extractor_identity(extractor, token)
-            extractor_id = content_sha256(identity)[:24]
+            try:
+                extractor_id = content_sha256(identity)[:24]
+            except InputTypeError as exc:  # its message ends with a fix for datasets, not for extractors
+                raise InputTypeError(f"extractor {extractor.name!r}: its recipe()/identity() holds a value vertebrae "
+                                     f"cannot fingerprint ({str(exc).split(';')[0]}); keep it to JSON-safe values "
+                                     "(strings, numbers, lists, dicts), naming an object by its class or version"
+                                     ) from None
             self.extractors.setdefault(extractor_id, extractor)
             self._identities[extractor_id] = Fact(identity, safe)
             self._ids.append(extractor_id)

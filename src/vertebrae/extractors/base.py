@@ -44,11 +44,16 @@ class Extractor(Protocol):
     def recipe(self) -> dict[str, Any]: ...
 
 
-def check_extractor_name(name: Any) -> str:
+def check_extractor_name(name: Any, owner: str = "extractor name") -> str:
+    """A non-empty string without ``+``, which joins a compression variant to it in result names (``raw+pca64``):
+    ``a+pca2`` would read as extractor ``a``'s variant.  ``owner`` says where the name came from."""
     if not isinstance(name, str):
-        raise InputTypeError(f"extractor name must be a non-empty string, got {type(name).__name__} {name!r}")
+        raise InputTypeError(f"{owner} must be a non-empty string, got {type(name).__name__} {name!r}")
     if not name.strip():
-        raise InputValidationError(f"extractor name must be a non-empty string, got {name!r}")
+        raise InputValidationError(f"{owner} must be a non-empty string, got {name!r}")
+    if "+" in name:
+        raise InputValidationError(f"{owner} {name!r} contains '+', which result names use before a compression "
+                                   f"variant ('raw+pca64'); rename it, e.g. {name.replace('+', '-')!r}")
     return name
 
 
@@ -143,6 +148,9 @@ class SklearnExtractor:
 
     def __init__(self, name: str, estimator: Any, *, supervised: bool = False) -> None:
         self.name = check_extractor_name(name)
+        if isinstance(estimator, type):
+            raise InputTypeError(f"SklearnExtractor {name!r}: estimator is the class {estimator.__name__}, not an "
+                                 f"instance; give an instance: {estimator.__name__}(...)")
         if not (hasattr(estimator, "fit") and hasattr(estimator, "transform")):
             raise InputTypeError(f"SklearnExtractor {name!r}: estimator must have fit and transform, got "
                                  f"{type(estimator).__name__}")

@@ -33,18 +33,35 @@ class ProbeFolds:
     notes: list[str]
 
 
+def same_folds(name: str, n_splits: int) -> Any:
+    """The :class:`~vertebrae.LinearProbeMetric` whose folds and fold checks a closed-form probe borrows."""
+    from .linear_probe import LinearProbeMetric
+
+    return LinearProbeMetric(n_splits=n_splits, name=name)
+
+
+class SameFoldsPreflight:
+    """``preflight`` of a closed-form probe (``name``, ``n_splits``): its folds are LinearProbeMetric's, so that
+    probe's own checks say whether they can be made on the dataset before any extractor runs."""
+
+    name: str
+    n_splits: int
+
+    def preflight(self, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
+                  groups: Any = None) -> None:
+        same_folds(self.name, self.n_splits).preflight(labels, target_metadata=target_metadata, groups=groups)
+
+
 def probe_folds(name: str, n_splits: int, embeddings: Any, labels: Any, target_metadata: Mapping[str, Any] | None,
                 groups: Any, seed: int | None, supported: tuple[str, ...]) -> ProbeFolds:
     """Decode the call's targets and groups and draw :class:`~vertebrae.LinearProbeMetric`'s folds for them."""
-    from .linear_probe import LinearProbeMetric
-
     n = embeddings.shape[0]
     check_magnitude(name, embeddings)
     targets = metric_targets(name, labels, target_metadata, n, supported)
     codes = group_codes(name, groups, n)
-    same_folds = LinearProbeMetric(n_splits=n_splits, name=name)
-    notes = [*targets.warnings, *same_folds.fold_notes(targets, codes, n)]
-    splitter = same_folds.folds(targets.target_type, seed, codes is not None)
+    folds = same_folds(name, n_splits)
+    notes = [*targets.warnings, *folds.fold_notes(targets, codes, n)]
+    splitter = folds.folds(targets.target_type, seed, codes is not None)
     splits = list(splitter.split(np.zeros((n, 1)), targets.y, codes))
     return ProbeFolds(targets, codes, splits, type(splitter).__name__, notes)
 

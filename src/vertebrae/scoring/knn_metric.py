@@ -68,6 +68,22 @@ class KNNMetric(Config):
         """Queries per block: as many as ``max_block_bytes`` allows, at least one."""
         return max(1, min(n_rows, self.max_block_bytes // (BYTES_PER_CELL * max(n_rows, 1))))
 
+    @staticmethod
+    def candidates(n: int, codes: np.ndarray | None) -> np.ndarray:
+        """The neighbours each row may have: every other row, or (with groups) every row of another group."""
+        return np.full(n, n - 1) if codes is None else n - np.bincount(codes)[codes]
+
+    def preflight(self, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
+                  groups: Any = None) -> None:
+        """Refuse a ``k`` that reaches every candidate of every row: each row would vote with all of them, whatever
+        the embedding, so the score would rank nothing (with 3 balanced classes it is 0.0 for every candidate)."""
+        n = labels.shape[0]
+        most = int(self.candidates(n, group_codes(self.name, groups, n)).max(initial=0))
+        if self.k >= most:
+            raise MetricError(f"metric {self.name!r}: k={self.k} reaches every candidate neighbour of every row (at "
+                              f"most {most} of the {n} rows{' in other groups' if groups is not None else ''}), so "
+                              f"the votes do not depend on the embedding; lower k below {most}")
+
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
         n = embeddings.shape[0]
@@ -81,7 +97,7 @@ class KNNMetric(Config):
         matrix = matrix.astype(dtype, copy=False)
         if zeros.size:
             warnings.append(f"{zeros.size} all-zero embedding row(s) have cosine similarity 0 to every row")
-        candidates = np.full(n, n - 1) if codes is None else n - np.bincount(codes)[codes]
+        candidates = self.candidates(n, codes)
         short = int((candidates < self.k).sum())
         if short:
             warnings.append(f"{short} row(s) have fewer than k={self.k} candidate neighbours"

@@ -24,13 +24,14 @@ from .._base.config import Config, check_int
 from .._base.sparse import is_sparse
 from .._base.threads import map_reusing_workspaces, map_single_threaded, thread_workers
 from ..errors import MetricError
-from .closed_form import check_dense_budget, fold_score, probe_folds, probe_payload, training_classes
+from .closed_form import (SameFoldsPreflight, check_dense_budget, fold_score, probe_folds, probe_payload,
+                          training_classes)
 from .metrics import check_metric_name
 from .standard_scaling import EPS, standard_scale
 
 
 @dataclasses.dataclass(frozen=True)
-class LDAProbeMetric(Config):
+class LDAProbeMetric(SameFoldsPreflight, Config):
     """Held-out balanced accuracy of shrinkage linear discriminant analysis on standardized embeddings,
     averaged over ``n_splits`` folds.
 

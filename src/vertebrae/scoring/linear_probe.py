@@ -88,6 +88,10 @@ class LinearProbeMetric(Config):
             raise ConfigError(f"{owner}.C_grid must be strictly increasing, got {list(grid)}; sort it")
         self._set("C_grid", grid)
         self._set("C_patience", check_int(owner, "C_patience", self.C_patience, minimum=1, allow_none=True))
+        changed = [f for f, default in (("C_grid", C_GRID), ("C_patience", None)) if getattr(self, f) != default]
+        if self.C != "auto" and changed:  # as StabilityConfig refuses adaptive fields a fixed repeats never reads
+            raise ConfigError(f"{owner}.{changed[0]} is read only with C='auto' (C chosen per fold), but C={self.C}; "
+                              f"pass C='auto' or leave {changed[0]} out")
         self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
@@ -122,6 +126,15 @@ class LinearProbeMetric(Config):
         if target_type == "single_label":
             return StratifiedKFold(n_splits, shuffle=True, random_state=seed)
         return KFold(n_splits, shuffle=True, random_state=seed)
+
+    def preflight(self, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
+                  groups: Any = None) -> None:
+        """Raise the MetricError a call would raise on these targets whatever the embedding: folds that cannot be
+        made (:meth:`fold_notes`), a device that is not there (``backend_for``)."""
+        n = labels.shape[0]
+        targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
+        self.fold_notes(targets, group_codes(self.name, groups, n), n)
+        backend_for(self.device)
 
     def splits(self, targets: MetricTargets, codes: np.ndarray | None, seed: int | None
                ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -225,8 +238,8 @@ class LinearProbeMetric(Config):
             return []
         counts = np.bincount(targets.y)
         if counts.max() < self.n_splits:
-            raise MetricError(f"metric {self.name!r}: every class has fewer rows than n_splits={self.n_splits}; "
-                              "lower n_splits")
+            raise MetricError(f"metric {self.name!r}: every class has fewer rows than n_splits={self.n_splits} (the "
+                              f"largest has {counts.max()}); lower n_splits to at most {counts.max()}")
         small = [targets.names[j] for j in np.flatnonzero(counts < self.n_splits)]
         return [] if not small else [f"class(es) {small[:5]} have fewer rows than n_splits={self.n_splits}, so some "
                                      "test folds lack them"]

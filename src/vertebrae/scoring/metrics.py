@@ -426,6 +426,20 @@ def metric_inputs(targets: Targets, groups: Any = None) -> tuple[Any, dict[str, 
     return _read_only(labels), metadata, group_keys
 
 
+def check_metrics_feasible(metrics: Sequence[Metric], targets: Targets, groups: Any) -> None:
+    """Settings that no embedding could satisfy on these targets (more folds than rows, a missing GPU, a k that
+    reaches every row) fail before any extractor runs, not on every candidate in turn: each metric that declares
+    ``preflight(labels, *, target_metadata, groups)`` is asked with the inputs it would be called with, and its
+    MetricError becomes a ConfigError."""
+    labels, target_metadata, group_keys = metric_inputs(targets, groups)
+    for metric in metrics:
+        if hasattr(metric, "preflight"):
+            try:
+                metric.preflight(labels, target_metadata=copy.deepcopy(target_metadata), groups=group_keys)
+            except MetricError as exc:
+                raise ConfigError(f"{exc} (on this dataset, for every extractor; checked before any ran)") from None
+
+
 # -------------------------------------------------------------------- metrics stage
 def metric_result(metric: Metric, payload: Any, extractor: str | None = None) -> MetricResult:
     """Check one payload against the contract and normalize it into a MetricResult.

@@ -24,8 +24,8 @@ from .._base.sparse import is_sparse
 from .._base.threads import limited_threads, map_single_threaded, thread_workers
 from ..errors import ConfigError, ConfigTypeError
 from ..inputs.targets import TARGET_TYPES
-from .closed_form import StandardizedFold, check_dense_budget, fold_score, probe_folds, probe_payload, \
-    standardized_fold, training_classes
+from .closed_form import (SameFoldsPreflight, StandardizedFold, check_dense_budget, fold_score, probe_folds,
+                          probe_payload, standardized_fold, training_classes)
 from .metric_targets import MetricTargets
 from .metrics import check_metric_name
 from .standard_scaling import standard_scale
@@ -44,7 +44,7 @@ GRAM_COPIES = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class RidgeProbeMetric(Config):
+class RidgeProbeMetric(SameFoldsPreflight, Config):
     """Held-out quality of a ridge classifier on standardized embeddings, its ``alpha`` chosen inside each
     training fold by exact leave-one-out over ``alphas``, averaged over ``n_splits`` folds.
 

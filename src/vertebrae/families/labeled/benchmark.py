@@ -18,14 +18,15 @@ from ...selection.agreement import reference_metrics
 from ...artifacts.cache import CacheConfig
 from ...extractors.compression import EmbeddingCompressionConfig, check_compression, variant_name
 from ...inputs.datasets import BenchmarkDataset
-from ...errors import ConfigError, InputTypeError, VertebraeError
+from ...errors import ConfigError, InputTypeError, InputValidationError, VertebraeError
 from ...selection import adaptive_repeats
 from . import stages as benchmark_stages  # noqa: F401  (benchmark_stages: this pipeline's stages)
 from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...extractors.base import Extractor
+from ...extractors.base import Extractor, PrecomputedExtractor, check_extractor_name
+from ...inputs.embeddings import validate_embeddings
 from ..front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names,
                           validate_extractor_list)
 from ...inputs.audio import check_extractor_rates
@@ -34,10 +35,12 @@ from ...selection.referee import (DEFAULT_REFEREE_SHARE, check_finalist_policy, 
                                   decide, referee_notes, referee_record)
 from ...extractors.profiling import ResourceProfilingConfig, chain_profile, check_profiling
 from ..._base.profile_records import PROFILE_KEY
+from ..._base.progress import check_progress
 from .results import BenchmarkResult, ExtractorResult
 from ...scoring.memory import MemoryConfig, check_budget_feasible
 from ...scoring.metric_result import OVERLAP_METRIC, MetricResult
-from ...scoring.metrics import Metric, check_primary_metric, metrics_fingerprint, resolve_metrics
+from ...scoring.metrics import (Metric, check_metrics_feasible, check_primary_metric, metrics_fingerprint,
+                                resolve_metrics)
 from ...scoring.probe_verdicts import capitalized, tied_sentence
 from ...scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from ...scoring.separatix import SeparatixConfig
@@ -46,6 +49,8 @@ from ...selection.screening import Screened, ScreeningConfig, check_screening, r
 from ...inputs.views import LabelViewConfig, TargetViewConfig, plan_views, view_label
 
 DEFAULT_QUALITY_TOLERANCE = 0.02
+#: What makes one result: (extractor position, output, compression variant, view, result name).
+ResultParts = tuple[int, "str | None", "EmbeddingCompressionConfig | None", "tuple[str, str] | None", str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +121,7 @@ class Benchmark(FrontDoor):
         self.dataset = dataset
         self.extractors = _validate_extractors(extractors)
         check_extractor_fields(dataset, self.extractors)
+        _check_precomputed(dataset, self.extractors)
         check_extractor_rates(dataset, self.extractors)
         scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
                                                                             dataset.target_type)
@@ -145,9 +151,10 @@ class Benchmark(FrontDoor):
         check_config("label_view_config", label_view_config, LabelViewConfig)
         self.target_view_config, self.label_view_config = target_view_config, label_view_config
         self._views = plan_views(target_view_config, label_view_config, dataset, self._outputs())
+        self._check_unique_results()
         self._check_labels_against_config()
         self.on_error = check_on_error("Benchmark", on_error)
-        self.progress = progress
+        self.progress = check_progress("Benchmark", progress)
         #: Successive halving before the full evaluation (docs/screening.md); None: every candidate in full.
         self.screening = check_config("screening", screening, ScreeningConfig)
         self._screened: Screened | None = None
@@ -171,6 +178,8 @@ class Benchmark(FrontDoor):
                 if self.settings.memory_config is not None:  # a budget no embedding width could meet
                     check_budget_feasible(targets, self.settings.memory_config, self.settings.scoring_config,
                                           self.settings.continuous_config)
+                referee = () if self.settings.referee is None else (self.settings.referee,)
+                check_metrics_feasible([*self.settings.metrics, *referee], targets, self.dataset.groups)
             except VertebraeError as exc:
                 raise type(exc)(f"{exc}{where}") from None
 
@@ -181,27 +190,46 @@ class Benchmark(FrontDoor):
     def _outputs(self) -> list[str | None]:
         return [output for e in self.extractors for output in self._extractor_outputs(e)]
 
-    def chains(self, context: RunContext | None = None) -> list[Chain]:
-        """One chain per result: each extractor (or each named output of it), times each compression variant,
-        times each scored view.
+    def _results(self) -> list[ResultParts]:
+        """The parts of every result, in plan order.
 
         Names read ``extractor``, ``extractor:output``, ``extractor+pca64``, ``extractor[target=coarse]`` or
         ``extractor:output+int8[level=family]`` (spec, results page).
         """
-        context = self._context() if context is None else context
-        variants = self.settings.compression or (None,)
-        target_types = {view: self.dataset.view_targets(view).target_type
-                        for chosen in self._views.values() for view in (chosen or [None])}
-        chains = []
-        for extractor, extractor_id in zip(self.extractors, context.extractor_ids()):
+        results = []
+        for position, extractor in enumerate(self.extractors):
             for output in self._extractor_outputs(extractor):
                 base = extractor.name if output is None else f"{extractor.name}:{output}"
-                for variant in variants:
+                for variant in self.settings.compression or (None,):
                     for view in self._views[output] or [None]:
                         name = variant_name(base, variant) + ("" if view is None else f"[{view_label(view)}]")
-                        chains.append(Chain(name, extractor_id, extractor.name, output, view, variant,
-                                            target_types[view]))
-        return chains
+                        results.append((position, output, variant, view, name))
+        return results
+
+    def _check_unique_results(self) -> None:
+        """Results are looked up, reported and reloaded by name: two results with one name (an extractor named like
+        another's output, variant or view) would shadow each other, so the clash is refused before any work."""
+        seen: dict[str, str] = {}
+        for position, output, variant, view, name in self._results():
+            maker = (f"extractors[{position}] ({self.extractors[position].name!r}"
+                     + ("" if output is None else f", output {output!r}")
+                     + ("" if variant is None or variant.method == "none" else f", compression {variant.label!r}")
+                     + ("" if view is None else f", view {view_label(view)!r}") + ")")
+            if name in seen:
+                raise ConfigError(f"{maker} and {seen[name]} both make the result named {name!r}; rename the "
+                                  "extractor (or the output) so that every result has its own name")
+            seen[name] = maker
+
+    def chains(self, context: RunContext | None = None) -> list[Chain]:
+        """One chain per result (:meth:`_results`): each extractor (or each named output of it), times each
+        compression variant, times each scored view."""
+        context = self._context() if context is None else context
+        extractor_ids = context.extractor_ids()
+        target_types = {view: self.dataset.view_targets(view).target_type
+                        for chosen in self._views.values() for view in (chosen or [None])}
+        return [Chain(name, extractor_ids[position], self.extractors[position].name, output, view, variant,
+                      target_types[view])
+                for position, output, variant, view, name in self._results()]
 
     def execute(self, runner: Any = None, description: str | None = None) -> tuple[Plan, RunOutcome]:
         """The shared run path's execute; with screening, the rungs first and the finalists' plan in full."""
@@ -315,8 +343,28 @@ def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
         if missing:
             raise InputTypeError(f"extractors[{i}] ({type(extractor).__name__}) lacks {missing}; an extractor needs "
                                  "name, fit, transform and recipe (see vertebrae.extractors.Extractor)")
+        check_extractor_name(extractor.name, f"extractors[{i}] ({type(extractor).__name__}) name")
     check_unique_names(extractors, [f"extractors[{i}]" for i in range(len(extractors))])
     return extractors
+
+
+def _check_precomputed(dataset: BenchmarkDataset, extractors: Sequence[Any]) -> None:
+    """A precomputed matrix must have one row per sample, and one without a matrix passes the dataset's inputs
+    through, which must then be an embedding matrix: both fail here, not after the extractors before it ran."""
+    for i, extractor in enumerate(extractors):
+        if not isinstance(extractor, PrecomputedExtractor):
+            continue
+        where = f"extractors[{i}] PrecomputedExtractor {extractor.name!r}"
+        if extractor.embeddings is not None and extractor.embeddings.shape[0] != dataset.n_samples:
+            raise InputValidationError(f"{where} holds {extractor.embeddings.shape[0]} rows but the dataset has "
+                                       f"{dataset.n_samples}; pass one embedding row per sample, in dataset order")
+        if extractor.embeddings is None and dataset.embeddings is None:
+            try:
+                validate_embeddings(dataset.inputs, argument="dataset.inputs")
+            except VertebraeError as exc:
+                raise type(exc)(f"{where} has no embeddings of its own, so it would score the dataset's inputs, "
+                                f"which are not an embedding matrix ({exc}); pass embeddings=... (one row per "
+                                "sample) or build the dataset with BenchmarkDataset.from_embeddings") from None
 
 
 def _build_result(dataset: BenchmarkDataset, results: list[ExtractorResult],

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..._base.progress import check_progress
 from ..._base.config import check_config
 from ...extractors.compression import EmbeddingCompressionConfig, check_compression
 from ...errors import InputTypeError
@@ -56,7 +57,7 @@ class RetrievalBenchmark(FrontDoor):
             raise InputTypeError(f"dataset must be a RetrievalDataset, got {type(dataset).__name__}; build one with "
                                  "RetrievalDataset.from_embeddings(...) or RetrievalDataset.from_inputs(...)")
         config = check_config("retrieval_config", retrieval_config, RetrievalConfig, default=RetrievalConfig())
-        self.dataset, self.config, self.progress = dataset, config, progress
+        self.dataset, self.config, self.progress = dataset, config, check_progress("RetrievalBenchmark", progress)
         self.on_error = check_on_error("RetrievalBenchmark", on_error)
         #: Paired compression variants (fitted on the gallery, applied to the queries); empty: raw endpoints only.
         self.compression = check_compression("RetrievalBenchmark", compression)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..._base.progress import check_progress
 from ..._base.config import check_config
 from ...extractors.compression import EmbeddingCompressionConfig, check_compression
 from ...errors import InputTypeError, InputValidationError
@@ -60,7 +61,7 @@ class ZeroShotBenchmark(FrontDoor):
         scoring_config = check_config("scoring_config", scoring_config, OverlapScoringConfig,
                                       default=OverlapScoringConfig())
         check_class_settings(scoring_config, dataset.targets.counts(), dataset.catalog)
-        self.dataset, self.config, self.progress = dataset, config, progress
+        self.dataset, self.config, self.progress = dataset, config, check_progress("ZeroShotBenchmark", progress)
         self.on_error = check_on_error("ZeroShotBenchmark", on_error)
         #: Compression variants (fitted on the sample embeddings, applied to both branches); empty: raw only.
         self.compression = check_compression("ZeroShotBenchmark", compression)
