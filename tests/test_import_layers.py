@@ -192,7 +192,7 @@ def test_the_json_codec_is_at_the_foundation():
     graph = import_graph()
     assert "vertebrae._base.json_codec" in graph
     assert reaches(graph, "vertebrae._base.json_codec") <= {"vertebrae.errors", "vertebrae._base.sparse",
-                                                             "vertebrae._base.names"}
+                                                             "vertebrae._base.names", "vertebrae._base.files"}
 
 
 def test_the_foundation_imports_nothing_above_it():

@@ -155,7 +155,7 @@ def test_quality_cohort_and_tied_ranks():
     assert [r.name for r in result.quality_cohort()] == ["a", "b"]
     assert [r.name for r in result.quality_cohort(tolerance=1.0)] == ["a", "b", "bad"]
     assert result.to_dataframe()["rank"].tolist() == [1, 1, 3]
-    with pytest.raises(ValueError, match="tolerance must be >= 0"):
+    with pytest.raises(ConfigError, match=r"quality_cohort.tolerance must be in \[0.0, inf\], got -1.0"):
         result.quality_cohort(-1)
 
 
