@@ -338,3 +338,26 @@ def test_staged_help(command, capsys):
         main([command, "--help"])
     assert exit_info.value.code == 0
     assert "vertebrae collect plan.json --output result.json" in capsys.readouterr().out
+
+
+def _block_entry(project: pathlib.Path, stage: str, extractor: str) -> str:
+    """Put a regular file where the store folder of one planned job goes, so that job's write really fails."""
+    key = next(job["key"] for job in PlanFile.load(project / "plan.json").jobs
+               if job["stage"] == stage and job["extractor"] == extractor)
+    blocker = project / "store" / key
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a folder")
+    return key
+
+
+@pytest.mark.parametrize("on_error, code", [("raise", 2), ("record", 1)])
+def test_embed_that_cannot_store_its_artifact_fails(project, monkeypatch, capsys, on_error, code):
+    """A staged phase exists to fill the store: a write that fails is the job's failure, named, never
+    "in the store ... 0 failed" with exit 0 (the next phase would then find nothing)."""
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "--on-error", on_error, "-q"]) == 0
+    _block_entry(project, "extract", "narrow")
+    assert main(["embed", "plan.json"]) == code
+    captured = capsys.readouterr()
+    assert "could not store the extract artifact of 'narrow'" in captured.err
+    assert "0 failed" not in captured.out

@@ -84,18 +84,23 @@ class StageCache:
             self._store = self.config.open_store()
         return self._store
 
-    def run(self, job: StageJob, compute: Compute, context: Any, codec: ArtifactCodec) -> JobRun:
+    def run(self, job: StageJob, compute: Compute, context: Any, codec: ArtifactCodec, *,
+            must_store: bool = False) -> JobRun:
         """The stored artifact (a hit, except in refresh mode), else ``compute()`` stored as a miss."""
         if self.config.mode != "refresh":
             found = self.lookup(job, codec)
             if found is not None:
                 return found
         artifact, timings = compute()
-        return self.computed(job, artifact, timings, context, codec)
+        return self.computed(job, artifact, timings, context, codec, must_store=must_store)
 
     def computed(self, job: StageJob, artifact: Any, timings: dict[str, float], context: Any,
-                 codec: ArtifactCodec) -> JobRun:
-        """A miss computed now: stored (except in read_only mode), with its persisted footprint."""
+                 codec: ArtifactCodec, *, must_store: bool = False) -> JobRun:
+        """A miss computed now: stored (except in read_only mode), with its persisted footprint.
+
+        A failed write is a warning (the run still has the artifact), unless ``must_store``: a staged phase's own
+        artifact, which only reaches the next phase through the store, so the failure is the job's (raised).
+        """
         if self.config.mode == "read_only":
             return _with_logical(JobRun(artifact, timings, MISS), codec)
         start = time.perf_counter()
@@ -104,6 +109,9 @@ class StageCache:
                                         metadata=_listing(job, context))
             timings["cache_write"] = time.perf_counter() - start  # beside the artifact, like every runtime
         except ArtifactError as exc:
+            if must_store:
+                raise ArtifactError(f"could not store the {job.stage} artifact of {job.extractor!r} ({job.key}) in "
+                                    f"{self.config.url}: {exc}") from None
             warnings.warn(f"cache: could not store {job.key} in {self.config.url} ({exc}); the run continues "
                           "without caching it", ArtifactWarning, stacklevel=2)
             return _with_logical(JobRun(artifact, timings, MISS), codec)

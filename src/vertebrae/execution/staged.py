@@ -183,7 +183,7 @@ class _StagedRun:
             if self.phase == COLLECT:
                 ran = computed_run(job, *compute())
             else:
-                ran = self.cache.run(job, compute, self.context, definition_of(job).codec)
+                ran = self.cache.run(job, compute, self.context, definition_of(job).codec, must_store=True)
         except UpstreamFailed as upstream:
             cause = self.outcome.failures[upstream.key]
             self._fail(job, cause.through(upstream.key))
