@@ -361,3 +361,19 @@ def test_embed_that_cannot_store_its_artifact_fails(project, monkeypatch, capsys
     captured = capsys.readouterr()
     assert "could not store the extract artifact of 'narrow'" in captured.err
     assert "0 failed" not in captured.out
+
+
+def test_misspelt_score_metric_does_not_bind_the_plan(project, monkeypatch, capsys):
+    """A `--metric` that does not load is refused before it is recorded: the plan is then scored with the right one
+    (before: every later score and collect of the plan repeated the typo's error, and a new plan has the same id)."""
+    monkeypatch.chdir(project)
+    module = f"staged_metrics_{uuid.uuid4().hex[:8]}"
+    (project / f"{module}.py").write_text(METRICS_MODULE)
+    monkeypatch.syspath_prepend(str(project))
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 0
+    assert main(["score", "plan.json", "--metric", f"{module}:sprad", "-q"]) == 2
+    assert "sprad" in capsys.readouterr().err
+    assert main(["score", "plan.json", "--metric", f"{module}:spread", "-q"]) == 0
+    assert main(["collect", "plan.json", "-q"]) == 0
+    assert all("spread" in r.metrics for r in load_result(project / "result.json").extractor_results)

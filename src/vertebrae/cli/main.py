@@ -764,15 +764,14 @@ def _phase(args: argparse.Namespace, phase: str) -> int:
     """``embed`` or ``score`` of a plan file: run this shard's jobs, store them, print what happened."""
     from ..artifacts.signing import secret_from_env
     from ..execution.staged import Shard
-    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
+    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, record_metrics, score_metrics
 
     plan = PlanFile.load(args.plan, secret_from_env())
     shard = Shard() if args.shard is None else Shard.parse(args.shard)
     progress = False if args.quiet else None
-    specs: list[str] = []
-    if phase == "score":
-        specs = score_metrics(plan, args.metric)
-    benchmark = plan_benchmark(plan, specs, progress)
+    specs = score_metrics(plan, args.metric) if phase == "score" else []
+    benchmark = plan_benchmark(plan, specs, progress)  # loads every metric: a misspelt one stops here
+    record_metrics(plan, specs)
     if args.on_error is not None:
         benchmark.on_error = args.on_error
     runner = phase_runner(plan, phase, shard, metric_specs=specs, progress=progress)

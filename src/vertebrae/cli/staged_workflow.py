@@ -210,21 +210,31 @@ def metrics_record_key(plan_id: str) -> str:
     return artifact_key("staged_metrics", plan_id)
 
 
-def score_metrics(plan: PlanFile, given: Sequence[str]) -> list[str]:
-    """The ``--metric`` specs a plan is scored with: fixed by the first ``score --metric`` (a record in the store)."""
+def _recorded_metrics(plan: PlanFile) -> tuple[Any, list[str] | None]:
+    """(the plan's store, the ``--metric`` specs recorded there for the plan, None before the first)."""
     store = CacheConfig.from_dict(plan.config["cache"]).open_store()
-    key = metrics_record_key(plan.plan_id)
     try:
-        recorded = list(store.read(key).document["specs"])
+        return store, list(store.read(metrics_record_key(plan.plan_id)).document["specs"])
     except ArtifactNotFoundError:
-        recorded = None
+        return store, None
+
+
+def score_metrics(plan: PlanFile, given: Sequence[str]) -> list[str]:
+    """The ``--metric`` specs a plan is scored with: fixed by the first ``score --metric`` (:func:`record_metrics`)."""
+    _, recorded = _recorded_metrics(plan)
     if given and recorded is not None and list(given) != recorded:
         raise PlanError(f"this plan was scored with --metric {recorded}, not {list(given)}: pass the same --metric "
                         "to every `vertebrae score` of a plan, or write a new plan with the metrics in its config")
-    if given and recorded is None:
-        store.write(key, StoredArtifact("staged_metrics", {}, {"specs": list(given)}),
-                    metadata={"extractor": "-", "dataset": f"plan {plan.plan_id[:12]}"})
     return list(given) if given else (recorded or [])
+
+
+def record_metrics(plan: PlanFile, specs: Sequence[str]) -> None:
+    """Fix ``specs`` for the plan unless already recorded; called once they have loaded, so a typo in ``--metric``
+    is refused without binding the plan to it."""
+    store, recorded = _recorded_metrics(plan)
+    if specs and recorded is None:
+        store.write(metrics_record_key(plan.plan_id), StoredArtifact("staged_metrics", {}, {"specs": list(specs)}),
+                    metadata={"extractor": "-", "dataset": f"plan {plan.plan_id[:12]}"})
 
 
 def phase_runner(plan: PlanFile, phase: str, shard: Shard = Shard(), *, metric_specs: Sequence[str] = (),
