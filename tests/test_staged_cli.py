@@ -377,3 +377,52 @@ def test_misspelt_score_metric_does_not_bind_the_plan(project, monkeypatch, caps
     assert main(["score", "plan.json", "--metric", f"{module}:spread", "-q"]) == 0
     assert main(["collect", "plan.json", "-q"]) == 0
     assert all("spread" in r.metrics for r in load_result(project / "result.json").extractor_results)
+
+
+FLAKY_EXTRACTOR = '''
+import os
+
+import numpy as np
+
+
+def third(X):
+    """Fails while $VERTEBRAE_TEST_FAIL is set: the same job, first failing, then succeeding."""
+    if os.environ.get("VERTEBRAE_TEST_FAIL"):
+        raise ValueError("boom in third")
+    return np.asarray(X)[:, :3] * 2.0
+'''
+
+
+def test_collect_uses_an_artifact_stored_after_its_failure(project, monkeypatch, capsys):
+    """A failure record only speaks for an artifact that is absent: once the same extraction is in the store (here
+    from `run --cache`), `collect` uses it instead of reporting the old failure."""
+    monkeypatch.chdir(project)
+    module = f"flaky_{uuid.uuid4().hex[:8]}"
+    (project / f"{module}.py").write_text(FLAKY_EXTRACTOR)
+    monkeypatch.syspath_prepend(str(project))
+    (project / "raw.toml").write_text(f'''
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "labels.npy"
+audio = "wide.npy"
+sampling_rate = 16000
+
+[[extractors]]
+name = "wide"
+embeddings = "wide.npy"
+[[extractors]]
+name = "third"
+kind = "callable"
+model = "{module}:third"
+''')
+    monkeypatch.setenv("VERTEBRAE_TEST_FAIL", "1")
+    assert main(["plan", "raw.toml", "--store", "store", "--on-error", "record", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 1
+    assert "'third' failed in the extract stage" in capsys.readouterr().err
+    monkeypatch.delenv("VERTEBRAE_TEST_FAIL")
+    assert main(["run", "raw.toml", "--cache", "store", "-o", "ref", "-q"]) == 0
+    assert main(["score", "plan.json", "-q"]) == 0
+    assert main(["collect", "plan.json", "-q"]) == 0, capsys.readouterr().err
+    result = load_result(project / "result.json")
+    assert result["third"].error is None and result["third"].overlap is not None
