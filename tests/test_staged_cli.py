@@ -361,6 +361,8 @@ def test_embed_that_cannot_store_its_artifact_fails(project, monkeypatch, capsys
     captured = capsys.readouterr()
     assert "could not store the extract artifact of 'narrow'" in captured.err
     assert "0 failed" not in captured.out
+    # The warning raised before the error (its lookup could not read the entry) is shown even when the run stops.
+    assert "ArtifactWarning" in captured.err and "cannot be read" in captured.err
 
 
 def test_misspelt_score_metric_does_not_bind_the_plan(project, monkeypatch, capsys):
@@ -426,3 +428,23 @@ model = "{module}:third"
     assert main(["collect", "plan.json", "-q"]) == 0, capsys.readouterr().err
     result = load_result(project / "result.json")
     assert result["third"].error is None and result["third"].overlap is not None
+
+
+def test_a_corrupt_artifact_of_an_earlier_phase_is_named_as_corrupt(project, monkeypatch, capsys):
+    """A corrupt entry is not an absent one: `score` names the entry and the failed check (before: "not in the store
+    ... run `vertebrae embed PLAN` first"), and the `embed` it points to replaces the entry."""
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 0
+    key = next(job["key"] for job in PlanFile.load(project / "plan.json").jobs
+               if job["stage"] == "extract" and job["extractor"] == "narrow")
+    data = next((project / "store" / key).glob("*.npy"))
+    content = bytearray(data.read_bytes())
+    content[-1] ^= 0xFF
+    data.write_bytes(bytes(content))
+    assert main(["score", "plan.json", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"cache entry {key}" in err and "is corrupt" in err and f"{data.name} fails its sha256 check" in err
+    assert "not in the store" not in err and "Run `vertebrae embed PLAN` again" in err
+    assert main(["embed", "plan.json", "-q"]) == 0
+    assert main(["score", "plan.json", "-q"]) == 0

@@ -299,15 +299,24 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
     of the ``earlier`` ones, held while the benchmark was built (:func:`_held_warnings`): a note that several
     results share (``<name>: <note>``, as the front door warns it) is one line saying in which results, e.g.
     ``...: every class (10 classes): k reduced ... (in all 7 results)``.  A failed extractor's note is left out:
-    :func:`_exit_code` prints it once, as the failure it is.
+    :func:`_exit_code` prints it once, as the failure it is.  When ``run()`` raises, the warnings raised until
+    then are shown before its error: they may say why (a cache entry that could not be read or written).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = run()
-    caught = [*earlier, *caught]
+        try:
+            result = run()
+        except Exception:
+            _warning_digest(command, quiet, [*earlier, *caught], ())
+            raise
     if keep is not None:
         keep(result)
-    results = getattr(result, "extractor_results", ())
+    _warning_digest(command, quiet, [*earlier, *caught], getattr(result, "extractor_results", ()))
+    return result
+
+
+def _warning_digest(command: str, quiet: bool, caught: Sequence[Any], results: Sequence[Any]) -> None:
+    """Print each distinct warning once (see :func:`_collecting_warnings`); ``results``: the run's extractor results."""
     failures = {f"{r.name}: {note}" for r in results if r.error is not None for note in r.warnings}
     names = sorted((r.name for r in results), key=len, reverse=True)  # the longest name a message starts with
     shared: dict[tuple[str, str], list[str]] = {}
@@ -334,7 +343,6 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
                     f" (in {len(where)} results: {', '.join(where)})"
             times = f" ({count} times)" if count > 1 else ""
             _say(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
-    return result
 
 
 REPORT_FILES = ("report.json", "report.md", "report.html")

@@ -117,8 +117,10 @@ class StageCache:
             return _with_logical(JobRun(artifact, timings, MISS), codec)
         return _with_logical(JobRun(artifact, timings, MISS, *self._footprint(job.key, manifest)), codec)
 
-    def lookup(self, job: StageJob, codec: ArtifactCodec) -> JobRun | None:
-        """The stored artifact (a hit), or None: absent, or corrupt/unreachable in read_write mode."""
+    def lookup(self, job: StageJob, codec: ArtifactCodec, *, repair: str | None = None) -> JobRun | None:
+        """The stored artifact (a hit), or None: absent, or corrupt/unreachable in read_write mode (a warning; the
+        caller recomputes it).  ``repair`` says how to replace such an entry where its reader cannot recompute it
+        (a staged phase reading an earlier phase's artifact): the read then raises, saying why, as in read_only mode."""
         start = time.perf_counter()
         try:
             stored = self.store.read(job.key)
@@ -135,9 +137,10 @@ class StageCache:
             what = ("is unsigned or forged" if isinstance(exc, ArtifactSignatureError)
                     else "is corrupt" if isinstance(exc, ArtifactIntegrityError) else "cannot be read")
             if self.config.mode == "read_only":
-                raise type(exc)(f"cache entry {job.key} in {self.config.url} {what}: {exc}. read_only mode never "
-                                "repairs entries: run `vertebrae cache verify`, or use mode='read_write' to recompute "
-                                "and replace it") from None
+                repair = ("read_only mode never repairs entries: run `vertebrae cache verify`, or use "
+                          "mode='read_write' to recompute and replace it")
+            if repair is not None:
+                raise type(exc)(f"cache entry {job.key} in {self.config.url} {what}: {exc}. {repair}") from None
             warnings.warn(f"cache entry {job.key} in {self.config.url} {what} ({exc}); recomputing it",
                           ArtifactWarning, stacklevel=3)
             return None

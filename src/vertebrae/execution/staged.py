@@ -239,7 +239,8 @@ class _StagedRun:
     def _read(self, job: StageJob, phase: str) -> Any:
         """A stored input.  A verified artifact wins over a failure record (the same job may have been stored since,
         e.g. by ``vertebrae run --cache``); the record's failure counts only while the artifact is absent."""
-        ran = self.cache.lookup(job, definition_of(job).codec)
+        repair = None if phase == self.phase else f"Run `vertebrae {phase} PLAN` again to recompute and replace it"
+        ran = self.cache.lookup(job, definition_of(job).codec, repair=repair)
         record = self._record(job) if ran is None or self.phase == COLLECT else None
         if ran is None:
             if record is not None and record["failure"] is not None:
