@@ -448,3 +448,27 @@ def test_a_corrupt_artifact_of_an_earlier_phase_is_named_as_corrupt(project, mon
     assert "not in the store" not in err and "Run `vertebrae embed PLAN` again" in err
     assert main(["embed", "plan.json", "-q"]) == 0
     assert main(["score", "plan.json", "-q"]) == 0
+
+
+@pytest.mark.parametrize("argv, kept", [
+    (["plan", "run.toml", "--store", "store", "--output", "run.toml"], "run.toml"),
+    (["plan", "run.toml", "--store", "store", "--output", "./labels.npy"], "labels.npy"),
+    (["collect", "plan.json", "--output", "plan.json"], "plan.json"),
+    (["collect", "plan.json", "--output", "wide.npy"], "wide.npy"),
+    (["report", "result.json", "--output", "result.json"], "result.json"),
+    (["compare", "result.json", "linked.json", "--output", "result.json"], "result.json"),
+])
+def test_output_that_is_an_input_file_is_refused(project, monkeypatch, capsys, argv, kept):
+    """Nothing already written is lost: an --output naming one of the command's inputs (by any path, a link
+    included) is refused in one line, and the input is left as it was."""
+    monkeypatch.chdir(project)
+    for step in (["plan", "run.toml", "--store", "store", "-q"], ["embed", "plan.json", "-q"],
+                 ["score", "plan.json", "-q"], ["collect", "plan.json", "-q"]):
+        assert main(step) == 0
+    (project / "linked.json").symlink_to(project / "result.json")
+    before = (project / kept).read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is the input file" in err and len(err.strip().splitlines()) == 1
+    assert (project / kept).read_bytes() == before

@@ -17,7 +17,7 @@ import pathlib
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from ..errors import SerializationError, UserCodeError, VertebraeError
@@ -373,12 +373,17 @@ def _report_folder(folder: pathlib.Path | None) -> None:
                                  "give another --output folder")
 
 
-def _output_file(path: pathlib.Path | None) -> None:
-    """A file ``--output``: its missing parent folders are created up front; a folder there is refused."""
+def _output_file(path: pathlib.Path | None, inputs: Iterable[pathlib.Path] = ()) -> None:
+    """A file ``--output``: its missing parent folders are created up front; a folder there, or one of the command's
+    ``inputs`` (the same file, by any name), is refused: writing it would destroy that input."""
     if path is None:
         return
     if path.is_dir():
         raise VertebraeError(f"--output {str(path)!r} is a folder; give a file path")
+    for source in inputs:
+        if path.exists() and source.exists() and os.path.samefile(path, source):
+            raise VertebraeError(f"--output {str(path)!r} is the input file {str(source)!r}; writing it would replace "
+                                 "that input: give another --output path")
     _output_folder(path.parent, "--output's folder")
 
 
@@ -663,7 +668,7 @@ def _emit(text: str, output: pathlib.Path | None) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    _output_file(args.output)
+    _output_file(args.output, [args.result])
     result = _load(args.result)
     _emit(result.to_html() if args.format == "html" else result.to_markdown(), args.output)
     return EXIT_OK
@@ -753,12 +758,13 @@ def _plan(args: argparse.Namespace) -> int:
     from .staged_workflow import make_plan
     from .run_config import load_run_config, with_metric_options
 
-    _output_file(args.output)
+    _output_file(args.output, [args.config])
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
     plan = make_plan(config, args.config, args.store, _options_json(args.storage_options),
                      progress=False if args.quiet else None)
+    _output_file(args.output, plan.input_paths().values())  # the data files it names, known once it has loaded
     secret = secret_from_env()
     plan.save(args.output, secret)
     if not args.quiet:
@@ -834,8 +840,8 @@ def _collect(args: argparse.Namespace) -> int:
     from ..execution.registry import COLLECT
     from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
 
-    _output_file(args.output)
     plan = PlanFile.load(args.plan, secret_from_env())
+    _output_file(args.output, [args.plan, *plan.input_paths().values()])
     specs = score_metrics(plan, [])
     progress = False if args.quiet else None
     benchmark = plan_benchmark(plan, specs, progress)
@@ -966,7 +972,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .._base import json_codec
     from ..reports.compare_report import render_comparison_html, render_comparison_markdown
 
-    _output_file(args.output)
+    _output_file(args.output, [args.a, args.b])
     a, b = _load(args.a), _load(args.b)
     comparison = compare_results(a.serialized(), b.serialized(), tolerance=args.tolerance,
                                  names=(str(args.a), str(args.b)), allow_missing=args.allow_missing)

@@ -78,6 +78,11 @@ class PlanFile:
     def store(self) -> str:
         return self.config["cache"]["store"]
 
+    def input_paths(self) -> dict[str, pathlib.Path]:
+        """Each input file the phases read (the config aside: the plan holds it), by its path as recorded."""
+        base_dir = pathlib.Path(self.base_dir)
+        return {record["path"]: base_dir / record["path"] for record in self.input_files if record["role"] != "config"}
+
     def job_counts(self) -> str:
         """``"30 jobs (6 embed, 18 score, 6 collect)"``, plus the jobs no phase stores (views each phase
         recomputes from what it reads), so the parts add up to the total."""
@@ -191,19 +196,17 @@ def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
 
 def plan_benchmark(plan: PlanFile, metric_specs: Sequence[str] = (), progress: bool | None = None) -> Benchmark:
     """The plan's Benchmark (plus ``metric_specs``), after checking that its input files are unchanged."""
-    base_dir = pathlib.Path(plan.base_dir)
+    paths = plan.input_paths()
     for record in plan.input_files:
         if record["role"] == "config":
             continue  # the plan file holds the config itself
-        path = pathlib.Path(record["path"])
-        path = path if path.is_absolute() else base_dir / path
-        now = file_record(record["role"], record["path"], path)
+        now = file_record(record["role"], record["path"], paths[record["path"]])
         if now["sha256"] != record["sha256"]:
             raise PlanError(f"the {record['role']} file {record['path']!r} changed since the plan was written "
                             f"(sha256 {record['sha256'][:12]}… is now {now['sha256'][:12]}…); write the plan again "
                             "with `vertebrae plan` (artifacts of unchanged inputs are reused from the store)")
     config = with_metric_options(plan.config, metric_specs, None)
-    return benchmark_from_config(config, base_dir, progress=progress)
+    return benchmark_from_config(config, pathlib.Path(plan.base_dir), progress=progress)
 
 
 def metrics_record_key(plan_id: str) -> str:
