@@ -472,3 +472,33 @@ def test_output_that_is_an_input_file_is_refused(project, monkeypatch, capsys, a
     err = capsys.readouterr().err
     assert "is the input file" in err and len(err.strip().splitlines()) == 1
     assert (project / kept).read_bytes() == before
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "run.toml", "--cache", "", "-o", "out", "-q"], "--cache"),
+    (["run", "run.toml", "--cache", "file://", "-o", "out", "-q"], "--cache"),
+    (["score", "run.toml", "--cache", " ", "-o", "out", "-q"], "--cache"),
+    (["plan", "run.toml", "--store", "", "-q"], "--store"),
+    (["plan", "run.toml", "--store", "file://", "-q"], "--store"),
+    (["cache", "list", "--store", ""], "--store"),
+])
+def test_an_empty_store_path_is_refused(project, monkeypatch, capsys, argv, option):
+    """An empty store (an unset variable: `--cache "$CACHE"`) is refused in one line naming the option, not taken as
+    the current folder, where the run would have written its artifacts."""
+    monkeypatch.chdir(project)
+    before = sorted(project.iterdir())
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {argv[argv.index(option) + 1]!r} is an empty path" in err and len(err.strip().splitlines()) == 1
+    assert sorted(project.iterdir()) == before or sorted(project.iterdir()) == sorted([*before, project / "out"])
+
+
+def test_a_file_url_without_a_path_is_no_store():
+    """The library refuses it too (a `[cache] store = "file://"`, or a store opened directly)."""
+    from vertebrae.artifacts.cache import CacheConfig
+    from vertebrae.errors import ArtifactError, ConfigError
+
+    with pytest.raises(ConfigError, match="empty path"):
+        CacheConfig(store="file://")
+    with pytest.raises(ArtifactError, match="empty path"):
+        FsspecStore("file://")

@@ -176,7 +176,19 @@ def _cache_option(parser: argparse.ArgumentParser, overrides: str) -> None:
 
 def _cache_url(text: str) -> str:
     """``--cache``: a folder is made absolute (the run records where its cache lives); a URL stays as given."""
+    text = _store_option("--cache", text)
     return text if "://" in text else str(pathlib.Path(text).resolve())
+
+
+def _store_option(option: str, text: str) -> str:
+    """A store given as ``option``; an empty one (an unset variable: ``--cache "$CACHE"``) is refused, naming the
+    option, before a path resolver turns it into the current folder."""
+    from ..artifacts.store import empty_store_path
+
+    if empty_store_path(text):
+        raise VertebraeError(f"{option} {text!r} is an empty path (it would be the current folder; an unset "
+                             "variable?): give a folder path or a URL such as s3://bucket/prefix")
+    return text
 
 
 #: Set to 1 to show the traceback of a failure inside the user's own code (as ``--traceback`` does).
@@ -759,10 +771,11 @@ def _plan(args: argparse.Namespace) -> int:
     from .run_config import load_run_config, with_metric_options
 
     _output_file(args.output, [args.config])
+    store = _store_option("--store", args.store)
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
-    plan = make_plan(config, args.config, args.store, _options_json(args.storage_options),
+    plan = make_plan(config, args.config, store, _options_json(args.storage_options),
                      progress=False if args.quiet else None)
     _output_file(args.output, plan.input_paths().values())  # the data files it names, known once it has loaded
     secret = secret_from_env()
@@ -903,7 +916,8 @@ def _cache(args: argparse.Namespace) -> int:
         older_than = None if args.older_than is None else parse_duration(args.older_than)
         max_bytes = None if args.max_bytes is None else parse_size(args.max_bytes)
         leftover_age = parse_duration(args.leftover_age, "--leftover-age")
-    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options),
+    store = None if args.store is None else _store_option("--store", args.store)
+    config = CacheConfig(store=store, storage_options=_options_json(args.storage_options),
                          secret=_secret_from_env(getattr(args, "secret_env", None)))
     location = config.store if config.store is not None else default_cache_dir()
     if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
