@@ -27,6 +27,7 @@ from ..artifacts.codecs import StoredArtifact
 from ..families.labeled.benchmark import Benchmark
 from ..families.labeled.stages import PIPELINE
 from ..artifacts.cache import CacheConfig
+from ..artifacts.store import Store
 from ..artifacts.signing import PLAN_DOMAIN, SECRET_ENV, check_signature, sign
 from ..errors import ArtifactNotFoundError, ArtifactSignatureError, ConfigError, PlanError, SerializationError
 from ..execution.plan import artifact_key
@@ -213,7 +214,7 @@ def metrics_record_key(plan_id: str) -> str:
     return artifact_key("staged_metrics", plan_id)
 
 
-def _recorded_metrics(plan: PlanFile) -> tuple[Any, list[str] | None]:
+def _recorded_metrics(plan: PlanFile) -> tuple[Store, list[str] | None]:
     """(the plan's store, the ``--metric`` specs recorded there for the plan, None before the first)."""
     store = CacheConfig.from_dict(plan.config["cache"]).open_store()
     try:
@@ -234,8 +235,10 @@ def score_metrics(plan: PlanFile, given: Sequence[str]) -> list[str]:
 def record_metrics(plan: PlanFile, specs: Sequence[str]) -> None:
     """Fix ``specs`` for the plan unless already recorded; called once they have loaded, so a typo in ``--metric``
     is refused without binding the plan to it."""
+    if not specs:
+        return
     store, recorded = _recorded_metrics(plan)
-    if specs and recorded is None:
+    if recorded is None:
         store.write(metrics_record_key(plan.plan_id), StoredArtifact("staged_metrics", {}, {"specs": list(specs)}),
                     metadata={"extractor": "-", "dataset": f"plan {plan.plan_id[:12]}"})
 
