@@ -338,3 +338,167 @@ def test_staged_help(command, capsys):
         main([command, "--help"])
     assert exit_info.value.code == 0
     assert "vertebrae collect plan.json --output result.json" in capsys.readouterr().out
+
+
+def _block_entry(project: pathlib.Path, stage: str, extractor: str) -> str:
+    """Put a regular file where the store folder of one planned job goes, so that job's write really fails."""
+    key = next(job["key"] for job in PlanFile.load(project / "plan.json").jobs
+               if job["stage"] == stage and job["extractor"] == extractor)
+    blocker = project / "store" / key
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a folder")
+    return key
+
+
+@pytest.mark.parametrize("on_error, code", [("raise", 2), ("record", 1)])
+def test_embed_that_cannot_store_its_artifact_fails(project, monkeypatch, capsys, on_error, code):
+    """A staged phase exists to fill the store: a write that fails is the job's failure, named, never
+    "in the store ... 0 failed" with exit 0 (the next phase would then find nothing)."""
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "--on-error", on_error, "-q"]) == 0
+    _block_entry(project, "extract", "narrow")
+    assert main(["embed", "plan.json"]) == code
+    captured = capsys.readouterr()
+    assert "could not store the extract artifact of 'narrow'" in captured.err
+    assert "0 failed" not in captured.out
+    # The warning raised before the error (its lookup could not read the entry) is shown even when the run stops.
+    assert "ArtifactWarning" in captured.err and "cannot be read" in captured.err
+
+
+def test_misspelt_score_metric_does_not_bind_the_plan(project, monkeypatch, capsys):
+    """A `--metric` that does not load is refused before it is recorded: the plan is then scored with the right one
+    (before: every later score and collect of the plan repeated the typo's error, and a new plan has the same id)."""
+    monkeypatch.chdir(project)
+    module = f"staged_metrics_{uuid.uuid4().hex[:8]}"
+    (project / f"{module}.py").write_text(METRICS_MODULE)
+    monkeypatch.syspath_prepend(str(project))
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 0
+    assert main(["score", "plan.json", "--metric", f"{module}:sprad", "-q"]) == 2
+    assert "sprad" in capsys.readouterr().err
+    assert main(["score", "plan.json", "--metric", f"{module}:spread", "-q"]) == 0
+    assert main(["collect", "plan.json", "-q"]) == 0
+    assert all("spread" in r.metrics for r in load_result(project / "result.json").extractor_results)
+
+
+FLAKY_EXTRACTOR = '''
+import os
+
+import numpy as np
+
+
+def third(X):
+    """Fails while $VERTEBRAE_TEST_FAIL is set: the same job, first failing, then succeeding."""
+    if os.environ.get("VERTEBRAE_TEST_FAIL"):
+        raise ValueError("boom in third")
+    return np.asarray(X)[:, :3] * 2.0
+'''
+
+
+def test_collect_uses_an_artifact_stored_after_its_failure(project, monkeypatch, capsys):
+    """A failure record only speaks for an artifact that is absent: once the same extraction is in the store (here
+    from `run --cache`), `collect` uses it instead of reporting the old failure."""
+    monkeypatch.chdir(project)
+    module = f"flaky_{uuid.uuid4().hex[:8]}"
+    (project / f"{module}.py").write_text(FLAKY_EXTRACTOR)
+    monkeypatch.syspath_prepend(str(project))
+    (project / "raw.toml").write_text(f'''
+[dataset]
+id = "blobs"
+revision = "1"
+labels = "labels.npy"
+audio = "wide.npy"
+sampling_rate = 16000
+
+[[extractors]]
+name = "wide"
+embeddings = "wide.npy"
+[[extractors]]
+name = "third"
+kind = "callable"
+model = "{module}:third"
+''')
+    monkeypatch.setenv("VERTEBRAE_TEST_FAIL", "1")
+    assert main(["plan", "raw.toml", "--store", "store", "--on-error", "record", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 1
+    assert "'third' failed in the extract stage" in capsys.readouterr().err
+    monkeypatch.delenv("VERTEBRAE_TEST_FAIL")
+    assert main(["run", "raw.toml", "--cache", "store", "-o", "ref", "-q"]) == 0
+    assert main(["score", "plan.json", "-q"]) == 0
+    assert main(["collect", "plan.json", "-q"]) == 0, capsys.readouterr().err
+    result = load_result(project / "result.json")
+    assert result["third"].error is None and result["third"].overlap is not None
+
+
+def test_a_corrupt_artifact_of_an_earlier_phase_is_named_as_corrupt(project, monkeypatch, capsys):
+    """A corrupt entry is not an absent one: `score` names the entry and the failed check (before: "not in the store
+    ... run `vertebrae embed PLAN` first"), and the `embed` it points to replaces the entry."""
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
+    assert main(["embed", "plan.json", "-q"]) == 0
+    key = next(job["key"] for job in PlanFile.load(project / "plan.json").jobs
+               if job["stage"] == "extract" and job["extractor"] == "narrow")
+    data = next((project / "store" / key).glob("*.npy"))
+    content = bytearray(data.read_bytes())
+    content[-1] ^= 0xFF
+    data.write_bytes(bytes(content))
+    assert main(["score", "plan.json", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"cache entry {key}" in err and "is corrupt" in err and f"{data.name} fails its sha256 check" in err
+    assert "not in the store" not in err and "Run `vertebrae embed PLAN` again" in err
+    assert main(["embed", "plan.json", "-q"]) == 0
+    assert main(["score", "plan.json", "-q"]) == 0
+
+
+@pytest.mark.parametrize("argv, kept", [
+    (["plan", "run.toml", "--store", "store", "--output", "run.toml"], "run.toml"),
+    (["plan", "run.toml", "--store", "store", "--output", "./labels.npy"], "labels.npy"),
+    (["collect", "plan.json", "--output", "plan.json"], "plan.json"),
+    (["collect", "plan.json", "--output", "wide.npy"], "wide.npy"),
+    (["report", "result.json", "--output", "result.json"], "result.json"),
+    (["compare", "result.json", "linked.json", "--output", "result.json"], "result.json"),
+])
+def test_output_that_is_an_input_file_is_refused(project, monkeypatch, capsys, argv, kept):
+    """Nothing already written is lost: an --output naming one of the command's inputs (by any path, a link
+    included) is refused in one line, and the input is left as it was."""
+    monkeypatch.chdir(project)
+    for step in (["plan", "run.toml", "--store", "store", "-q"], ["embed", "plan.json", "-q"],
+                 ["score", "plan.json", "-q"], ["collect", "plan.json", "-q"]):
+        assert main(step) == 0
+    (project / "linked.json").symlink_to(project / "result.json")
+    before = (project / kept).read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is the input file" in err and len(err.strip().splitlines()) == 1
+    assert (project / kept).read_bytes() == before
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "run.toml", "--cache", "", "-o", "out", "-q"], "--cache"),
+    (["run", "run.toml", "--cache", "file://", "-o", "out", "-q"], "--cache"),
+    (["score", "run.toml", "--cache", " ", "-o", "out", "-q"], "--cache"),
+    (["plan", "run.toml", "--store", "", "-q"], "--store"),
+    (["plan", "run.toml", "--store", "file://", "-q"], "--store"),
+    (["cache", "list", "--store", ""], "--store"),
+])
+def test_an_empty_store_path_is_refused(project, monkeypatch, capsys, argv, option):
+    """An empty store (an unset variable: `--cache "$CACHE"`) is refused in one line naming the option, not taken as
+    the current folder, where the run would have written its artifacts."""
+    monkeypatch.chdir(project)
+    before = sorted(project.iterdir())
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {argv[argv.index(option) + 1]!r} is an empty path" in err and len(err.strip().splitlines()) == 1
+    assert sorted(project.iterdir()) == before or sorted(project.iterdir()) == sorted([*before, project / "out"])
+
+
+def test_a_file_url_without_a_path_is_no_store():
+    """The library refuses it too (a `[cache] store = "file://"`, or a store opened directly)."""
+    from vertebrae.artifacts.cache import CacheConfig
+    from vertebrae.errors import ArtifactError, ConfigError
+
+    with pytest.raises(ConfigError, match="empty path"):
+        CacheConfig(store="file://")
+    with pytest.raises(ArtifactError, match="empty path"):
+        FsspecStore("file://")

@@ -19,7 +19,8 @@ from typing import Any
 from .._base.config import Config, FrozenDict, check_bool, check_choice, check_str_mapping
 from .manifest import parse_time
 from .signing import SECRET_ENV, check_secret, secret_from_env
-from .store import DEFAULT_MAX_ARTIFACT_BYTES, SECRET_OPTION, Store, check_max_artifact_bytes, open_store, redact_url
+from .store import (DEFAULT_MAX_ARTIFACT_BYTES, SECRET_OPTION, Store, check_max_artifact_bytes, empty_store_path,
+                    open_store, redact_url)
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactRaceError, ConfigError
 from .._base.extras import install_hint
 
@@ -70,9 +71,12 @@ class CacheConfig(Config):
             raise ConfigError(str(exc)) from None
         self._set("storage_options", check_str_mapping(owner, "storage_options", self.storage_options))
         if self.store is not None:
-            if not isinstance(self.store, str) or not self.store.strip():
+            if not isinstance(self.store, str):
                 raise ConfigError(f"CacheConfig.store must be a folder path or a URL such as 's3://bucket/prefix', "
                                   f"got {self.store!r}")
+            if empty_store_path(self.store):
+                raise ConfigError(f"CacheConfig.store {self.store!r} is an empty path (it would be the current "
+                                  "folder); give a folder path or a URL such as 's3://bucket/prefix'")
             _check_protocol(self.store)
 
     @property

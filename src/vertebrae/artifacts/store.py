@@ -160,8 +160,9 @@ class FsspecStore:
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, secret: str | None = None,
                  max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES) -> None:
-        if not isinstance(url, str) or not url:
-            raise ArtifactError(f"store URL must be a non-empty string, got {url!r}")
+        if not isinstance(url, str) or empty_store_path(url):
+            raise ArtifactError(f"store URL {url!r} is an empty path (it would be the current folder); give a folder "
+                                "path or a URL such as s3://bucket/prefix")
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise ArtifactError(f"storage_options must be a mapping of fsspec options, "
                                 f"got {type(storage_options).__name__}")
@@ -697,6 +698,13 @@ def _filesystem(url: str, protocol: str, options: dict[str, Any], shown: str) ->
     if protocol == "file":
         root = os.path.abspath(root)
     return fs, root
+
+
+def empty_store_path(url: str) -> bool:
+    """Whether ``url`` names no place: blank, or ``file://`` with nothing after it (an unset variable, e.g.
+    ``--cache "$CACHE"``), which a local filesystem would take as the current folder."""
+    scheme, separator, rest = url.partition("://")
+    return not (rest if separator and scheme.lower() in ("file", "local") else url).strip()
 
 
 def _secret_values(options: Mapping[str, Any]) -> list[str]:

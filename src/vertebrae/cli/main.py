@@ -17,7 +17,7 @@ import pathlib
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from ..errors import SerializationError, UserCodeError, VertebraeError
@@ -176,7 +176,19 @@ def _cache_option(parser: argparse.ArgumentParser, overrides: str) -> None:
 
 def _cache_url(text: str) -> str:
     """``--cache``: a folder is made absolute (the run records where its cache lives); a URL stays as given."""
+    text = _store_option("--cache", text)
     return text if "://" in text else str(pathlib.Path(text).resolve())
+
+
+def _store_option(option: str, text: str) -> str:
+    """A store given as ``option``; an empty one (an unset variable: ``--cache "$CACHE"``) is refused, naming the
+    option, before a path resolver turns it into the current folder."""
+    from ..artifacts.store import empty_store_path
+
+    if empty_store_path(text):
+        raise VertebraeError(f"{option} {text!r} is an empty path (it would be the current folder; an unset "
+                             "variable?): give a folder path or a URL such as s3://bucket/prefix")
+    return text
 
 
 #: Set to 1 to show the traceback of a failure inside the user's own code (as ``--traceback`` does).
@@ -299,15 +311,24 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
     of the ``earlier`` ones, held while the benchmark was built (:func:`_held_warnings`): a note that several
     results share (``<name>: <note>``, as the front door warns it) is one line saying in which results, e.g.
     ``...: every class (10 classes): k reduced ... (in all 7 results)``.  A failed extractor's note is left out:
-    :func:`_exit_code` prints it once, as the failure it is.
+    :func:`_exit_code` prints it once, as the failure it is.  When ``run()`` raises, the warnings raised until
+    then are shown before its error: they may say why (a cache entry that could not be read or written).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = run()
-    caught = [*earlier, *caught]
+        try:
+            result = run()
+        except Exception:
+            _warning_digest(command, quiet, [*earlier, *caught], ())
+            raise
     if keep is not None:
         keep(result)
-    results = getattr(result, "extractor_results", ())
+    _warning_digest(command, quiet, [*earlier, *caught], getattr(result, "extractor_results", ()))
+    return result
+
+
+def _warning_digest(command: str, quiet: bool, caught: Sequence[Any], results: Sequence[Any]) -> None:
+    """Print each distinct warning once (see :func:`_collecting_warnings`); ``results``: the run's extractor results."""
     failures = {f"{r.name}: {note}" for r in results if r.error is not None for note in r.warnings}
     names = sorted((r.name for r in results), key=len, reverse=True)  # the longest name a message starts with
     shared: dict[tuple[str, str], list[str]] = {}
@@ -334,7 +355,6 @@ def _collecting_warnings(command: str, quiet: bool, run: Callable[[], Any],
                     f" (in {len(where)} results: {', '.join(where)})"
             times = f" ({count} times)" if count > 1 else ""
             _say(f"vertebrae {command}: {category}{times}: {message}", file=sys.stderr)
-    return result
 
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
@@ -365,12 +385,17 @@ def _report_folder(folder: pathlib.Path | None) -> None:
                                  "give another --output folder")
 
 
-def _output_file(path: pathlib.Path | None) -> None:
-    """A file ``--output``: its missing parent folders are created up front; a folder there is refused."""
+def _output_file(path: pathlib.Path | None, inputs: Iterable[pathlib.Path] = ()) -> None:
+    """A file ``--output``: its missing parent folders are created up front; a folder there, or one of the command's
+    ``inputs`` (the same file, by any name), is refused: writing it would destroy that input."""
     if path is None:
         return
     if path.is_dir():
         raise VertebraeError(f"--output {str(path)!r} is a folder; give a file path")
+    for source in inputs:
+        if path.exists() and source.exists() and os.path.samefile(path, source):
+            raise VertebraeError(f"--output {str(path)!r} is the input file {str(source)!r}; writing it would replace "
+                                 "that input: give another --output path")
     _output_folder(path.parent, "--output's folder")
 
 
@@ -655,7 +680,7 @@ def _emit(text: str, output: pathlib.Path | None) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    _output_file(args.output)
+    _output_file(args.output, [args.result])
     result = _load(args.result)
     _emit(result.to_html() if args.format == "html" else result.to_markdown(), args.output)
     return EXIT_OK
@@ -745,12 +770,14 @@ def _plan(args: argparse.Namespace) -> int:
     from .staged_workflow import make_plan
     from .run_config import load_run_config, with_metric_options
 
-    _output_file(args.output)
+    _output_file(args.output, [args.config])
+    store = _store_option("--store", args.store)
     config = with_metric_options(load_run_config(args.config), args.metric, args.primary_metric, args.probe)
     if args.on_error is not None:
         config["benchmark"] = {**config.get("benchmark", {}), "on_error": args.on_error}
-    plan = make_plan(config, args.config, args.store, _options_json(args.storage_options),
+    plan = make_plan(config, args.config, store, _options_json(args.storage_options),
                      progress=False if args.quiet else None)
+    _output_file(args.output, plan.input_paths().values())  # the data files it names, known once it has loaded
     secret = secret_from_env()
     plan.save(args.output, secret)
     if not args.quiet:
@@ -764,15 +791,14 @@ def _phase(args: argparse.Namespace, phase: str) -> int:
     """``embed`` or ``score`` of a plan file: run this shard's jobs, store them, print what happened."""
     from ..artifacts.signing import secret_from_env
     from ..execution.staged import Shard
-    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
+    from .staged_workflow import PlanFile, phase_runner, plan_benchmark, record_metrics, score_metrics
 
     plan = PlanFile.load(args.plan, secret_from_env())
     shard = Shard() if args.shard is None else Shard.parse(args.shard)
     progress = False if args.quiet else None
-    specs: list[str] = []
-    if phase == "score":
-        specs = score_metrics(plan, args.metric)
-    benchmark = plan_benchmark(plan, specs, progress)
+    specs = score_metrics(plan, args.metric) if phase == "score" else []
+    benchmark = plan_benchmark(plan, specs, progress)  # loads every metric: a misspelt one stops here
+    record_metrics(plan, specs)
     if args.on_error is not None:
         benchmark.on_error = args.on_error
     runner = phase_runner(plan, phase, shard, metric_specs=specs, progress=progress)
@@ -827,8 +853,8 @@ def _collect(args: argparse.Namespace) -> int:
     from ..execution.registry import COLLECT
     from .staged_workflow import PlanFile, phase_runner, plan_benchmark, score_metrics
 
-    _output_file(args.output)
     plan = PlanFile.load(args.plan, secret_from_env())
+    _output_file(args.output, [args.plan, *plan.input_paths().values()])
     specs = score_metrics(plan, [])
     progress = False if args.quiet else None
     benchmark = plan_benchmark(plan, specs, progress)
@@ -890,7 +916,8 @@ def _cache(args: argparse.Namespace) -> int:
         older_than = None if args.older_than is None else parse_duration(args.older_than)
         max_bytes = None if args.max_bytes is None else parse_size(args.max_bytes)
         leftover_age = parse_duration(args.leftover_age, "--leftover-age")
-    config = CacheConfig(store=args.store, storage_options=_options_json(args.storage_options),
+    store = None if args.store is None else _store_option("--store", args.store)
+    config = CacheConfig(store=store, storage_options=_options_json(args.storage_options),
                          secret=_secret_from_env(getattr(args, "secret_env", None)))
     location = config.store if config.store is not None else default_cache_dir()
     if "://" not in location or location.startswith("file://"):  # a typo would read as an empty cache
@@ -959,7 +986,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .._base import json_codec
     from ..reports.compare_report import render_comparison_html, render_comparison_markdown
 
-    _output_file(args.output)
+    _output_file(args.output, [args.a, args.b])
     a, b = _load(args.a), _load(args.b)
     comparison = compare_results(a.serialized(), b.serialized(), tolerance=args.tolerance,
                                  names=(str(args.a), str(args.b)), allow_missing=args.allow_missing)

@@ -27,6 +27,7 @@ from ..artifacts.codecs import StoredArtifact
 from ..families.labeled.benchmark import Benchmark
 from ..families.labeled.stages import PIPELINE
 from ..artifacts.cache import CacheConfig
+from ..artifacts.store import Store
 from ..artifacts.signing import PLAN_DOMAIN, SECRET_ENV, check_signature, sign
 from ..errors import ArtifactNotFoundError, ArtifactSignatureError, ConfigError, PlanError, SerializationError
 from ..execution.plan import artifact_key
@@ -77,6 +78,11 @@ class PlanFile:
     @property
     def store(self) -> str:
         return self.config["cache"]["store"]
+
+    def input_paths(self) -> dict[str, pathlib.Path]:
+        """Each input file the phases read (the config aside: the plan holds it), by its path as recorded."""
+        base_dir = pathlib.Path(self.base_dir)
+        return {record["path"]: base_dir / record["path"] for record in self.input_files if record["role"] != "config"}
 
     def job_counts(self) -> str:
         """``"30 jobs (6 embed, 18 score, 6 collect)"``, plus the jobs no phase stores (views each phase
@@ -191,40 +197,50 @@ def make_plan(config: Mapping[str, Any], config_path: pathlib.Path, store: str,
 
 def plan_benchmark(plan: PlanFile, metric_specs: Sequence[str] = (), progress: bool | None = None) -> Benchmark:
     """The plan's Benchmark (plus ``metric_specs``), after checking that its input files are unchanged."""
-    base_dir = pathlib.Path(plan.base_dir)
+    paths = plan.input_paths()
     for record in plan.input_files:
         if record["role"] == "config":
             continue  # the plan file holds the config itself
-        path = pathlib.Path(record["path"])
-        path = path if path.is_absolute() else base_dir / path
-        now = file_record(record["role"], record["path"], path)
+        now = file_record(record["role"], record["path"], paths[record["path"]])
         if now["sha256"] != record["sha256"]:
             raise PlanError(f"the {record['role']} file {record['path']!r} changed since the plan was written "
                             f"(sha256 {record['sha256'][:12]}… is now {now['sha256'][:12]}…); write the plan again "
                             "with `vertebrae plan` (artifacts of unchanged inputs are reused from the store)")
     config = with_metric_options(plan.config, metric_specs, None)
-    return benchmark_from_config(config, base_dir, progress=progress)
+    return benchmark_from_config(config, pathlib.Path(plan.base_dir), progress=progress)
 
 
 def metrics_record_key(plan_id: str) -> str:
     return artifact_key("staged_metrics", plan_id)
 
 
-def score_metrics(plan: PlanFile, given: Sequence[str]) -> list[str]:
-    """The ``--metric`` specs a plan is scored with: fixed by the first ``score --metric`` (a record in the store)."""
+def _recorded_metrics(plan: PlanFile) -> tuple[Store, list[str] | None]:
+    """(the plan's store, the ``--metric`` specs recorded there for the plan, None before the first)."""
     store = CacheConfig.from_dict(plan.config["cache"]).open_store()
-    key = metrics_record_key(plan.plan_id)
     try:
-        recorded = list(store.read(key).document["specs"])
+        return store, list(store.read(metrics_record_key(plan.plan_id)).document["specs"])
     except ArtifactNotFoundError:
-        recorded = None
+        return store, None
+
+
+def score_metrics(plan: PlanFile, given: Sequence[str]) -> list[str]:
+    """The ``--metric`` specs a plan is scored with: fixed by the first ``score --metric`` (:func:`record_metrics`)."""
+    _, recorded = _recorded_metrics(plan)
     if given and recorded is not None and list(given) != recorded:
         raise PlanError(f"this plan was scored with --metric {recorded}, not {list(given)}: pass the same --metric "
                         "to every `vertebrae score` of a plan, or write a new plan with the metrics in its config")
-    if given and recorded is None:
-        store.write(key, StoredArtifact("staged_metrics", {}, {"specs": list(given)}),
-                    metadata={"extractor": "-", "dataset": f"plan {plan.plan_id[:12]}"})
     return list(given) if given else (recorded or [])
+
+
+def record_metrics(plan: PlanFile, specs: Sequence[str]) -> None:
+    """Fix ``specs`` for the plan unless already recorded; called once they have loaded, so a typo in ``--metric``
+    is refused without binding the plan to it."""
+    if not specs:
+        return
+    store, recorded = _recorded_metrics(plan)
+    if recorded is None:
+        store.write(metrics_record_key(plan.plan_id), StoredArtifact("staged_metrics", {}, {"specs": list(specs)}),
+                    metadata={"extractor": "-", "dataset": f"plan {plan.plan_id[:12]}"})
 
 
 def phase_runner(plan: PlanFile, phase: str, shard: Shard = Shard(), *, metric_specs: Sequence[str] = (),

@@ -84,18 +84,23 @@ class StageCache:
             self._store = self.config.open_store()
         return self._store
 
-    def run(self, job: StageJob, compute: Compute, context: Any, codec: ArtifactCodec) -> JobRun:
+    def run(self, job: StageJob, compute: Compute, context: Any, codec: ArtifactCodec, *,
+            must_store: bool = False) -> JobRun:
         """The stored artifact (a hit, except in refresh mode), else ``compute()`` stored as a miss."""
         if self.config.mode != "refresh":
             found = self.lookup(job, codec)
             if found is not None:
                 return found
         artifact, timings = compute()
-        return self.computed(job, artifact, timings, context, codec)
+        return self.computed(job, artifact, timings, context, codec, must_store=must_store)
 
     def computed(self, job: StageJob, artifact: Any, timings: dict[str, float], context: Any,
-                 codec: ArtifactCodec) -> JobRun:
-        """A miss computed now: stored (except in read_only mode), with its persisted footprint."""
+                 codec: ArtifactCodec, *, must_store: bool = False) -> JobRun:
+        """A miss computed now: stored (except in read_only mode), with its persisted footprint.
+
+        A failed write is a warning (the run still has the artifact), unless ``must_store``: a staged phase's own
+        artifact, which only reaches the next phase through the store, so the failure is the job's (raised).
+        """
         if self.config.mode == "read_only":
             return _with_logical(JobRun(artifact, timings, MISS), codec)
         start = time.perf_counter()
@@ -104,13 +109,18 @@ class StageCache:
                                         metadata=_listing(job, context))
             timings["cache_write"] = time.perf_counter() - start  # beside the artifact, like every runtime
         except ArtifactError as exc:
+            if must_store:
+                raise ArtifactError(f"could not store the {job.stage} artifact of {job.extractor!r} ({job.key}) in "
+                                    f"{self.config.url}: {exc}") from None
             warnings.warn(f"cache: could not store {job.key} in {self.config.url} ({exc}); the run continues "
                           "without caching it", ArtifactWarning, stacklevel=2)
             return _with_logical(JobRun(artifact, timings, MISS), codec)
         return _with_logical(JobRun(artifact, timings, MISS, *self._footprint(job.key, manifest)), codec)
 
-    def lookup(self, job: StageJob, codec: ArtifactCodec) -> JobRun | None:
-        """The stored artifact (a hit), or None: absent, or corrupt/unreachable in read_write mode."""
+    def lookup(self, job: StageJob, codec: ArtifactCodec, *, repair: str | None = None) -> JobRun | None:
+        """The stored artifact (a hit), or None: absent, or corrupt/unreachable in read_write mode (a warning; the
+        caller recomputes it).  ``repair`` says how to replace such an entry where its reader cannot recompute it
+        (a staged phase reading an earlier phase's artifact): the read then raises, saying why, as in read_only mode."""
         start = time.perf_counter()
         try:
             stored = self.store.read(job.key)
@@ -127,9 +137,10 @@ class StageCache:
             what = ("is unsigned or forged" if isinstance(exc, ArtifactSignatureError)
                     else "is corrupt" if isinstance(exc, ArtifactIntegrityError) else "cannot be read")
             if self.config.mode == "read_only":
-                raise type(exc)(f"cache entry {job.key} in {self.config.url} {what}: {exc}. read_only mode never "
-                                "repairs entries: run `vertebrae cache verify`, or use mode='read_write' to recompute "
-                                "and replace it") from None
+                repair = ("read_only mode never repairs entries: run `vertebrae cache verify`, or use "
+                          "mode='read_write' to recompute and replace it")
+            if repair is not None:
+                raise type(exc)(f"cache entry {job.key} in {self.config.url} {what}: {exc}. {repair}") from None
             warnings.warn(f"cache entry {job.key} in {self.config.url} {what} ({exc}); recomputing it",
                           ArtifactWarning, stacklevel=3)
             return None

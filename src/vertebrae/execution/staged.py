@@ -183,7 +183,7 @@ class _StagedRun:
             if self.phase == COLLECT:
                 ran = computed_run(job, *compute())
             else:
-                ran = self.cache.run(job, compute, self.context, definition_of(job).codec)
+                ran = self.cache.run(job, compute, self.context, definition_of(job).codec, must_store=True)
         except UpstreamFailed as upstream:
             cause = self.outcome.failures[upstream.key]
             self._fail(job, cause.through(upstream.key))
@@ -237,13 +237,12 @@ class _StagedRun:
         return self._read(job, phase)
 
     def _read(self, job: StageJob, phase: str) -> Any:
-        record = self._record(job) if self.phase == COLLECT else None
-        if record is not None and record["failure"] is not None:
-            self.outcome.failures[job.key] = JobFailure(**record["failure"])
-            raise UpstreamFailed(job.key)
-        ran = self.cache.lookup(job, definition_of(job).codec)
+        """A stored input.  A verified artifact wins over a failure record (the same job may have been stored since,
+        e.g. by ``vertebrae run --cache``); the record's failure counts only while the artifact is absent."""
+        repair = None if phase == self.phase else f"Run `vertebrae {phase} PLAN` again to recompute and replace it"
+        ran = self.cache.lookup(job, definition_of(job).codec, repair=repair)
+        record = self._record(job) if ran is None or self.phase == COLLECT else None
         if ran is None:
-            record = record if record is not None else self._record(job)
             if record is not None and record["failure"] is not None:
                 self.outcome.failures[job.key] = JobFailure(**record["failure"])
                 raise UpstreamFailed(job.key)
@@ -254,7 +253,7 @@ class _StagedRun:
                 return self.memory[job.key]
             raise PlanError(f"the {job.stage} artifact of {job.extractor!r} ({job.key}) is not in the store "
                             f"{self.cache.config.url}: run `vertebrae {phase} PLAN` first (every shard of it)")
-        if record is not None:  # report what the phase that made it measured, not this read
+        if record is not None and record["failure"] is None:  # report what the phase that made it measured
             ran = dataclasses.replace(ran, timings=dict(record["measured"]), status=record["status"],
                                       persisted=dict(record["footprint"]["bytes"]),
                                       persisted_status=record["footprint"]["status"],
