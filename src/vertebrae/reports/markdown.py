@@ -102,29 +102,71 @@ def _dataset_summary(data: Mapping[str, Any]) -> Section:
     return Section("Dataset summary", [Table(["field", "value"], rows)])
 
 
-def _scored(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _scored(results: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Results with per-class scores, in report order."""
-    return [r for r in data["extractor_results"] if (r.get("overlap") or {}).get("per_class_scores")]
+    return [r for r in results if (r.get("overlap") or {}).get("per_class_scores")]
 
 
-def _target_summary(data: Mapping[str, Any]) -> Section:
-    """Targets and their counts; for classes also the scorer's k and whether each class is aggregated."""
-    s = data["dataset_summary"]
+def _by_view(data: Mapping[str, Any], results: list[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
+    """``results`` grouped by the task they score (None: the dataset's own targets), in view order: each view has its
+    own classes, so nothing per class is shared across views."""
+    from ..families.result_protocol import result_from_dict
+
+    views = {r.name: r.view for r in result_from_dict(data).extractor_results}
+    by_view: dict[str | None, list[Mapping[str, Any]]] = {}
+    for r in results:
+        by_view.setdefault(views[r["name"]], []).append(r)
+    return by_view
+
+
+def _targets_of(summary: Mapping[str, Any], r: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The summary of the targets result ``r`` scores: a target view's, a hierarchy level's or the dataset's own."""
+    if r.get("target_view") is not None:
+        return summary["target_views"][r["target_view"]]
+    if r.get("label_view") is not None:
+        return summary["label_levels"][r["label_view"]]
+    return summary
+
+
+def _targets_table(s: Mapping[str, Any], scored: list[Mapping[str, Any]]) -> Table:
+    """One target set's counts; for classes also the scorer's k and aggregation, read from a result scoring them."""
     if s["target_type"] == "regression":
-        stats = s["target_statistics"]
-        rows = [[name, v["mean"], v["std"], v["min"], v["max"]] for name, v in stats.items()]
-        return Section("Target summary", [Table(["target", "mean", "std", "min", "max"], rows)])
+        rows = [[name, v["mean"], v["std"], v["min"], v["max"]] for name, v in s["target_statistics"].items()]
+        return Table(["target", "mean", "std", "min", "max"], rows)
     names = s.get("class_names") or s.get("label_names")
     keys, counts = list(s["class_counts"]), list(s["class_counts"].values())
     heading = "class" if s["target_type"] == "single_label" else "label"
-    scored = _scored(data)
     if not scored:
-        return Section("Target summary", [Table([heading, "count"], [list(row) for row in zip(names, counts)])])
+        return Table([heading, "count"], [list(row) for row in zip(names, counts)])
     o = scored[0]["overlap"]  # k and aggregation depend on the class sizes and the config, not the extractor
     aggregated = o["metadata"].get("aggregation_classes", [])
-    rows = [[name, count, o["k_per_class"].get(key), key in aggregated]
-            for name, count, key in zip(names, counts, keys)]
-    return Section("Target summary", [Table([heading, "count", "k", "aggregated"], rows)])
+    return Table([heading, "count", "k", "aggregated"], [[name, count, o["k_per_class"].get(key), key in aggregated]
+                                                         for name, count, key in zip(names, counts, keys)])
+
+
+def _views_note(s: Mapping[str, Any], active: list[str | None]) -> list[Para]:
+    """Which views were scored and which the dataset has; nothing for a dataset without views."""
+    available = ([f"target={name}" for name in s.get("target_views", {})]
+                 + [f"level={name}" for name in s.get("label_levels", {})])
+    if not available:
+        return []
+    scored = ", ".join(view for view in active if view is not None) or "none (the dataset's own targets)"
+    return [Para(f"Views scored: {scored}. Available in the dataset: {', '.join(available)}.")]
+
+
+def _target_summary(data: Mapping[str, Any]) -> Section:
+    """Targets and their counts with k and aggregation: one table per scored target set (the dataset's own targets,
+    each target view, each hierarchy level), since each has its own classes, counts and k."""
+    s = data["dataset_summary"]
+    by_view = _by_view(data, data["extractor_results"]) or {None: []}
+    blocks: list[Any] = _views_note(s, list(by_view))
+    if list(by_view) == [None]:
+        return Section("Target summary", [*blocks, _targets_table(s, _scored(by_view[None]))])
+    if None not in by_view:
+        blocks.append(Section("dataset targets (not scored)", [_targets_table(s, [])], level=3))
+    blocks += [Section(view or "dataset targets", [_targets_table(_targets_of(s, results[0]), _scored(results))],
+                       level=3) for view, results in by_view.items()]
+    return Section("Target summary", blocks)
 
 
 def _extractor_summary(data: Mapping[str, Any]) -> Section:
@@ -164,16 +206,11 @@ def _overlap_configuration(data: Mapping[str, Any]) -> Section:
 def _per_class(data: Mapping[str, Any]) -> Section | None:
     """One table per target view (each view has its own classes): a row per extractor, a column per class (at most
     MAX_TABLE_CLASSES; beyond, a summary per extractor)."""
-    from ..families.result_protocol import result_from_dict
-
-    scored = _scored(data)
+    scored = _scored(data["extractor_results"])
     if not scored:
         return None
     note = "1.0 means the class is separated from the others; the weakest classes set the ceiling of a space."
-    views = {r.name: r.view for r in result_from_dict(data).extractor_results}
-    by_view: dict[str | None, list[Mapping[str, Any]]] = {}
-    for r in scored:
-        by_view.setdefault(views[r["name"]], []).append(r)
+    by_view = _by_view(data, scored)
     if len(by_view) == 1:
         return Section("Per-class overlap", [Para(note), *_per_class_blocks(scored)])
     return Section("Per-class overlap", [Para(note, " One table per target view: each view has its own classes."),
