@@ -24,7 +24,8 @@ from .markdown_separatix import separatix_detail
 from .markdown_stability import answer_caveats, draw_note, stability_section
 from .markdown_structure import structure_section
 from .markdown_verdicts import verdict_lines, verdict_section
-from .reading import RANKING_SECONDARY, benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
+from .reading import (RANKING_SECONDARY, benchmark_answer, benchmark_ranking, class_display, how_to_read,
+                      recipe_summary)
 
 SectionBuilder = Callable[[Mapping[str, Any]], Section | None]
 
@@ -33,10 +34,6 @@ MAX_TABLE_CLASSES = 12
 MAX_PAIRWISE_CLASSES = MAX_TABLE_CLASSES
 #: Characters of each artifact key shown (enough to find it in a store; the JSON keeps it whole).
 ARTIFACT_KEY_CHARS = 12
-
-
-def _display(overlap: Mapping[str, Any], key: str) -> str:
-    return overlap.get("labels", {}).get(key, key)
 
 
 def report_title(data: Mapping[str, Any]) -> str:
@@ -224,10 +221,10 @@ def _per_class_blocks(scored: list[Mapping[str, Any]]) -> list[Any]:
     keys = list(first["per_class_scores"])
     if len(keys) <= MAX_TABLE_CLASSES:
         rows = [[r["name"], *(r["overlap"]["per_class_scores"].get(k) for k in keys)] for r in scored]
-        return [Table(["extractor", *(_display(first, k) for k in keys)], rows)]
+        return [Table(["extractor", *(class_display(first, k) for k in keys)], rows)]
     rows = []
     for r in scored:
-        scores = sorted((v, _display(r["overlap"], k)) for k, v in r["overlap"]["per_class_scores"].items()
+        scores = sorted((v, class_display(r["overlap"], k)) for k, v in r["overlap"]["per_class_scores"].items()
                         if v is not None)
         values = [v for v, _ in scores]
         weakest = ", ".join(f"{name} ({v:.4f})" for v, name in scores[:3])
@@ -242,8 +239,8 @@ def _pairwise(o: Mapping[str, Any]) -> list[Any]:
     keys = list(o["pairwise_scores"])
     if len(keys) > MAX_PAIRWISE_CLASSES:
         return [Para(f"Pairwise overlap of {len(keys)} classes: see ", Code("pairwise_scores"), " in the JSON.")]
-    rows = [[_display(o, a)] + [o["pairwise_scores"][a].get(b) for b in keys] for a in keys]
-    return [Para("Pairwise overlap (row vs column):"), Table(["class", *(_display(o, b) for b in keys)], rows)]
+    rows = [[class_display(o, a)] + [o["pairwise_scores"][a].get(b) for b in keys] for a in keys]
+    return [Para("Pairwise overlap (row vs column):"), Table(["class", *(class_display(o, b) for b in keys)], rows)]
 
 
 def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
@@ -262,7 +259,8 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
                               + (f" Weakest class: {weakest['display']} ({weakest['score']:.4f})." if weakest else ""))]
     meta = o["metadata"]
     if meta.get("excluded_classes"):
-        blocks.append(Para("Excluded from aggregation: " + ", ".join(_display(o, k) for k in meta["excluded_classes"])
+        excluded = ", ".join(class_display(o, k) for k in meta["excluded_classes"])
+        blocks.append(Para("Excluded from aggregation: " + excluded
                            + ". Do not average the per-class scores to reconstruct the global score."))
     if o.get("loss_ratio") is not None:
         null = o["regression"]["null_calibration"]
@@ -276,7 +274,7 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
     if o["pairwise_scores"] and pairwise:
         blocks += _pairwise(o)
     if r.get("separatix"):
-        blocks.append(separatix_detail(r["separatix"]))
+        blocks.append(separatix_detail(r["separatix"], o))
     return Section(r["name"], blocks, level=3)
 
 

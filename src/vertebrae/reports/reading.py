@@ -31,6 +31,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
+def class_display(overlap: Mapping[str, Any], key: str) -> str:
+    """The report label of a class's stable key (``1 (int)`` beside ``1 (str)``), as the result's overlap names it."""
+    return overlap.get("labels", {}).get(key, key)
+
+
 def recipe_summary(recipe: Mapping[str, Any]) -> str:
     """One table cell for a recipe: type, the estimator/callable/model, and a few parameters."""
     kind = recipe.get("type", "?")
