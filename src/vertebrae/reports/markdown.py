@@ -166,14 +166,23 @@ def _target_summary(data: Mapping[str, Any]) -> Section:
     return Section("Target summary", blocks)
 
 
+def _source(embedding: Mapping[str, Any]) -> str | None:
+    """Where an output's rows come from: ``text (caption)`` for a branch reading one field, ``fused (image,
+    caption)`` for one reading several, the modality alone for a one-modality raw dataset (``image``)."""
+    fields = embedding.get("input_fields")
+    return embedding.get("source") if not fields else f"{embedding['source']} ({', '.join(fields)})"
+
+
 def _extractor_summary(data: Mapping[str, Any]) -> Section:
-    rows = []
-    for r in data["extractor_results"]:
-        e = r["embedding"]
-        rows.append([r["name"], r["extractor_type"], e.get("embedding_dim"), e.get("dtype"), e.get("sparse"),
-                     e.get("nnz"), recipe_summary(r["recipe"])])
+    """One row per result; a source column when some output says which input fields (or modality) it reads."""
+    results = data["extractor_results"]
+    sourced = any(r["embedding"].get("source") for r in results)
+    rows = [[r["name"], r["extractor_type"], *([_source(r["embedding"])] if sourced else []),
+             *(r["embedding"].get(field) for field in ("embedding_dim", "dtype", "sparse", "nnz")),
+             recipe_summary(r["recipe"])] for r in results]
+    headers = ["extractor", "type", *(["source"] if sourced else []), "dim", "dtype", "sparse", "nnz", "recipe"]
     return Section("Extractors", [Para("Recipes are summarized; the JSON report keeps them whole."),
-                                  Table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows)])
+                                  Table(headers, rows)])
 
 
 def _overlap_configuration(data: Mapping[str, Any]) -> Section:
