@@ -266,6 +266,20 @@ def test_warn_and_sample_stays_sparse_and_records_warnings(sparse_data):
                                                       f"{e['reason']}." for e in result.densification_events]
 
 
+def test_markdown_context_shows_the_preprocessing_of_a_sparse_run():
+    """The preprocessing record (normalization, sparse input, separatix's own scaling) was in no report."""
+    from vertebrae.reports.markdown_separatix import _context
+
+    X = sparse.random(300, 40, density=0.2, format="csr", random_state=1)
+    y = np.array(["x", "y"])[np.random.default_rng(1).integers(0, 2, 300)]
+    result = SeparatixScorer(SeparatixConfig(max_dense_bytes=MIB)).diagnose(X, y, overlap_score=0.9)
+    context = _context(result.to_dict(), {})
+    own = context[context.index("Preprocessing: "):context.index("; separatix's own: ")]
+    theirs = context[context.index("; separatix's own: "):context.index(". Dense budget")]
+    assert "normalize_embeddings yes" in own and "input_sparse yes" in own and "zero_rows 0" in own
+    assert "is_sparse yes" in theirs and all(name in theirs for name in result.preprocessing["separatix"])
+
+
 def test_skip_records_unavailable_diagnostics(sparse_data):
     X, y = sparse_data
     result = SeparatixScorer(SeparatixConfig(max_dense_bytes=8 * MIB, densify_policy="skip")).diagnose(

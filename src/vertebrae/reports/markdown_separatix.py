@@ -57,14 +57,24 @@ def _probe_evidence(p: Mapping[str, Any]) -> list[Any]:
     return [Para(head), Table(["probe", "family", *columns, "skipped"], rows)]
 
 
+def _preprocessing(pre: Mapping[str, Any]) -> str:
+    """What Separatix was given (vertebrae's normalization and input facts) and what separatix did to it, so a
+    sparse run says it stayed sparse and how the probes scaled it."""
+    own = ", ".join(f"{name} {plain(value)}" for name, value in pre.items() if name != "separatix")
+    theirs = ", ".join(f"{name} {plain(value)}" for name, value in (pre.get("separatix") or {}).items())
+    return f"Preprocessing: {own}" + (f"; separatix's own: {theirs}" if theirs else "") + "."
+
+
 def _context(s: Mapping[str, Any], overlap: Mapping[str, Any]) -> str:
-    """Evaluation, grouping, the dense budget, skipped diagnostics and densification, as one paragraph."""
+    """Evaluation, preprocessing, grouping, the dense budget, skipped diagnostics and densification, as one
+    paragraph."""
     p = s["probe_summary"]
     e, g, sampling = p["evaluation"], p["grouping"], p["sampling"] or {}
     parts = [f"Evaluation: {plain(e.get('cv_method'))}, {plain(e.get('n_splits'))} folds, group-aware "
              f"{plain(e.get('group_aware'))}, mode {plain(e.get('evaluation_mode'))}; probe rows "
              f"{plain(sampling.get('n_used'))} of {plain(sampling.get('n_original'))}"
              f"{' (sampled)' if sampling.get('sampled') else ''}."]
+    parts.append(_preprocessing(s["preprocessing"]))
     if g.get("provided"):
         skipped = ", ".join(class_display(overlap, k) for k in g["skipped"])
         parts.append(f"Groups: {plain(g.get('group_count'))}; classes the group-aware split supports "
