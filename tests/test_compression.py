@@ -401,6 +401,23 @@ def test_markdown_frontier_renders_from_the_archived_json(tmp_path):
     assert "## Compression frontier" not in run(X, y, None).to_markdown()
 
 
+def test_the_markdown_ranking_says_what_each_row_was_compressed_to():
+    """The ranking had no compression column: a not-applied pca64 read like a plain copy of the raw row."""
+    X, y = blobs(dim=12)
+    with pytest.warns(CompressionWarning, match="pca64 not applied"):
+        result = run(X, y, [C(), C(method="pca", n_components=4), C(method="pca", n_components=64),
+                            C(method="quantize", dtype="int8")], quiet=False)
+    ranking = result.to_markdown().split("## Ranking")[1].split("\n## ")[0]
+    header = next(line for line in ranking.splitlines() if line.startswith("| rank"))
+    assert "| embedding_dim | compression | recipe |" in header
+    column = header.split(" | ").index("compression")
+    rows = [line.split(" | ") for line in ranking.splitlines() if line.split(" | ")[0][2:].isdigit()]
+    cells = {row[1]: row[column] for row in rows}
+    assert cells == {"raw": "–", "raw+pca4": "pca 4", "raw+pca64": "pca 64 (not applied, scored uncompressed)",
+                     "raw+int8": "quantize int8"}
+    assert "compression |" not in run(X, y, None).to_markdown()
+
+
 # ----------------------------------------------------------------------------- retrieval
 def test_retrieval_fits_on_the_gallery_and_applies_to_the_queries():
     rng = np.random.default_rng(0)

@@ -13,6 +13,7 @@ from sklearn.pipeline import make_pipeline
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, FieldExtractor,
                            InputTypeError, InputValidationError, SeparatixConfig, SklearnExtractor, TorchExtractor)
 
+from .conftest import gaussian_classes
 from .shapes import shape_images, tiny_cnn
 
 IDENTITY = DatasetIdentity.declared("shapes-captions", "1")
@@ -140,3 +141,19 @@ def test_named_outputs_pass_through_a_field_reader(data):
     assert [r.name for r in result.extractor_results] == ["cnn:full", "cnn:half"]
     assert {r.embedding["output_name"]: r.embedding["source"] for r in result.extractor_results} == {
         "full": "image", "half": "image"}
+
+
+def test_the_extractors_table_names_each_outputs_branch_or_fused_source():
+    """``embedding["source"]`` and ``input_fields`` were stored but in no report."""
+    X, y = gaussian_classes(n_per_class=20, n_classes=2, dim=4)
+    dataset = BenchmarkDataset.from_multimodal({"num": X, "caption": [f"row {i}" for i in range(len(y))]}, y,
+                                               modalities={"num": "tabular", "caption": "text"}, identity=IDENTITY)
+    both = lambda f: np.hstack([f["num"], [[len(t)] for t in f["caption"]]])  # noqa: E731
+    readers = [FieldExtractor(CallableExtractor("num", np.asarray, cache_identity="num-v1"), "num"),
+               FieldExtractor(CallableExtractor("both", both, cache_identity="both-v1"), ("num", "caption"))]
+    md = Benchmark(dataset, readers, separatix_config=OFF).run().to_markdown()
+    assert "| extractor | type | source | dim |" in md
+    assert "| num | callable | tabular (num) | 4 |" in md and "| both | callable | fused (num, caption) | 5 |" in md
+    plain = Benchmark(BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY), [CallableExtractor("id", np.asarray)],
+                      separatix_config=OFF).run().to_markdown()
+    assert "| extractor | type | dim |" in plain

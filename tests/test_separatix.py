@@ -204,7 +204,8 @@ def test_class_in_single_group_keeps_report_and_surfaces_skip():
     # the report's context line: those counts are classes, not groups (it read "Groups: 7 (2 supported, ...)")
     from vertebrae.reports.markdown_separatix import _context
 
-    assert "Groups: 7; classes the group-aware split supports 2, skipped 1: str:c." in _context(result.to_dict())
+    context = _context(result.to_dict(), {"labels": {"str:c": "c"}})  # an overlap's labels name the skipped class
+    assert "Groups: 7; classes the group-aware split supports 2, skipped 1: c." in context
 
 
 def test_too_few_supported_classes_is_skipped_not_retried():
@@ -260,7 +261,23 @@ def test_warn_and_sample_stays_sparse_and_records_warnings(sparse_data):
     assert result.preprocessing["input_sparse"] is True and result.preprocessing["separatix"]["is_sparse"] is True
     assert result.report["config"]["max_dense_mb"] == 8
     assert {e["status"] for e in result.densification_events} == {"performed_on_subsample"}
-    assert any("DensificationWarning" in w for w in result.warnings)
+    densified = [w for w in result.warnings if "densified" in w]  # the report's text, once (it was also captured)
+    assert densified == result.report["warnings"] == [f"Sparse input was stratified-subsampled then densified for "
+                                                      f"{e['reason']}." for e in result.densification_events]
+
+
+def test_markdown_context_shows_the_preprocessing_of_a_sparse_run():
+    """The preprocessing record (normalization, sparse input, separatix's own scaling) was in no report."""
+    from vertebrae.reports.markdown_separatix import _context
+
+    X = sparse.random(300, 40, density=0.2, format="csr", random_state=1)
+    y = np.array(["x", "y"])[np.random.default_rng(1).integers(0, 2, 300)]
+    result = SeparatixScorer(SeparatixConfig(max_dense_bytes=MIB)).diagnose(X, y, overlap_score=0.9)
+    context = _context(result.to_dict(), {})
+    own = context[context.index("Preprocessing: "):context.index("; separatix's own: ")]
+    theirs = context[context.index("; separatix's own: "):context.index(". Dense budget")]
+    assert "normalize_embeddings yes" in own and "input_sparse yes" in own and "zero_rows 0" in own
+    assert "is_sparse yes" in theirs and all(name in theirs for name in result.preprocessing["separatix"])
 
 
 def test_skip_records_unavailable_diagnostics(sparse_data):
@@ -497,3 +514,21 @@ def test_benchmark_on_wine_with_group_support_gaps(grouping, expected):
     else:
         assert diagnostic.report is None and "row-level" in diagnostic.reason
     assert result.ranked_results()[0].name == "raw"
+
+
+def test_markdown_names_unsupported_group_classes_by_their_report_labels():
+    """The grouping context showed separatix's stable key (``str:1``); it now shows the class as every report table
+    does, disambiguated by type (``1 (str)`` beside ``1 (int)``)."""
+    from sklearn.datasets import load_wine
+
+    from vertebrae import Benchmark, BenchmarkDataset, DatasetIdentity, PrecomputedExtractor
+
+    X, y = load_wine(return_X_y=True)
+    labels = list(np.array([1, "1", True], dtype=object)[y])
+    groups = np.where(y == 1, 99, np.arange(len(y)) % 4)  # class "1" lives in one group
+    dataset = BenchmarkDataset.from_embeddings(X, labels, target_type="single_label", groups=groups,
+                                               identity=DatasetIdentity.declared("wine", "1"))
+    result = Benchmark(dataset, [PrecomputedExtractor("raw")], separatix_config=SeparatixConfig(run_when="always"),
+                       progress=False).run()
+    assert result["raw"].separatix.probe_summary["grouping"]["skipped"] == ["str:1"]
+    assert "classes the group-aware split supports 2, skipped 1: 1 (str)." in result.to_markdown()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -10,7 +12,8 @@ from sklearn.decomposition import PCA
 from tests.conftest import gaussian_classes
 from vertebrae import (Benchmark, BenchmarkDataset, ConfigError, ContinuousOverlapScoringConfig, DatasetIdentity,
                            InputTypeError, InputValidationError, LabelViewConfig, OverlapScoringConfig,
-                           PrecomputedExtractor, SeparatixConfig, SklearnExtractor, TargetView, TargetViewConfig)
+                           PrecomputedExtractor, SeparatixConfig, SerializationError, SklearnExtractor, TargetView,
+                           TargetViewConfig)
 
 IDENTITY = DatasetIdentity.declared("views", "1")
 QUIET = dict(separatix_config=SeparatixConfig(enabled=False), scoring_config=OverlapScoringConfig(k=4),
@@ -187,3 +190,46 @@ def test_the_markdown_has_one_per_class_table_per_view_with_that_views_classes()
         for line, name in zip(lines[2:], names):
             expected = [cell(v) for v in result[name].overlap.per_class_scores.values()]
             assert line == "| " + " | ".join([name, *expected]) + " |"
+
+
+def test_the_target_summary_gives_each_scored_view_its_own_counts_and_k():
+    """The target summary listed the dataset's own classes with k looked up in the first view's result (another
+    view's k where the keys coincide, else dashes): each scored view now has its own classes, counts and k."""
+    from vertebrae.reports.markdown_table import cell
+
+    X, y = gaussian_classes(n_per_class=60, n_classes=4, dim=4)
+    coarse = np.where(y == 0, "rare", "common")
+    paths = [("round" if c < 3 else "sharp", int(c)) for c in y]
+    dataset = (BenchmarkDataset.from_arrays(X, y, identity=IDENTITY).with_target_views([TargetView("coarse", coarse)])
+               .with_label_hierarchy(paths, ("family", "leaf")))
+    result = Benchmark(dataset, [PrecomputedExtractor("raw", X)], target_view_config=TargetViewConfig(),
+                       label_view_config=LabelViewConfig(levels=("family",)),
+                       separatix_config=SeparatixConfig(enabled=False)).run()
+    md = result.to_markdown()
+    section = md[md.index("## Target summary"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "Views scored: target=coarse, level=family. Available in the dataset: target=coarse, " in section
+    for r in result.extractor_results:
+        table = section[section.index(f"### {r.view}\n"):]
+        lines = [line for line in table.splitlines()[1:] if line.startswith("|")][2:]
+        o = r.overlap.to_dict()
+        expected = [f"| {cell(o['labels'][key])} | {count} | {o['k_per_class'][key]} | yes |"
+                    for key, count in o["class_counts"].items()]
+        assert lines[:len(expected)] == expected and len(set(o["k_per_class"].values())) == 2
+
+
+def test_a_file_whose_view_has_no_summary_is_refused_on_load():
+    """The target summary reads each view's classes from the dataset summary: a file without them (edited, cut) is
+    refused when loaded, naming the field, instead of a KeyError from the report."""
+    X, y = gaussian_classes(n_per_class=10, n_classes=3, dim=4)
+    dataset = BenchmarkDataset.from_arrays(X, y, identity=IDENTITY).with_target_views([TargetView("coarse", y == 0)])
+    result = Benchmark(dataset, [PrecomputedExtractor("raw", X)], target_view_config=TargetViewConfig(),
+                       **QUIET).run()
+    data = json.loads(result.to_json())
+    del data["dataset_summary"]["target_views"]
+    with pytest.raises(SerializationError, match="target_view .* summarized under dataset_summary.target_views"):
+        type(result).from_dict(data)
+    data = json.loads(result.to_json())
+    data["dataset_summary"]["target_views"]["coarse"]["class_names"].pop()
+    with pytest.raises(SerializationError, match="target_views.coarse: .*one name per class count"):
+        type(result).from_dict(data)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputValidationError
+from .reading import class_display
 
 
 def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,8 +69,7 @@ def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if stability is not None and r.primary_metric_name == "overlap":
             interval = [stability.summary.interval_low, stability.summary.interval_high]
         overlap = serialized[r.name].get("overlap") or {}
-        labels = overlap.get("labels", {})
-        per_class = {labels.get(k, k): v for k, v in (overlap.get("per_class_scores") or {}).items()}
+        per_class = {class_display(overlap, k): v for k, v in (overlap.get("per_class_scores") or {}).items()}
         screening = serialized[r.name].get("screening") or {}
         left = ({key: screening[key] for key in ("last_rung", "rows", "partial_score")}
                 if screening.get("status") == "screened_out" else None)

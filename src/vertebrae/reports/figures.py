@@ -23,6 +23,7 @@ from typing import Any
 
 from .._base.extras import install_hint
 from .._base.names import printable
+from .reading import class_display
 
 #: Candidates shown in the per-class figure and the most classes a heatmap or per-class plot shows.
 TOP_CANDIDATES = 3
@@ -155,7 +156,7 @@ def per_class_figure(data: Mapping[str, Any]) -> Any | None:
     if not ranked:
         return None
     keys = list(ranked[0]["overlap"]["per_class_scores"])[:MAX_CLASSES]
-    labels = _labels([ranked[0]["overlap"].get("labels", {}).get(k, k) for k in keys], limit=NAME_LIMIT - 12)
+    labels = _labels([class_display(ranked[0]["overlap"], k) for k in keys], limit=NAME_LIMIT - 12)
     fig = _figure(min(11.0, max(6.0, 0.25 * len(keys) * len(ranked))), 4.0)
     ax = fig.subplots()
     width = 0.8 / len(ranked)
@@ -181,7 +182,7 @@ def pairwise_figure(data: Mapping[str, Any]) -> Any | None:
         return None
     overlap = ranked[0]["overlap"]
     keys = list(overlap["pairwise_scores"])[:MAX_CLASSES]
-    labels = _labels([overlap.get("labels", {}).get(k, k) for k in keys], limit=NAME_LIMIT - 12)
+    labels = _labels([class_display(overlap, k) for k in keys], limit=NAME_LIMIT - 12)
     matrix = [[_number(overlap["pairwise_scores"][a].get(b)) for b in keys] for a in keys]
     finite = [v for row in matrix for v in row if not math.isnan(v)]
     low, high = _limits(finite)

@@ -24,7 +24,8 @@ from .markdown_separatix import separatix_detail
 from .markdown_stability import answer_caveats, draw_note, stability_section
 from .markdown_structure import structure_section
 from .markdown_verdicts import verdict_lines, verdict_section
-from .reading import RANKING_SECONDARY, benchmark_answer, benchmark_ranking, how_to_read, recipe_summary
+from .reading import (RANKING_SECONDARY, benchmark_answer, benchmark_ranking, class_display, how_to_read,
+                      recipe_summary)
 
 SectionBuilder = Callable[[Mapping[str, Any]], Section | None]
 
@@ -33,10 +34,6 @@ MAX_TABLE_CLASSES = 12
 MAX_PAIRWISE_CLASSES = MAX_TABLE_CLASSES
 #: Characters of each artifact key shown (enough to find it in a store; the JSON keeps it whole).
 ARTIFACT_KEY_CHARS = 12
-
-
-def _display(overlap: Mapping[str, Any], key: str) -> str:
-    return overlap.get("labels", {}).get(key, key)
 
 
 def report_title(data: Mapping[str, Any]) -> str:
@@ -102,39 +99,90 @@ def _dataset_summary(data: Mapping[str, Any]) -> Section:
     return Section("Dataset summary", [Table(["field", "value"], rows)])
 
 
-def _scored(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _scored(results: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Results with per-class scores, in report order."""
-    return [r for r in data["extractor_results"] if (r.get("overlap") or {}).get("per_class_scores")]
+    return [r for r in results if (r.get("overlap") or {}).get("per_class_scores")]
 
 
-def _target_summary(data: Mapping[str, Any]) -> Section:
-    """Targets and their counts; for classes also the scorer's k and whether each class is aggregated."""
-    s = data["dataset_summary"]
+def _by_view(data: Mapping[str, Any], results: list[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
+    """``results`` grouped by the task they score (None: the dataset's own targets), in view order: each view has its
+    own classes, so nothing per class is shared across views."""
+    from ..families.result_protocol import result_from_dict
+
+    views = {r.name: r.view for r in result_from_dict(data).extractor_results}
+    by_view: dict[str | None, list[Mapping[str, Any]]] = {}
+    for r in results:
+        by_view.setdefault(views[r["name"]], []).append(r)
+    return by_view
+
+
+def _targets_of(summary: Mapping[str, Any], r: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The summary of the targets result ``r`` scores: a target view's, a hierarchy level's or the dataset's own."""
+    if r.get("target_view") is not None:
+        return summary["target_views"][r["target_view"]]
+    if r.get("label_view") is not None:
+        return summary["label_levels"][r["label_view"]]
+    return summary
+
+
+def _targets_table(s: Mapping[str, Any], scored: list[Mapping[str, Any]]) -> Table:
+    """One target set's counts; for classes also the scorer's k and aggregation, read from a result scoring them."""
     if s["target_type"] == "regression":
-        stats = s["target_statistics"]
-        rows = [[name, v["mean"], v["std"], v["min"], v["max"]] for name, v in stats.items()]
-        return Section("Target summary", [Table(["target", "mean", "std", "min", "max"], rows)])
+        rows = [[name, v["mean"], v["std"], v["min"], v["max"]] for name, v in s["target_statistics"].items()]
+        return Table(["target", "mean", "std", "min", "max"], rows)
     names = s.get("class_names") or s.get("label_names")
     keys, counts = list(s["class_counts"]), list(s["class_counts"].values())
     heading = "class" if s["target_type"] == "single_label" else "label"
-    scored = _scored(data)
     if not scored:
-        return Section("Target summary", [Table([heading, "count"], [list(row) for row in zip(names, counts)])])
+        return Table([heading, "count"], [list(row) for row in zip(names, counts)])
     o = scored[0]["overlap"]  # k and aggregation depend on the class sizes and the config, not the extractor
     aggregated = o["metadata"].get("aggregation_classes", [])
-    rows = [[name, count, o["k_per_class"].get(key), key in aggregated]
-            for name, count, key in zip(names, counts, keys)]
-    return Section("Target summary", [Table([heading, "count", "k", "aggregated"], rows)])
+    return Table([heading, "count", "k", "aggregated"], [[name, count, o["k_per_class"].get(key), key in aggregated]
+                                                         for name, count, key in zip(names, counts, keys)])
+
+
+def _views_note(s: Mapping[str, Any], active: list[str | None]) -> list[Para]:
+    """Which views were scored and which the dataset has; nothing for a dataset without views."""
+    available = ([f"target={name}" for name in s.get("target_views", {})]
+                 + [f"level={name}" for name in s.get("label_levels", {})])
+    if not available:
+        return []
+    scored = ", ".join(view for view in active if view is not None) or "none (the dataset's own targets)"
+    return [Para(f"Views scored: {scored}. Available in the dataset: {', '.join(available)}.")]
+
+
+def _target_summary(data: Mapping[str, Any]) -> Section:
+    """Targets and their counts with k and aggregation: one table per scored target set (the dataset's own targets,
+    each target view, each hierarchy level), since each has its own classes, counts and k."""
+    s = data["dataset_summary"]
+    by_view = _by_view(data, data["extractor_results"]) or {None: []}
+    blocks: list[Any] = _views_note(s, list(by_view))
+    if list(by_view) == [None]:
+        return Section("Target summary", [*blocks, _targets_table(s, _scored(by_view[None]))])
+    if None not in by_view:
+        blocks.append(Section("dataset targets (not scored)", [_targets_table(s, [])], level=3))
+    blocks += [Section(view or "dataset targets", [_targets_table(_targets_of(s, results[0]), _scored(results))],
+                       level=3) for view, results in by_view.items()]
+    return Section("Target summary", blocks)
+
+
+def _source(embedding: Mapping[str, Any]) -> str | None:
+    """Where an output's rows come from: ``text (caption)`` for a branch reading one field, ``fused (image,
+    caption)`` for one reading several, the modality alone for a one-modality raw dataset (``image``)."""
+    fields = embedding.get("input_fields")
+    return embedding.get("source") if not fields else f"{embedding['source']} ({', '.join(fields)})"
 
 
 def _extractor_summary(data: Mapping[str, Any]) -> Section:
-    rows = []
-    for r in data["extractor_results"]:
-        e = r["embedding"]
-        rows.append([r["name"], r["extractor_type"], e.get("embedding_dim"), e.get("dtype"), e.get("sparse"),
-                     e.get("nnz"), recipe_summary(r["recipe"])])
+    """One row per result; a source column when some output says which input fields (or modality) it reads."""
+    results = data["extractor_results"]
+    sourced = any(r["embedding"].get("source") for r in results)
+    rows = [[r["name"], r["extractor_type"], *([_source(r["embedding"])] if sourced else []),
+             *(r["embedding"].get(field) for field in ("embedding_dim", "dtype", "sparse", "nnz")),
+             recipe_summary(r["recipe"])] for r in results]
+    headers = ["extractor", "type", *(["source"] if sourced else []), "dim", "dtype", "sparse", "nnz", "recipe"]
     return Section("Extractors", [Para("Recipes are summarized; the JSON report keeps them whole."),
-                                  Table(["extractor", "type", "dim", "dtype", "sparse", "nnz", "recipe"], rows)])
+                                  Table(headers, rows)])
 
 
 def _overlap_configuration(data: Mapping[str, Any]) -> Section:
@@ -164,16 +212,11 @@ def _overlap_configuration(data: Mapping[str, Any]) -> Section:
 def _per_class(data: Mapping[str, Any]) -> Section | None:
     """One table per target view (each view has its own classes): a row per extractor, a column per class (at most
     MAX_TABLE_CLASSES; beyond, a summary per extractor)."""
-    from ..families.result_protocol import result_from_dict
-
-    scored = _scored(data)
+    scored = _scored(data["extractor_results"])
     if not scored:
         return None
     note = "1.0 means the class is separated from the others; the weakest classes set the ceiling of a space."
-    views = {r.name: r.view for r in result_from_dict(data).extractor_results}
-    by_view: dict[str | None, list[Mapping[str, Any]]] = {}
-    for r in scored:
-        by_view.setdefault(views[r["name"]], []).append(r)
+    by_view = _by_view(data, scored)
     if len(by_view) == 1:
         return Section("Per-class overlap", [Para(note), *_per_class_blocks(scored)])
     return Section("Per-class overlap", [Para(note, " One table per target view: each view has its own classes."),
@@ -187,10 +230,10 @@ def _per_class_blocks(scored: list[Mapping[str, Any]]) -> list[Any]:
     keys = list(first["per_class_scores"])
     if len(keys) <= MAX_TABLE_CLASSES:
         rows = [[r["name"], *(r["overlap"]["per_class_scores"].get(k) for k in keys)] for r in scored]
-        return [Table(["extractor", *(_display(first, k) for k in keys)], rows)]
+        return [Table(["extractor", *(class_display(first, k) for k in keys)], rows)]
     rows = []
     for r in scored:
-        scores = sorted((v, _display(r["overlap"], k)) for k, v in r["overlap"]["per_class_scores"].items()
+        scores = sorted((v, class_display(r["overlap"], k)) for k, v in r["overlap"]["per_class_scores"].items()
                         if v is not None)
         values = [v for v, _ in scores]
         weakest = ", ".join(f"{name} ({v:.4f})" for v, name in scores[:3])
@@ -205,8 +248,8 @@ def _pairwise(o: Mapping[str, Any]) -> list[Any]:
     keys = list(o["pairwise_scores"])
     if len(keys) > MAX_PAIRWISE_CLASSES:
         return [Para(f"Pairwise overlap of {len(keys)} classes: see ", Code("pairwise_scores"), " in the JSON.")]
-    rows = [[_display(o, a)] + [o["pairwise_scores"][a].get(b) for b in keys] for a in keys]
-    return [Para("Pairwise overlap (row vs column):"), Table(["class", *(_display(o, b) for b in keys)], rows)]
+    rows = [[class_display(o, a)] + [o["pairwise_scores"][a].get(b) for b in keys] for a in keys]
+    return [Para("Pairwise overlap (row vs column):"), Table(["class", *(class_display(o, b) for b in keys)], rows)]
 
 
 def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
@@ -225,7 +268,8 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
                               + (f" Weakest class: {weakest['display']} ({weakest['score']:.4f})." if weakest else ""))]
     meta = o["metadata"]
     if meta.get("excluded_classes"):
-        blocks.append(Para("Excluded from aggregation: " + ", ".join(_display(o, k) for k in meta["excluded_classes"])
+        excluded = ", ".join(class_display(o, k) for k in meta["excluded_classes"])
+        blocks.append(Para("Excluded from aggregation: " + excluded
                            + ". Do not average the per-class scores to reconstruct the global score."))
     if o.get("loss_ratio") is not None:
         null = o["regression"]["null_calibration"]
@@ -245,7 +289,7 @@ def extractor_detail(r: Mapping[str, Any], pairwise: bool = True) -> Section:
     if o["pairwise_scores"] and pairwise:
         blocks += _pairwise(o)
     if r.get("separatix"):
-        blocks.append(separatix_detail(r["separatix"]))
+        blocks.append(separatix_detail(r["separatix"], o))
     return Section(r["name"], blocks, level=3)
 
 

@@ -7,15 +7,16 @@ from typing import Any
 
 from .document import Code, Para, Section, Table
 from .markdown_table import plain
-from .reading import SEPARATIX_SCORE_DIRECTIONS
+from .reading import SEPARATIX_SCORE_DIRECTIONS, class_display
 
 
 def _number(value: Any) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
-def separatix_detail(s: Mapping[str, Any]) -> Section:
-    """Recommendation with its decision path, key scores, probe evidence, then context and skips in one paragraph."""
+def separatix_detail(s: Mapping[str, Any], overlap: Mapping[str, Any]) -> Section:
+    """Recommendation with its decision path, key scores, probe evidence, then context and skips in one paragraph;
+    class keys are shown by the labels of the extractor's ``overlap``."""
     if s["status"] != "completed":
         return Section("Separatix diagnostic", [Para("Status ", Code(s["status"]), f": {s['reason']}")], level=4)
     path = " ".join(f"({i}) {step}" for i, step in enumerate(s["decision_path"], 1))
@@ -28,7 +29,7 @@ def separatix_detail(s: Mapping[str, Any]) -> Section:
     if scores:
         blocks.append(Table(["Separatix score", "value", "direction (Separatix's own)"], scores))
     blocks += _probe_evidence(s["probe_summary"])
-    blocks.append(Para(_context(s)))
+    blocks.append(Para(_context(s, overlap)))
     if s["warnings"]:
         blocks.append(Para("Separatix warnings: " + "; ".join(s["warnings"])))
     return Section("Separatix diagnostic", blocks, level=4)
@@ -56,18 +57,29 @@ def _probe_evidence(p: Mapping[str, Any]) -> list[Any]:
     return [Para(head), Table(["probe", "family", *columns, "skipped"], rows)]
 
 
-def _context(s: Mapping[str, Any]) -> str:
-    """Evaluation, grouping, the dense budget, skipped diagnostics and densification, as one paragraph."""
+def _preprocessing(pre: Mapping[str, Any]) -> str:
+    """What Separatix was given (vertebrae's normalization and input facts) and what separatix did to it, so a
+    sparse run says it stayed sparse and how the probes scaled it."""
+    own = ", ".join(f"{name} {plain(value)}" for name, value in pre.items() if name != "separatix")
+    theirs = ", ".join(f"{name} {plain(value)}" for name, value in (pre.get("separatix") or {}).items())
+    return f"Preprocessing: {own}" + (f"; separatix's own: {theirs}" if theirs else "") + "."
+
+
+def _context(s: Mapping[str, Any], overlap: Mapping[str, Any]) -> str:
+    """Evaluation, preprocessing, grouping, the dense budget, skipped diagnostics and densification, as one
+    paragraph."""
     p = s["probe_summary"]
     e, g, sampling = p["evaluation"], p["grouping"], p["sampling"] or {}
     parts = [f"Evaluation: {plain(e.get('cv_method'))}, {plain(e.get('n_splits'))} folds, group-aware "
              f"{plain(e.get('group_aware'))}, mode {plain(e.get('evaluation_mode'))}; probe rows "
              f"{plain(sampling.get('n_used'))} of {plain(sampling.get('n_original'))}"
              f"{' (sampled)' if sampling.get('sampled') else ''}."]
+    parts.append(_preprocessing(s["preprocessing"]))
     if g.get("provided"):
+        skipped = ", ".join(class_display(overlap, k) for k in g["skipped"])
         parts.append(f"Groups: {plain(g.get('group_count'))}; classes the group-aware split supports "
                      f"{plain(g.get('supported_count'))}, skipped {plain(g.get('skipped_count'))}"
-                     + (f": {', '.join(str(k) for k in g['skipped'])}" if g["skipped"] else "") + ".")
+                     + (f": {skipped}" if skipped else "") + ".")
     parts.append(f"Dense budget {s['effective_max_dense_mb']} MiB ({s['dense_budget_source']}), policy "
                  f"{s['config']['densify_policy']}, budget {s['config']['budget']}.")
     skips = [f"{d['name']}: {d.get('reason', '')}" for d in s["skipped_diagnostics"]]

@@ -31,6 +31,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
+def class_display(overlap: Mapping[str, Any], key: str) -> str:
+    """The report label of a class's stable key (``1 (int)`` beside ``1 (str)``), as the result's overlap names it."""
+    return overlap.get("labels", {}).get(key, key)
+
+
 def recipe_summary(recipe: Mapping[str, Any]) -> str:
     """One table cell for a recipe: type, the estimator/callable/model, and a few parameters."""
     kind = recipe.get("type", "?")
@@ -99,15 +104,19 @@ def _beside_the_draw(score: float, stability: Mapping[str, Any] | None) -> str:
 
 
 #: Row-builder columns of the ranking table (see ``vertebrae.families.labeled.results.result_row``): the spec's core
-#: columns, then embedding, recipe and recommendation; Separatix's own fields follow when it ran.
+#: columns, then embedding, recipe and recommendation (``COMPRESSION_COLUMN`` after the embedding in a run with
+#: compression variants); Separatix's own fields follow when it ran.
 RANKING_COLUMNS: list[str] = ["rank", "extractor", "primary_metric", "primary_score", "overlap_score", "overlap_macro",
                               "overlap_weighted", "stability_interval", "weakest_class", "best_probe", "probe_metric",
                               "probe_score", "embedding_dim", "recipe", "recommendation"]
 SEPARATIX_COLUMNS: list[str] = ["separatix_recommendation", "separatix_confidence"]
+#: Shown only when the run has compression variants (``compression_text`` of each row's variant).
+COMPRESSION_COLUMN = "compression"
 #: What the HTML ranking folds into its "more columns" table so that the ranking fits a 1280 px page: the
-#: metric's own breakdown, the probe hints, the recipe and Separatix's fields.
+#: metric's own breakdown, the probe hints, the compression, the recipe and Separatix's fields.
 RANKING_SECONDARY = frozenset({"primary_metric", "overlap_score", "overlap_macro", "overlap_weighted", "weakest_class",
-                               "best_probe", "probe_metric", "probe_score", "recipe", *SEPARATIX_COLUMNS})
+                               "best_probe", "probe_metric", "probe_score", "recipe", COMPRESSION_COLUMN,
+                               *SEPARATIX_COLUMNS})
 #: Shown only when a candidate's space is scale-dominated (``embedding.column_scale``).
 SCALE_COLUMN = "dominant columns"
 #: Output, target and label views, shown only when a result carries them.
@@ -120,6 +129,16 @@ def scale_text(scale: Mapping[str, Any]) -> str:
     more = scale["n_dominant_columns"] - len(scale["dominant_columns"])
     return (f"column(s) {columns}{f' (+{more})' if more > 0 else ''} at {scale['std_ratio']:,.0f}x the median "
             f"column std ({scale['norm_share']:.0%} of the squared row norm)")
+
+
+def compression_text(compression: Mapping[str, Any] | None) -> str | None:
+    """``pca 4``, ``quantize int8``, ``pca 40 (not applied, scored uncompressed)``: what a ranked result's numbers
+    were measured on; None for the raw embedding (no variants, or the ``none`` variant)."""
+    if not compression or compression["method"] == "none":
+        return None
+    size = compression["parameters"].get("n_components") or compression["parameters"].get("dtype")
+    text = compression["method"] if size is None else f"{compression['method']} {size}"
+    return text + ("" if compression["applied"] else " (not applied, scored uncompressed)")
 
 
 def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,8 +156,11 @@ def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
     recipes = {r["name"]: r["recipe"] for r in data["extractor_results"]}
     scales = {r["name"]: (r.get("embedding") or {}).get("column_scale") for r in data["extractor_results"]}
     stability = {r["name"]: r.get("stability") for r in data["extractor_results"]}
+    compressions = {r["name"]: r.get("compression") for r in data["extractor_results"]}
     views = [c for c in VIEW_COLUMNS if any(row.get(c) is not None for row in valid_rows)]
     columns = RANKING_COLUMNS[:2] + views + RANKING_COLUMNS[2:]
+    if any(compressions[row["extractor"]] for row in valid_rows):  # after the embedding it describes
+        columns.insert(columns.index("embedding_dim") + 1, COMPRESSION_COLUMN)
     if any(row["separatix_status"] is not None for row in valid_rows):
         columns += SEPARATIX_COLUMNS
     if any(scales[row["extractor"]] for row in valid_rows):  # beside the candidate: a few columns decide its score
@@ -150,6 +172,8 @@ def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:
                     or interval_text(row["stability_interval_low"], row["stability_interval_high"]))
         if column == "recipe":
             return recipe_summary(recipes[row["extractor"]])
+        if column == COMPRESSION_COLUMN:
+            return compression_text(compressions[row["extractor"]])
         if column == SCALE_COLUMN:
             return None if not scales[row["extractor"]] else scale_text(scales[row["extractor"]])
         return row.get(column)

@@ -289,18 +289,20 @@ class SeparatixScorer:
                 raise
             skip = {"name": "separatix_diagnostic", "reason": str(exc), "severity": "blocking"}
             return not_run("skipped", reason, [skip])
-        captured = list(dict.fromkeys(f"separatix: {w.category.__name__}: {w.message}" for w in caught))
+        captured = {f"separatix: {w.category.__name__}: {w.message}": str(w.message) for w in caught}
         for text in captured:  # named by ``source`` (the extractor), which the recorded notes leave out
             warnings.warn(f"{source}: {text}" if source else text, ScoringWarning, stacklevel=2)
         data = json.loads(json.dumps(report.to_dict(terse=True), allow_nan=False))
         preprocessing["separatix"] = data["preprocessing"]
         skipped = [_with_group_context(entry, data["grouping"]) for entry in data["skipped_diagnostics"]]
         blocking = [f"{s['name']}: {s['reason']}" for s in skipped if s.get("severity") == "blocking"]
+        recorded = notes + data["warnings"]  # a warning separatix both reports and raises is recorded once
+        recorded += [text for text, message in captured.items() if message not in recorded]
         return SeparatixResult(
             status="completed", reason="; ".join(blocking) or None, target_mode=mode, gate=gate,
             recommendation=data["recommendation"], confidence=data["confidence"], decision_path=data["decision_path"],
             scores=data["scores"], preprocessing=preprocessing, densification_events=data["densification_events"],
-            skipped_diagnostics=skipped, warnings=notes + data["warnings"] + captured, report=data,
+            skipped_diagnostics=skipped, warnings=recorded, report=data,
             probe_summary=build_probe_summary(data, mode), runtime_seconds=time.perf_counter() - start,
             effective_max_dense_mb=max_dense_mb, dense_budget_source=budget_source, config=cfg)
 

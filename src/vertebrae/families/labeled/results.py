@@ -390,14 +390,26 @@ _EXTRACTOR_SCHEMA = both(
     rule(lambda r: (r.get("screening") or {}).get("status") != "screened_out" or r.get("primary_score") is None,
          "a screened-out candidate has no primary_score (its partial score is in screening.partial_score)"),
     rule(lambda r: r.get("stability") is None or r["overlap"] is not None, "a stability analysis needs overlap scores"))
+#: One set of targets as summarized: the dataset's own, a target view's or a hierarchy level's.
+_TARGETS_SCHEMA = Switch("target_type", {
+    "single_label": both({"n_classes": ANY}, _named_classes("class_names")),
+    "multi_label": both({"n_labels": ANY, "label_cardinality": ANY, "label_density": ANY,
+                         "n_distinct_labelsets": ANY}, _named_classes("label_names")),
+    "regression": {"target_names": [str], "constant_targets": [str],
+                   "target_statistics": MapOf({"mean": ANY, "std": ANY, "min": ANY, "max": ANY})}})
+
+
+def _result_views_are_summarized(data: Mapping[str, Any]) -> bool:
+    """Each result's target view or hierarchy level is in the dataset summary (the report reads its classes there)."""
+    s = data["dataset_summary"]
+    return all((r.get("target_view") is None or r["target_view"] in s.get("target_views", {}))
+               and (r.get("label_view") is None or r["label_view"] in s.get("label_levels", {}))
+               for r in data["extractor_results"])
+
+
 #: What reports, DataFrames and ``compare`` read of a serialized BenchmarkResult (checked on load).
 SCHEMA = both({
-    "dataset_summary": Switch("target_type", {
-        "single_label": both({"n_classes": ANY}, _named_classes("class_names")),
-        "multi_label": both({"n_labels": ANY, "label_cardinality": ANY, "label_density": ANY,
-                             "n_distinct_labelsets": ANY}, _named_classes("label_names")),
-        "regression": {"target_names": [str], "constant_targets": [str],
-                       "target_statistics": MapOf({"mean": ANY, "std": ANY, "min": ANY, "max": ANY})}}),
+    "dataset_summary": _TARGETS_SCHEMA,
     "extractor_results": [_EXTRACTOR_SCHEMA],
     "recommendations": [str],
     "metadata": {
@@ -412,10 +424,13 @@ SCHEMA = both({
     "timing?": {**TIMING_ENVELOPE_SCHEMA, "runtime?": RUNTIME_SCHEMA, "separatix?": MapOf(list),
                 "referee?": referee.TIMING_SCHEMA}},
     {"dataset_summary": {"identity": IDENTITY_SCHEMA, "n_samples": ANY, "groups?": nullable(
-        {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict)}},
+        {"n_groups": ANY, "group_size_min": ANY, "group_size_max": ANY}), "structure?": nullable(dict),
+        "target_views?": MapOf(_TARGETS_SCHEMA), "label_levels?": MapOf(_TARGETS_SCHEMA)}},
     rule(lambda d: len({len(r["stability"]["repeat_scores"]["score"]) for r in d["extractor_results"]
                         if r.get("stability")}) <= 1, "every stability analysis of one result has the same repeats"),
-    rule(_referee_views_are_result_views, "every view of metadata.referee.views must be a view of the results"))
+    rule(_referee_views_are_result_views, "every view of metadata.referee.views must be a view of the results"),
+    rule(_result_views_are_summarized, "every result's target_view (label_view) must be summarized under "
+                                       "dataset_summary.target_views (label_levels)"))
 
 
 @dataclasses.dataclass(eq=True)
