@@ -192,13 +192,19 @@ def test_rerunning_a_phase_reuses_the_store(project, monkeypatch, capsys):
     assert "(0 computed, 6 already there)" in capsys.readouterr().out
 
 
-def test_score_metric_is_fixed_for_the_plan(project, monkeypatch, capsys):
+def _embedded_with_metrics(project: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Plan and embed the project with a fresh metrics module (METRICS_MODULE) importable; returns its name."""
     monkeypatch.chdir(project)
     module = f"staged_metrics_{uuid.uuid4().hex[:8]}"
     (project / f"{module}.py").write_text(METRICS_MODULE)
     monkeypatch.syspath_prepend(str(project))
     assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
     assert main(["embed", "plan.json", "-q"]) == 0
+    return module
+
+
+def test_score_metric_is_fixed_for_the_plan(project, monkeypatch, capsys):
+    module = _embedded_with_metrics(project, monkeypatch)
     assert main(["score", "plan.json", "--shard", "1/2", "--metric", f"{module}:spread", "-q"]) == 0
     capsys.readouterr()
     assert main(["score", "plan.json", "--shard", "2/2", "--metric", f"{module}:other", "-q"]) == 2
@@ -341,12 +347,15 @@ def test_staged_help(command, capsys):
 
 
 def _block_entry(project: pathlib.Path, stage: str, extractor: str) -> str:
-    """Put a regular file where the store folder of one planned job goes, so that job's write really fails."""
+    """Put a link out of the store where the store folder of one planned job goes, so that job's write really fails:
+    the store never follows such a link, nor removes it (a plain file there is cleared by the write itself)."""
     key = next(job["key"] for job in PlanFile.load(project / "plan.json").jobs
                if job["stage"] == stage and job["extractor"] == extractor)
     blocker = project / "store" / key
     blocker.parent.mkdir(parents=True, exist_ok=True)
-    blocker.write_text("not a folder")
+    outside = project / "outside.txt"
+    outside.write_text("not a folder")
+    blocker.symlink_to(outside)
     return key
 
 
@@ -368,12 +377,7 @@ def test_embed_that_cannot_store_its_artifact_fails(project, monkeypatch, capsys
 def test_misspelt_score_metric_does_not_bind_the_plan(project, monkeypatch, capsys):
     """A `--metric` that does not load is refused before it is recorded: the plan is then scored with the right one
     (before: every later score and collect of the plan repeated the typo's error, and a new plan has the same id)."""
-    monkeypatch.chdir(project)
-    module = f"staged_metrics_{uuid.uuid4().hex[:8]}"
-    (project / f"{module}.py").write_text(METRICS_MODULE)
-    monkeypatch.syspath_prepend(str(project))
-    assert main(["plan", "run.toml", "--store", "store", "-q"]) == 0
-    assert main(["embed", "plan.json", "-q"]) == 0
+    module = _embedded_with_metrics(project, monkeypatch)
     assert main(["score", "plan.json", "--metric", f"{module}:sprad", "-q"]) == 2
     assert "sprad" in capsys.readouterr().err
     assert main(["score", "plan.json", "--metric", f"{module}:spread", "-q"]) == 0
