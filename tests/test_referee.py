@@ -342,8 +342,9 @@ def test_bad_policies_are_refused_before_any_work():
     with pytest.raises(ConfigError, match="referee_share"):
         benchmark(referee_finalists="auto", referee_share=0.0)
     for kwargs in ({"referee": None}, {}, {"referee_finalists": "all"}):  # only 'auto' reads the share
-        with pytest.raises(ConfigError, match="referee_share=0.5 is the budget of the 'auto' finalist policy"):
-            benchmark(referee_share=0.5, **kwargs)
+        for share in (0.5, 0.25):  # the default too, when given: it would be ignored just the same
+            with pytest.raises(ConfigError, match=f"referee_share={share} is the budget of the 'auto' finalist"):
+                benchmark(referee_share=share, **kwargs)
 
 
 # ----------------------------------------------------------------------------- the terminal says what was found

@@ -81,14 +81,16 @@ def label_of(metric: Metric) -> str:
 
 def check_finalist_policy(policy: Any, share: Any, referee: Metric | None) -> tuple[str, float]:
     """``Benchmark(referee_finalists=..., referee_share=...)``: a policy of :data:`FINALIST_POLICIES` (other than
-    ``"overlap"`` only with a referee), a share in (0, 1] that only ``"auto"`` reads, so any other policy refuses a
-    share other than the default rather than ignore it."""
+    ``"overlap"`` only with a referee), a share in (0, 1] that only ``"auto"`` reads (``None``: the default), so any
+    other policy refuses a share given at all rather than ignore it."""
     policy = check_choice("Benchmark", "referee_finalists", policy, FINALIST_POLICIES)
     if policy != "overlap" and referee is None:
         raise ConfigError(f"Benchmark referee_finalists={policy!r} chooses whom a referee judges, but no referee is "
                           "set: pass referee=LinearProbeMetric() (vertebrae run --referee probe)")
+    if share is None:
+        return policy, DEFAULT_REFEREE_SHARE
     share = check_float("Benchmark", "referee_share", share, low=0.0, high=1.0, low_open=True)
-    if policy != "auto" and share != DEFAULT_REFEREE_SHARE:
+    if policy != "auto":
         raise ConfigError(f"Benchmark referee_share={share!r} is the budget of the 'auto' finalist policy, but "
                           f"referee_finalists is {policy!r}: pass referee=LinearProbeMetric(), "
                           "referee_finalists='auto', or drop referee_share")

@@ -113,7 +113,7 @@ class Benchmark(FrontDoor):
                  cache_config: CacheConfig | None = None,
                  referee: Metric | None = None,
                  referee_finalists: str = "overlap",
-                 referee_share: float = DEFAULT_REFEREE_SHARE,
+                 referee_share: float | None = None,
                  screening: ScreeningConfig | None = None) -> None:
         if not isinstance(dataset, BenchmarkDataset):
             raise InputTypeError(f"dataset must be a BenchmarkDataset, got {type(dataset).__name__}; build one with "
