@@ -284,6 +284,16 @@ def test_a_plan_file_that_is_not_json_or_too_deep_is_a_serialization_error(proje
         PlanFile.load(project / "deep.json")
 
 
+def test_a_folder_or_a_run_config_given_as_the_plan_says_so(project):
+    """A folder was "does not exist"; a run config was only "not valid JSON"."""
+    (project / "plans").mkdir()
+    with pytest.raises(VertebraeError, match="plan file '.*plans' is a folder, not a file; write one with"):
+        PlanFile.load(project / "plans")
+    (project / "run.toml").write_text('[dataset]\nid = "x"\n')
+    with pytest.raises(VertebraeError, match="not valid JSON .*; a run config goes to `vertebrae plan CONFIG --store"):
+        PlanFile.load(project / "run.toml")
+
+
 # ------------------------------------------------------------------ item 8: names shown literally
 def _hostile_result():
     rng = np.random.default_rng(0)

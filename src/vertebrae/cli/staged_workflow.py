@@ -112,7 +112,8 @@ class PlanFile:
         """Read and check a plan file; with ``secret`` (the store's), one that is unsigned or whose signature does
         not match is refused (:class:`~vertebrae.errors.ArtifactSignatureError`) before any field is used."""
         if not path.is_file():
-            raise PlanError(f"plan file {str(path)!r} does not exist; write one with `vertebrae plan CONFIG --store "
+            found = "is a folder, not a file" if path.is_dir() else "does not exist"
+            raise PlanError(f"plan file {str(path)!r} {found}; write one with `vertebrae plan CONFIG --store "
                             "URL --output PLAN.json`")
         size = path.stat().st_size
         if size > MAX_PLAN_BYTES:
@@ -121,7 +122,9 @@ class PlanFile:
         try:
             data = json_codec.read(path)  # bounded: no RecursionError, no unbounded integer
         except ValueError as exc:
-            raise SerializationError(f"not a JSON plan file: {exc}") from None
+            hint = ("; a run config goes to `vertebrae plan CONFIG --store URL` (which writes the plan) or "
+                    "`vertebrae run CONFIG`") if path.suffix.lower() == ".toml" else ""
+            raise SerializationError(f"not a JSON plan file: {exc}{hint}") from None
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanError(f"{path} is not a vertebrae plan file (no \"format\": \"{PLAN_FORMAT}\"); a run config "
                             "goes to `vertebrae plan CONFIG` or `vertebrae run CONFIG`")
