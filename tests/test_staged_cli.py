@@ -203,6 +203,16 @@ def _embedded_with_metrics(project: pathlib.Path, monkeypatch: pytest.MonkeyPatc
     return module
 
 
+def test_a_plan_without_the_json_suffix_is_still_scored_as_a_plan(project, monkeypatch, capsys):
+    """`score` told a plan from a run config by the suffix only: a plan saved as `plan` was read as a config
+    ("config must be .toml ...")."""
+    monkeypatch.chdir(project)
+    assert main(["plan", "run.toml", "--store", "store", "-o", "plan", "-q"]) == 0
+    assert main(["embed", "plan", "-q"]) == 0
+    assert main(["score", "plan", "-q"]) == 0
+    assert main(["collect", "plan", "-q"]) == 0
+
+
 def test_score_metric_is_fixed_for_the_plan(project, monkeypatch, capsys):
     module = _embedded_with_metrics(project, monkeypatch)
     assert main(["score", "plan.json", "--shard", "1/2", "--metric", f"{module}:spread", "-q"]) == 0

@@ -827,8 +827,10 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    """A plan file: the staged score phase; a run config: ``vertebrae run``."""
-    if args.config.suffix.lower() != ".json":
+    """A plan file (``.json``, or any file holding a plan): the staged score phase; a run config: ``vertebrae run``."""
+    from .staged_workflow import is_plan_file
+
+    if args.config.suffix.lower() != ".json" and not is_plan_file(args.config):
         if args.shard is not None:
             raise VertebraeError("--shard applies to a plan file (vertebrae plan CONFIG ... --output plan.json), "
                                  f"not to the run config {str(args.config)!r}")
