@@ -569,3 +569,20 @@ def test_a_first_rung_of_few_rows_is_warned_about_before_any_work():
         warnings.simplefilter("error", DataWarning)
         Benchmark(small, _candidates(), **{**QUIET, "screening": ScreeningConfig(eta=2, seed=1, repeats=5,
                                                                                    start_rows=MIN_FIRST_RUNG_ROWS)})
+
+
+def test_every_rung_holds_at_least_its_size():
+    """`start_rows` is a floor: the sampler floors each class's share, so a rung came out short (digits: 57 asked,
+    50 drawn), and a float share lost a regression row to rounding (442 x float(148/442) floors to 147), which made
+    the default's 50-row first rung 49 rows and set off the tiny-rung warning."""
+    from sklearn.datasets import load_diabetes, load_digits
+
+    X, y = load_digits(return_X_y=True)
+    digits = build_targets(y, target_type="single_label")
+    for config in (ScreeningConfig(start_rows=57, start_fraction=0.001, eta=32),
+                   ScreeningConfig(start_rows=52, start_fraction=0.001, eta=2), ScreeningConfig()):
+        drawn = [rung.rows.size for rung in plan_rungs(digits, config)]
+        assert all(got >= size for got, size in zip(drawn, rung_sizes(len(y), config))), (config, drawn)
+    _, values = load_diabetes(return_X_y=True)
+    assert [rung.rows.size for rung in plan_rungs(build_targets(values, target_type="regression"),
+                                                  ScreeningConfig())] == [50, 148]
