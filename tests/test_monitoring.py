@@ -262,13 +262,15 @@ def test_corruption_inside_a_history_is_refused_with_its_line_number(data, tmp_p
     with pytest.raises(HistoryError, match="line 3 is complete"):
         monitor(ds, history=path)
     path.write_bytes(b"\n".join([lines[0], lines[1], lines[3], lines[2], b""]))
-    with pytest.raises(HistoryError, match="line 3 is not evaluation 1"):
+    with pytest.raises(HistoryError, match="line 3 is not evaluation 1 \\(got evaluation_index 2\\)"):
         monitor(ds, history=path)
-    first = json.loads(lines[1])  # false == 0 in Python: an index of false was read as evaluation 0
-    path.write_bytes(b"\n".join([lines[0], json.dumps({**first, "row": {**first["row"], "evaluation_index": False}})
-                                  .encode(), b""]))
-    with pytest.raises(HistoryError, match="line 2 is not evaluation 0"):
-        monitor(ds, history=path)
+    first = json.loads(lines[1])  # false == 0 and 0.0 == 0 in Python: both were read as evaluation 0
+    for index in (False, 0.0):
+        path.write_bytes(b"\n".join([lines[0], json.dumps({**first, "row": {**first["row"],
+                                                                             "evaluation_index": index}}).encode(),
+                                     b""]))
+        with pytest.raises(HistoryError, match=f"line 2 is not evaluation 0 \\(got evaluation_index {index!r}\\)"):
+            monitor(ds, history=path)
     manifest = json.loads(lines[0])
     path.write_bytes(b"\n".join([json.dumps({**manifest, "schema_version": 99}).encode(), *lines[1:]]))
     with pytest.raises(HistoryError, match="schema_version 99"):

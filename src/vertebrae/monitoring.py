@@ -356,10 +356,12 @@ def parse_history(data: bytes, path: pathlib.Path) -> tuple[dict[str, Any] | Non
     for number, record in enumerate(records[1:], start=2):
         row = record.get("row")
         index = row.get("evaluation_index") if isinstance(row, dict) else None
-        if record.get("record") != "evaluation" or not isinstance(row, dict) or isinstance(index, bool) or \
-                index != len(rows):
+        if record.get("record") != "evaluation" or not isinstance(row, dict):
             raise HistoryError(f"{path}: line {number} is not evaluation {len(rows)} (got record "
                                f"{record.get('record')!r}); the file was edited or mixed with another history")
+        if type(index) is not int or index != len(rows):  # not 1.0 nor True: vertebrae writes ints
+            raise HistoryError(f"{path}: line {number} is not evaluation {len(rows)} (got evaluation_index "
+                               f"{index!r}); the file was edited or mixed with another history")
         rows.append(row)
     return manifest, rows, complete
 
