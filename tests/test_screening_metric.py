@@ -83,7 +83,7 @@ def test_a_screening_metric_is_checked_before_any_extraction():
     with pytest.raises(ConfigError, match="aggregate_valid=False.*rankable"):
         ScreeningConfig(metric=descriptive)
     with pytest.raises(TypeError, match="is not a metric"):
-        ScreeningConfig(metric="ridge_probe")
+        ScreeningConfig(metric=42)
     extractors = _candidates()
     with pytest.raises(ConfigError, match="ridge_probe repeats, but primary_metric is 'knn'"):
         Benchmark(_dataset(), extractors, **QUIET, screening=SCREEN, metrics=[KNNMetric()], primary_metric="knn")
@@ -114,3 +114,12 @@ def test_a_run_config_names_the_screening_metric():
         ScreeningConfig.from_dict({"metric": "probe"})
     with pytest.raises(TypeError, match="ScreeningConfig.metric must be"):
         ScreeningConfig.from_dict({"metric": 3})
+
+
+def test_a_built_in_screening_metric_may_be_named_in_python_too():
+    """The names a run config takes (`metric = "ridge_probe"`) failed in Python with a protocol error and no fix."""
+    from vertebrae import RidgeProbeMetric, ScreeningConfig
+
+    assert ScreeningConfig(metric="ridge_probe") == ScreeningConfig(metric=RidgeProbeMetric())
+    with pytest.raises(ConfigError, match="'ridge' is not a built-in screening metric; use one of"):
+        ScreeningConfig(metric="ridge")

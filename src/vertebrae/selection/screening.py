@@ -72,8 +72,8 @@ class ScreeningConfig(Config):
     score (e.g. ``RidgeProbeMetric()``, to screen a grid toward the probe a user will train): every
     repeat calls it on the repeat's rows with the repeat's seed.  None (the default) keeps the overlap
     score, and then the config's dict and every key are what they were before the field existed.
-    A run config names a built-in (``metric = "ridge_probe"``, see :data:`SCREENING_METRICS`) or a
-    metrics entry (``metric = {path = "pkg.module:fn", ...}``).
+    A built-in may be named here as in a run config (``metric="ridge_probe"``, see :data:`SCREENING_METRICS`);
+    a run config may also give a metrics entry (``metric = {path = "pkg.module:fn", ...}``).
     """
 
     start_fraction: float = 0.1
@@ -87,6 +87,8 @@ class ScreeningConfig(Config):
 
     def _validate(self) -> None:
         name = type(self).__name__
+        if isinstance(self.metric, str):  # a built-in's name, as a run config gives it
+            self._set("metric", screening_metric(self.metric))
         if self.metric is not None:
             # the protocol now; the dataset's target type when the run is checked (check_screening)
             metric = check_metric(self.metric, f"{name}.metric", _a_supported_target_type(self.metric),
