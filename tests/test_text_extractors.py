@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from vertebrae import HFTextExtractor, SentenceTransformerExtractor
-from vertebrae.errors import ConfigError, InputTypeError, InputValidationError
+from vertebrae.errors import ConfigError, ConfigTypeError, InputTypeError, InputValidationError
 from vertebrae.extractors.batching import observe_batches
 
 LAYERS = [0, 3, -1]
@@ -174,10 +174,31 @@ def test_an_in_memory_sentence_transformers_prompts_and_truncation_move_its_reci
     ({"max_length": 0}, ConfigError, "max_length must be a positive integer"),
     ({"padding_side": "top"}, ConfigError, "padding_side must be 'left', 'right' or None"),
     ({"device": "gpu"}, ConfigError, "device must be 'auto', 'cpu'"),
+    ({"layers": "1"}, ConfigError, r"layers must be an integer or a list of integers \(layer indices\), got '1'"),
+    ({"layers": 1.0}, ConfigError, "layers must be an integer or a list of integers"),
 ])
 def test_hf_rejections(minilm_path, kwargs, error, message):
     with pytest.raises(error, match=message):
         HFTextExtractor("bad", minilm_path, **kwargs)
+
+
+def test_a_numpy_integer_layer_is_one_layer(minilm_path):
+    """layers=np.int64(1) raised "'numpy.int64' object is not iterable" though NumPy integers are layer indices."""
+    assert HFTextExtractor("m", minilm_path, layers=np.int64(1)).hidden_layers == (1,)
+
+
+def test_a_folder_without_a_tokenizer_is_refused_before_it_embeds_every_text_alike(minilm_path, tmp_path):
+    """Without tokenizer files transformers built an empty-vocabulary tokenizer: every word [UNK], every text of a
+    length the same row, scored as a valid candidate (0.0)."""
+    import shutil
+
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(minilm_path / name, tmp_path / name)
+    for make in (lambda: HFTextExtractor("bad", tmp_path), lambda: SentenceTransformerExtractor("bad", tmp_path)):
+        with pytest.raises(InputValidationError, match="holds no tokenizer .*tokenizer.save_pretrained\\(folder\\)"):
+            make()
+    with pytest.raises(ConfigTypeError, match="normalize_embeddings must be True or False, got 'no'"):
+        SentenceTransformerExtractor("s", minilm_path, normalize_embeddings="no")
 
 
 def test_models_that_are_not_local_are_rejected_without_download(tmp_path):

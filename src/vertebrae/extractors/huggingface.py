@@ -56,6 +56,20 @@ def local_model_dir(model_path_or_id: Any, *, where: str) -> Path:
             from None
 
 
+#: Files one of which a tokenizer needs (fast, WordPiece, BPE, SentencePiece).  Without them transformers builds an
+#: empty-vocabulary tokenizer that turns every word into [UNK]: silent, identical rows for different texts.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
+
+
+def check_tokenizer_files(model_dir: Path, *, where: str) -> None:
+    """Refuse a text model folder that holds no tokenizer (see :data:`TOKENIZER_FILES`)."""
+    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES) and not any(model_dir.glob("*.model")):
+        raise InputValidationError(f"{where}: {model_dir} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                                   "without one every word becomes [UNK] and every text the same row: save it beside "
+                                   "the model with tokenizer.save_pretrained(folder)")
+
+
 def read_model_config(model_dir: Path, *, where: str) -> dict[str, Any]:
     """The folder's ``config.json`` (read without importing transformers)."""
     config_file = model_dir / "config.json"
@@ -86,7 +100,10 @@ def resolve_layers(requested: Any, n_layers: int, *, where: str, argument: str =
     """Layer indices into the ``n_layers + 1`` hidden states (0 = embeddings); negatives count from the top."""
     layers = []
     for layer in as_tuple(requested):
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -(n_layers + 1) <= layer <= n_layers:
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise ConfigError(f"{where}: {argument} must be an integer or a list of integers (layer indices), got "
+                              f"{layer!r} ({type(layer).__name__})")
+        if not -(n_layers + 1) <= layer <= n_layers:
             raise ConfigError(f"{where}: {argument} {layer!r} is out of range; this model has {n_layers + 1} hidden "
                               f"states: 0 (embeddings) to {n_layers}, or -1 (last) to {-(n_layers + 1)}")
         resolved = int(layer) % (n_layers + 1)
@@ -172,6 +189,7 @@ class HFTextExtractor(LayerPoolingExtractor):
         poolings = renamed(where, ("poolings", poolings), ("pooling", pooling), "mean")
         self.model_dir = local_model_dir(model_path_or_id, where=where)
         self.n_layers = num_hidden_layers(self.model_dir, where=where)
+        check_tokenizer_files(self.model_dir, where=where)
         self._set_layer_poolings(layers, poolings, where=where, arguments=arguments)
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
             raise ConfigError(f"{where}: max_length must be a positive integer or None, got {max_length!r}")

@@ -10,6 +10,7 @@ arrays (ONNX Runtime) and must not need torch.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,9 @@ POOLINGS = ("mean", "cls", "max", "last_token")
 
 
 def as_tuple(value: Any) -> tuple[Any, ...]:
-    return (value,) if isinstance(value, (str, int)) else tuple(value)
+    """One value or a sequence of them as a tuple (a NumPy integer or a float is one value, for the caller's type
+    check to name, not a TypeError from iterating it)."""
+    return (value,) if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) else tuple(value)
 
 
 def check_poolings(pooling: Any, *, where: str, allowed: tuple[str, ...] = POOLINGS,

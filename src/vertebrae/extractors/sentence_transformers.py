@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import DependencyError
+from .._base.config import check_bool
 from .._base.extras import install_hint
 from .._base.fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_texts
-from .huggingface import local_model_dir
+from .huggingface import check_tokenizer_files, local_model_dir
 from .model_identity import files_sha256
 from .torch import check_device, resolve_device, state_dict_sha256
 
@@ -49,7 +50,9 @@ class SentenceTransformerExtractor(BatchedExtractor):
         where = f"SentenceTransformerExtractor {name!r}"
         self.model_ = model_or_path if is_sentence_transformer(model_or_path) else None
         self.model_dir = None if self.model_ is not None else local_model_dir(model_or_path, where=where)
-        self.normalize_embeddings = bool(normalize_embeddings)
+        if self.model_dir is not None:
+            check_tokenizer_files(self.model_dir, where=where)
+        self.normalize_embeddings = check_bool(where, "normalize_embeddings", normalize_embeddings)
         self.device = check_device(device, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
 

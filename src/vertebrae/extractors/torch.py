@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
+from .._base.config import check_bool
 from .._base.extras import install_hint
 from .._base.fingerprint import callable_name
 from .base import check_cache_identity
@@ -204,7 +205,7 @@ class TorchExtractor(BatchedExtractor):
         self.outputs = check_outputs(outputs, where=where)
         self._set_taps(layers, poolings, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
-        self.inference_mode = bool(inference_mode)
+        self.inference_mode = check_bool(where, "inference_mode", inference_mode)
         self.checkpoint_paths = None if checkpoint_paths is None else check_paths("checkpoint_paths", checkpoint_paths,
                                                                                    where=where)
         self.script_path: Path | None = None
