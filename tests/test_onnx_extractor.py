@@ -13,7 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from vertebrae import ONNXExtractor
-from vertebrae.errors import ExtractorError, InputValidationError
+from vertebrae.errors import ConfigError, ExtractorError, InputValidationError
 
 X = np.random.default_rng(0).normal(size=(300, 6)).astype(np.float32)
 
@@ -84,6 +84,21 @@ def test_rejections(exported, two_outputs, tmp_path):
         ONNXExtractor("m", tmp_path / "missing.onnx")
     with pytest.raises(ExtractorError, match=r"outputs \['nope'\] are not model outputs \['double', 'plus_one'\]"):
         ONNXExtractor("m", two_outputs, outputs=("nope",), progress=False).transform_many(X)
+
+
+def test_providers_are_a_list_this_machine_runs(exported):
+    """A string was read letter by letter (providers ['C', 'P', 'U', ...], in the key too), and an unavailable or
+    misspelt provider fell back to CPU with only a log line while the identity named the asked one."""
+    import onnxruntime
+
+    _, path = exported
+    with pytest.raises(ConfigError, match="providers must be a non-empty list .* got 'CPUExecutionProvider'"):
+        ONNXExtractor("m", path, providers="CPUExecutionProvider")
+    missing = next(p for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider")
+                   if p not in onnxruntime.get_available_providers())
+    extractor = ONNXExtractor("m", path, providers=[missing], progress=False)
+    with pytest.raises(ConfigError, match=rf"execution provider\(s\) \['{missing}'\] are not available here"):
+        extractor.transform(X)
 
 
 def test_external_data_files_are_part_of_the_identity(tmp_path):

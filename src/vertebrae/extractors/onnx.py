@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DependencyError, ExtractorError, InputTypeError
+from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError
 from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
@@ -45,7 +45,7 @@ class ONNXExtractor(BatchedExtractor):
         self.model_files = onnx_model_files(self.model_path, where=where)  # with its external-data files
         self.input_fn, self.output_fn = input_fn, output_fn
         self.outputs = check_outputs(outputs, where=where)
-        self.providers = list(providers) if providers is not None else ["CPUExecutionProvider"]
+        self.providers = check_providers(providers, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
         self.cache_eligible = (trusted_function(input_fn) and trusted_function(output_fn)) or cache_identity is not None
         self.session_: Any = None
@@ -62,7 +62,8 @@ class ONNXExtractor(BatchedExtractor):
                 import onnxruntime
             except ImportError:
                 raise DependencyError(f"ONNXExtractor needs onnxruntime; {install_hint('onnx')}") from None
-            self.session_ = onnxruntime.InferenceSession(str(self.model_path), providers=self.providers)
+            self.session_ = provided_session(onnxruntime, self.model_path, self.providers,
+                                             where=f"ONNXExtractor {self.name!r}")
         return self.session_
 
     def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
@@ -89,3 +90,26 @@ class ONNXExtractor(BatchedExtractor):
             return produced if self.outputs is not None else {SINGLE_OUTPUT: produced[fetch[0]]}
 
         return self._stream(n_rows, embed)
+
+
+def check_providers(providers: Any, *, where: str) -> list[str]:
+    """The execution providers, a list of names (default CPU): a single string would be read letter by letter."""
+    if providers is None:
+        return ["CPUExecutionProvider"]
+    if isinstance(providers, str) or not isinstance(providers, Sequence) or not providers \
+            or not all(isinstance(p, str) and p for p in providers):
+        raise ConfigError(f"{where}: providers must be a non-empty list of onnxruntime execution provider names, e.g. "
+                          f"['CPUExecutionProvider'], got {providers!r}")
+    return list(providers)
+
+
+def provided_session(onnxruntime: Any, model_path: Any, providers: list[str], *, where: str) -> Any:
+    """An InferenceSession on exactly ``providers``: onnxruntime falls back to CPU, with only a log line, for a
+    provider that is unavailable or misspelt, which would run other kernels than the identity (and key) says."""
+    session = onnxruntime.InferenceSession(str(model_path), providers=providers)
+    missing = [p for p in providers if p not in session.get_providers()]
+    if missing:
+        raise ConfigError(f"{where}: execution provider(s) {missing} are not available here (onnxruntime offers "
+                          f"{onnxruntime.get_available_providers()}); pass providers this machine has, e.g. "
+                          "['CPUExecutionProvider']")
+    return session

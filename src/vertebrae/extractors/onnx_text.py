@@ -28,6 +28,7 @@ from .base import check_cache_identity
 from .batching import BatchedExtractor, check_outputs, check_texts, longest_first
 from .model_identity import check_paths, files_sha256, onnx_model_files
 from .module_taps import check_layer_names
+from .onnx import check_providers, provided_session
 from .pooling import POOLINGS, check_poolings, pool_array
 
 #: The graph inputs fed from the tokenizer; a model that takes any other input is refused by name.
@@ -80,7 +81,7 @@ class ONNXTextExtractor(BatchedExtractor):
         if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
             raise ConfigError(f"{where}: max_length must be a positive integer or None, got {max_length!r}")
         self.max_length = max_length
-        self.providers = list(providers) if providers is not None else ["CPUExecutionProvider"]
+        self.providers = check_providers(providers, where=where)
         self.cache_identity = check_cache_identity(where, cache_identity)
         self.session_: Any = None
         self.tokenizer_: Any = None
@@ -115,7 +116,7 @@ class ONNXTextExtractor(BatchedExtractor):
                                      pad_type_id=padding.get("pad_type_id", 0), direction="right")
             if self.max_length is not None:
                 tokenizer.enable_truncation(self.max_length)
-            session = onnxruntime.InferenceSession(str(self.model_path), providers=self.providers)
+            session = provided_session(onnxruntime, self.model_path, self.providers, where=where)
             self._check_graph(session, where)
             self.tokenizer_, self.session_ = tokenizer, session
         return self.tokenizer_, self.session_
