@@ -201,6 +201,20 @@ def test_a_folder_without_a_tokenizer_is_refused_before_it_embeds_every_text_ali
         SentenceTransformerExtractor("s", minilm_path, normalize_embeddings="no")
 
 
+def test_a_folder_transformers_cannot_load_is_bad_input_naming_it(minilm_path, tmp_path):
+    """A folder without weights was a UserCodeError wrapping transformers' OSError (a failure of extractor code: the
+    CLI's exit 1); it is bad input, named with the folder and the fix."""
+    import shutil
+
+    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(minilm_path / name, tmp_path / name)
+    for extractor in (HFTextExtractor("bad", tmp_path, device="cpu", progress=False),
+                      SentenceTransformerExtractor("bad", tmp_path, device="cpu", progress=False)):
+        with pytest.raises(InputValidationError, match=f"cannot load the model in {tmp_path} \\(OSError: .*pass a "
+                                                       "folder holding what save_pretrained writes"):
+            extractor.transform(["a text"])
+
+
 def test_models_that_are_not_local_are_rejected_without_download(tmp_path):
     with pytest.raises(InputValidationError, match="vertebrae never downloads models"):
         HFTextExtractor("bad", "no-such-org/no-such-model")

@@ -34,7 +34,7 @@ from ..errors import ConfigError, DependencyError, ExtractorError, InputValidati
 from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import n_inputs
-from .huggingface import LayerPoolingExtractor, local_model_dir, num_hidden_layers
+from .huggingface import LayerPoolingExtractor, loading_model, local_model_dir, num_hidden_layers
 from .model_identity import files_sha256
 from .torch import check_device, frozen, resolve_device, to_device
 
@@ -112,9 +112,12 @@ class HFAudioExtractor(LayerPoolingExtractor):
                 from transformers import AutoFeatureExtractor, AutoModel
             except ImportError:
                 raise DependencyError(f"HFAudioExtractor needs transformers; {install_hint('audio')}") from None
-            device = resolve_device(self.device, where=f"HFAudioExtractor {self.name!r}")
-            self.feature_extractor_ = AutoFeatureExtractor.from_pretrained(str(self.model_dir), local_files_only=True)
-            model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
+            where = f"HFAudioExtractor {self.name!r}"
+            device = resolve_device(self.device, where=where)
+            with loading_model(self.model_dir, where=where):
+                self.feature_extractor_ = AutoFeatureExtractor.from_pretrained(str(self.model_dir),
+                                                                               local_files_only=True)
+                model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
             self.model_ = (model.get_encoder() if model.config.is_encoder_decoder else model).to(device)
         return self.feature_extractor_, self.model_
 

@@ -32,7 +32,7 @@ from .._base.extras import install_hint
 from ..inputs.images import LOADER, ImageInputs, upright
 from .base import check_cache_identity
 from .batching import n_inputs, take_rows
-from .huggingface import LayerPoolingExtractor, local_model_dir, read_model_config
+from .huggingface import LayerPoolingExtractor, loading_model, local_model_dir, read_model_config
 from .model_identity import files_sha256
 from .torch import check_device, frozen, resolve_device, to_device
 
@@ -86,7 +86,8 @@ def load_processor(model_dir: Path, backend: str, *, where: str) -> Any:
         from transformers import AutoImageProcessor
     except ImportError:
         raise DependencyError(f"{where} needs transformers; {install_hint('vision')}") from None
-    return AutoImageProcessor.from_pretrained(str(model_dir), local_files_only=True, backend=backend)
+    with loading_model(model_dir, where=where):
+        return AutoImageProcessor.from_pretrained(str(model_dir), local_files_only=True, backend=backend)
 
 
 def pixel_values(processor: Any, X: Any, rows: np.ndarray, device: Any) -> Any:
@@ -201,7 +202,8 @@ class HFVisionExtractor(LayerPoolingExtractor):
             processor = load_processor(self.model_dir, self.processor_backend, where=where)
             from transformers import AutoModel
 
-            model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
+            with loading_model(self.model_dir, where=where):
+                model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
             tower = getattr(model, "vision_model", model)
             if "cls" in self.poolings and special_tokens(tower) == 0:
                 raise ConfigError(f"{where}: {type(tower).__name__} has no CLS token, so pooling 'cls' is undefined; "

@@ -14,10 +14,12 @@ written back in dataset order.  The model is identified by the contents of its f
 
 from __future__ import annotations
 
+import contextlib
+
 import itertools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,19 @@ def check_tokenizer_files(model_dir: Path, *, where: str) -> None:
         raise InputValidationError(f"{where}: {model_dir} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
                                    "without one every word becomes [UNK] and every text the same row: save it beside "
                                    "the model with tokenizer.save_pretrained(folder)")
+
+
+@contextlib.contextmanager
+def loading_model(model_dir: Path, *, where: str) -> Iterator[None]:
+    """Name the folder and the fix when transformers cannot load it (no weights, no tokenizer or processor, another
+    kind of model): bad input, not a failure of extractor code (the CLI's exit 1), nor a raw library message."""
+    try:
+        yield
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise InputValidationError(f"{where}: cannot load the model in {model_dir} ({type(exc).__name__}: {first}); "
+                                   "pass a folder holding what save_pretrained writes for this kind of model: its "
+                                   "config, weights and tokenizer or processor") from exc
 
 
 def read_model_config(model_dir: Path, *, where: str) -> dict[str, Any]:
@@ -214,11 +229,14 @@ class HFTextExtractor(LayerPoolingExtractor):
                 from transformers import AutoModel, AutoTokenizer
             except ImportError:
                 raise DependencyError(f"HFTextExtractor needs transformers; {install_hint('text')}") from None
-            device = resolve_device(self.device, where=f"HFTextExtractor {self.name!r}")
-            self.tokenizer_ = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            where = f"HFTextExtractor {self.name!r}"
+            device = resolve_device(self.device, where=where)
+            with loading_model(self.model_dir, where=where):
+                self.tokenizer_ = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+                model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
             if self.padding_side is not None:
                 self.tokenizer_.padding_side = self.padding_side
-            self.model_ = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True).to(device)
+            self.model_ = model.to(device)
         return self.tokenizer_, self.model_
 
     def _needs_position_ids(self, model: Any) -> bool:

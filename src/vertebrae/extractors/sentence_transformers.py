@@ -22,7 +22,7 @@ from .._base.extras import install_hint
 from .._base.fingerprint import callable_name
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_texts
-from .huggingface import check_tokenizer_files, local_model_dir
+from .huggingface import check_tokenizer_files, loading_model, local_model_dir
 from .model_identity import files_sha256
 from .torch import check_device, resolve_device, state_dict_sha256
 
@@ -80,8 +80,10 @@ class SentenceTransformerExtractor(BatchedExtractor):
             except ImportError:
                 raise DependencyError("SentenceTransformerExtractor needs sentence-transformers; "
                                       f"{install_hint('text')}") from None
-            device = resolve_device(self.device, where=f"SentenceTransformerExtractor {self.name!r}")
-            self.model_ = SentenceTransformer(str(self.model_dir), device=str(device), local_files_only=True)
+            where = f"SentenceTransformerExtractor {self.name!r}"
+            device = resolve_device(self.device, where=where)
+            with loading_model(self.model_dir, where=where):
+                self.model_ = SentenceTransformer(str(self.model_dir), device=str(device), local_files_only=True)
         return self.model_
 
     def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
