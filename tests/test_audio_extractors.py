@@ -180,6 +180,25 @@ def test_a_clip_longer_than_whispers_window_is_named(audio_models):
     assert extractor.model_ is None
 
 
+def test_a_clip_shorter_than_one_frame_is_named_before_the_model_loads(audio_models):
+    """The tiny wav2vec2's convolutions (kernels 8, 4; strides 4, 2) need 20 samples for one frame: a shorter clip in
+    a batch pooled no frame (a row of zeros, or -3.4e38 for max, finite and so accepted), alone a raw torch error."""
+    import torch
+
+    convolutions = torch.nn.Sequential(torch.nn.Conv1d(1, 1, 8, 4), torch.nn.Conv1d(1, 1, 4, 2))
+    assert convolutions(torch.zeros(1, 1, 20)).shape[-1] == 1  # the hand-derived minimum, by the layers themselves
+    with pytest.raises(RuntimeError):
+        convolutions(torch.zeros(1, 1, 19))
+    extractor = HFAudioExtractor("w", audio_models["wav2vec2"], sampling_rate=RATE, progress=False)
+    assert extractor.min_samples == 20
+    with pytest.raises(InputValidationError, match=r"X\[1\] has 19 samples; this encoder's convolutions need at "
+                                                   r"least 20 \(1 ms\) to make one frame"):
+        extractor.transform([np.ones(400, dtype=np.float32), np.ones(19, dtype=np.float32)])
+    assert extractor.model_ is None
+    whisper = HFAudioExtractor("w", audio_models["whisper"], sampling_rate=RATE, progress=False)
+    assert whisper.min_samples == 1  # a log-mel front end pads to its window
+
+
 def test_two_channels_are_averaged_to_mono(audio_models, clips):
     extractor = HFAudioExtractor("w", audio_models["wav2vec2"], sampling_rate=RATE, progress=False, device="cpu")
     stereo = np.stack([clips[1], 0.5 * clips[1]])

@@ -34,7 +34,7 @@ from ..errors import ConfigError, DependencyError, ExtractorError, InputValidati
 from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import n_inputs
-from .huggingface import LayerPoolingExtractor, loading_model, local_model_dir, num_hidden_layers
+from .huggingface import LayerPoolingExtractor, loading_model, local_model_dir, num_hidden_layers, read_model_config
 from .model_identity import files_sha256
 from .torch import check_device, frozen, resolve_device, to_device
 
@@ -55,6 +55,19 @@ def _read_json(path: Path, *, where: str, fix: str) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputValidationError(f"{where}: cannot read {path} ({exc}); {fix}") from None
+
+
+def shortest_clip(config: dict[str, Any]) -> int:
+    """The fewest samples a waveform encoder's convolutional front end (``conv_kernel``/``conv_stride`` in its
+    config: wav2vec2, HuBERT, WavLM ...) turns into one frame: 400 for wav2vec2's; 1 for models without one
+    (log-mel front ends pad to their window)."""
+    kernels, strides = config.get("conv_kernel"), config.get("conv_stride")
+    if not kernels or not strides:
+        return 1
+    needed = 1
+    for kernel, stride in zip(reversed(kernels), reversed(strides)):
+        needed = (needed - 1) * stride + kernel
+    return needed
 
 
 class HFAudioExtractor(LayerPoolingExtractor):
@@ -92,6 +105,7 @@ class HFAudioExtractor(LayerPoolingExtractor):
         self.window: int | None = preprocessor.get("n_samples")
         #: Whether the model is given the padding mask (the feature extractor's own default says).
         self.takes_mask = bool(preprocessor.get("return_attention_mask", False))
+        self.min_samples = shortest_clip(read_model_config(self.model_dir, where=where))
         self.n_layers = num_hidden_layers(self.model_dir, where=where, keys=("encoder_layers", "num_hidden_layers"))
         self._set_layer_poolings(layers, poolings, where=where, allowed=AUDIO_POOLINGS)
         self.device = check_device(device, where=where)
@@ -131,6 +145,12 @@ class HFAudioExtractor(LayerPoolingExtractor):
                                        f"({lengths[row] / self.sampling_rate:.1f} s); this encoder sees at most "
                                        f"{self.window} ({self.window / self.sampling_rate:.1f} s): cut longer clips "
                                        "into windows first")
+        if lengths.min() < self.min_samples:
+            row = int(np.argmax(lengths < self.min_samples))
+            raise InputValidationError(f"{where}: X[{row}] has {lengths[row]} samples; this encoder's convolutions need "
+                                       f"at least {self.min_samples} ({self.min_samples / self.sampling_rate * 1000:.0f} "
+                                       "ms) to make one frame (a shorter clip pools no frame: its row was all zeros, "
+                                       "or -3.4e38 for max): drop or pad the short clips")
         self.load()
         device = resolve_device(self.device, where=where)
 
