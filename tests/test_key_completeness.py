@@ -165,7 +165,8 @@ def _folder(root, name: str, files: dict[str, object]):
 def models(tmp_path_factory):
     """Model folders and files for constructing every extractor (identities hash them; nothing is loaded)."""
     root = tmp_path_factory.mktemp("identity_models")
-    text = {"config.json": {"model_type": "bert", "num_hidden_layers": 2}}
+    text = {"config.json": {"model_type": "bert", "num_hidden_layers": 2},
+            "tokenizer.json": {"model": {"type": "WordPiece"}}}  # a text folder must hold a tokenizer
     vision = {"config.json": {"model_type": "vit", "num_hidden_layers": 2}}
     audio = {"config.json": {"model_type": "wav2vec2", "num_hidden_layers": 2}, "preprocessor_config.json": {}}
     clip = {"config.json": {"model_type": "clip", "vision_config": {}, "text_config": {}}}
