@@ -796,9 +796,9 @@ def _phase(args: argparse.Namespace, phase: str) -> int:
     plan = PlanFile.load(args.plan, secret_from_env())
     shard = Shard() if args.shard is None else Shard.parse(args.shard)
     progress = False if args.quiet else None
-    specs = score_metrics(plan, args.metric) if phase == "score" else []
+    specs, unrecorded = score_metrics(plan, args.metric) if phase == "score" else ([], [])
     benchmark = plan_benchmark(plan, specs, progress)  # loads every metric: a misspelt one stops here
-    record_metrics(plan, specs)
+    record_metrics(plan, unrecorded)
     if args.on_error is not None:
         benchmark.on_error = args.on_error
     runner = phase_runner(plan, phase, shard, metric_specs=specs, progress=progress)
@@ -857,7 +857,7 @@ def _collect(args: argparse.Namespace) -> int:
 
     plan = PlanFile.load(args.plan, secret_from_env())
     _output_file(args.output, [args.plan, *plan.input_paths().values()])
-    specs = score_metrics(plan, [])
+    specs, _ = score_metrics(plan, [])
     progress = False if args.quiet else None
     benchmark = plan_benchmark(plan, specs, progress)
     runner = phase_runner(plan, COLLECT, metric_specs=specs, progress=progress)

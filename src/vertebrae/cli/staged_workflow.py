@@ -27,7 +27,6 @@ from ..artifacts.codecs import StoredArtifact
 from ..families.labeled.benchmark import Benchmark
 from ..families.labeled.stages import PIPELINE
 from ..artifacts.cache import CacheConfig
-from ..artifacts.store import Store
 from ..artifacts.signing import PLAN_DOMAIN, SECRET_ENV, check_signature, sign
 from ..errors import ArtifactNotFoundError, ArtifactSignatureError, ConfigError, PlanError, SerializationError
 from ..execution.plan import artifact_key
@@ -217,31 +216,32 @@ def metrics_record_key(plan_id: str) -> str:
     return artifact_key("staged_metrics", plan_id)
 
 
-def _recorded_metrics(plan: PlanFile) -> tuple[Store, list[str] | None]:
-    """(the plan's store, the ``--metric`` specs recorded there for the plan, None before the first)."""
+def _recorded_metrics(plan: PlanFile) -> list[str] | None:
+    """The ``--metric`` specs recorded in the plan's store for the plan, None before the first."""
     store = CacheConfig.from_dict(plan.config["cache"]).open_store()
     try:
-        return store, list(store.read(metrics_record_key(plan.plan_id)).document["specs"])
+        return list(store.read(metrics_record_key(plan.plan_id)).document["specs"])
     except ArtifactNotFoundError:
-        return store, None
+        return None
 
 
-def score_metrics(plan: PlanFile, given: Sequence[str]) -> list[str]:
-    """The ``--metric`` specs a plan is scored with: fixed by the first ``score --metric`` (:func:`record_metrics`)."""
-    _, recorded = _recorded_metrics(plan)
-    if given and recorded is not None and list(given) != recorded:
+def score_metrics(plan: PlanFile, given: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the ``--metric`` specs a plan is scored with, fixed by the first ``score --metric``; the ones still to
+    record, with :func:`record_metrics` once they have loaded): one read of the record."""
+    recorded = _recorded_metrics(plan)
+    if recorded is None:
+        return list(given), list(given)
+    if given and list(given) != recorded:
         raise PlanError(f"this plan was scored with --metric {recorded}, not {list(given)}: pass the same --metric "
                         "to every `vertebrae score` of a plan, or write a new plan with the metrics in its config")
-    return list(given) if given else (recorded or [])
+    return recorded, []
 
 
 def record_metrics(plan: PlanFile, specs: Sequence[str]) -> None:
-    """Fix ``specs`` for the plan unless already recorded; called once they have loaded, so a typo in ``--metric``
-    is refused without binding the plan to it."""
-    if not specs:
-        return
-    store, recorded = _recorded_metrics(plan)
-    if recorded is None:
+    """Fix ``specs`` for the plan (the unrecorded ones :func:`score_metrics` returned); called once they have
+    loaded, so a typo in ``--metric`` is refused without binding the plan to it."""
+    if specs:
+        store = CacheConfig.from_dict(plan.config["cache"]).open_store()
         store.write(metrics_record_key(plan.plan_id), StoredArtifact("staged_metrics", {}, {"specs": list(specs)}),
                     metadata={"extractor": "-", "dataset": f"plan {plan.plan_id[:12]}"})
 
