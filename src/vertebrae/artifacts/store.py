@@ -18,6 +18,7 @@ import functools
 import io
 import os
 import re
+import shutil
 import time
 import uuid
 import warnings
@@ -470,9 +471,10 @@ class FsspecStore:
                 key = f"{stage.name}/{entry.name}"
                 if not KEY.fullmatch(key):
                     continue
-                if not self._leaves_root(entry.path) and not entry.is_dir():
+                leaves = self._leaves_root(entry.path)
+                if not leaves and not entry.is_dir():
                     refused.append((key, self._blocked(entry.path, "the entry's folder")))
-                elif self._leaves_root(entry.path) or os.path.lexists(os.path.join(entry.path, MANIFEST_FILE)):
+                elif leaves or os.path.lexists(os.path.join(entry.path, MANIFEST_FILE)):
                     keys.append(key)
         return keys, refused
 
@@ -483,8 +485,6 @@ class FsspecStore:
     def _unblock(self, folder: str) -> None:
         """Clear a local entry's path of what no write can get past and the store never wrote: a file where the
         stage's or the entry's folder belongs, a folder where its manifest belongs (links are left alone)."""
-        import shutil
-
         for path in (os.path.dirname(folder), folder):
             if os.path.lexists(path) and not os.path.islink(path) and not os.path.isdir(path):
                 os.remove(path)

@@ -266,10 +266,11 @@ class SeparatixScorer:
         from separatix import diagnose as separatix_diagnose
         from separatix.exceptions import DensificationError
 
+        y = _separatix_y(targets)
         try:
             with limited_threads(cfg.thread_limit), call_warnings() as caught:
                 report = separatix_diagnose(
-                    Xf, _separatix_y(targets), groups=group_keys, return_report=True, target_mode=mode,
+                    Xf, y, groups=group_keys, return_report=True, target_mode=mode,
                     budget=cfg.budget, densify_policy=cfg.densify_policy, max_dense_mb=max_dense_mb,
                     random_state=cfg.random_state, mlp_probes=cfg.mlp_probes)
         except DensificationError as exc:
@@ -279,10 +280,10 @@ class SeparatixScorer:
                 "SeparatixConfig.max_dense_bytes, or use densify_policy='warn_and_sample' (sample within the budget) "
                 "or 'skip' (record the dense-only diagnostics as unavailable).") from exc
         except ValueError as exc:
-            refusal = _input_refusal(Xf, _separatix_y(targets), mode)
+            refusal = _input_refusal(Xf, y, mode)
             if refusal is not None:  # targets valid for the overlap score that separatix cannot diagnose
                 reason = f"separatix cannot diagnose these targets: {refusal} Recorded as skipped."
-            elif group_keys is not None and _input_refusal(Xf, _separatix_y(targets), mode, group_keys) is not None:
+            elif group_keys is not None and _input_refusal(Xf, y, mode, group_keys) is not None:
                 reason = (f"grouped diagnostic lacks cross-group class support: {exc} Recorded as skipped; vertebrae "
                           "never retries a grouped diagnostic with a row-level split.")
             else:
