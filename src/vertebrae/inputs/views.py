@@ -150,6 +150,13 @@ def view_label(view: tuple[str, str] | None) -> str | None:
     return None if view is None else f"{view[0]}={view[1]}"
 
 
+def view_name(target_view: str | None, label_view: str | None) -> str | None:
+    """The view a result's ``target_view``/``label_view`` fields name: ``target=<name>``, ``level=<name>`` or None."""
+    if target_view is not None:
+        return view_label(("target", target_view))
+    return None if label_view is None else view_label(("level", label_view))
+
+
 def plan_views(target_config: TargetViewConfig | None, label_config: LabelViewConfig | None, dataset: Any,
                outputs: Sequence[str | None]) -> dict[str | None, list[tuple[str, str]] | None]:
     """Output -> views to score (None: the dataset's own targets), checked against the dataset and outputs."""

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..inputs.views import view_name
 from .document import Code, Para, Section, Strong, Table, items, to_markdown
 from .markdown_agreement import agreement_caveats, agreement_section
 from .markdown_referee import referee_section
@@ -104,15 +105,13 @@ def _scored(results: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in results if (r.get("overlap") or {}).get("per_class_scores")]
 
 
-def _by_view(data: Mapping[str, Any], results: list[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
+def _by_view(results: list[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
     """``results`` grouped by the task they score (None: the dataset's own targets), in view order: each view has its
-    own classes, so nothing per class is shared across views."""
-    from ..families.result_protocol import result_from_dict
-
-    views = {r.name: r.view for r in result_from_dict(data).extractor_results}
+    own classes, so nothing per class is shared across views.  Read off each result's own fields, by the rule
+    ``ExtractorResult.view`` uses (no second load of the whole result)."""
     by_view: dict[str | None, list[Mapping[str, Any]]] = {}
     for r in results:
-        by_view.setdefault(views[r["name"]], []).append(r)
+        by_view.setdefault(view_name(r.get("target_view"), r.get("label_view")), []).append(r)
     return by_view
 
 
@@ -155,7 +154,7 @@ def _target_summary(data: Mapping[str, Any]) -> Section:
     """Targets and their counts with k and aggregation: one table per scored target set (the dataset's own targets,
     each target view, each hierarchy level), since each has its own classes, counts and k."""
     s = data["dataset_summary"]
-    by_view = _by_view(data, data["extractor_results"]) or {None: []}
+    by_view = _by_view(data["extractor_results"]) or {None: []}
     blocks: list[Any] = _views_note(s, list(by_view))
     if list(by_view) == [None]:
         return Section("Target summary", [*blocks, _targets_table(s, _scored(by_view[None]))])
@@ -216,7 +215,7 @@ def _per_class(data: Mapping[str, Any]) -> Section | None:
     if not scored:
         return None
     note = "1.0 means the class is separated from the others; the weakest classes set the ceiling of a space."
-    by_view = _by_view(data, scored)
+    by_view = _by_view(scored)
     if len(by_view) == 1:
         return Section("Per-class overlap", [Para(note), *_per_class_blocks(scored)])
     return Section("Per-class overlap", [Para(note, " One table per target view: each view has its own classes."),

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from ..._base import json_codec
 from ..._base.config import check_bool, check_float
 from ..._base.files import write_text_atomic
+from ...inputs.views import view_name
 from ...selection import referee
 from ...selection.agreement import Agreement, competition_ranks, reference_scores, view_agreement
 from ...errors import ConfigError
@@ -332,13 +333,6 @@ RUNTIME_SCHEMA = MapOf(MapOf(AnyOf((NUMBER, Choice((NOT_MEASURED_CACHE_HIT,)))))
 def _rankable_score(metric: Mapping[str, Any]) -> float | None:
     """A serialized metric's score when it may be ranked (what ``primary_score`` holds), else None."""
     return metric["score"] if metric.get("aggregate_valid", True) and metric["score"] is not None else None
-
-
-def view_name(target_view: str | None, label_view: str | None) -> str | None:
-    """The view a result's ``target_view``/``label_view`` name: ``target=<name>``, ``level=<name>`` or None."""
-    if target_view is not None:
-        return f"target={target_view}"
-    return None if label_view is None else f"level={label_view}"
 
 
 def _referee_views_are_result_views(data: Mapping[str, Any]) -> bool:
