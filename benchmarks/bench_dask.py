@@ -12,9 +12,10 @@ what dask itself gives on this machine.  All processes run with one BLAS/OpenMP 
 (``OMP_NUM_THREADS=1``, what dask's nanny sets for its workers): PCA and the random
 projection round differently with 2 BLAS threads, which would change the embeddings,
 not the runner.  ``--small``: 2,000 x 64, 10 classes, 5 repeats.
-``--rounds N`` alternates the modes N times and reports the best of each.
+``--rounds N`` alternates the modes N times and reports the best of each.  ``--workers 2,4,8,16`` runs the
+dask and bare modes at each cluster size (one worker process per core; default 2), against one sequential run.
 
-    python benchmarks/bench_dask.py [--small] [--rounds 1]
+    python benchmarks/bench_dask.py [--small] [--rounds 1] [--workers 2]
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def _score(X: np.ndarray, labels: np.ndarray, seed: int | None) -> float:
     return OverlapIndexScorer(OverlapScoringConfig(k=31)).score(X, build_targets(labels), seed=seed).score
 
 
-def bare(small: bool) -> None:
-    """The reference: every scoring call of the benchmark as one plain task on a fresh 2-worker cluster."""
+def bare(small: bool, workers: int) -> None:
+    """The reference: every scoring call of the benchmark as one plain task on a fresh cluster of ``workers``."""
     from distributed import Client
     from sklearn.decomposition import PCA
     from sklearn.random_projection import GaussianRandomProjection
@@ -61,14 +62,14 @@ def bare(small: bool) -> None:
     matrices = [X, PCA(dim // 3, random_state=0).fit_transform(X),
                 GaussianRandomProjection(2 * dim // 3, random_state=0).fit_transform(X)]
     seeds = [None] + [r.scoring_seed for r in plan_repeats(build_targets(labels), StabilityConfig(repeats=repeats))[0]]
-    with local_cluster(2) as cluster, Client(cluster) as client:
-        client.wait_for_workers(2)
+    with local_cluster(workers) as cluster, Client(cluster) as client:
+        client.wait_for_workers(workers)
         shared = client.scatter(matrices + [labels], broadcast=True)
         futures = [client.submit(_score, m, shared[-1], seed, pure=False) for m in shared[:-1] for seed in seeds]
         client.gather(futures)
 
 
-def child(mode: str, small: bool, output: str) -> None:
+def child(mode: str, small: bool, output: str, workers: int) -> None:
     """One whole run (what the parent times): build the benchmark, run it, write the result JSON."""
     from sklearn.decomposition import PCA
     from sklearn.random_projection import GaussianRandomProjection
@@ -78,7 +79,7 @@ def child(mode: str, small: bool, output: str) -> None:
     from vertebrae.execution import DaskRunner
 
     if mode == "bare":
-        bare(small)
+        bare(small, workers)
         return
     n, dim, n_classes, repeats = (2_000, 64, 10, 5) if small else (20_000, 384, 20, 20)
     X, labels = make_data(n, dim, n_classes)
@@ -89,15 +90,16 @@ def child(mode: str, small: bool, output: str) -> None:
                           stability_config=StabilityConfig(repeats=repeats),
                           separatix_config=SeparatixConfig(enabled=False), progress=False)
     # --small is below the runner's sequential threshold on purpose; force the cluster to show what it costs there.
-    runner = DaskRunner(n_workers=2, sequential_below=0 if small else 1_000_000, progress=False) if mode == "dask" else None
+    runner = DaskRunner(n_workers=workers, sequential_below=0 if small else 1_000_000, progress=False) if mode == "dask" else None
     result = benchmark.run(runner=runner)
     if runner is not None and runner.last_path != "dask":
         raise SystemExit(f"the dask runner took the {runner.last_path} path; the benchmark must exercise the cluster")
     result.save_json(output)
 
 
-def timed(mode: str, small: bool, output: pathlib.Path) -> float:
-    command = [sys.executable, __file__, "--child", mode, "--output", str(output)] + (["--small"] if small else [])
+def timed(mode: str, small: bool, output: pathlib.Path, workers: int) -> float:
+    command = [sys.executable, __file__, "--child", mode, "--output", str(output), "--workers", str(workers)] + (
+        ["--small"] if small else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env)
@@ -113,30 +115,38 @@ def without_timing(path: pathlib.Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="2,000 x 64, 10 classes, 5 repeats (a quick run)")
-    parser.add_argument("--rounds", type=int, default=1, help="alternate the two modes this many times")
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the modes this many times")
+    parser.add_argument("--workers", default="2", help="comma-separated cluster sizes, e.g. 2,4,8,16")
     parser.add_argument("--child", choices=("local", "dask", "bare"), help=argparse.SUPPRESS)
     parser.add_argument("--output", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    sizes = [int(w) for w in args.workers.split(",")]
     if args.child:
-        child(args.child, args.small, args.output)
+        child(args.child, args.small, args.output, sizes[0])
         return
     print(f"{'2,000 x 64, 10 classes, 5' if args.small else '20,000 x 384, 20 classes, 20'} prototype repeats, "
           f"3 extractors, k=31; {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}")
-    times: dict[str, list[float]] = {"local": [], "dask": [], "bare": []}
+    runs = [("local", 1)] + [(mode, n) for n in sizes for mode in ("dask", "bare")]
+    times: dict[tuple[str, int], list[float]] = {run: [] for run in runs}
+    identical = True
     with tempfile.TemporaryDirectory() as tmp:
-        files = {mode: pathlib.Path(tmp, f"{mode}.json") for mode in times}
         for _ in range(args.rounds):
-            for mode in times:
-                times[mode].append(timed(mode, args.small, files[mode]))
-                print(f"  {mode:>5}: {times[mode][-1]:6.1f} s (load average {os.getloadavg()[0]:.2f})", flush=True)
-        identical = without_timing(files["local"]) == without_timing(files["dask"])
-    local, distributed, reference = min(times["local"]), min(times["dask"]), min(times["bare"])
-    print(f"sequential local runner: {local:.1f} s; DaskRunner(n_workers=2): {distributed:.1f} s; "
-          f"speed-up {local / distributed:.2f}x; result JSON identical minus timing: {identical}")
-    print(f"bare dask map of the same scoring calls: {reference:.1f} s (speed-up {local / reference:.2f}x); "
-          f"DaskRunner / bare dask: {distributed / reference:.2f}x")
+            for mode, n in runs:
+                output = pathlib.Path(tmp, f"{mode}-{n}.json")
+                times[mode, n].append(timed(mode, args.small, output, n))
+                print(f"  {mode:>5} ({n} worker{'s' if n > 1 else ''}): {times[mode, n][-1]:6.1f} s "
+                      f"(load average {os.getloadavg()[0]:.2f})", flush=True)
+                if mode == "dask":
+                    identical &= without_timing(output) == without_timing(pathlib.Path(tmp, "local-1.json"))
+    local = min(times["local", 1])
+    print(f"sequential local runner: {local:.1f} s; result JSON identical minus timing in every dask run: {identical}")
+    for n in sizes:
+        distributed, reference = min(times["dask", n]), min(times["bare", n])
+        print(f"DaskRunner(n_workers={n}): {distributed:.1f} s, speed-up {local / distributed:.2f}x; bare dask map of "
+              f"the same scoring calls: {reference:.1f} s (speed-up {local / reference:.2f}x); DaskRunner / bare dask: "
+              f"{distributed / reference:.2f}x")
     if not identical:
-        raise SystemExit("the two results differ")
+        raise SystemExit("a dask result differs from the sequential one")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ Full size: 20,000 x 384 float32, 20 Gaussian classes; ``--small``: 2,000 x 64, 1
     python benchmarks/bench_reference_metrics.py [--small] [--rounds N] [--only knn,probe,logme,closed]
     python benchmarks/bench_reference_metrics.py --only probe --probe-cases tweets,synthetic --rounds 3
     python benchmarks/bench_reference_metrics.py --only closed --tweets [--embedding-cache DIR] --rounds 3
+    python benchmarks/bench_reference_metrics.py --only probe --probe-cases synthetic --device cuda   # with a GPU
 """
 
 from __future__ import annotations
@@ -196,8 +197,8 @@ def probe_cases(args: argparse.Namespace) -> None:
     auto = bool(autos)
     # Warm-up, untimed: the first call of each pays imports and first BLAS calls, which no later candidate pays.
     X_small, y_small = make_data(200, 16, 3)
-    LinearProbeMetric()(X_small, np.array([f"vk:int:{c:03d}" for c in y_small]),
-                        target_metadata={"target_type": "single_label"}, seed=0)
+    LinearProbeMetric(device=args.device)(X_small, np.array([f"vk:int:{c:03d}" for c in y_small]),
+                                          target_metadata={"target_type": "single_label"}, seed=0)
     bare_probe(X_small, y_small)
     OverlapIndexScorer(OverlapScoringConfig()).score(X_small, y_small.astype(str))
     print(f"load average at start {os.getloadavg()[0]:.2f}; times untraced, after an untimed warm-up call of each; "
@@ -210,8 +211,8 @@ def probe_cases(args: argparse.Namespace) -> None:
         codes = np.unique(labels, return_inverse=True)[1]
         keys = np.array([f"vk:int:{c:03d}" for c in codes])
         meta = {"target_type": "single_label"}
-        probe_time, _, probe = measure(lambda: LinearProbeMetric()(X, keys, target_metadata=meta, seed=0), args.rounds,
-                                       trace=False)
+        probe_time, _, probe = measure(lambda: LinearProbeMetric(device=args.device)(X, keys, target_metadata=meta,
+                                                                                     seed=0), args.rounds, trace=False)
         bare_time, _, bare = measure(lambda: bare_probe(X, codes), args.rounds, trace=False)
         with threadpool_limits(1):  # OpenBLAS threads cost more than they gain on small products: the stricter baseline
             single_time = measure(lambda: bare_probe(X, codes), args.rounds, trace=False)[0]
@@ -222,7 +223,8 @@ def probe_cases(args: argparse.Namespace) -> None:
         chosen = []
         for variant, patience in autos:
             auto_time, _, auto_payload = measure(
-                lambda: LinearProbeMetric(C="auto", C_patience=patience)(X, keys, target_metadata=meta, seed=0),
+                lambda: LinearProbeMetric(C="auto", C_patience=patience, device=args.device)(X, keys, target_metadata=meta,
+                                                                                             seed=0),
                 args.rounds, trace=False)
             line += f"{auto_time:>11.2f}{auto_time / probe_time:>8.1f}"
             chosen.append(auto_payload["diagnostics"]["chosen_C"])
@@ -231,6 +233,12 @@ def probe_cases(args: argparse.Namespace) -> None:
         if auto:
             line += f"  {chosen[0]}" + ("" if all(c == chosen[0] for c in chosen) else f" (differs: {chosen})")
         print(line, flush=True)
+        if args.device != "cpu":
+            cpu_time, _, cpu = measure(lambda: LinearProbeMetric()(X, keys, target_metadata=meta, seed=0), args.rounds,
+                                       trace=False)
+            gap = max(abs(a - b) for a, b in zip(probe["diagnostics"]["fold_scores"], cpu["diagnostics"]["fold_scores"]))
+            print(f"{'':<24}the same probe on the CPU: {cpu_time:.2f} s ({cpu_time / probe_time:.1f}x the {args.device} "
+                  f"time), score {cpu['score']:.4f}; largest fold-score gap {args.device} - cpu {gap:.1e}", flush=True)
 
 
 def main() -> None:
@@ -243,6 +251,9 @@ def main() -> None:
     parser.add_argument("--probe-variants", default="auto",
                         help="comma-separated: 'auto' also times LinearProbeMetric(C='auto'), 'auto-pN' the same with "
                              "C_patience=N (e.g. auto,auto-p1,auto-p2); '' skips them")
+    parser.add_argument("--device", default="cpu",
+                        help="with --probe-cases: run LinearProbeMetric on this device (e.g. cuda) and also time it "
+                             "on the CPU, printing the largest fold-score gap between the two")
     parser.add_argument("--embedding-cache", default=None, help="folder caching the MiniLM states between runs")
     parser.add_argument("--tweets", action="store_true", help="with --only closed: MiniLM states of 1,500 tweets")
     args = parser.parse_args()
