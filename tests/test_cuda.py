@@ -163,6 +163,25 @@ def test_jax_extractor_on_the_gpu_equals_numpy():
     np.testing.assert_allclose(out, np.tanh(X @ W), rtol=1e-5, atol=1e-6)
 
 
+def test_keras_on_the_torch_backend_runs_on_cuda_and_equals_numpy():
+    """Keras places models itself (its torch backend picks cuda when torch sees one): the output must not move."""
+    import os
+
+    if os.environ.setdefault("KERAS_BACKEND", "torch") != "torch":
+        pytest.skip(f"KERAS_BACKEND={os.environ['KERAS_BACKEND']}; this test checks the torch backend on cuda")
+    keras = pytest.importorskip("keras")
+    from vertebrae import KerasExtractor
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input(shape=(6,))
+    model = keras.Model(inputs, keras.layers.Dense(4, activation="tanh")(inputs))
+    assert str(model.weights[0].value.device).startswith("cuda")
+    kernel, bias = (keras.ops.convert_to_numpy(w) for w in model.weights)
+    X = np.random.default_rng(2).normal(size=(30, 6)).astype(np.float32)
+    out = KerasExtractor("keras", model, batch_size=8, progress=False).transform(X)
+    np.testing.assert_allclose(out, np.tanh(X @ kernel + bias), rtol=1e-5, atol=1e-6)
+
+
 def test_onnx_on_the_cuda_provider_equals_the_cpu_provider(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
