@@ -232,6 +232,16 @@ def test_benchmark_results_cache_statuses_and_profile(audio_models, clips, tmp_p
     assert warm["w2v:layer2_mean"].overlap.score == cold["w2v:layer2_mean"].overlap.score
 
 
+def test_an_audio_model_given_texts_is_refused_when_the_benchmark_is_built(audio_models):
+    texts = BenchmarkDataset.from_arrays(["one", "two", "three", "four"], [0, 1, 0, 1],
+                                         identity=DatasetIdentity.declared("texts", "1"))
+    extractor = HFAudioExtractor("w2v", audio_models["wav2vec2"], sampling_rate=RATE, device="cpu", progress=False)
+    with pytest.raises(InputValidationError, match=r"extractors\[0\] \('w2v', HFAudioExtractor\) embeds audio, but the "
+                                                   r"dataset holds text.*from_audio_arrays"):
+        Benchmark(texts, [extractor], separatix_config=SeparatixConfig(enabled=False), progress=False)
+    assert extractor.model_ is None
+
+
 def test_a_dataset_at_another_rate_is_refused_before_the_model_loads(audio_models, clips):
     """8 kHz waveforms given to a 16 kHz extractor would embed another signal without complaint."""
     dataset = BenchmarkDataset.from_audio_arrays(clips, [i % 2 for i in range(len(clips))], sampling_rate=8000,

@@ -221,6 +221,29 @@ def test_non_images_and_missing_models_fail_before_anything_loads(vision_models,
         HFVisionExtractor("nope", str(tmp_path / "no-such-model"))
 
 
+def test_a_model_given_the_wrong_kind_of_dataset_is_refused_when_the_benchmark_is_built(vision_models, image_dataset,
+                                                                                           minilm_path):
+    """Before: the text model failed only when its turn to embed came, after the vision model had run."""
+    from vertebrae import HFTextExtractor, PrecomputedExtractor
+
+    vit = HFVisionExtractor("vit", vision_models["vit"], progress=False)
+    text = HFTextExtractor("minilm", minilm_path, progress=False)
+    with pytest.raises(InputValidationError, match=r"extractors\[1\] \('minilm', HFTextExtractor\) embeds text, but "
+                                                   r"the dataset holds image; pass an extractor that reads image, or build the "
+                                                   r"dataset from text with BenchmarkDataset.from_arrays"):
+        Benchmark(image_dataset, [vit, text], separatix_config=NO_SEPARATIX, progress=False)
+    texts = BenchmarkDataset.from_arrays(["a red photo", "a green thing"] * 4, [0, 1] * 4,
+                                         identity=DatasetIdentity.declared("texts", "1"))
+    with pytest.raises(InputValidationError, match=r"extractors\[0\] \('vit', HFVisionExtractor\) embeds image, but "
+                                                   r"the dataset holds text.*from_images\(\.\.\.\) or from_image_paths"):
+        Benchmark(texts, [vit], separatix_config=NO_SEPARATIX, progress=False)
+    assert vit.model_ is None and text.model_ is None
+    # extractors that declare no input kind, and datasets of numbers, are not checked
+    numbers = BenchmarkDataset.from_arrays(np.zeros((8, 3)), [0, 1] * 4, identity=DatasetIdentity.declared("n", "1"))
+    Benchmark(numbers, [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX, progress=False)
+    Benchmark(image_dataset, [vit], separatix_config=NO_SEPARATIX, progress=False)
+
+
 def test_benchmark_profiles_and_cache_statuses(vision_models, image_dataset, tmp_path):
     """Cold run measures and stores every output from one extraction; the warm run is served from the store."""
     cache = CacheConfig(store=str(tmp_path / "cache"))

@@ -81,6 +81,8 @@ class HFAudioExtractor(LayerPoolingExtractor):
 
     version = 1
     computes_with = ("torch", "transformers")
+    #: The raw inputs it reads: ``Benchmark`` refuses a dataset of another kind before any model loads.
+    input_modality = "audio"
 
     def __init__(self, name: str, model_path: Any, *, sampling_rate: int, layers: int | Sequence[int] = -1,
                  poolings: str | Sequence[str] = "mean", batch_size: int = 8, device: str = "auto",

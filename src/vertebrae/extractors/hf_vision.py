@@ -163,6 +163,8 @@ class HFVisionExtractor(LayerPoolingExtractor):
 
     version = 1
     computes_with = ("torch", "transformers", "pillow")
+    #: The raw inputs it reads: ``Benchmark`` refuses a dataset of another kind before any model loads.
+    input_modality = "image"
 
     def __init__(self, name: str, model_path: Any, *, layers: int | Sequence[int] = -1,
                  poolings: str | Sequence[str] = "mean", final_norm: bool = False, batch_size: int = 32,

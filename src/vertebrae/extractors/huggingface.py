@@ -190,6 +190,8 @@ class HFTextExtractor(LayerPoolingExtractor):
     #: 2: texts batched longest first by token count (outputs moved by float32 round-off).
     version = 2
     computes_with = ("torch", "transformers", "tokenizers")
+    #: The raw inputs it reads: ``Benchmark`` refuses a dataset of another kind before any model loads.
+    input_modality = "text"
 
     def __init__(self, name: str, model_path_or_id: Any, *, layers: int | Sequence[int] | None = None,
                  poolings: str | Sequence[str] | None = None, max_length: int | None = None, batch_size: int = 32,

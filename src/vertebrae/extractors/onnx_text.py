@@ -64,6 +64,8 @@ class ONNXTextExtractor(BatchedExtractor):
 
     version = 1
     computes_with = ("onnxruntime", "tokenizers")
+    #: The raw inputs it reads: ``Benchmark`` refuses a dataset of another kind before any model loads.
+    input_modality = "text"
 
     def __init__(self, name: str, model_path: Any, tokenizer: Any, *,
                  layers: str | Sequence[str] = "last_hidden_state", poolings: str | Sequence[str] = "mean",

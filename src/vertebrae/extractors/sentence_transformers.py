@@ -43,6 +43,8 @@ class SentenceTransformerExtractor(BatchedExtractor):
 
     version = 1
     computes_with = ("torch", "transformers", "tokenizers", "sentence-transformers")
+    #: The raw inputs it reads: ``Benchmark`` refuses a dataset of another kind before any model loads.
+    input_modality = "text"
 
     def __init__(self, name: str, model_or_path: Any, *, batch_size: int = 32, normalize_embeddings: bool = False,
                  device: str = "auto", cache_identity: str | None = None, progress: bool | None = None) -> None:

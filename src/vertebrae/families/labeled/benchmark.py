@@ -30,6 +30,7 @@ from ...inputs.embeddings import validate_embeddings
 from ..front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names,
                           validate_extractor_list)
 from ...inputs.audio import check_extractor_rates
+from ...inputs.modalities import check_extractor_modalities
 from ...inputs.multimodal import check_extractor_fields
 from ...selection.referee import (DEFAULT_REFEREE_SHARE, check_finalist_policy, check_referee, choose_finalists,
                                   decide, referee_notes, referee_record)
@@ -123,6 +124,7 @@ class Benchmark(FrontDoor):
         check_extractor_fields(dataset, self.extractors)
         _check_precomputed(dataset, self.extractors)
         check_extractor_rates(dataset, self.extractors)
+        check_extractor_modalities(dataset, self.extractors)
         scoring_config, continuous_config, custom_metrics = resolve_metrics(metrics, scoring_config, continuous_config,
                                                                             dataset.target_type)
         scoring_config = check_config("scoring_config", scoring_config, OverlapScoringConfig,

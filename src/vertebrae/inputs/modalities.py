@@ -1,0 +1,47 @@
+"""Which kind of raw input a dataset holds, and the check that each model extractor reads that kind.
+
+A text model given images (or an audio model given texts) fails only when its turn to embed comes, after the
+extractors before it have run; the mismatch is known when the benchmark is built, so it is refused there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputValidationError
+from .audio import AudioInputs
+from .images import ImageInputs
+
+#: What each kind is called in messages, and the constructor that builds a dataset of it.
+BUILDERS = {"text": "BenchmarkDataset.from_arrays(texts, labels)",
+            "image": "BenchmarkDataset.from_images(...) or from_image_paths(...)",
+            "audio": "BenchmarkDataset.from_audio_arrays(...)"}
+
+
+def inputs_modality(inputs: Any) -> str | None:
+    """``"text"``, ``"image"`` or ``"audio"`` for raw inputs of one of those kinds; ``None`` for anything else
+    (numeric arrays, multimodal records, embeddings), which no modality check applies to."""
+    if isinstance(inputs, AudioInputs):
+        return "audio"
+    if isinstance(inputs, ImageInputs):
+        return "image"
+    if isinstance(inputs, (list, tuple, np.ndarray)) and len(inputs) and all(isinstance(x, str) for x in inputs):
+        return "text"
+    return None
+
+
+def check_extractor_modalities(dataset: Any, extractors: Any) -> None:
+    """Every extractor that declares an ``input_modality`` gets a dataset of that kind (checked before any model
+    loads)."""
+    have = inputs_modality(getattr(dataset, "inputs", None))
+    if have is None:
+        return
+    for i, extractor in enumerate(extractors):
+        want = getattr(extractor, "input_modality", None)
+        if want is None or want == have:
+            continue
+        raise InputValidationError(
+            f"extractors[{i}] ({extractor.name!r}, {type(extractor).__name__}) embeds {want}, but the dataset holds "
+            f"{have}; pass an extractor that reads {have}, or build the dataset from {want} with {BUILDERS[want]}")
