@@ -23,6 +23,7 @@ from ...inputs.views import view_name
 from ...selection import referee
 from ...selection.agreement import Agreement, competition_ranks, reference_scores, view_agreement
 from ...errors import ConfigError
+from ...extractors.compression import not_applied_reason
 from ...extractors.profiling import ResourceProfile
 from ..result_protocol import (CHAIN_SCHEMA, ENVELOPE_SCHEMA, IDENTITY_SCHEMA, RECOMMENDATION_CUTOFFS,
                                TIMING_ENVELOPE_SCHEMA, ChainResult, Ranked, check_header, rank_results, read_json,
@@ -845,7 +846,8 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
     return row
 
 
-#: Compression facts flattened into rows as ``compression_<field>`` (footprints under their own names).
+#: Compression facts flattened into rows as ``compression_<field>`` (footprints under their own names);
+#: ``compression_not_applied_reason`` follows ``compression_applied``.
 COMPRESSION_FIELDS = ("variant", "method", "requested_dim", "output_dim", "applied", "explained_variance_ratio")
 FOOTPRINT_FIELDS = ("raw_bytes_per_row", "evaluated_bytes_per_row", "raw_bytes", "evaluated_bytes")
 
@@ -860,8 +862,12 @@ def compression_columns(compression: dict[str, Any] | None, endpoint: str | None
     footprint = compression.get("footprint", {})
     if endpoint is not None and footprint:
         footprint = footprint[endpoint]
-    return {**{f"compression_{name}": compression.get(name) for name in COMPRESSION_FIELDS},
-            **{name: footprint.get(name) for name in FOOTPRINT_FIELDS}}
+    columns: dict[str, Any] = {}
+    for name in COMPRESSION_FIELDS:
+        columns[f"compression_{name}"] = compression.get(name)
+        if name == "applied":  # why not, right beside it
+            columns["compression_not_applied_reason"] = not_applied_reason(compression)
+    return {**columns, **{name: footprint.get(name) for name in FOOTPRINT_FIELDS}}
 
 
 #: StabilitySummary fields flattened into rows as ``stability_<field>`` (primary overlap score).
