@@ -827,6 +827,7 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "separatix_status": None if separatix is None else separatix.status,
         "separatix_recommendation": None if separatix is None else separatix.recommendation,
         "separatix_confidence": None if separatix is None else separatix.confidence,
+        **probe_context_columns(separatix),
         "embedding_dim": result.embedding.get("embedding_dim"),
         "embedding_dtype": result.embedding.get("dtype"),
         "embedding_sparse": result.embedding.get("sparse"),
@@ -844,6 +845,23 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
 
         row.update(resource_columns(result.resource_profile))
     return row
+
+
+def probe_context_columns(separatix: SeparatixResult | None) -> dict[str, Any]:
+    """What spec 003 puts beside probe_metric/probe_score in a row: the probes' evaluation mode, sampling, grouping
+    counts and skip reasons, from the stored ``probe_summary`` and ``reason``; all None without a diagnostic (a
+    gated or skipped one has only ``separatix_skip_reason``).  The full evidence stays in the JSON."""
+    probes = separatix.probe_summary if separatix is not None else {}
+    evaluation, grouping = probes.get("evaluation") or {}, probes.get("grouping") or {}
+    sampling = probes.get("sampling") or {}
+    skipped = "; ".join(f"{name}: {why}" for name, why in (probes.get("skip_reasons") or {}).items())
+    return {"probe_evaluation_mode": evaluation.get("evaluation_mode"),
+            "probe_sampled": sampling.get("sampled"), "probe_rows_used": sampling.get("n_used"),
+            "probe_group_count": grouping.get("group_count"),
+            "probe_group_supported_count": grouping.get("supported_count"),
+            "probe_group_skipped_count": grouping.get("skipped_count"),
+            "probe_skip_reasons": skipped or None,
+            "separatix_skip_reason": None if separatix is None else separatix.reason}
 
 
 #: Compression facts flattened into rows as ``compression_<field>`` (footprints under their own names);
