@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -488,6 +489,34 @@ def test_dataframe_has_the_probe_context_spec_003_lists():
                "probe_group_supported_count", "probe_group_skipped_count", "probe_skip_reasons"]
     assert all(gated[c] is None for c in context)
     assert set(context) <= set(result.to_dataframe().columns)
+
+
+def test_separatix_and_the_probe_metrics_are_the_two_independent_paths_the_docs_describe():
+    """The spec's "Separatix is the only probe-style diagnostic path" predates LinearProbeMetric & co.; the docs
+    now say how the two relate: neither reads the other, probe_* columns are Separatix's, metric.<name> the
+    metric's. Checked here, and that the page's section exists."""
+    from vertebrae import LinearProbeMetric
+
+    page = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "separatix.md").read_text(encoding="utf-8")
+    assert "## Separatix and the probe metrics" in page
+    dataset, noisy = _benchmark_dataset()
+    always = SeparatixConfig(run_when="always")
+    from vertebrae import Benchmark, PrecomputedExtractor
+
+    both = Benchmark(dataset, [PrecomputedExtractor("clean")], separatix_config=always,
+                     metrics=[LinearProbeMetric()], progress=False).run()
+    alone = Benchmark(dataset, [PrecomputedExtractor("clean")], separatix_config=always, progress=False).run()
+    probe_only = Benchmark(dataset, [PrecomputedExtractor("clean")], separatix_config=SeparatixConfig(enabled=False),
+                           metrics=[LinearProbeMetric()], progress=False).run()
+    assert _without_timings(both["clean"].separatix.to_dict()) == _without_timings(alone["clean"].separatix.to_dict())
+    assert both["clean"].metrics["linear_probe"].score == probe_only["clean"].metrics["linear_probe"].score
+    row = both.rows()[0]
+    assert row["probe_score"] == both["clean"].separatix.probe_summary["probe_score"]
+    assert row["metric.linear_probe"] == both["clean"].metrics["linear_probe"].score
+    columns = page.split("* **DataFrame / rows**")[1].split("* **Markdown**")[0]
+    named = set(re.findall(r"`((?:best_probe|probe|separatix)_?[a-z_]*)`", columns)) - {"probe_accuracy", "probe_summary"}
+    assert len(named) >= 14 and named <= set(row), named - set(row)  # every row column the page lists exists
+    assert "probe_accuracy" not in row
 
 
 def test_markdown_shows_compact_separatix_details(benchmark_pair):
