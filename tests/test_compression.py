@@ -5,6 +5,7 @@ the frontier, retrieval paired compression and the run-config section."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import math
 import pickle
@@ -413,9 +414,34 @@ def test_the_markdown_ranking_says_what_each_row_was_compressed_to():
     column = header.split(" | ").index("compression")
     rows = [line.split(" | ") for line in ranking.splitlines() if line.split(" | ")[0][2:].isdigit()]
     cells = {row[1]: row[column] for row in rows}
-    assert cells == {"raw": "–", "raw+pca4": "pca 4", "raw+pca64": "pca 64 (not applied, scored uncompressed)",
-                     "raw+int8": "quantize int8"}
+    assert cells == {"raw": "–", "raw+pca4": "pca 4", "raw+int8": "quantize int8",
+                     "raw+pca64": "pca 64 (not applied: requested 64 dimensions but the embedding has only 12 "
+                                  "dimensions; scored uncompressed)"}
     assert "compression |" not in run(X, y, None).to_markdown()
+
+
+def test_every_report_says_why_a_variant_was_not_applied(tmp_path):
+    """The ranking's compression cell said "not applied" without the reason, the DataFrame had only
+    compression_applied, and the frontier note gave every skip the width reason (wrong for float16)."""
+    X, y = blobs(dim=12)
+    large = X * 1e5
+    with pytest.warns(CompressionWarning):
+        result = run(large, y, [C(), C(method="pca", n_components=4), C(method="pca", n_components=64),
+                                C(method="quantize", dtype="float16")], quiet=False)
+    width = f"requested 64 dimensions but the embedding has only {X.shape[1]} dimensions"
+    peak = f"values reach {float(np.abs(large).max()):.4g}, beyond float16's largest finite value " \
+           f"{float(np.finfo(np.float16).max):g}, which would store them as infinity"
+    columns = list(result.to_dataframe().columns)
+    assert columns.index("compression_not_applied_reason") == columns.index("compression_applied") + 1
+    assert {row["extractor"]: row["compression_not_applied_reason"] for row in result.rows()} == {
+        "raw": None, "raw+pca4": None, "raw+pca64": width, "raw+float16": peak}
+    markdown = type(result).load(result.save_json(tmp_path / "r.json")).to_markdown()  # from the archived JSON
+    for reason in (width, peak):
+        assert f"(not applied: {reason}; scored uncompressed)" in markdown.split("## Ranking")[1].split("\n## ")[0]
+    frontier = markdown.split("## Compression frontier")[1].split("\n## ")[0]
+    assert f"Not applied (scored uncompressed): raw+pca64 ({width}); raw+float16 ({peak})" in frontier
+    page = result.to_html()
+    assert html.escape(f"quantize float16 (not applied: {peak}; scored uncompressed)") in page.replace("<wbr>", "")
 
 
 # ----------------------------------------------------------------------------- retrieval

@@ -160,6 +160,28 @@ def test_bad_input_is_rejected_with_a_clear_message(identity, embeddings, y, kwa
         BenchmarkDataset.from_embeddings(embeddings, y, identity=identity, **kwargs)
 
 
+@pytest.mark.parametrize("y, message", [
+    (np.array([0, 1] * 3).reshape(-1, 1), "have no label"),  # 0/1 class ids as a column
+    (np.array([[True], [False]] * 3), "have no label"),
+    (sparse.csr_matrix(np.array([0, 1] * 3).reshape(-1, 1)), "have no label"),
+    (np.ones((6, 1), dtype=int), "has a single label"),
+])
+def test_a_column_of_0_1_class_ids_is_told_to_pass_it_flat(identity, y, message):
+    """An (n, 1) 0/1 matrix is read as a one-label indicator; its refusal gave the multi-label rule without saying
+    that a 1-D y (y.ravel()) is what one class label per row needs."""
+    hint = r"; it has a single column: for one class label per row pass it 1-D \(y\.ravel\(\)\)$"
+    with pytest.raises(InputValidationError, match=f"{message}.*{hint}"):
+        BenchmarkDataset.from_embeddings(X6, y, identity=identity)
+
+
+@pytest.mark.parametrize("y", [np.array([[0, 1], [1, 1], [0, 0]] * 2), [{"a"}] * 6])
+def test_no_flatten_hint_where_flattening_is_not_the_fix(identity, y):
+    """Two indicator columns, or label sets that name one label, are multi-label data: no y.ravel() hint."""
+    with pytest.raises(InputValidationError) as caught:
+        BenchmarkDataset.from_embeddings(X6, y, identity=identity)
+    assert "ravel" not in str(caught.value)
+
+
 def test_non_integer_class_labels_warn_unless_declared(identity):
     """Fractions are rarely class ids: inferred, they are read as classes with a warning naming both choices."""
     y = np.repeat(np.linspace(0.1, 3.0, 30), 2)

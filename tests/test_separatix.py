@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -456,6 +457,66 @@ def test_dataframe_has_probe_columns_but_no_probe_accuracy(benchmark_pair):
     assert clean["probe_score"] == diagnosed["clean"].separatix.probe_summary["probe_score"]
     assert clean["separatix_recommendation"] == diagnosed["clean"].separatix.recommendation
     assert plain.to_dataframe()[columns].isna().all().all()
+
+
+def test_dataframe_has_the_probe_context_spec_003_lists():
+    """Rows had best_probe/probe_metric/probe_score but not the evaluation mode, sampling, grouping counts and skip
+    reasons spec 003 lists beside them; a gated row says why it did not run."""
+    _, y = _blobs(n_per=40)
+    groups = np.array([f"g{i % 6}" for i in range(len(y))], dtype=object)
+    groups[y == "c"] = "only"  # class c sits in one group: the group-aware split supports a and b, skips c
+    dataset, noisy = _benchmark_dataset(groups)
+    result = _run(dataset, noisy, SeparatixConfig(overlap_threshold=0.36))  # noisy is gated (as above)
+    rows = {row["extractor"]: row for row in result.rows()}
+    X, _ = _blobs(n_per=40)
+    direct = _direct(normalize(X), y, mode="singlelabel", groups=groups.astype(str))
+    probes = direct["metrics"]["probes"]
+    clean = rows["clean"]
+    assert clean["probe_evaluation_mode"] == direct["grouping"]["effective_supervised_evaluation_mode"] \
+        == "group_cross_validation"
+    supported_rows = int(np.sum(y != "c"))  # the probes see the supported classes' rows, none sampled away
+    assert (clean["probe_sampled"], clean["probe_rows_used"]) == (False, supported_rows)
+    assert direct["sampling"]["probe"]["n_used"] == supported_rows
+    assert (clean["probe_group_count"], clean["probe_group_supported_count"], clean["probe_group_skipped_count"]) \
+        == (len(set(groups)), 2, 1)
+    assert clean["probe_skip_reasons"] == "; ".join(f"{name}: {entry['skipped_reason']}"
+                                                     for name, entry in probes.items() if entry.get("skipped_reason"))
+    assert clean["separatix_skip_reason"].startswith("unsupported_group_classes: ")
+    gated = rows["noisy"]
+    assert gated["separatix_status"] == "gated" and gated["separatix_skip_reason"].startswith(
+        f"overlap score {result['noisy'].overlap.score:.4f} is below SeparatixConfig.overlap_threshold=")
+    context = ["probe_evaluation_mode", "probe_sampled", "probe_rows_used", "probe_group_count",
+               "probe_group_supported_count", "probe_group_skipped_count", "probe_skip_reasons"]
+    assert all(gated[c] is None for c in context)
+    assert set(context) <= set(result.to_dataframe().columns)
+
+
+def test_separatix_and_the_probe_metrics_are_the_two_independent_paths_the_docs_describe():
+    """The spec's "Separatix is the only probe-style diagnostic path" predates LinearProbeMetric & co.; the docs
+    now say how the two relate: neither reads the other, probe_* columns are Separatix's, metric.<name> the
+    metric's. Checked here, and that the page's section exists."""
+    from vertebrae import LinearProbeMetric
+
+    page = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "separatix.md").read_text(encoding="utf-8")
+    assert "## Separatix and the probe metrics" in page
+    dataset, noisy = _benchmark_dataset()
+    always = SeparatixConfig(run_when="always")
+    from vertebrae import Benchmark, PrecomputedExtractor
+
+    both = Benchmark(dataset, [PrecomputedExtractor("clean")], separatix_config=always,
+                     metrics=[LinearProbeMetric()], progress=False).run()
+    alone = Benchmark(dataset, [PrecomputedExtractor("clean")], separatix_config=always, progress=False).run()
+    probe_only = Benchmark(dataset, [PrecomputedExtractor("clean")], separatix_config=SeparatixConfig(enabled=False),
+                           metrics=[LinearProbeMetric()], progress=False).run()
+    assert _without_timings(both["clean"].separatix.to_dict()) == _without_timings(alone["clean"].separatix.to_dict())
+    assert both["clean"].metrics["linear_probe"].score == probe_only["clean"].metrics["linear_probe"].score
+    row = both.rows()[0]
+    assert row["probe_score"] == both["clean"].separatix.probe_summary["probe_score"]
+    assert row["metric.linear_probe"] == both["clean"].metrics["linear_probe"].score
+    columns = page.split("* **DataFrame / rows**")[1].split("* **Markdown**")[0]
+    named = set(re.findall(r"`((?:best_probe|probe|separatix)_?[a-z_]*)`", columns)) - {"probe_accuracy", "probe_summary"}
+    assert len(named) >= 14 and named <= set(row), named - set(row)  # every row column the page lists exists
+    assert "probe_accuracy" not in row
 
 
 def test_markdown_shows_compact_separatix_details(benchmark_pair):

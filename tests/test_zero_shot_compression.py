@@ -130,7 +130,9 @@ def test_json_markdown_and_dataframe_show_the_variant(variants_result, tmp_path)
     assert "## Compression variants" in markdown and "fitted on the encoder's sample embeddings" in markdown
     assert "| e+pca5 | e | pca5 | pca | 5 | 5 | yes |" in markdown and "| e+pca64 | e | pca64 | pca | 64 | 16 | no |" \
         in markdown
-    assert "Not applied (the requested width cannot compress this embedding" in markdown and "e+pca64" in markdown
+    width = "requested 64 dimensions but the embedding has only 16 dimensions"  # the samples' 16 columns
+    assert f"Not applied (scored uncompressed, the name keeps the requested variant): e+pca64 ({width})" in markdown
+    assert frame.loc["e+pca64", "compression_not_applied_reason"] == width
     plain = run(text_dataset(), {"counts": WordCounter()})
     assert "## Compression variants" not in plain.to_markdown()
     assert "compression" not in plain.to_dict()["extractor_results"][0]

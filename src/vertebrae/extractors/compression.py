@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -169,6 +169,10 @@ def footprint(raw: Any, evaluated_bytes: int) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- the transforms
+#: What a variant's warning says after its label when it was not applied; the reason follows, up to ``"; "``.
+NOT_APPLIED = " not applied: "
+
+
 class Compressor:
     """Fits one variant on a matrix and applies it (to the same matrix, or to queries in retrieval).
 
@@ -211,16 +215,13 @@ class Compressor:
                 why = (f"the embedding has only {width} dimensions" if requested >= width
                        else f"{config.method} can keep at most {limit} components of {n_rows} "
                             f"{'sparse ' if arpack else ''}rows")
-                self._warn(f"{config.label} not applied: requested {requested} dimensions but {why}; "
-                           "the variant scores the uncompressed embedding")
-                self.applied = False
+                self._not_applied(f"requested {requested} dimensions but {why}")
         if config.method == "quantize" and config.dtype == "float16" and self.applied:
             peak = _largest_magnitude(X.data if is_sparse(X) else np.asarray(X))
             if peak > FLOAT16_MAX:
-                self._warn(f"{config.label} not applied: values reach {peak:.4g}, beyond float16's largest finite "
-                           f"value {FLOAT16_MAX:g}, which would store them as infinity; scale the embeddings first or "
-                           "quantize to int8 (scaled per column); the variant scores the uncompressed embedding")
-                self.applied = False
+                self._not_applied(f"values reach {peak:.4g}, beyond float16's largest finite value {FLOAT16_MAX:g}, "
+                                  "which would store them as infinity",
+                                  "scale the embeddings first or quantize to int8 (scaled per column)")
         if config.method == "prefix_truncate" and self.applied and not self.matryoshka:
             self._warn(f"{config.label} keeps the leading dimensions, but the extractor does not "
                        "declare itself Matryoshka-trained (matryoshka = True); leading dimensions of other models "
@@ -269,6 +270,13 @@ class Compressor:
         """Recorded without ``source`` (a compress artifact is shared by every chain with its embedding and
         variant; :func:`attributed` names the result); the front door warns it once, as a CompressionWarning."""
         self.warnings.append(message)
+
+    def _not_applied(self, why: str, advice: str = "") -> None:
+        """The variant scores the uncompressed embedding; its warning carries ``why`` (the one place the result
+        records it, read back by :func:`not_applied_reason`)."""
+        self._warn(f"{self.config.label}{NOT_APPLIED}{why}; {advice + '; ' if advice else ''}"
+                   "the variant scores the uncompressed embedding")
+        self.applied = False
 
     # -- applying --------------------------------------------------------------
     def transform(self, X: Any) -> Any:
@@ -329,6 +337,31 @@ class Compressor:
                 "applied": self.applied, "explained_variance_ratio": explained,
                 "stored_dtype": _stored_dtype(config, evaluated) if self.applied else str(evaluated.dtype),
                 "footprint": footprint(raw, self.evaluated_bytes(evaluated)), "warnings": list(self.warnings)}
+
+
+def not_applied_reason(compression: Mapping[str, Any] | None) -> str | None:
+    """Why a variant scored the uncompressed embedding (``requested 64 dimensions but the embedding has only 12
+    dimensions``), read back from its warning: results store the reason only there, so archived JSON has it too.
+    None for an applied variant, the ``none`` variant or a result without variants."""
+    if not compression or compression["applied"] or compression["method"] == "none":
+        return None
+    marker = compression["variant"] + NOT_APPLIED
+    for warning in compression.get("warnings", []):
+        _, found, rest = warning.partition(marker)
+        if found:
+            return rest.split("; ", 1)[0]
+    return None
+
+
+def not_applied_names(extractor_results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``raw+pca64 (requested 64 dimensions but ...)`` for each result whose variant was not applied."""
+    names = []
+    for result in extractor_results:
+        compression = result.get("compression")
+        if compression and compression["method"] != "none" and not compression["applied"]:
+            reason = not_applied_reason(compression)
+            names.append(result["name"] + (f" ({reason})" if reason else ""))
+    return names
 
 
 def attributed(facts: dict[str, Any], source: str) -> dict[str, Any]:

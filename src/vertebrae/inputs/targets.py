@@ -307,18 +307,22 @@ def _encode_labels(y: Any, values: list[Any], argument: str | TargetSource) -> t
     return np.fromiter((position[k] for k in keys), dtype=np.int32, count=len(keys)), catalog
 
 
+#: Said when a multi-label refusal meets an (n, 1) matrix: usually one class id per row as a column
+#: (``y.reshape(-1, 1)``, a one-column frame), not a one-label indicator.
+_ONE_COLUMN_HINT = "; it has a single column: for one class label per row pass it 1-D (y.ravel())"
+
+
 def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str | TargetSource) -> MultiLabelTargets:
+    hint = ""
     if is_sparse(y) or (isinstance(y, np.ndarray) and y.ndim == 2):
         indicator = sparse_module().csr_matrix(y)
         if indicator.shape[0] == 0:
             raise InputValidationError(f"{argument} is empty")
+        hint = _ONE_COLUMN_HINT if indicator.shape[1] == 1 else ""
         data = indicator.data
         if data.size and not np.all((data == 0) | (data == 1)):
-            column = indicator.shape[1] == 1  # an (n, 1) column of class ids, not a one-label indicator
             raise InputValidationError(f"{argument} is a multi-label indicator and must hold only 0/1 values; "
-                                       f"found {np.unique(data[(data != 0) & (data != 1)])[:5].tolist()}"
-                                       + ("; it has a single column: for one class label per row pass it 1-D "
-                                          "(y.ravel())" if column else ""))
+                                       f"found {np.unique(data[(data != 0) & (data != 1)])[:5].tolist()}{hint}")
         indicator = sparse_module().csr_matrix((np.ones(indicator.nnz, np.int8), indicator.indices, indicator.indptr),
                                       shape=indicator.shape)
         indicator.eliminate_zeros()
@@ -364,7 +368,7 @@ def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str | Targe
     empty = np.flatnonzero(np.diff(indicator.indptr) == 0)
     if empty.size:
         raise InputValidationError(f"{argument}: rows {_rows_text(empty, argument)} have no label; every multi-label row needs at "
-                                   "least one label (drop the rows, or add an explicit 'none' label and exclude it)")
+                                   f"least one label (drop the rows, or add an explicit 'none' label and exclude it){hint}")
     # Reorder columns into catalog order so column j is always catalog.keys[j].
     catalog = LabelCatalog(names)
     order = [keys.index(k) for k in catalog.keys]
@@ -381,7 +385,7 @@ def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str | Targe
         raise InputValidationError(f"{argument}: label(s) {', '.join(small[:_SHOWN])} occur fewer than 2 times; each "
                                    "label needs at least 2 positive rows: drop it or merge it")
     if len(catalog) < 2:
-        raise InputValidationError(f"{argument} has a single label; overlap needs at least two labels")
+        raise InputValidationError(f"{argument} has a single label; overlap needs at least two labels{hint}")
     return targets
 
 

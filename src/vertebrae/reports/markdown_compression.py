@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..extractors.compression import frontier_rows
+from ..extractors.compression import frontier_rows, not_applied_names
 from .document import Code, Para, Section, Strong, Table
 
 COLUMNS = ["source", "variant", "method", "requested dim", "output dim", "applied", "stored as", "primary score",
@@ -27,8 +27,7 @@ def compression_section(data: Mapping[str, Any]) -> Section | None:
         Table(COLUMNS, [[r["source"], r["variant"], r["method"], r["requested_dim"], r["output_dim"], r["applied"],
                          r["stored_dtype"], r["primary_score"], r["raw_bytes_per_row"], r["evaluated_bytes_per_row"],
                          r["size_ratio"], r["explained_variance_ratio"], r["frontier"]] for r in rows])]
-    skipped = [r["result"] for r in rows if r["method"] != "none" and not r["applied"]]
+    skipped = not_applied_names(data["extractor_results"])
     if skipped:
-        blocks.append(Para("Not applied (the requested width cannot compress this embedding; scored uncompressed): "
-                           + ", ".join(skipped)))
+        blocks.append(Para("Not applied (scored uncompressed): " + "; ".join(skipped)))
     return Section("Compression frontier", blocks)

@@ -132,13 +132,19 @@ def scale_text(scale: Mapping[str, Any]) -> str:
 
 
 def compression_text(compression: Mapping[str, Any] | None) -> str | None:
-    """``pca 4``, ``quantize int8``, ``pca 40 (not applied, scored uncompressed)``: what a ranked result's numbers
-    were measured on; None for the raw embedding (no variants, or the ``none`` variant)."""
+    """``pca 4``, ``quantize int8``, ``pca 40 (not applied: requested 40 dimensions but the embedding has only 16
+    dimensions; scored uncompressed)``: what a ranked result's numbers were measured on, and why a variant was not
+    applied; None for the raw embedding (no variants, or the ``none`` variant)."""
+    from ..extractors.compression import not_applied_reason
+
     if not compression or compression["method"] == "none":
         return None
     size = compression["parameters"].get("n_components") or compression["parameters"].get("dtype")
     text = compression["method"] if size is None else f"{compression['method']} {size}"
-    return text + ("" if compression["applied"] else " (not applied, scored uncompressed)")
+    if compression["applied"]:
+        return text
+    reason = not_applied_reason(compression)
+    return text + (f" (not applied: {reason}; scored uncompressed)" if reason else " (not applied, scored uncompressed)")
 
 
 def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:

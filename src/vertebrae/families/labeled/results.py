@@ -23,6 +23,7 @@ from ...inputs.views import view_name
 from ...selection import referee
 from ...selection.agreement import Agreement, competition_ranks, reference_scores, view_agreement
 from ...errors import ConfigError
+from ...extractors.compression import not_applied_reason
 from ...extractors.profiling import ResourceProfile
 from ..result_protocol import (CHAIN_SCHEMA, ENVELOPE_SCHEMA, IDENTITY_SCHEMA, RECOMMENDATION_CUTOFFS,
                                TIMING_ENVELOPE_SCHEMA, ChainResult, Ranked, check_header, rank_results, read_json,
@@ -826,6 +827,7 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
         "separatix_status": None if separatix is None else separatix.status,
         "separatix_recommendation": None if separatix is None else separatix.recommendation,
         "separatix_confidence": None if separatix is None else separatix.confidence,
+        **probe_context_columns(separatix),
         "embedding_dim": result.embedding.get("embedding_dim"),
         "embedding_dtype": result.embedding.get("dtype"),
         "embedding_sparse": result.embedding.get("sparse"),
@@ -845,7 +847,25 @@ def result_row(result: ExtractorResult, rank: int | None) -> dict[str, Any]:
     return row
 
 
-#: Compression facts flattened into rows as ``compression_<field>`` (footprints under their own names).
+def probe_context_columns(separatix: SeparatixResult | None) -> dict[str, Any]:
+    """What spec 003 puts beside probe_metric/probe_score in a row: the probes' evaluation mode, sampling, grouping
+    counts and skip reasons, from the stored ``probe_summary`` and ``reason``; all None without a diagnostic (a
+    gated or skipped one has only ``separatix_skip_reason``).  The full evidence stays in the JSON."""
+    probes = separatix.probe_summary if separatix is not None else {}
+    evaluation, grouping = probes.get("evaluation") or {}, probes.get("grouping") or {}
+    sampling = probes.get("sampling") or {}
+    skipped = "; ".join(f"{name}: {why}" for name, why in (probes.get("skip_reasons") or {}).items())
+    return {"probe_evaluation_mode": evaluation.get("evaluation_mode"),
+            "probe_sampled": sampling.get("sampled"), "probe_rows_used": sampling.get("n_used"),
+            "probe_group_count": grouping.get("group_count"),
+            "probe_group_supported_count": grouping.get("supported_count"),
+            "probe_group_skipped_count": grouping.get("skipped_count"),
+            "probe_skip_reasons": skipped or None,
+            "separatix_skip_reason": None if separatix is None else separatix.reason}
+
+
+#: Compression facts flattened into rows as ``compression_<field>`` (footprints under their own names);
+#: ``compression_not_applied_reason`` follows ``compression_applied``.
 COMPRESSION_FIELDS = ("variant", "method", "requested_dim", "output_dim", "applied", "explained_variance_ratio")
 FOOTPRINT_FIELDS = ("raw_bytes_per_row", "evaluated_bytes_per_row", "raw_bytes", "evaluated_bytes")
 
@@ -860,8 +880,12 @@ def compression_columns(compression: dict[str, Any] | None, endpoint: str | None
     footprint = compression.get("footprint", {})
     if endpoint is not None and footprint:
         footprint = footprint[endpoint]
-    return {**{f"compression_{name}": compression.get(name) for name in COMPRESSION_FIELDS},
-            **{name: footprint.get(name) for name in FOOTPRINT_FIELDS}}
+    columns: dict[str, Any] = {}
+    for name in COMPRESSION_FIELDS:
+        columns[f"compression_{name}"] = compression.get(name)
+        if name == "applied":  # why not, right beside it
+            columns["compression_not_applied_reason"] = not_applied_reason(compression)
+    return {**columns, **{name: footprint.get(name) for name in FOOTPRINT_FIELDS}}
 
 
 #: StabilitySummary fields flattened into rows as ``stability_<field>`` (primary overlap score).

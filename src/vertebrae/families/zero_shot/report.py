@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ...extractors.compression import not_applied_names
 from ...reports.markdown_resources import endpoint_resource_section
 from ...reports.markdown_table import table, text
 from ..result_protocol import result_from_dict
@@ -83,9 +84,9 @@ def _compression(results: list[Mapping[str, Any]]) -> str:
         rows.append([r["name"], c["source"], c["variant"], c["method"], c["requested_dim"], c["output_dim"],
                      c["applied"], c["explained_variance_ratio"], samples["raw_bytes_per_row"],
                      samples["evaluated_bytes_per_row"], r.get("primary_score")])
-    skipped = [r["name"] for r in variants if r["compression"]["method"] != "none" and not r["compression"]["applied"]]
-    note = ("\nNot applied (the requested width cannot compress this embedding; scored uncompressed, the name keeps "
-            "the requested variant): " + ", ".join(text(name) for name in skipped) + "\n") if skipped else ""
+    skipped = not_applied_names(variants)
+    note = ("\nNot applied (scored uncompressed, the name keeps the requested variant): "
+            + "; ".join(text(name) for name in skipped) + "\n") if skipped else ""
     return ("## Compression variants\n\nEach variant was fitted on the encoder's sample embeddings and the same "
             "fitted transform was applied to its prompt embeddings, before prototypes and scoring. Bytes are per "
             "sample row.\n\n" + table(columns, rows) + note)
