@@ -181,14 +181,11 @@ def _cache_url(text: str) -> str:
 
 
 def _store_option(option: str, text: str) -> str:
-    """A store given as ``option``; an empty one (an unset variable: ``--cache "$CACHE"``) is refused, naming the
-    option, before a path resolver turns it into the current folder."""
-    from ..artifacts.store import empty_store_path
+    """A store given as ``option``; an empty one or one without a bucket (an unset variable: ``--cache "$CACHE"``)
+    is refused, naming the option, before a path resolver turns it into the current folder."""
+    from ..artifacts.store import check_store_location
 
-    if empty_store_path(text):
-        raise VertebraeError(f"{option} {text!r} is an empty path (it would be the current folder; an unset "
-                             "variable?): give a folder path or a URL such as s3://bucket/prefix")
-    return text
+    return check_store_location(text, option, VertebraeError)
 
 
 #: Set to 1 to show the traceback of a failure inside the user's own code (as ``--traceback`` does).
