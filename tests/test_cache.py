@@ -62,6 +62,41 @@ def test_cache_config_rejects_bad_fields(fields, message):
         CacheConfig(**fields)
 
 
+@pytest.mark.parametrize("value, says", [
+    ("", "is an empty path"), (" ", "is an empty path"), ("file://", "is an empty path"),
+    ("s3://bucket/x", "is a URL, but it names a folder"),
+])
+def test_a_cache_dir_variable_that_names_no_folder_is_refused(monkeypatch, tmp_path, value, says):
+    """``VERTEBRAE_CACHE_DIR=""`` (a script's unset variable) silently became the user cache folder, and a blank or
+    URL value a folder under the current one; each is a ConfigError naming the variable, and nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VERTEBRAE_CACHE_DIR", value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    for call in (default_cache_dir, lambda: CacheConfig().open_store()):
+        with pytest.raises(ConfigError, match=rf"^\$VERTEBRAE_CACHE_DIR '{value}' {says}.*: set it to a folder path"):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cache_dir_variable_that_names_no_folder_is_one_line_in_the_cli(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("VERTEBRAE_CACHE_DIR", "")
+    assert main(["cache", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vertebrae cache: error: $VERTEBRAE_CACHE_DIR '' is an empty path") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3:///prefix", "gs://", "gs:///prefix", "s3:// /x", "S3://key:secret@/x",
+                                 "gcs:///x"])
+def test_an_object_store_url_without_a_bucket_is_refused(url):
+    """fsspec took ``s3://`` as the account's root (and "wrote" there) or failed in a client error; the store is
+    refused before it opens, naming the URL (credentials hidden) and the fix."""
+    with pytest.raises(ConfigError, match=r"CacheConfig.store '.*' names no bucket after .*: give a folder") as info:
+        CacheConfig(store=url)
+    assert "secret" not in str(info.value)
+    with pytest.raises(ArtifactError, match="names no bucket"):
+        FsspecStore(url)
+
+
 def test_cache_config_rejects_unknown_fields():
     with pytest.raises(ConfigError, match="unknown field 'stor'"):
         CacheConfig.from_dict({"stor": "/tmp/x"})

@@ -85,6 +85,30 @@ def test_a_folder_where_a_report_goes_is_refused_before_the_run(project, capsys,
     assert "is a link to a missing folder" in _one_line_error(capsys, "demo")
 
 
+@pytest.mark.parametrize("input_name", ["run.toml", "labels.npy"])
+@pytest.mark.parametrize("report", ["report.json", "report.md", "report.html"])
+def test_a_report_that_is_an_input_file_is_refused_before_the_run(project, capsys, input_name, report):
+    """``run -o out`` replaced out/report.* even when that file was the run's own config or a data file (here reached
+    by a link), and the input was lost; now that --output is refused, naming the file, and the input is intact."""
+    folder, _ = project
+    (folder / "out").mkdir()
+    real = folder / "out" / report
+    source = folder / input_name
+    if input_name == "run.toml":  # out/report.* holds the config; its paths are relative to out/
+        real.write_text(CONFIG.replace('"labels.npy"', '"../labels.npy"').replace('"full.npy"', '"../full.npy"')
+                        .replace('"half.npy"', '"../half.npy"'))
+        source.unlink()
+    else:
+        source.replace(real)
+    source.symlink_to(real)
+    kept = real.read_bytes()
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 2
+    err = _one_line_error(capsys, "run")
+    assert f"{report} there is the input file" in err and input_name in err and "give another --output folder" in err
+    assert real.read_bytes() == kept
+    assert sorted(path.name for path in (folder / "out").iterdir()) == [report]  # nothing was written
+
+
 @pytest.mark.parametrize("argv, says", [
     (["run"], "vertebrae run: error: the following arguments are required: config (see vertebrae run --help)"),
     (["run", "x.toml", "--finalists"], "vertebrae run: error: argument --finalists: expected one argument"),

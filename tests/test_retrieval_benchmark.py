@@ -202,6 +202,48 @@ def test_duplicate_extractor_names_are_rejected():
         RetrievalBenchmark(dataset(), [PrecomputedExtractor("x"), SklearnExtractor("x", StandardScaler())])
 
 
+class NamedPair:
+    """A user's own retrieval extractor (the two-endpoint protocol) whose name the test sets."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def fit(self, gallery_inputs):
+        return self
+
+    def encode_queries(self, inputs):
+        return np.asarray(inputs)
+
+    def encode_gallery(self, inputs):
+        return np.asarray(inputs)
+
+    def recipe(self):
+        return {"type": "named_pair_test"}
+
+
+class NamedStandard(NamedPair):
+    """A user's own standard extractor (name, fit, transform, recipe), adapted to both endpoints."""
+
+    def transform(self, inputs):
+        return np.asarray(inputs)
+
+
+@pytest.mark.parametrize("kind", [NamedPair, NamedStandard])
+@pytest.mark.parametrize("name, error, says", [
+    ("a+b", InputValidationError, "name 'a\\+b' contains '\\+', which result names use before a compression"),
+    ("", InputValidationError, "name must be a non-empty string, got ''"),
+    (" ", InputValidationError, "name must be a non-empty string, got ' '"),
+    (5, InputTypeError, "name must be a non-empty string, got int 5"),
+])
+def test_a_custom_extractor_name_is_checked_as_benchmark_checks_it(kind, name, error, says):
+    """Benchmark refused these names; RetrievalBenchmark took them from a user's own extractor (a '+' name reads as
+    another's compression variant); now the same check, naming the position and type."""
+    queries, gallery, relevance = problem()
+    data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
+    with pytest.raises(error, match=rf"^extractors\[1\] \({kind.__name__}\) {says}"):
+        RetrievalBenchmark(data, [TwoBranchExtractor("ok", lambda X: X, lambda X: X), kind(name)])
+
+
 def test_single_matrix_precomputed_extractor_is_rejected():
     with pytest.raises(InputValidationError, match="use PrecomputedPairExtractor"):
         RetrievalBenchmark(dataset(), [PrecomputedExtractor("one", np.ones((12, 6)))])

@@ -507,6 +507,19 @@ def test_an_empty_store_path_is_refused(project, monkeypatch, capsys, argv, opti
     assert sorted(project.iterdir()) == before or sorted(project.iterdir()) == sorted([*before, project / "out"])
 
 
+@pytest.mark.parametrize("argv, option", [
+    (["run", "run.toml", "--cache", "s3://", "-o", "out", "-q"], "--cache"),
+    (["plan", "run.toml", "--store", "gs:///prefix", "-q"], "--store"),
+    (["cache", "list", "--store", "s3:///x"], "--store"),
+])
+def test_an_object_store_url_without_a_bucket_is_refused(project, monkeypatch, capsys, argv, option):
+    """``s3://$BUCKET/x`` with the variable unset went to fsspec, which took it as the account's root."""
+    monkeypatch.chdir(project)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {argv[argv.index(option) + 1]!r} names no bucket" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_file_url_without_a_path_is_no_store():
     """The library refuses it too (a `[cache] store = "file://"`, or a store opened directly)."""
     from vertebrae.artifacts.cache import CacheConfig

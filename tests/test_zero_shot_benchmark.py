@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -229,6 +230,24 @@ def test_on_error_record_keeps_the_other_encoders():
     assert ZeroShotBenchmarkResult.from_json(result.to_json()).to_dict() == result.to_dict()
     assert "failed in the encode_samples stage" in result.to_markdown()
     assert len(result.to_dataframe(include_invalid=True)) == 2
+
+
+@pytest.mark.parametrize("name, error, says", [
+    ("a+b", InputValidationError, "name 'a\\+b' contains '\\+', which result names use before a compression"),
+    ("", InputValidationError, "name must be a non-empty string, got ''"),
+    (5, InputTypeError, "name must be a non-empty string, got int 5"),
+])
+def test_a_custom_encoder_name_is_checked_as_benchmark_checks_it(name, error, says):
+    """Benchmark refused these extractor names; ZeroShotBenchmark took them from a user's own encoder (or a mapping
+    key); now the same check, naming the encoder's position (or key) and type."""
+    data = text_dataset()
+    custom = TwoBranch()
+    custom.name = name
+    with pytest.raises(error, match=rf"^encoders\[1\] \(TwoBranch\) {says}"):
+        ZeroShotBenchmark(data, [Shuffled(), custom])
+    if isinstance(name, str):
+        with pytest.raises(error, match=rf"^encoders\[{re.escape(repr(name))}\] {says}"):
+            ZeroShotBenchmark(data, {"counts": WordCounter(), name: WordCounter()})
 
 
 def test_bad_encoders_and_arguments_are_rejected_before_any_work():

@@ -19,18 +19,27 @@ from typing import Any
 from .._base.config import Config, FrozenDict, check_bool, check_choice, check_str_mapping
 from .manifest import parse_time
 from .signing import SECRET_ENV, check_secret, secret_from_env
-from .store import (DEFAULT_MAX_ARTIFACT_BYTES, SECRET_OPTION, Store, check_max_artifact_bytes, empty_store_path,
-                    open_store, redact_url)
+from .store import (DEFAULT_MAX_ARTIFACT_BYTES, SECRET_OPTION, Store, check_max_artifact_bytes,
+                    check_store_location, open_store, redact_url)
 from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactRaceError, ConfigError
 from .._base.extras import install_hint
 
 CACHE_MODES = ("read_write", "read_only", "refresh")
 
 
+#: The environment variable naming the user cache folder.
+CACHE_DIR_ENV = "VERTEBRAE_CACHE_DIR"
+
+
 def default_cache_dir() -> str:
-    """The folder ``CacheConfig()`` uses when no store is named."""
-    explicit = os.environ.get("VERTEBRAE_CACHE_DIR")
-    if explicit:
+    """The folder ``CacheConfig()`` uses when no store is named.  ``$VERTEBRAE_CACHE_DIR`` set but empty (a script's
+    unset variable) or a URL is refused (``ConfigError``): it was taken as another folder, or under the current one."""
+    explicit = os.environ.get(CACHE_DIR_ENV)
+    if explicit is not None:
+        fix = "set it to a folder path or unset it (an s3:// or gs:// cache is --cache URL or CacheConfig(store=URL))"
+        check_store_location(explicit, f"${CACHE_DIR_ENV}", ConfigError, fix)
+        if "://" in explicit:
+            raise ConfigError(f"${CACHE_DIR_ENV} {redact_url(explicit)!r} is a URL, but it names a folder: {fix}")
         return os.path.abspath(os.path.expanduser(explicit))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(os.path.abspath(base), "vertebrae")
@@ -74,9 +83,7 @@ class CacheConfig(Config):
             if not isinstance(self.store, str):
                 raise ConfigError(f"CacheConfig.store must be a folder path or a URL such as 's3://bucket/prefix', "
                                   f"got {self.store!r}")
-            if empty_store_path(self.store):
-                raise ConfigError(f"CacheConfig.store {self.store!r} is an empty path (it would be the current "
-                                  "folder); give a folder path or a URL such as 's3://bucket/prefix'")
+            check_store_location(self.store, "CacheConfig.store", ConfigError)
             _check_protocol(self.store)
 
     @property

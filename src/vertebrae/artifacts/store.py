@@ -26,7 +26,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .._base.files import NotRegularFileError, open_regular
-from ..errors import ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError, ArtifactWarning
+from ..errors import (ArtifactError, ArtifactIntegrityError, ArtifactNotFoundError, ArtifactRaceError, ArtifactWarning,
+                      VertebraeError)
 from .codecs import (HashingSink, StoredArtifact, array_summary, check_npy_size, decode_artifact, file_writers,
                      npy_layout)
 from .manifest import KEY, MANIFEST_FILE, Manifest, check_key, logical_name, stored_name, utc_now
@@ -161,9 +162,9 @@ class FsspecStore:
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, secret: str | None = None,
                  max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES) -> None:
-        if not isinstance(url, str) or empty_store_path(url):
-            raise ArtifactError(f"store URL {url!r} is an empty path (it would be the current folder); give a folder "
-                                "path or a URL such as s3://bucket/prefix")
+        if not isinstance(url, str):
+            raise ArtifactError(f"store URL must be a string, got {type(url).__name__} {url!r}: {STORE_FIX}")
+        check_store_location(url, "store URL")
         if storage_options is not None and not isinstance(storage_options, Mapping):
             raise ArtifactError(f"storage_options must be a mapping of fsspec options, "
                                 f"got {type(storage_options).__name__}")
@@ -700,11 +701,33 @@ def _filesystem(url: str, protocol: str, options: dict[str, Any], shown: str) ->
     return fs, root
 
 
-def empty_store_path(url: str) -> bool:
-    """Whether ``url`` names no place: blank, or ``file://`` with nothing after it (an unset variable, e.g.
-    ``--cache "$CACHE"``), which a local filesystem would take as the current folder."""
+#: Object stores whose URL starts with a bucket (``s3://bucket/prefix``), with fsspec's aliases.
+BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs")
+#: What a refused store location should be instead.
+STORE_FIX = "give a folder path or a URL such as s3://bucket/prefix"
+
+
+def store_location_problem(url: str) -> str | None:
+    """What makes ``url`` name no store, or None: blank, or ``file://`` with nothing after it (an unset variable, e.g.
+    ``--cache "$CACHE"``), which a local filesystem would take as the current folder; or ``s3://``/``gs://`` without
+    a bucket (``s3://$BUCKET/x`` unset), which fsspec takes as the account's root or fails on obscurely."""
     scheme, separator, rest = url.partition("://")
-    return not (rest if separator and scheme.lower() in ("file", "local") else url).strip()
+    scheme = scheme.lower() if separator else ""
+    if not (rest if scheme in ("file", "local") else url).strip():
+        return "is an empty path, which names no folder (an unset variable?)"
+    if scheme in BUCKET_PROTOCOLS and not rest.split("/", 1)[0].rpartition("@")[2].strip():
+        return f"names no bucket after {scheme}:// (an unset variable?)"
+    return None
+
+
+def check_store_location(url: str, what: str, error: type[VertebraeError] = ArtifactError,
+                         fix: str = STORE_FIX) -> str:
+    """``url`` unless :func:`store_location_problem` finds one, raised as ``error`` naming ``what`` (the option,
+    field or variable it came from) and the ``fix``, before anything opens it."""
+    problem = store_location_problem(url)
+    if problem is not None:
+        raise error(f"{what} {redact_url(url)!r} {problem}: {fix}")
+    return url
 
 
 def _secret_values(options: Mapping[str, Any]) -> list[str]:

@@ -181,14 +181,11 @@ def _cache_url(text: str) -> str:
 
 
 def _store_option(option: str, text: str) -> str:
-    """A store given as ``option``; an empty one (an unset variable: ``--cache "$CACHE"``) is refused, naming the
-    option, before a path resolver turns it into the current folder."""
-    from ..artifacts.store import empty_store_path
+    """A store given as ``option``; an empty one or one without a bucket (an unset variable: ``--cache "$CACHE"``)
+    is refused, naming the option, before a path resolver turns it into the current folder."""
+    from ..artifacts.store import check_store_location
 
-    if empty_store_path(text):
-        raise VertebraeError(f"{option} {text!r} is an empty path (it would be the current folder; an unset "
-                             "variable?): give a folder path or a URL such as s3://bucket/prefix")
-    return text
+    return check_store_location(text, option, VertebraeError)
 
 
 #: Set to 1 to show the traceback of a failure inside the user's own code (as ``--traceback`` does).
@@ -374,29 +371,37 @@ def _output_folder(folder: pathlib.Path, what: str = "--output") -> pathlib.Path
     return folder
 
 
-def _report_folder(folder: pathlib.Path | None) -> None:
-    """``--output`` of ``demo`` and ``run``: the folder, and no folder (or other non-file) where a report goes, checked
-    before the work, so a finished run is never lost to a name it cannot write."""
+def _report_folder(folder: pathlib.Path | None, inputs: Iterable[pathlib.Path] = ()) -> None:
+    """``--output`` of ``demo`` and ``run``: the folder, and no folder (or other non-file) where a report goes, nor
+    one of the command's ``inputs``, checked before the work, so a finished run is never lost to a name it cannot
+    write and never replaces the file it read."""
     folder = _output_folder(pathlib.Path(".") if folder is None else folder)
     for name in REPORT_FILES:
         target = folder / name
         if target.exists() and not target.is_file():
             raise VertebraeError(f"--output {str(folder)!r}: {name} there is not a file (a folder?); move it away or "
                                  "give another --output folder")
+        _refuse_input(target, inputs, f"--output {str(folder)!r}: {name} there", "--output folder")
 
 
 def _output_file(path: pathlib.Path | None, inputs: Iterable[pathlib.Path] = ()) -> None:
     """A file ``--output``: its missing parent folders are created up front; a folder there, or one of the command's
-    ``inputs`` (the same file, by any name), is refused: writing it would destroy that input."""
+    ``inputs``, is refused."""
     if path is None:
         return
     if path.is_dir():
         raise VertebraeError(f"--output {str(path)!r} is a folder; give a file path")
+    _refuse_input(path, inputs, f"--output {str(path)!r}", "--output path")
+    _output_folder(path.parent, "--output's folder")
+
+
+def _refuse_input(path: pathlib.Path, inputs: Iterable[pathlib.Path], what: str, fix: str) -> None:
+    """``path`` is about to be written: if it is one of ``inputs`` (the same file, by any name: a link counts),
+    writing it would destroy that input, so ``what`` is refused, pointing at another ``fix``."""
     for source in inputs:
         if path.exists() and source.exists() and os.path.samefile(path, source):
-            raise VertebraeError(f"--output {str(path)!r} is the input file {str(source)!r}; writing it would replace "
-                                 "that input: give another --output path")
-    _output_folder(path.parent, "--output's folder")
+            raise VertebraeError(f"{what} is the input file {str(source)!r}; writing it would replace that input: "
+                                 f"give another {fix}")
 
 
 def _write_reports(result, output: pathlib.Path | None, quiet: bool, *, json_written: bool = False) -> None:
@@ -565,9 +570,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .run_config import benchmark_from_config, input_files, load_run_config, with_metric_options
+    from .run_config import benchmark_from_config, input_files, input_paths, load_run_config, with_metric_options
 
-    _report_folder(args.output)
+    _report_folder(args.output, [args.config])
     address = None if args.dask_address is None else _dask_address(args.dask_address)
     if args.dask_timeout is not None and address is None:
         raise VertebraeError("--dask-timeout is how long to wait for --dask-address, which is not given; add "
@@ -590,6 +595,7 @@ def _run(args: argparse.Namespace) -> int:
         benchmark = benchmark_from_config(config, args.config.resolve().parent,
                                           progress=False if args.quiet else None)
     files = input_files(config, args.config)
+    _report_folder(args.output, input_paths(files, args.config.resolve().parent).values())  # known once loaded
 
     def keep(result: Any) -> None:
         result.metadata["input_files"] = files

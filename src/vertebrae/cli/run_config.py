@@ -370,6 +370,13 @@ def input_files(config: Mapping[str, Any], config_path: str | pathlib.Path) -> l
     return records
 
 
+def input_paths(records: Sequence[Mapping[str, Any]], base_dir: str | pathlib.Path) -> dict[str, pathlib.Path]:
+    """Each data file of :func:`input_files` records, by its path as recorded, resolved against the config file's
+    folder ``base_dir``; the config itself is left out (its path is as given on the command line, and its holder
+    knows it)."""
+    return {record["path"]: pathlib.Path(base_dir) / record["path"] for record in records if record["role"] != "config"}
+
+
 def with_metric_options(config: dict, specs: Sequence[str], primary_metric: str | None, probe: bool = False) -> dict:
     """``--metric`` specs join the config's [[metrics]] (an identical entry once); ``--primary-metric`` overrides
     [benchmark]; ``--probe`` sets [benchmark] probe."""

@@ -34,7 +34,7 @@ from ..execution.registry import PHASES, readers_of
 from ..execution.staged import Shard, StoreRunner, phase_of
 from .._base.fingerprint import content_sha256, package_version
 from ..inputs.io import file_record
-from .run_config import benchmark_from_config, input_files, with_metric_options
+from .run_config import benchmark_from_config, input_files, input_paths, with_metric_options
 
 PLAN_FORMAT, PLAN_SCHEMA = "vertebrae-plan", 1
 #: Largest plan file read (a plan of thousands of extractors is a few MB).
@@ -80,8 +80,7 @@ class PlanFile:
 
     def input_paths(self) -> dict[str, pathlib.Path]:
         """Each input file the phases read (the config aside: the plan holds it), by its path as recorded."""
-        base_dir = pathlib.Path(self.base_dir)
-        return {record["path"]: base_dir / record["path"] for record in self.input_files if record["role"] != "config"}
+        return input_paths(self.input_files, self.base_dir)
 
     def job_counts(self) -> str:
         """``"30 jobs (6 embed, 18 score, 6 collect)"``, plus the jobs no phase stores (views each phase

@@ -32,6 +32,7 @@ from ..execution.jobs import JobFailure, RunOutcome
 from ..execution.local import LocalRunner
 from ..execution.plan import Plan, artifact_key, build_plan
 from ..execution.registry import definition_of
+from ..extractors.base import check_extractor_name
 from ..extractors.compression import variant_name
 from .._base.fingerprint import package_version
 
@@ -359,10 +360,15 @@ def validate_extractor_list(extractors: Any, what: str = "extractors", hint: str
     return list(extractors)
 
 
-def check_unique_names(items: Sequence[Any], where: Sequence[str], what: str = "extractor") -> None:
-    """Every result needs its own name: the first repeated one is named with both positions."""
+def check_unique_names(items: Sequence[Any], where: Sequence[str], what: str = "extractor",
+                       given: Sequence[Any] | None = None) -> None:
+    """Every result needs its own valid name, in every family: a non-empty string without ``+`` (which result names
+    put before a compression variant; :func:`~vertebrae.extractors.base.check_extractor_name`), and not one an
+    earlier item has (the first repeat is named with both positions).  ``given``: the objects the user passed, when
+    ``items`` wraps them, so that a message names the user's type."""
     seen: dict[str, str] = {}
-    for item, position in zip(items, where):
+    for item, position, source in zip(items, where, items if given is None else given):
+        check_extractor_name(item.name, f"{position} ({type(source).__name__}) name")
         if item.name in seen:
             raise InputValidationError(f"{position} and {seen[item.name]} are both named {item.name!r}; give every "
                                        f"{what} a unique name")

@@ -25,7 +25,7 @@ from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...extractors.base import Extractor, PrecomputedExtractor, check_extractor_name
+from ...extractors.base import Extractor, PrecomputedExtractor
 from ...inputs.embeddings import validate_embeddings
 from ..front_door import (EmbeddingSource, FrontDoor, Rounds, chain_runtime, check_unique_names,
                           validate_extractor_list)
@@ -345,7 +345,6 @@ def _validate_extractors(extractors: Sequence[Any]) -> list[Any]:
         if missing:
             raise InputTypeError(f"extractors[{i}] ({type(extractor).__name__}) lacks {missing}; an extractor needs "
                                  "name, fit, transform and recipe (see vertebrae.extractors.Extractor)")
-        check_extractor_name(extractor.name, f"extractors[{i}] ({type(extractor).__name__}) name")
     check_unique_names(extractors, [f"extractors[{i}]" for i in range(len(extractors))])
     return extractors
 

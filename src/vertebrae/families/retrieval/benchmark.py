@@ -164,7 +164,7 @@ def _reverse_protocol(dataset: RetrievalDataset) -> _ReverseProtocol:
 def _validate_extractors(extractors: Any, dataset: RetrievalDataset) -> list[RetrievalExtractor]:
     extractors = validate_extractor_list(extractors, hint=", e.g. [PrecomputedExtractor('candidate')]")
     adapted = [as_retrieval_extractor(extractor, i, dataset.has_embeddings) for i, extractor in enumerate(extractors)]
-    check_unique_names(adapted, [f"extractors[{i}]" for i in range(len(adapted))])
+    check_unique_names(adapted, [f"extractors[{i}]" for i in range(len(adapted))], given=extractors)
     return adapted
 
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from ...inputs.embeddings import validate_embeddings
 from ...errors import InputTypeError, InputValidationError
 from ...extractors.base import check_cache_identity, check_extractor_name
+from ..front_door import check_unique_names
 from ..._base.fingerprint import callable_name, canonical, content_sha256, declared_identity, identified
 
 DEFAULT_MODALITIES = {"samples": "unknown", "prompts": "text"}
@@ -174,15 +175,10 @@ def as_encoders(encoders: Any) -> list[Any]:
                              f"model with encode(list_of_texts), got {type(encoders).__name__}")
     if not items:
         raise InputValidationError("encoders is empty; pass at least one encoder")
-    adapted, seen = [], {}
-    for position, (name, encoder) in enumerate(items):
-        where = f"encoders[{name!r}]" if name is not None else f"encoders[{position}]"
-        encoder = _adapt(encoder, name, where)
-        if encoder.name in seen:
-            raise InputValidationError(f"{where} and {seen[encoder.name]} are both named {encoder.name!r}; give every "
-                                       "encoder a unique name")
-        seen[encoder.name] = where
-        adapted.append(encoder)
+    where = [f"encoders[{position}]" if name is None else f"encoders[{name!r}]"
+             for position, (name, _) in enumerate(items)]
+    adapted = [_adapt(encoder, name, place) for (name, encoder), place in zip(items, where)]
+    check_unique_names(adapted, where, "encoder", given=[encoder for _, encoder in items])
     return adapted
 
 
@@ -198,7 +194,7 @@ def _adapt(encoder: Any, name: str | None, where: str) -> Any:
         if name is None:
             raise InputTypeError(f"{where} ({type(encoder).__name__}) has encode() but no name; pass a mapping "
                                  "{'name': model} or TextEncoder('name', model)")
-        return TextEncoder(name, encoder)
+        return TextEncoder(check_extractor_name(name, f"{where} name"), encoder)
     raise InputTypeError(f"{where} ({type(encoder).__name__}) is not an encoder: give an object with name, "
                          "encode_samples, encode_prompts and recipe; a standard extractor (name, fit, transform, "
                          "recipe); or a model with encode(list_of_texts) in a mapping {'name': model}")
