@@ -152,6 +152,21 @@ def test_a_failing_user_extractor_exits_1_naming_it_not_2(failing_extractor, cap
                    "shows where)\n")
 
 
+def test_a_user_extractor_calling_sys_exit_exits_1_naming_it(failing_extractor, capsys):
+    """sys.exit(3) in the user's code made ``vertebrae run`` exit 3: SystemExit passed every handler."""
+    from vertebrae.extractors.user_code import user_code
+
+    folder, module = failing_extractor
+    (folder / f"{module}.py").write_text("import sys\n\n\ndef embed(texts):\n    sys.exit(3)\n")
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 1
+    assert capsys.readouterr().err == (
+        "vertebrae run: extractor 'mine' failed during fit/transform: it called sys.exit(3); raise an exception "
+        "instead (the error is raised by the extractor's own code: --traceback or VERTEBRAE_TRACEBACK=1 shows where)\n")
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C still stops the run (exit 130)
+        with user_code("extractor 'x' failed in transform"):
+            raise KeyboardInterrupt
+
+
 @pytest.mark.parametrize("ask", ["flag", "env"])
 def test_traceback_shows_the_users_frames(failing_extractor, capsys, monkeypatch, ask):
     folder, module = failing_extractor

@@ -128,6 +128,25 @@ def test_bad_fields_are_rejected_before_anything_runs(data):
         FieldExtractor(SklearnExtractor("tfidf", text_model()), ("caption", "caption"))
 
 
+def test_a_field_reader_called_directly_names_its_fields(data):
+    """FieldExtractor(ext, 3) raised "'int' object is not iterable"; transform on inputs without the field a
+    KeyError."""
+    with pytest.raises(InputTypeError, match=r"fields must be a field name or a sequence of field names, got int"):
+        FieldExtractor(CallableExtractor("n", np.asarray), 3)
+    images, texts, larger = data
+    dataset = BenchmarkDataset.from_multimodal({"image": images, "caption": texts}, larger,
+                                               modalities={"image": "image", "caption": "text"}, identity=IDENTITY)
+    reader = FieldExtractor(CallableExtractor("fused", fused_features), ("image", "caption", "audio"))
+    with pytest.raises(InputValidationError, match=r"'fused' reads fields \['audio'\] that X lacks; it has "
+                                                   r"\['image', 'caption'\]"):
+        reader.transform(dataset.inputs)
+    with pytest.raises(InputValidationError, match=r"reads fields \['image', 'caption', 'audio'\] that X lacks; it "
+                                                   r"has \['a'\]"):
+        reader.transform({"a": 1})
+    both = FieldExtractor(CallableExtractor("fused", fused_features), ("image", "caption"))
+    np.testing.assert_array_equal(both.transform({"image": images, "caption": texts}), both.transform(dataset.inputs))
+
+
 def test_named_outputs_pass_through_a_field_reader(data):
     images, texts, larger = data
     dataset = BenchmarkDataset.from_multimodal({"image": images, "caption": texts}, larger,

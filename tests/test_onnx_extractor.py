@@ -86,6 +86,19 @@ def test_rejections(exported, two_outputs, tmp_path):
         ONNXExtractor("m", two_outputs, outputs=("nope",), progress=False).transform_many(X)
 
 
+def test_a_file_that_is_not_onnx_and_inputs_of_the_wrong_width_are_named(exported, tmp_path):
+    """Both used to surface onnxruntime's own words: "INVALID_PROTOBUF : Load model from ... failed: Protobuf parsing
+    failed" and "Got invalid dimensions for input: X for the following indices index: 1 Got: 4 Expected: 6"."""
+    _, path = exported
+    garbage = tmp_path / "model.onnx"
+    garbage.write_bytes(b"not a model")
+    with pytest.raises(InputValidationError, match=r"model_path '.*model\.onnx' is not an ONNX model"):
+        ONNXExtractor("g", garbage, progress=False).transform(X)
+    with pytest.raises(InputValidationError, match=r"input 'X' takes arrays of shape \(\?, 6\), but X rows 0\.\.63 give "
+                                                   r"\(64, 4\); it takes rows of width 6, not 4"):
+        ONNXExtractor("w", path, batch_size=64, progress=False).transform(X[:, :4])
+
+
 def test_providers_are_a_list_this_machine_runs(exported):
     """A string was read letter by letter (providers ['C', 'P', 'U', ...], in the key too), and an unavailable or
     misspelt provider fell back to CPU with only a log line while the identity named the asked one."""

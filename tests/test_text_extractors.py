@@ -288,3 +288,32 @@ def test_a_distilbert_folder_reads_its_layer_count_and_pools_like_automodel(mini
     for layer in (0, 2):
         expected = np.stack([s[layer][0].numpy().mean(0) for s in states])
         np.testing.assert_allclose(out[f"layer{layer}_mean"], expected, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind, positions", [("bert", 16), ("roberta", 18)])  # RoBERTa starts at padding_idx + 1
+def test_texts_past_the_models_positions_are_cut_at_them(minilm_path, tweets, tmp_path, kind, positions):
+    """A folder whose tokenizer allows 512 tokens but whose model embeds 16 positions: a longer text used to fail
+    inside torch (IndexError / size mismatch); it is cut at 16 tokens, as sentence-transformers cuts it."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm_path))
+    tokenizer.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    configs = {"bert": (transformers.BertConfig, transformers.BertModel),
+               "roberta": (transformers.RobertaConfig, transformers.RobertaModel)}
+    config_class, model_class = configs[kind]
+    model = model_class(config_class(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=positions,
+                                     pad_token_id=tokenizer.pad_token_id if kind == "bert" else 1)).eval()
+    model.save_pretrained(tmp_path)
+    texts = [" ".join(tweets.texts), "a short text"]
+    assert tokenizer.model_max_length == 512 and len(tokenizer(texts[0])["input_ids"]) > 100
+    extractor = HFTextExtractor("short", tmp_path, batch_size=2, device="cpu", progress=False)
+    out = extractor.transform(texts)
+    with torch.no_grad():
+        expected = np.stack([model(**tokenizer(t, truncation=True, max_length=16, return_tensors="pt"))
+                             .last_hidden_state[0].mean(0).numpy() for t in texts])
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=2e-5)
+    assert extractor.max_length_ == 16
+    bigger = HFTextExtractor("big", tmp_path, max_length=1000, batch_size=2, device="cpu", progress=False)
+    np.testing.assert_allclose(bigger.transform(texts), out, rtol=1e-5, atol=1e-6)

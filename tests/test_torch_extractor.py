@@ -273,6 +273,20 @@ def test_model_type_and_output_rejections(tmp_path):
         TorchExtractor("t", small_model(), outputs=("a", "b"), device="cpu", progress=False).transform_many(X)
 
 
+def test_a_path_that_is_not_torchscript_is_named_at_construction(tmp_path):
+    """A state dict (torch.save) given as the model path failed at the first batch with torch.jit.load's
+    "PytorchStreamReader failed locating file constants.pkl ... corrupted" essay; a non-zip file likewise."""
+    state = tmp_path / "weights.pt"
+    torch.save(small_model().state_dict(), state)
+    with pytest.raises(InputValidationError, match=r"model '.*weights\.pt' was written by torch\.save \(a state dict.*"
+                                                   r"pass the module, or a factory with checkpoint_paths"):
+        TorchExtractor("sd", state)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a model")
+    with pytest.raises(InputValidationError, match=r"model '.*garbage\.pt' is not a TorchScript file"):
+        TorchExtractor("g", garbage)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
 def test_unavailable_cuda_is_an_error_not_a_fallback():
     with pytest.raises(ConfigError, match="CUDA is not available"):

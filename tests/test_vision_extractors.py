@@ -244,6 +244,24 @@ def test_a_model_given_the_wrong_kind_of_dataset_is_refused_when_the_benchmark_i
     Benchmark(image_dataset, [vit], separatix_config=NO_SEPARATIX, progress=False)
 
 
+def test_arrays_passed_straight_follow_the_datasets_pixel_rule(vision_models):
+    """transform(arrays) used to skip from_images' rule: a grayscale (height, width) array failed inside the
+    processor and a channels-first (3, height, width) one embedded as a 3-pixel-high image."""
+    rng = np.random.default_rng(0)
+    gray = rng.integers(0, 256, (20, 24), dtype=np.uint8)
+    rgba = rng.integers(0, 256, (20, 24, 4), dtype=np.uint8)
+    dataset = BenchmarkDataset.from_images([gray, rgba] * 2, [0, 0, 1, 1], identity=DatasetIdentity.declared("g", "1"))
+    extractor = HFVisionExtractor("vit", vision_models["vit"], device="cpu", progress=False)
+    np.testing.assert_array_equal(extractor.transform([gray, rgba]), extractor.transform(dataset.inputs)[:2])
+    fresh = HFVisionExtractor("vit", vision_models["vit"], device="cpu", progress=False)
+    with pytest.raises(InputValidationError, match=r"'vit': X\[1\] has shape \(3, 20, 24\); pass \(height, width\) "
+                                                   r"grayscale or \(height, width, 1\|3\|4\) channels-last .*transpose"):
+        fresh.transform([gray, np.moveaxis(rgba[:, :, :3], 2, 0)])
+    with pytest.raises(InputValidationError, match=r"X\[0\] has dtype float32; images are 8-bit"):
+        fresh.transform([gray.astype(np.float32) / 255])
+    assert fresh.model_ is None  # refused before the model loads
+
+
 def test_benchmark_profiles_and_cache_statuses(vision_models, image_dataset, tmp_path):
     """Cold run measures and stores every output from one extraction; the warm run is served from the store."""
     cache = CacheConfig(store=str(tmp_path / "cache"))

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import ConfigError, DependencyError, InputTypeError
 from .._base.extras import install_hint
-from ..inputs.images import LOADER, ImageInputs, upright
+from ..inputs.images import LOADER, ImageInputs, rgb_array, upright
 from .base import check_cache_identity
 from .batching import n_inputs, take_rows
 from .huggingface import LayerPoolingExtractor, loading_model, local_model_dir, read_model_config
@@ -70,15 +70,22 @@ def vision_layer_count(config: dict[str, Any], *, where: str) -> int:
                       "depths); pass a transformers vision model folder")
 
 
-def check_images(X: Any, *, where: str) -> int:
-    """The number of images; in-memory items must be PIL images or arrays (dataset images were checked when built)."""
-    n = n_inputs(X, where=where)
-    if not isinstance(X, ImageInputs):
-        for i, item in enumerate(X):
-            if not (isinstance(item, np.ndarray) or type(item).__module__.startswith("PIL.")):
-                raise InputTypeError(f"{where}: X[{i}] is {type(item).__name__}; vision models embed images (build the "
-                                     "dataset with BenchmarkDataset.from_image_paths or from_images)")
-    return n
+def check_images(X: Any, *, where: str) -> Sequence[Any]:
+    """The images, checked before the model loads: dataset images were checked when built; an in-memory array
+    follows the datasets' pixel rule (:func:`~vertebrae.inputs.images.rgb_array`, made RGB); a PIL image is made
+    RGB per batch (:func:`pixel_values`)."""
+    n_inputs(X, where=where)
+    if isinstance(X, ImageInputs):
+        return X
+    images = []
+    for i, item in enumerate(X):
+        if isinstance(item, np.ndarray):
+            item = rgb_array(item, f"{where}: X[{i}]")
+        elif not type(item).__module__.startswith("PIL."):
+            raise InputTypeError(f"{where}: X[{i}] is {type(item).__name__}; vision models embed images (build the "
+                                 "dataset with BenchmarkDataset.from_image_paths or from_images)")
+        images.append(item)
+    return images
 
 
 def load_processor(model_dir: Path, backend: str, *, where: str) -> Any:
@@ -217,7 +224,7 @@ class HFVisionExtractor(LayerPoolingExtractor):
 
     def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
         where = f"HFVisionExtractor {self.name!r}"
-        n = check_images(X, where=where)
+        X = check_images(X, where=where)
         processor, model = self.load()
         device = resolve_device(self.device, where=where)
         n_special = special_tokens(model)
@@ -237,7 +244,7 @@ class HFVisionExtractor(LayerPoolingExtractor):
             return {name: value.float().cpu().numpy() for name, value in pooled.items()}
 
         with frozen(model, device):
-            return self._stream(n, embed)
+            return self._stream(len(X), embed)
 
     def _output_metadata(self) -> dict[str, dict[str, Any]]:
         """The pairs' and ``pooler``'s metadata, and each normalized pooling's: the last layer, ``final_norm`` True."""

@@ -8,7 +8,9 @@ the first attended token and ``last_token`` the last one, so left- and right-pad
 batches agree.  Texts are batched longest first by token count, so a batch pads its
 texts to a similar length instead of its longest outlier (on tweets, 40% fewer padded
 positions than dataset order, where characters as the proxy saved 12%); rows are
-written back in dataset order.  The model is identified by the contents of its folder
+written back in dataset order.  Texts are truncated at ``max_length`` (default: the tokenizer's
+limit), and never past the positions the model embeds (``max_position_embeddings``, which can be
+below the tokenizer's limit), as sentence-transformers does.  The model is identified by the contents of its folder
 (hashed without importing transformers) and loaded on first use; nothing is ever downloaded.
 """
 
@@ -182,7 +184,8 @@ class HFTextExtractor(LayerPoolingExtractor):
     ``layers`` index the model's hidden states (0 = the embedding layer, -1 = the last
     layer, default); ``poolings`` are any of :data:`POOLINGS` (default ``"mean"``);
     ``hidden_layer`` / ``pooling`` are their old spellings (deprecated, accepted for one
-    release); ``max_length`` truncates (default: the tokenizer's limit);
+    release); ``max_length`` truncates (default: the tokenizer's limit; at most the model's
+    position limit, see :func:`truncation_length`);
     ``padding_side`` overrides the tokenizer's (``"left"`` passes position ids counted
     over attended tokens so absolute-position encoders see unshifted positions).
     """
@@ -217,6 +220,7 @@ class HFTextExtractor(LayerPoolingExtractor):
         self.cache_identity = check_cache_identity(where, cache_identity)
         self.model_: Any = None
         self.tokenizer_: Any = None
+        self.max_length_: int | None = None  # where texts are cut, set on load (truncation_length)
 
     def recipe(self) -> dict[str, Any]:
         return {"type": "huggingface_text", "model_files_sha256": files_sha256([self.model_dir]),
@@ -238,6 +242,7 @@ class HFTextExtractor(LayerPoolingExtractor):
                 model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
             if self.padding_side is not None:
                 self.tokenizer_.padding_side = self.padding_side
+            self.max_length_ = truncation_length(self.max_length, self.tokenizer_, model)
             self.model_ = model.to(device)
         return self.tokenizer_, self.model_
 
@@ -258,7 +263,7 @@ class HFTextExtractor(LayerPoolingExtractor):
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             encoded = to_device(dict(tokenizer([texts[i] for i in rows], padding=True, truncation=True,
-                                               max_length=self.max_length, return_tensors="pt")), device)
+                                               max_length=self.max_length_, return_tensors="pt")), device)
             if position_ids:
                 encoded["position_ids"] = (encoded["attention_mask"].long().cumsum(1) - 1).clamp(min=0)
             out = model(**encoded, output_hidden_states=every_layer)
@@ -267,8 +272,24 @@ class HFTextExtractor(LayerPoolingExtractor):
 
         with frozen(model, device):
             order = longest_first(texts, lambda chunk: [len(row) for row in tokenizer(
-                chunk, truncation=True, max_length=self.max_length)["input_ids"]])
+                chunk, truncation=True, max_length=self.max_length_)["input_ids"]])
             return self._stream(len(texts), embed, order=order)
+
+
+def truncation_length(max_length: int | None, tokenizer: Any, model: Any) -> int | None:
+    """Where texts are cut: ``max_length`` (None: the tokenizer's ``model_max_length``), but never past the
+    positions the model embeds, which a folder's tokenizer may overstate (a longer text failed inside torch).
+
+    The limit is ``config.max_position_embeddings``, less the positions a RoBERTa-style model keeps below its
+    first one (its embeddings' ``padding_idx`` + 1); a model without it (relative positions) keeps ``max_length``.
+    A text within the limit is cut as before, so outputs the old code computed do not move.
+    """
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if not isinstance(positions, int):
+        return max_length
+    padding_idx = getattr(getattr(model, "embeddings", None), "padding_idx", None)
+    limit = positions - (padding_idx + 1 if isinstance(padding_idx, int) else 0)
+    return min(tokenizer.model_max_length if max_length is None else max_length, limit)
 
 
 def token_states(extractor: HFTextExtractor, texts: Any, *, layer: int | None = None, hidden_layer: int | None = None
@@ -287,7 +308,7 @@ def token_states(extractor: HFTextExtractor, texts: Any, *, layer: int | None = 
     states, offsets = [], []
     with frozen(model, device):
         for text in texts:
-            encoded = tokenizer(text, truncation=True, max_length=extractor.max_length, return_tensors="pt",
+            encoded = tokenizer(text, truncation=True, max_length=extractor.max_length_, return_tensors="pt",
                                 return_offsets_mapping=True)
             offsets.append(encoded.pop("offset_mapping")[0].numpy())
             out = model(**to_device(dict(encoded), device), output_hidden_states=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError
+from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
 from .._base.extras import install_hint
 from .base import check_cache_identity
 from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
@@ -70,6 +70,7 @@ class ONNXExtractor(BatchedExtractor):
         n_rows = n_inputs(X, where=f"ONNXExtractor {self.name!r}")
         session = self.load()
         inputs = [i.name for i in session.get_inputs()]
+        shapes = {i.name: i.shape for i in session.get_inputs()}
         available = [o.name for o in session.get_outputs()]
         if self.input_fn is None and len(inputs) != 1:
             raise ExtractorError(f"ONNXExtractor {self.name!r}: the model has inputs {inputs}; pass input_fn=... "
@@ -83,6 +84,7 @@ class ONNXExtractor(BatchedExtractor):
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             batch = take_rows(X, rows)
             feeds = self.input_fn(batch) if self.input_fn else {inputs[0]: np.asarray(batch, dtype=np.float32)}
+            check_feeds(feeds, shapes, rows, where=f"ONNXExtractor {self.name!r}")
             produced = dict(zip(fetch, session.run(fetch, dict(feeds))))
             if self.output_fn is not None:
                 out = self.output_fn(produced)
@@ -103,10 +105,44 @@ def check_providers(providers: Any, *, where: str) -> list[str]:
     return list(providers)
 
 
+def check_feeds(feeds: Mapping[str, Any], shapes: Mapping[str, Sequence[Any]], rows: np.ndarray, *,
+                where: str) -> None:
+    """Each feed has its model input's rank and fixed sizes (a named or None dimension is free): onnxruntime's
+    refusal ("Got invalid dimensions for input: x ... Got: 6 Expected: 4") names neither the rows nor the fix."""
+    for name, array in feeds.items():
+        expected, given = shapes.get(name), np.shape(array)
+        if expected is None:  # not a model input: onnxruntime names it
+            continue
+        fixed = [isinstance(d, int) and d >= 0 for d in expected]
+        wrong = [axis for axis, (d, g, f) in enumerate(zip(expected, given, fixed)) if f and d != g]
+        if len(given) == len(expected) and not wrong:
+            continue
+        shown = "(" + ", ".join("?" if d is None else str(d) for d in expected) + ")"
+        if wrong == [0]:
+            fix = (f"the model was exported with a fixed batch of {expected[0]}: pass batch_size={expected[0]}, or "
+                   "export it with a dynamic batch axis")
+        elif len(given) == len(expected) and wrong == [len(expected) - 1]:
+            fix = f"it takes rows of width {expected[-1]}, not {given[-1]}: pass inputs of width {expected[-1]}"
+        else:
+            fix = "pass inputs of that shape"
+        raise InputValidationError(f"{where}: the model's input {name!r} takes arrays of shape {shown}, but X rows "
+                                   f"{rows[0]}..{rows[-1]} give {given}; {fix} (or an input_fn=... that builds them)")
+
+
 def provided_session(onnxruntime: Any, model_path: Any, providers: list[str], *, where: str) -> Any:
     """An InferenceSession on exactly ``providers``: onnxruntime falls back to CPU, with only a log line, for a
     provider that is unavailable or misspelt, which would run other kernels than the identity (and key) says."""
-    session = onnxruntime.InferenceSession(str(model_path), providers=providers)
+    errors = onnxruntime.capi.onnxruntime_pybind11_state
+    try:
+        session = onnxruntime.InferenceSession(str(model_path), providers=providers)
+    except errors.InvalidProtobuf as exc:
+        raise InputValidationError(f"{where}: model_path {str(model_path)!r} is not an ONNX model (onnxruntime cannot "
+                                   "parse it); pass the .onnx file that torch.onnx.export, skl2onnx or onnx.save "
+                                   "wrote") from exc
+    except errors.InvalidGraph as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise InputValidationError(f"{where}: model_path {str(model_path)!r} is an ONNX file whose graph onnxruntime "
+                                   f"refuses ({first}); re-export the model") from exc
     missing = [p for p in providers if p not in session.get_providers()]
     if missing:
         raise ConfigError(f"{where}: execution provider(s) {missing} are not available here (onnxruntime offers "

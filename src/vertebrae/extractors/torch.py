@@ -18,6 +18,7 @@ import itertools
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,25 @@ def call_model(model: Any, inputs: Any) -> Any:
     return model(inputs)
 
 
+def check_torchscript_file(path: Path, *, where: str) -> Path:
+    """A TorchScript archive (``torch.jit.save``: a zip holding ``constants.pkl``), read from its zip directory
+    without importing torch; ``torch.jit.load`` blames anything else on a corrupt file, a state dict included."""
+    fix = ("build the module, load the weights (module.load_state_dict(torch.load(path))) and pass the module, or a "
+           "factory with checkpoint_paths=[path]; or save TorchScript with "
+           "torch.jit.save(torch.jit.script(module), path)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [name.rsplit("/", 1)[-1] for name in archive.namelist()]
+    except (zipfile.BadZipFile, OSError):
+        raise InputValidationError(f"{where}: model {str(path)!r} is not a TorchScript file (torch.jit.save writes a "
+                                   f"zip archive); {fix}") from None
+    if "constants.pkl" in names:
+        return path
+    what = ("was written by torch.save (a state dict, as torch.save(model.state_dict(), path) writes, or a pickled "
+            "module), not by torch.jit.save" if "data.pkl" in names else "is a zip archive, but not TorchScript")
+    raise InputValidationError(f"{where}: model {str(path)!r} {what}, and a path is read as TorchScript; {fix}")
+
+
 class TorchExtractor(BatchedExtractor):
     """Embed inputs with a frozen torch model, one forward pass per batch.
 
@@ -216,7 +236,7 @@ class TorchExtractor(BatchedExtractor):
             if self.layers is not None:
                 raise ConfigError(f"{where}: layers=[...] taps modules with forward hooks, which TorchScript modules "
                                   "do not support; pass the nn.Module (or a factory that builds it)")
-            self.script_path = check_paths("model", model, where=where)[0]
+            self.script_path = check_torchscript_file(check_paths("model", model, where=where)[0], where=where)
         elif is_torch_module(model):
             self.model_ = model
             readable = all(source is not None for source in class_sources(model).values())

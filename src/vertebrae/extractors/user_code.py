@@ -3,9 +3,11 @@
 vertebrae's own errors pass through unchanged (they already name the argument and the fix);
 any other exception becomes a :class:`~vertebrae.errors.UserCodeError` (an ``ExtractorError``)
 that names the call, with the original exception as ``__cause__`` and its traceback as text
-(what ``vertebrae run --traceback`` shows).  torch's refusal to unpickle a
-checkpoint under ``weights_only`` (a multi-line essay that suggests turning the protection off) becomes
-one line naming the file and the fix: convert it to safetensors.
+(what ``vertebrae run --traceback`` shows).  So does ``SystemExit`` (``sys.exit`` in user code), which
+would end a run with the user's exit status instead of the CLI's documented codes; ``KeyboardInterrupt``
+still stops everything.  torch's refusal to unpickle a checkpoint under ``weights_only`` (a multi-line
+essay that suggests turning the protection off) becomes one line naming the file and the fix: convert it
+to safetensors.
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ def user_code(what: str) -> Iterator[None]:
         yield
     except VertebraeError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit would end a run with the user's status, not the CLI's
         if isinstance(exc, pickle.UnpicklingError) and str(exc).startswith("Weights only load failed"):
             raise ExtractorError(f"{what}: the checkpoint {_torch_load_file(exc.__traceback__)} holds Python objects "
                                  "that torch.load(weights_only=True) refuses to unpickle, and vertebrae never loads a "
                                  "pickle that could run code: convert the checkpoint to safetensors (save the state "
                                  "dict with safetensors.torch.save_file, or a transformers model with "
                                  "save_pretrained(safe_serialization=True)) and load that") from exc
-        raise UserCodeError(f"{what}: {type(exc).__name__}: {' '.join(str(exc).split())}",
-                            "".join(traceback.format_exception(exc))) from exc
+        failure = (f"it called sys.exit({'' if exc.code is None else repr(exc.code)}); raise an exception instead"
+                   if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        raise UserCodeError(f"{what}: {failure}", "".join(traceback.format_exception(exc))) from exc
 
 
 def _torch_load_file(trace: TracebackType | None) -> str:

@@ -266,8 +266,17 @@ def _rgb_array(item: Any, row: int) -> np.ndarray:
         if type(item).__module__.startswith("PIL."):
             return np.asarray(upright(item).convert("RGB"), dtype=np.uint8).copy()
         raise InputTypeError(f"images[{row}] is {type(item).__name__}; pass a uint8 array or a PIL image")
+    return rgb_array(item, f"images[{row}]")
+
+
+def rgb_array(item: np.ndarray, where: str) -> np.ndarray:
+    """The pixel rule for an in-memory array (datasets and vision extractors alike): 8-bit, ``(height, width)``
+    grayscale or ``(height, width, 1|3|4)`` channels last, made ``(height, width, 3)`` RGB; ``where`` names the row.
+
+    A channels-first ``(3, height, width)`` array would otherwise embed as a 3-pixel-high image, silently.
+    """
     if item.dtype != np.uint8:
-        raise InputValidationError(f"images[{row}] has dtype {item.dtype}; images are 8-bit: convert with "
+        raise InputValidationError(f"{where} has dtype {item.dtype}; images are 8-bit: convert with "
                                    "(np.clip(x, 0, 1) * 255).round().astype(np.uint8) for values in [0, 1]")
     if item.ndim == 3 and item.shape[2] == 1:
         item = item[:, :, 0]
@@ -276,8 +285,9 @@ def _rgb_array(item: Any, row: int) -> np.ndarray:
     elif item.ndim == 3 and item.shape[2] in (3, 4):
         item = item[:, :, :3]  # RGBA -> RGB drops alpha, as Pillow's convert("RGB") does
     else:
-        raise InputValidationError(f"images[{row}] has shape {item.shape}; pass (height, width) grayscale or "
-                                   "(height, width, 1|3|4) channels-last pixels")
+        raise InputValidationError(f"{where} has shape {item.shape}; pass (height, width) grayscale or "
+                                   "(height, width, 1|3|4) channels-last pixels (for channels first: "
+                                   "x.transpose(1, 2, 0))")
     if item.shape[0] == 0 or item.shape[1] == 0:
-        raise InputValidationError(f"images[{row}] has no pixels (shape {item.shape})")
+        raise InputValidationError(f"{where} has no pixels (shape {item.shape})")
     return np.ascontiguousarray(item)

@@ -94,7 +94,8 @@ class FieldExtractor:
     """An extractor that reads declared fields of a multi-modal dataset.
 
     ``fields=("image",)`` passes ``dataset.inputs["image"]`` to ``extractor``; several
-    fields pass ``{field: values}`` (a fusion extractor).  Everything else — name,
+    fields pass ``{field: values}`` (a fusion extractor).  Called directly, ``transform`` also takes
+    ``{field: values}``.  Everything else — name,
     recipe, identity, named outputs, supervision — is the wrapped extractor's, with
     ``input_fields`` added to the recipe and identity.
     """
@@ -102,6 +103,9 @@ class FieldExtractor:
     version = 1
 
     def __init__(self, extractor: Any, fields: str | Sequence[str]) -> None:
+        if not isinstance(fields, (str, Sequence)):
+            raise InputTypeError(f"FieldExtractor: fields must be a field name or a sequence of field names, got "
+                                 f"{type(fields).__name__} ({fields!r}); e.g. fields='image' or ('image', 'caption')")
         names = (fields,) if isinstance(fields, str) else tuple(fields)
         if not names or any(not isinstance(f, str) or not f.strip() for f in names) or len(set(names)) != len(names):
             raise InputValidationError(f"FieldExtractor: fields must be distinct non-empty field names, got {fields!r}")
@@ -115,9 +119,17 @@ class FieldExtractor:
         self.cache_eligible = bool(getattr(extractor, "cache_eligible", True))
 
     def _select(self, X: Any) -> Any:
+        """The fields' values from a multi-modal dataset's inputs, or from ``{field: values}`` passed directly."""
+        if isinstance(X, Mapping):
+            X = MultiModalInputs(X, {})
         if not isinstance(X, MultiModalInputs):
             raise InputTypeError(f"extractor {self.name!r} reads fields {list(self.input_fields)}, so it needs a "
-                                 "dataset built with BenchmarkDataset.from_multimodal")
+                                 "dataset built with BenchmarkDataset.from_multimodal (or X={field: values}), got "
+                                 f"{type(X).__name__}")
+        missing = [field for field in self.input_fields if field not in X.fields]
+        if missing:
+            raise InputValidationError(f"extractor {self.name!r} reads fields {missing} that X lacks; it has "
+                                       f"{list(X.fields)}: name those in FieldExtractor(..., fields=...)")
         return X.select(self.input_fields)
 
     def fit(self, X: Any, y: Any = None) -> "FieldExtractor":

@@ -93,7 +93,7 @@ class ImageTextEncoder:
 
     def encode_samples(self, inputs: Any) -> np.ndarray:
         where = f"ImageTextEncoder {self.name!r}"
-        n = check_images(inputs, where=where)
+        inputs = check_images(inputs, where=where)
         processor, _, model = self.load()
         device = resolve_device(self.device, where=where)
 
@@ -102,7 +102,7 @@ class ImageTextEncoder:
             return {SINGLE_OUTPUT: features.float().cpu().numpy()}
 
         with frozen(model, device):
-            return stream_batches(n, self.batch_size, embed, (SINGLE_OUTPUT,), source=f"{self.name} (images)",
+            return stream_batches(len(inputs), self.batch_size, embed, (SINGLE_OUTPUT,), source=f"{self.name} (images)",
                                   progress=self.progress)[SINGLE_OUTPUT]
 
     def encode_prompts(self, prompts: list[str]) -> np.ndarray:
