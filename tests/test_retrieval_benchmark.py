@@ -244,6 +244,26 @@ def test_a_custom_extractor_name_is_checked_as_benchmark_checks_it(kind, name, e
         RetrievalBenchmark(data, [TwoBranchExtractor("ok", lambda X: X, lambda X: X), kind(name)])
 
 
+def test_an_extractor_of_the_wrong_kind_is_refused_before_any_extractor_runs():
+    """Before: the first extractor embedded both endpoints, then an image model failed on the texts."""
+    calls = []
+
+    def encode(texts):
+        calls.append(len(texts))
+        return np.ones((len(texts), 2))
+
+    class ImageModel(CallableExtractor):
+        input_modality = "image"
+
+    texts = RetrievalDataset.from_inputs(["a red", "a green"], ["red", "green", "blue"], relevance=[(0, 0, 1), (1, 1, 1)],
+                                         identity=IDENTITY)
+    with pytest.raises(InputValidationError, match=r"extractors\[1\] \('vit', ImageModel\) embeds image, but "
+                                                   r"query_inputs holds text; pass an extractor that reads text, or give "
+                                                   r"image query_inputs to RetrievalDataset.from_inputs"):
+        RetrievalBenchmark(texts, [TwoBranchExtractor("cheap", encode, encode), ImageModel("vit", encode)]).run()
+    assert calls == []
+
+
 def test_single_matrix_precomputed_extractor_is_rejected():
     with pytest.raises(InputValidationError, match="use PrecomputedPairExtractor"):
         RetrievalBenchmark(dataset(), [PrecomputedExtractor("one", np.ones((12, 6)))])
