@@ -320,7 +320,9 @@ def test_extractor_output_with_wrong_shape_is_rejected():
     data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
     short = TwoBranchExtractor("short", lambda X: X[:5], lambda X: X)
     narrow = TwoBranchExtractor("narrow", lambda X: X, lambda X: X[:, :3])
-    with pytest.raises(InputValidationError, match="query embeddings from extractor 'short' has 5 rows"):
+    with pytest.raises(InputValidationError, match="query embeddings from extractor 'short' has 5 rows but there are "
+                                                   "12 queries; embeddings must have exactly one row per query, in "
+                                                   "query_ids order"):
         run(data, [short])
     with pytest.raises(InputValidationError, match="extractor 'narrow': query embeddings have 6 columns but gallery"):
         run(data, [narrow])
@@ -328,7 +330,9 @@ def test_extractor_output_with_wrong_shape_is_rejected():
 
 def test_pair_extractor_with_wrong_rows_is_rejected_at_construction():
     queries, gallery, _ = problem()
-    with pytest.raises(InputValidationError, match="gallery embeddings from extractor 'pair' has 29 rows"):
+    with pytest.raises(InputValidationError, match="gallery embeddings from extractor 'pair' has 29 rows but there "
+                                                   "are 30 gallery items; embeddings must have exactly one row per "
+                                                   "gallery item, in gallery_ids order"):
         RetrievalBenchmark(dataset(), [PrecomputedPairExtractor("pair", queries, gallery[:29])])
 
 
