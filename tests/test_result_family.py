@@ -447,6 +447,14 @@ def test_malformed_zero_shot_json_names_the_path(zero_shot_result, edit, message
         ZeroShotBenchmarkResult.from_dict(data)
 
 
+def test_zero_shot_results_of_different_primary_metrics_do_not_compare(zero_shot_result):
+    edited = zero_shot_result.serialized()
+    edited["protocol"]["config"]["metric"] = "macro_f1"
+    with pytest.raises(InputValidationError, match="primary metric 'top1_accuracy' vs 'macro_f1'; compare results "
+                                                   "ranked by the same metric"):
+        compare_results(zero_shot_result.serialized(), edited)
+
+
 def test_foreign_documents_are_one_serialization_error(tmp_path):
     with pytest.raises(SerializationError, match=r"\$.result_type: 'zebra' is not a vertebrae result type"):
         result_from_dict({"result_type": "zebra"})
