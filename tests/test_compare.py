@@ -132,6 +132,30 @@ def test_retrieval_results_compare():
     assert comparison["class_regressions"] == []
 
 
+def test_results_ranked_by_different_primary_metrics_are_refused(runs, tmp_path, capsys):
+    """Before: B's mrr was put under A's 'Primary score (ndcg@10)', marked regressed, exit 1."""
+    rng = np.random.default_rng(3)
+    queries = rng.normal(size=(8, 4))
+    ds = RetrievalDataset.from_embeddings(queries, queries + 0.2 * rng.normal(size=(8, 4)),
+                                          relevance=[(i, i, 1) for i in range(8)], identity=IDENTITY)
+    paths = []
+    for metric in ("ndcg@10", "mrr"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", (DataWarning, DeprecationWarning))
+            result = RetrievalBenchmark(ds, [PrecomputedExtractor("own")], progress=False,
+                                        retrieval_config=RetrievalConfig(primary_metric=metric)).run()
+        paths.append(str(result.save_json(tmp_path / f"{metric}.json")))
+    assert main(["compare", *paths]) == 2
+    err = capsys.readouterr().err
+    assert "do not measure the same thing: primary metric 'ndcg@10' vs 'mrr'; compare results ranked by the same " \
+           "metric" in err and len(err.strip().splitlines()) == 1
+    benchmark, _, _ = runs
+    edited = benchmark.serialized()
+    edited["metadata"]["primary_metric"] = "knn_accuracy"
+    with pytest.raises(InputValidationError, match="primary metric 'overlap' vs 'knn_accuracy'"):
+        compare_results(benchmark.serialized(), edited)
+
+
 def test_compare_ranks_by_the_shared_tie_rule_not_by_position():
     dataset = BenchmarkDataset.from_embeddings(X, Y, identity=IDENTITY)
 

@@ -431,6 +431,30 @@ def test_malformed_retrieval_json_names_the_path(retrieval_result, edit, message
         RetrievalBenchmarkResult.from_dict(data)
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["extractor_results"][0].update(confusion_matrix=[[1]]),
+     r"\$\.extractor_results\[0\]\.confusion_matrix: malformed value \(expected 3 x 3 counts"),
+    (lambda d: d["extractor_results"][0]["confusion_matrix"][2].pop(),
+     r"\$\.extractor_results\[0\]\.confusion_matrix: .* got 3 row\(s\) of width \[2, 3\]"),
+    (lambda d: d["extractor_results"][0]["confusion_matrix"][0].__setitem__(0, -1),
+     r"\$\.extractor_results\[0\]\.confusion_matrix\[0\]\[0\]: malformed value"),
+])
+def test_malformed_zero_shot_json_names_the_path(zero_shot_result, edit, message):
+    """Before: a confusion matrix of the wrong shape loaded and rendered a broken table."""
+    data = json.loads(zero_shot_result.to_json())
+    edit(data)
+    with pytest.raises(SerializationError, match=message):
+        ZeroShotBenchmarkResult.from_dict(data)
+
+
+def test_zero_shot_results_of_different_primary_metrics_do_not_compare(zero_shot_result):
+    edited = zero_shot_result.serialized()
+    edited["protocol"]["config"]["metric"] = "macro_f1"
+    with pytest.raises(InputValidationError, match="primary metric 'top1_accuracy' vs 'macro_f1'; compare results "
+                                                   "ranked by the same metric"):
+        compare_results(zero_shot_result.serialized(), edited)
+
+
 def test_foreign_documents_are_one_serialization_error(tmp_path):
     with pytest.raises(SerializationError, match=r"\$.result_type: 'zebra' is not a vertebrae result type"):
         result_from_dict({"result_type": "zebra"})

@@ -244,6 +244,26 @@ def test_a_custom_extractor_name_is_checked_as_benchmark_checks_it(kind, name, e
         RetrievalBenchmark(data, [TwoBranchExtractor("ok", lambda X: X, lambda X: X), kind(name)])
 
 
+def test_an_extractor_of_the_wrong_kind_is_refused_before_any_extractor_runs():
+    """Before: the first extractor embedded both endpoints, then an image model failed on the texts."""
+    calls = []
+
+    def encode(texts):
+        calls.append(len(texts))
+        return np.ones((len(texts), 2))
+
+    class ImageModel(CallableExtractor):
+        input_modality = "image"
+
+    texts = RetrievalDataset.from_inputs(["a red", "a green"], ["red", "green", "blue"], relevance=[(0, 0, 1), (1, 1, 1)],
+                                         identity=IDENTITY)
+    with pytest.raises(InputValidationError, match=r"extractors\[1\] \('vit', ImageModel\) embeds image, but "
+                                                   r"query_inputs holds text; pass an extractor that reads text, or give "
+                                                   r"image query_inputs to RetrievalDataset.from_inputs"):
+        RetrievalBenchmark(texts, [TwoBranchExtractor("cheap", encode, encode), ImageModel("vit", encode)]).run()
+    assert calls == []
+
+
 def test_single_matrix_precomputed_extractor_is_rejected():
     with pytest.raises(InputValidationError, match="use PrecomputedPairExtractor"):
         RetrievalBenchmark(dataset(), [PrecomputedExtractor("one", np.ones((12, 6)))])
@@ -300,7 +320,9 @@ def test_extractor_output_with_wrong_shape_is_rejected():
     data = RetrievalDataset.from_inputs(queries, gallery, relevance=relevance, identity=IDENTITY)
     short = TwoBranchExtractor("short", lambda X: X[:5], lambda X: X)
     narrow = TwoBranchExtractor("narrow", lambda X: X, lambda X: X[:, :3])
-    with pytest.raises(InputValidationError, match="query embeddings from extractor 'short' has 5 rows"):
+    with pytest.raises(InputValidationError, match="query embeddings from extractor 'short' has 5 rows but there are "
+                                                   "12 queries; embeddings must have exactly one row per query, in "
+                                                   "query_ids order"):
         run(data, [short])
     with pytest.raises(InputValidationError, match="extractor 'narrow': query embeddings have 6 columns but gallery"):
         run(data, [narrow])
@@ -308,7 +330,9 @@ def test_extractor_output_with_wrong_shape_is_rejected():
 
 def test_pair_extractor_with_wrong_rows_is_rejected_at_construction():
     queries, gallery, _ = problem()
-    with pytest.raises(InputValidationError, match="gallery embeddings from extractor 'pair' has 29 rows"):
+    with pytest.raises(InputValidationError, match="gallery embeddings from extractor 'pair' has 29 rows but there "
+                                                   "are 30 gallery items; embeddings must have exactly one row per "
+                                                   "gallery item, in gallery_ids order"):
         RetrievalBenchmark(dataset(), [PrecomputedPairExtractor("pair", queries, gallery[:29])])
 
 

@@ -86,6 +86,19 @@ def test_exclusions_in_every_form_remove_pairs_and_relevant_pairs_with_a_warning
     assert build().fingerprint != pairs.fingerprint
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_np_matrix_relevance_and_exclusions_read_like_arrays():
+    """SciPy's .todense() returns np.matrix, whose row indexing stays 2-D."""
+    excluded = np.array([[0, 0, 0, 1], [1, 0, 0, 0], [0, 0, 0, 0]])
+    expected = build(GRADES, exclusions=excluded)
+    dense = sparse.csr_matrix(GRADES).todense()
+    assert build(dense, exclusions=np.asmatrix(excluded)).fingerprint == expected.fingerprint
+    explicit = RetrievalDataset.from_relevance_matrix(dense, query_embeddings=embeddings(3),
+                                                      gallery_embeddings=embeddings(4, seed=1), query_ids=QIDS,
+                                                      gallery_ids=GIDS, identity=IDENTITY, exclusions=excluded)
+    assert explicit.fingerprint == expected.fingerprint
+
+
 def test_same_id_exclusion_drops_each_querys_own_item():
     shared = ["a", "b", "c"]
     dataset = RetrievalDataset.from_embeddings(embeddings(3), embeddings(3), relevance=[("a", "b", 1), ("b", "c", 1),
@@ -147,6 +160,19 @@ def test_identity_is_required_with_the_shared_message():
 def test_bad_records_are_rejected_naming_the_record(records, message):
     with pytest.raises(InputValidationError, match=message):
         build(records)
+
+
+@pytest.mark.parametrize("records, message", [
+    ([(0, 0, 1), (True, 1, 1), (2, 2, 1)], r"relevance\[1\]'s query id is True of type bool"),
+    ([(0, 0, 1), (1.0, 1, 1), (2, 2, 1)], r"relevance\[1\]'s query id is 1.0 of type float"),
+    ([(0, 0, 1), (1, np.float64(3.0), 1), (2, 2, 1)], r"relevance\[1\]'s gallery id is 3.0 of type float"),
+])
+def test_record_ids_must_be_str_or_int_like_the_ids(records, message):
+    """True == 1 == 1.0, so a loose lookup would silently read them as int id 1."""
+    with pytest.raises(InputTypeError, match=message):
+        build(records, query_ids=None, gallery_ids=None)
+    with pytest.raises(InputTypeError, match=r"exclusions\[0\]'s query id is True"):
+        build(np.eye(3, 4), query_ids=None, gallery_ids=None, exclusions=[(True, 3), (2.0, 3)])
 
 
 def test_non_numeric_grade_is_a_type_error():

@@ -71,10 +71,10 @@ class Shuffled:
 
 
 class TwoBranch:
-    """The two-branch protocol form, with an image-like sample modality declared."""
+    """The two-branch protocol form, with its sample modality declared (checked against the samples)."""
 
     name = "two-branch"
-    modalities = {"samples": "image", "prompts": "text"}
+    modalities = {"samples": "text", "prompts": "text"}
 
     def __init__(self):
         self.model = WordCounter()
@@ -105,7 +105,7 @@ def test_encoder_forms_mapping_two_branch_and_extractor():
     assert result["two-branch"].scores == counts.scores
     assert counts.embedding["samples"]["modality"] == "text"
     samples = result["two-branch"].embedding["samples"]
-    assert (samples["modality"], samples["branch"], samples["source"]) == ("image", "samples",
+    assert (samples["modality"], samples["branch"], samples["source"]) == ("text", "samples",
                                                                           "TwoBranch.encode_samples")
     assert result["two-branch"].embedding["prompts"]["modality"] == "text"
     assert result["tfidf"].recipe["type"] == "extractor_encoder" and result["tfidf"].recipe["fit_on"] == "samples"
@@ -272,6 +272,36 @@ def test_bad_encoders_and_arguments_are_rejected_before_any_work():
         ZeroShotBenchmark(data, [TwoBranch()], on_error="ignore")
     with pytest.raises(InputTypeError, match="model must have an encode"):
         TextEncoder("x", object())
+
+
+class Declared(TwoBranch):
+    """A two-branch encoder declaring other kinds; it records every call."""
+
+    def __init__(self, name, samples, prompts):
+        super().__init__()
+        self.name, self.modalities, self.calls = name, {"samples": samples, "prompts": prompts}, []
+
+    def encode_samples(self, inputs):
+        self.calls.append("samples")
+        return super().encode_samples(inputs)
+
+    def encode_prompts(self, prompts):
+        self.calls.append("prompts")
+        return super().encode_prompts(prompts)
+
+
+def test_an_encoder_of_the_wrong_kind_is_refused_before_any_encoder_runs():
+    """Before: the first encoder ran on both branches, then an image encoder failed on the texts."""
+    data, first = text_dataset(), Declared("first", "text", "text")
+    with pytest.raises(InputValidationError, match=r"encoders\[1\] \('clip', Declared\) samples branch embeds image, "
+                                                   r"but the source dataset holds text; pass an encoder that reads "
+                                                   r"text, or build the source dataset from image with "
+                                                   r"BenchmarkDataset.from_images"):
+        ZeroShotBenchmark(data, [first, Declared("clip", "image", "text")]).run()
+    with pytest.raises(InputValidationError, match=r"encoders\[1\] .* prompts branch embeds audio, but "
+                                                   r"dataset.flat_prompts holds text; pass an encoder that reads text$"):
+        ZeroShotBenchmark(data, [first, Declared("odd", "text", "audio")]).run()
+    assert first.calls == []
 
 
 def test_bad_encoder_output_names_the_encoder_and_branch():

@@ -75,6 +75,20 @@ def test_bad_prompt_declarations_are_rejected(prompts, message):
         ZeroShotDataset.from_prompts(source(), prompts)
 
 
+def test_templates_follow_str_format_for_the_label_field():
+    """Before: '{label!s}' and '{label:>6}' were rejected as not containing {label}."""
+    plain = ZeroShotDataset.from_templates(source(), ["a {label}"])
+    assert ZeroShotDataset.from_templates(source(), ["a {label!s}"]).flat_prompts == plain.flat_prompts
+    padded = ZeroShotDataset.from_templates(source(), ["a {label:>10}"])
+    assert padded.flat_prompts == ["a   negative", "a   positive"]
+    assert padded.fingerprint != plain.fingerprint
+    for template, message in (("a {label.upper}", r"names \{label.upper\}; use only the \{label\} placeholder"),
+                              ("a {label} {}", r"names \{\}"), ("a {label", "cannot be rendered .ValueError"),
+                              ("{{label}}", "must be a string containing the placeholder")):
+        with pytest.raises(InputValidationError, match=message):
+            ZeroShotDataset.from_templates(source(), [template])
+
+
 def test_template_that_does_not_name_the_label_gives_one_prompt_to_two_classes():
     with pytest.raises(InputValidationError, match=r"templates\[1\] = 'a tweet' must be a string containing"):
         ZeroShotDataset.from_templates(source(), ["a {label}", "a tweet"])

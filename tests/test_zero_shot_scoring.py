@@ -11,7 +11,7 @@ from sklearn.metrics import (accuracy_score, balanced_accuracy_score, confusion_
 
 from vertebrae import (BenchmarkDataset, DatasetIdentity, PrecomputedZeroShotEncoder, ZeroShotBenchmark,
                            ZeroShotConfig, ZeroShotDataset)
-from vertebrae.errors import ConfigError, DataWarning, ExtractorError, ScoringWarning
+from vertebrae.errors import ConfigError, DataWarning, ExtractorError, InputValidationError, ScoringWarning
 from vertebrae.families.zero_shot.classify import build_prototypes, classify, plan_blocks, tile_rows
 
 IDENTITY = DatasetIdentity.declared("zero-shot-scoring", "1")
@@ -199,7 +199,9 @@ def test_budget_and_shapes_are_checked_before_any_work():
                                           "samples needs 81920 bytes"):
         ZeroShotBenchmark(data, [PrecomputedZeroShotEncoder("e", samples, prompts)],
                           config=ZeroShotConfig(max_dense_bytes=100))
-    with pytest.raises(Exception, match="prompts embeddings from encoder 'e' has 11 rows but the dataset has 12"):
+    with pytest.raises(InputValidationError, match=r"prompts embeddings from encoder 'e' has 11 rows but there are 12 "
+                                                   r"prompts; embeddings must have exactly one row per prompt, in "
+                                                   r"dataset.flat_prompts order"):
         ZeroShotBenchmark(data, [PrecomputedZeroShotEncoder("e", samples, prompts[:11])])
     with pytest.raises(Exception, match="sample embeddings have 8 columns but prompt embeddings have 7"):
         ZeroShotBenchmark(data, [PrecomputedZeroShotEncoder("e", samples, prompts[:, :7])])

@@ -88,7 +88,8 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _fail(path: str, message: str) -> None:
+def fail(path: str, message: str) -> None:
+    """Refuse a document at ``path`` (also for a family's own cross-field check that names a nested field)."""
     raise SerializationError(f"{path}: {message}; the file is incomplete, edited by hand or not written by this "
                              "version of vertebrae")
 
@@ -97,18 +98,18 @@ def check_number(value: Any, number: Number, path: str) -> None:
     """``value`` is a finite number of the declared kind and range."""
     kinds = (int,) if number.integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
-        _fail(path, f"malformed value (expected {'an integer' if number.integer else 'a number'}, got {_kind(value)} "
+        fail(path, f"malformed value (expected {'an integer' if number.integer else 'a number'}, got {_kind(value)} "
                     f"{value!r:.40})")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an int beyond the float range
         finite = False
     if not finite:
-        _fail(path, f"malformed value (expected a finite number, got {value!r:.40})")
+        fail(path, f"malformed value (expected a finite number, got {value!r:.40})")
     if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:  # numpy (and matplotlib) overflow on it
-        _fail(path, f"malformed value (expected an integer within 64 bits, got {value!r:.40})")
+        fail(path, f"malformed value (expected an integer within 64 bits, got {value!r:.40})")
     if (number.low is not None and value < number.low) or (number.high is not None and value > number.high):
-        _fail(path, f"malformed value ({value!r} is outside [{number.low}, {number.high}])")
+        fail(path, f"malformed value ({value!r} is outside [{number.low}, {number.high}])")
 
 
 def check(value: Any, schema: Any, path: str = "$") -> None:
@@ -123,7 +124,7 @@ def check(value: Any, schema: Any, path: str = "$") -> None:
     elif isinstance(schema, type):
         expected = Mapping if schema is dict else schema
         if not isinstance(value, expected) or (schema is int and isinstance(value, bool)):
-            _fail(path, f"malformed value (expected {'an object' if schema is dict else schema.__name__}, "
+            fail(path, f"malformed value (expected {'an object' if schema is dict else schema.__name__}, "
                         f"got {_kind(value)})")
     elif isinstance(schema, dict):
         check(value, dict, path)
@@ -132,7 +133,7 @@ def check(value: Any, schema: Any, path: str = "$") -> None:
             if name in value:
                 check(value[name], field, f"{path}.{name}")
             elif not key.endswith("?"):
-                _fail(path, f"missing key {name!r}")
+                fail(path, f"missing key {name!r}")
     elif isinstance(schema, list):
         check(value, list, path)
         for i, item in enumerate(value):
@@ -143,7 +144,7 @@ def check(value: Any, schema: Any, path: str = "$") -> None:
             check(item, schema.values, f"{path}.{key}")
     elif isinstance(schema, Choice):
         if not any(value == v and type(value) is type(v) for v in schema.values):
-            _fail(path, f"malformed value (expected one of {list(schema.values)}, got {value!r:.40})")
+            fail(path, f"malformed value (expected one of {list(schema.values)}, got {value!r:.40})")
     elif isinstance(schema, AnyOf):
         errors = []
         for option in schema.schemas:
@@ -151,7 +152,7 @@ def check(value: Any, schema: Any, path: str = "$") -> None:
                 return check(value, option, path)
             except SerializationError as exc:
                 errors.append(str(exc).split(";")[0])
-        _fail(path, "malformed value (none of the allowed forms: " + " | ".join(errors) + ")")
+        fail(path, "malformed value (none of the allowed forms: " + " | ".join(errors) + ")")
     elif isinstance(schema, Switch):
         check(value, dict, path)
         choice = value.get(schema.key)
@@ -167,7 +168,7 @@ def rule(test: Callable[[Any], bool], message: str) -> Callable[[Any, str], None
     """A check across fields: ``test(value)`` must hold, else ``message`` at the value's path."""
     def checked(value: Any, path: str) -> None:
         if not test(value):
-            _fail(path, f"malformed value ({message})")
+            fail(path, f"malformed value ({message})")
 
     return checked
 

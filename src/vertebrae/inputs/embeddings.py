@@ -27,12 +27,15 @@ def _first_rows(mask_rows: np.ndarray, first_row: int = 0) -> str:
 
 
 def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: int | None = None,
-                        source: str = "", first_row: int = 0) -> np.ndarray | sparse.csr_matrix:
+                        source: str = "", first_row: int = 0,
+                        rows: tuple[str, str] | None = None) -> np.ndarray | sparse.csr_matrix:
     """Return ``matrix`` as a finite 2-D numeric ndarray or CSR matrix, or raise a clear error.
 
     ``n_rows`` is the row count the matrix must have (the dataset size); ``source``
     names who produced the matrix (an extractor) for the message; ``first_row``: the dataset row of the
-    matrix's first row (a shard of rows), so the message names dataset rows.
+    matrix's first row (a shard of rows), so the message names dataset rows; ``rows``: what the rows are when they
+    are not the dataset's samples, as ``(plural noun, rule)``, e.g. ``("prompts", "one row per prompt, in
+    dataset.flat_prompts order")``, so a row-count error gives the right fix.
     """
     where = f"{argument}{f' from {source}' if source else ''}"
     if is_sparse(matrix):
@@ -80,8 +83,11 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
     if result.shape[1] == 0:
         raise InputValidationError(f"{where} has zero width (0 features); the extractor produced no features")
     if n_rows is not None and result.shape[0] != n_rows:
-        raise InputValidationError(f"{where} has {result.shape[0]} rows but the dataset has {n_rows}; "
-                                   "embeddings must have exactly one row per sample, in dataset order")
+        if rows is None:
+            raise InputValidationError(f"{where} has {result.shape[0]} rows but the dataset has {n_rows}; "
+                                       "embeddings must have exactly one row per sample, in dataset order")
+        raise InputValidationError(f"{where} has {result.shape[0]} rows but there are {n_rows} {rows[0]}; "
+                                   f"embeddings must have exactly {rows[1]}")
     return result
 
 

@@ -1,4 +1,7 @@
-"""Which kind of raw input a dataset holds, and the check that each model extractor reads that kind.
+"""Which kind of raw input a collection holds, and the check that each model reads that kind.
+
+Used by every family: labeled extractors against the dataset, retrieval extractors against each endpoint's inputs,
+zero-shot encoders against the samples and the prompts.
 
 A text model given images (or an audio model given texts) fails only when its turn to embed comes, after the
 extractors before it have run; the mismatch is known when the benchmark is built, so it is refused there.
@@ -32,16 +35,23 @@ def inputs_modality(inputs: Any) -> str | None:
     return None
 
 
+def check_input_modality(who: str, want: str | None, inputs: Any, holder: str, kind: str,
+                         remedy: str | None = None) -> None:
+    """Refuse a model that declares it embeds ``want`` when ``inputs`` hold another kind, so the mismatch fails
+    before any model runs; undeclared (``None``, ``"unknown"``) and other kinds are not checked."""
+    have = inputs_modality(inputs)
+    if want not in BUILDERS or have is None or want == have:
+        return
+    alternative = f", or {remedy}" if remedy else ""
+    raise InputValidationError(f"{who} embeds {want}, but {holder} holds {have}; pass an {kind} that reads "
+                               f"{have}{alternative}")
+
+
 def check_extractor_modalities(dataset: Any, extractors: Any) -> None:
     """Every extractor that declares an ``input_modality`` gets a dataset of that kind (checked before any model
     loads)."""
-    have = inputs_modality(getattr(dataset, "inputs", None))
-    if have is None:
-        return
     for i, extractor in enumerate(extractors):
         want = getattr(extractor, "input_modality", None)
-        if want is None or want == have:
-            continue
-        raise InputValidationError(
-            f"extractors[{i}] ({extractor.name!r}, {type(extractor).__name__}) embeds {want}, but the dataset holds "
-            f"{have}; pass an extractor that reads {have}, or build the dataset from {want} with {BUILDERS[want]}")
+        check_input_modality(f"extractors[{i}] ({extractor.name!r}, {type(extractor).__name__})", want,
+                             getattr(dataset, "inputs", None), "the dataset", "extractor",
+                             f"build the dataset from {want} with {BUILDERS.get(want, 'the matching constructor')}")

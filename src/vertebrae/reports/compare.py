@@ -10,7 +10,8 @@ baseline that is missing from the new run regresses too (a dropped extractor mus
 unless ``allow_missing``; the CLI exits with 1 then, so a comparison can guard CI.  A candidate that a
 screened run left at a rung (``screening.status == "screened_out"``) has no full-data score to compare: it is
 listed in ``screened_out`` with its last rung and partial score, never as a regression or as missing.
-Runs of different datasets or target types are refused (:class:`InputValidationError`, exit 2), never compared.
+Runs of different datasets, target types or primary metrics are refused (:class:`InputValidationError`, exit 2),
+never compared: a score delta between two different metrics means nothing.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
     if data["result_type"] == "retrieval":
         protocol = data["protocol"]
         return {"config": protocol["config"], "dataset identity": protocol["identity"],
-                "protocol fingerprint": protocol["fingerprint"]}
+                "protocol fingerprint": protocol["fingerprint"], "primary metric": protocol["config"]["primary_metric"]}
     if data["result_type"] == "zero_shot":
         protocol = data["protocol"]
         return {"config": protocol["config"], "dataset identity": protocol["identity"],
                 "prompts fingerprint": protocol["prompts_fingerprint"],
-                "targets fingerprint": protocol["targets_fingerprint"]}
+                "targets fingerprint": protocol["targets_fingerprint"], "primary metric": protocol["config"]["metric"]}
     settings = data["metadata"]["settings"]
     return {"dataset identity": data["dataset_summary"]["identity"],
             "target type": data["dataset_summary"]["target_type"],
@@ -42,15 +43,17 @@ def _protocol(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_comparable(protocol_a: Mapping[str, Any], protocol_b: Mapping[str, Any], names: tuple[str, str]) -> None:
-    """Scores of different datasets (``dataset_id``) or target types do not compare at all: refuse, naming the
-    first differing field.  A new revision or content hash of the same dataset is a reported protocol difference."""
-    fields = {"dataset id": lambda p: (p["dataset identity"] or {}).get("dataset_id"),
-              "target type": lambda p: p.get("target type")}
-    for field, value in fields.items():
+    """Scores of different datasets (``dataset_id``), target types or primary metrics do not compare at all:
+    refuse, naming the first differing field.  A new revision or content hash of the same dataset is a reported
+    protocol difference."""
+    fields = {"dataset id": (lambda p: (p["dataset identity"] or {}).get("dataset_id"),
+                             "compare two runs of the same dataset and target type"),
+              "target type": (lambda p: p.get("target type"), "compare two runs of the same dataset and target type"),
+              "primary metric": (lambda p: p.get("primary metric"), "compare results ranked by the same metric")}
+    for field, (value, fix) in fields.items():
         if value(protocol_a) != value(protocol_b):
             raise InputValidationError(f"{names[0]} and {names[1]} do not measure the same thing: {field} "
-                                       f"{value(protocol_a)!r} vs {value(protocol_b)!r}; compare two runs of the "
-                                       "same dataset and target type")
+                                       f"{value(protocol_a)!r} vs {value(protocol_b)!r}; {fix}")
 
 
 def _candidates(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

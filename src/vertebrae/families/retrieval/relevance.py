@@ -35,6 +35,12 @@ def _plain_id(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def check_id(value: Any, where: str) -> None:
+    """Ids are str or int, never bool or float: ``True == 1 == 1.0`` would otherwise silently name id 1."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputTypeError(f"{where} is {value!r} of type {type(value).__name__}; ids must be str or int")
+
+
 def build_ids(ids: Any, n: int, argument: str) -> tuple[tuple[Any, ...], dict[Any, int]]:
     """Validate ids (str or int, unique, one per row); ``None`` means the row positions 0..n-1."""
     if ids is None:
@@ -47,9 +53,7 @@ def build_ids(ids: Any, n: int, argument: str) -> tuple[tuple[Any, ...], dict[An
         raise InputValidationError(f"{argument} has {len(values)} ids but there are {n} rows; give exactly one id "
                                    "per row")
     for position, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise InputTypeError(f"{argument}[{position}] is {value!r} of type {type(value).__name__}; ids must be "
-                                 "str or int")
+        check_id(value, f"{argument}[{position}]")
     index: dict[Any, int] = {}
     for position, value in enumerate(values):
         if value in index:
@@ -70,6 +74,8 @@ def _describe(argument: str, query_ids: Sequence[Any], gallery_ids: Sequence[Any
 
 def _read_matrix(matrix: Any, query_ids: Sequence[Any], gallery_ids: Sequence[Any], argument: str) -> Coordinates:
     """Stored entries of a sparse matrix, or nonzero entries (NaN and inf included) of a dense one."""
+    if not is_sparse(matrix):
+        matrix = np.asarray(matrix)  # np.matrix (what SciPy's .todense() returns) indexes as 2-D rows
     shape = (len(query_ids), len(gallery_ids))
     if matrix.shape != shape:
         raise InputValidationError(f"{argument} has shape {tuple(matrix.shape)} but there are {shape[0]} queries and "
@@ -100,6 +106,7 @@ def _read_records(records: Any, query_index: Mapping[Any, int], gallery_index: M
         query, gallery = _plain_id(record[0]), _plain_id(record[1])
         for value, index, side, ids in ((query, query_index, "query", query_ids),
                                         (gallery, gallery_index, "gallery", gallery_ids)):
+            check_id(value, f"{argument}[{n}]'s {side} id")
             try:
                 known = value in index
             except TypeError:

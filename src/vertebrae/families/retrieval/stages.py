@@ -75,9 +75,11 @@ def encode_endpoints(extractor: Any, name: str, dataset: Any, timings: dict[str,
     if measured["encode_queries"] is not None:
         timings[PROFILE_KEY] = {"query": measured["encode_queries"], "gallery": measured["encode_gallery"]}
     queries = validate_embeddings(outputs["encode_queries"], argument="query embeddings", n_rows=dataset.n_queries,
-                                  source=f"extractor {name!r}")
+                                  source=f"extractor {name!r}",
+                                  rows=("queries", "one row per query, in query_ids order"))
     gallery = validate_embeddings(outputs["encode_gallery"], argument="gallery embeddings",
-                                  n_rows=dataset.n_gallery, source=f"extractor {name!r}")
+                                  n_rows=dataset.n_gallery, source=f"extractor {name!r}",
+                                  rows=("gallery items", "one row per gallery item, in gallery_ids order"))
     return EmbeddingSet({"query": Embedding(queries, embedding_metadata(queries)),
                          "gallery": Embedding(gallery, embedding_metadata(gallery))})
 

@@ -25,6 +25,7 @@ from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
+from ...inputs.modalities import BUILDERS, check_input_modality
 from ..front_door import EmbeddingSource, FrontDoor, plain_recipe, variant_chains
 from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ..._base.profile_records import PROFILE_KEY
@@ -69,6 +70,7 @@ class ZeroShotBenchmark(FrontDoor):
         self.encoders = self.extractors = as_encoders(encoders)
         for encoder in self.encoders:  # a recipe the result cannot store fails here, before any work
             plain_recipe(encoder)
+        _check_encoder_modalities(dataset, self.encoders)
         self.settings = ZeroShotSettings(config, scoring_config,
                                          frozenset(e.name for e in self.encoders if hasattr(e, "fit")),
                                          check_profiling("ZeroShotBenchmark", resource_profiling))
@@ -142,3 +144,20 @@ class ZeroShotBenchmark(FrontDoor):
         names = [self.dataset.catalog.display(k) for k in self.dataset.catalog.keys]
         build_prototypes(prompts.matrix, self.dataset.prompt_classes, names, self.dataset.flat_prompts,
                          self.config.similarity)
+
+
+def _check_encoder_modalities(dataset: ZeroShotDataset, encoders: Sequence[Any]) -> None:
+    """Each branch's declared kind matches the samples and the (text) prompts, before any encoder runs.
+
+    Precomputed encoders read nothing, so they are not checked; an adapted extractor reads what it declares.
+    """
+    for i, encoder in enumerate(encoders):
+        if isinstance(encoder, PrecomputedZeroShotEncoder):
+            continue
+        declared = getattr(getattr(encoder, "extractor", None), "input_modality", None)
+        who = f"encoders[{i}] ({encoder.name!r}, {type(encoder).__name__})"
+        want = declared or modalities(encoder)["samples"]
+        check_input_modality(f"{who} samples branch", want, dataset.sample_input, "the source dataset", "encoder",
+                             f"build the source dataset from {want} with {BUILDERS.get(want, 'its constructor')}")
+        check_input_modality(f"{who} prompts branch", declared or modalities(encoder)["prompts"],
+                             dataset.flat_prompts, "dataset.flat_prompts", "encoder")

@@ -12,6 +12,7 @@ in every result.  Class display text comes from the label catalog, so typed labe
 from __future__ import annotations
 
 import dataclasses
+import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,9 +108,7 @@ class ZeroShotDataset:
             raise InputTypeError(f"templates must be a non-empty list of strings with a {{label}} placeholder, e.g. "
                                  f"['a photo of {{label}}'], got {templates!r}")
         for i, template in enumerate(templates):
-            if not isinstance(template, str) or "{label}" not in template:
-                raise InputValidationError(f"templates[{i}] = {template!r} must be a string containing the "
-                                           "placeholder {label}, e.g. 'a {label} tweet'")
+            _check_template(template, f"templates[{i}]")
         texts = {key: catalog.display(key) for key in catalog.keys}
         given = dict(_label_pairs(label_text, catalog, "label_text"))
         for key, value in given.items():
@@ -195,6 +194,26 @@ class ZeroShotDataset:
         return {**self.source.summary(), "n_prompts": len(self.flat_prompts),
                 "templates": None if self.templates is None else list(self.templates),
                 "prompts_fingerprint": self.fingerprint, "label_catalog": self.catalog.to_dict()}
+
+
+def _check_template(template: Any, where: str) -> None:
+    """A template names ``label`` and no other field; conversions and format specs (``{label!s}``,
+    ``{label:>20}``) follow ``str.format``, as rendering does."""
+    _fix = "use only the {label} placeholder and double other braces ({{ }})"
+    fields: set[str | None] = set()
+    if isinstance(template, str):
+        try:
+            fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        except ValueError as exc:
+            raise InputValidationError(f"{where} = {template!r} cannot be rendered (ValueError: {exc}); {_fix}") \
+                from None
+    other = sorted(fields - {"label"})
+    if other:
+        named = ", ".join(f"{{{name}}}" for name in other)
+        raise InputValidationError(f"{where} = {template!r} cannot be rendered: it names {named}; {_fix}")
+    if "label" not in fields:
+        raise InputValidationError(f"{where} = {template!r} must be a string containing the placeholder {{label}}, "
+                                   "e.g. 'a {label} tweet'")
 
 
 def _single_label_source(source: Any) -> BenchmarkDataset:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from ...extractors.profiling import ResourceProfile, endpoint_resource_columns, load_endpoint_profiles
 from ..result_protocol import (CHAIN_SCHEMA, IDENTITY_SCHEMA, RECORDED_ENVELOPE_SCHEMA, TIMING_ENVELOPE_SCHEMA,
                                ChainResult, check_header, current_envelope, family_document, reading)
-from ..._base.result_schema import ANY, MapOf, Number, both, check, nullable, rule
+from ..._base.result_schema import ANY, MapOf, Number, both, check, fail, nullable, rule
 from ..labeled.results import (FOOTPRINT_SCHEMA, RUNTIME_SCHEMA, ResultFamily, compression_columns,
                                compression_schema, deprecated_alias)
 from ...scoring import overlap
@@ -107,7 +107,7 @@ _BRANCH_SCHEMA = {"embedding_dim": ANY, "dtype": ANY, "sparse": ANY, "modality":
 _RESULT_SCHEMA = both(
     {**CHAIN_SCHEMA, "extractor_type": ANY, "primary_metric_name": str, "scores": dict, "top_k_accuracies": dict,
      "per_class": MapOf({"support": ANY, "predicted": ANY, "precision": ANY, "recall": ANY, "f1": ANY}),
-     "confusion_matrix": [list], "margins": dict, "overlap": nullable(overlap.SCHEMA), "prototypes": dict,
+     "confusion_matrix": [[Number(integer=True, low=0)]], "margins": dict, "overlap": nullable(overlap.SCHEMA), "prototypes": dict,
      "embedding": {"samples?": _BRANCH_SCHEMA, "prompts?": _BRANCH_SCHEMA},
      "compression?": compression_schema({"samples": FOOTPRINT_SCHEMA})},
     rule(lambda r: r.get("error") is not None or set(REPORTED_MARGINS) <= set(r["margins"]),
@@ -115,6 +115,20 @@ _RESULT_SCHEMA = both(
     rule(lambda r: r.get("error") is not None or (r["primary_metric_name"] in r["scores"]
                                                   and r["primary_score"] == r["scores"][r["primary_metric_name"]]),
          "primary_score must be the score of the primary metric"))
+
+
+def _confusion_matrices(document: Mapping[str, Any], path: str) -> None:
+    """A scored result's confusion matrix has one row and one column per class (the report tables it so)."""
+    n = len(document["protocol"]["prompts"])
+    for i, result in enumerate(document["extractor_results"]):
+        matrix = result["confusion_matrix"]
+        if result.get("error") is None and (len(matrix) != n or any(len(row) != n for row in matrix)):
+            widths = sorted({len(row) for row in matrix})
+            fail(f"{path}.extractor_results[{i}].confusion_matrix",
+                 f"malformed value (expected {n} x {n} counts, one row and column per class; got {len(matrix)} "
+                 f"row(s) of width {widths})")
+
+
 #: What reports, DataFrames and ``compare`` read of a serialized ZeroShotBenchmarkResult (checked on load).
 SCHEMA = both({
     "protocol": {"config": {"metric": str, "top_k": [Number(integer=True, low=1)], "similarity": ANY,
@@ -126,7 +140,8 @@ SCHEMA = both({
     "extractor_results": [_RESULT_SCHEMA], "warnings": [str],
     "metadata": RECORDED_ENVELOPE_SCHEMA, "timing": {**TIMING_ENVELOPE_SCHEMA, "runtime": RUNTIME_SCHEMA}},
     rule(lambda d: all(set(r["per_class"]) <= {p["label_key"] for p in d["protocol"]["prompts"]}
-                       for r in d["extractor_results"]), "per_class names a class that has no prompts"))
+                       for r in d["extractor_results"]), "per_class names a class that has no prompts"),
+    _confusion_matrices)
 
 
 @dataclasses.dataclass(repr=False)

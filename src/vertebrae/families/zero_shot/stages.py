@@ -76,7 +76,9 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
     timings[method] = time.perf_counter() - start
     if measured is not None:
         timings[PROFILE_KEY] = measured
-    matrix = validate_embeddings(raw, argument=f"{branch} embeddings", n_rows=n_rows, source=f"encoder {name!r}")
+    rows = None if branch == "samples" else ("prompts", "one row per prompt, in dataset.flat_prompts order")
+    matrix = validate_embeddings(raw, argument=f"{branch} embeddings", n_rows=n_rows, source=f"encoder {name!r}",
+                                 rows=rows)
     if branch == "samples" and is_constant(matrix):
         raise ExtractorError(f"encoder {name!r} returned the same sample embedding for every row, so every sample "
                              "gets the same prediction; check the encoder (a collapsed model, or the inputs?)")
