@@ -239,10 +239,40 @@ def test_probe_on_cuda_matches_cpu_for_single_label_targets(settings):
     assert gpu["diagnostics"]["fold_scores"] == pytest.approx(cpu["diagnostics"]["fold_scores"], abs=1e-4)
     if "C_grid" in settings:
         assert gpu["diagnostics"]["chosen_C"] == cpu["diagnostics"]["chosen_C"]
+    else:  # the independent reference: scikit-learn converged to tol=1e-10 on the documented folds
+        assert gpu["diagnostics"]["fold_scores"] == pytest.approx(_sklearn_fold_scores(X, y, **settings), abs=1e-4)
+
+
+def _sklearn_fold_scores(X, y, C: float = 1.0, n_repeats: int = 1) -> list[float]:
+    """``StandardScaler`` then ``LogisticRegression(C, tol=1e-10)`` on StratifiedKFold(5, shuffled) folds, repeat-major:
+    repeat 0 with seed 0, repeat r with ``SeedSequence([0, r]).generate_state(1)[0]`` (docs/metrics.md)."""
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    seeds = [0, *(int(np.random.SeedSequence([0, r]).generate_state(1)[0]) for r in range(1, n_repeats))]
+    model = make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-10, max_iter=100_000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [score for seed in seeds for score in cross_val_score(
+            model, X, y, cv=StratifiedKFold(5, shuffle=True, random_state=seed), scoring="balanced_accuracy")]
 
 
 def test_probe_on_cuda_matches_cpu_for_multi_label_regression_groups_and_sparse_input():
+    """cuda equals cpu, and its fold scores equal scikit-learn's on the documented folds (seed 0): StandardScaler
+    (with_mean=False for sparse) then OneVsRest LogisticRegression(tol=1e-10) / Ridge(alpha=1.0) /
+    LogisticRegression(tol=1e-10) on KFold, GroupKFold or StratifiedKFold(5, shuffled)."""
+    import warnings
+
     import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold, cross_val_score
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
     X, y = _classes(400, 32, 3, seed=4)
     multi = np.random.default_rng(5).integers(0, 2, (400, 3))
@@ -250,13 +280,25 @@ def test_probe_on_cuda_matches_cpu_for_multi_label_regression_groups_and_sparse_
     continuous = X[:, :2] @ np.array([1.0, -2.0]) + np.random.default_rng(6).normal(0, 0.1, 400)
     groups = np.arange(400) % 20
     sparse = sp.random(400, 200, density=0.05, format="csr", random_state=7, dtype=np.float64)
-    cases = [(X, multi, {"target_type": "multi_label"}, {}),
-             (X, continuous, {"target_type": "regression"}, {}),
-             (X, np.array([f"vk:int:{c}" for c in y]), SINGLE, {"groups": groups}),
-             (sparse, np.array([f"vk:int:{c}" for c in y]), SINGLE, {})]
-    for data, targets, meta, extra in cases:
+    tight = LogisticRegression(tol=1e-10, max_iter=100_000)
+    folds, stratified = KFold(5, shuffle=True, random_state=0), StratifiedKFold(5, shuffle=True, random_state=0)
+    labels = np.array([f"vk:int:{c}" for c in y])
+    cases = [(X, multi, {"target_type": "multi_label"}, {},
+              (make_pipeline(StandardScaler(), OneVsRestClassifier(tight)), multi, folds, "f1_macro")),
+             (X, continuous, {"target_type": "regression"}, {},
+              (make_pipeline(StandardScaler(), Ridge(alpha=1.0)), continuous, folds, "r2")),
+             (X, labels, SINGLE, {"groups": groups},
+              (make_pipeline(StandardScaler(), tight), y, GroupKFold(5, shuffle=True, random_state=0),
+               "balanced_accuracy")),
+             (sparse, labels, SINGLE, {},
+              (make_pipeline(StandardScaler(with_mean=False), tight), y, stratified, "balanced_accuracy"))]
+    for data, targets, meta, extra, (model, reference_y, cv, scoring) in cases:
         cpu = LinearProbeMetric()(data, targets, target_metadata=meta, seed=0, **extra)
         gpu = LinearProbeMetric(device="cuda")(data, targets, target_metadata=meta, seed=0, **extra)
         print(f"{meta['target_type']}{' groups' if extra else ''}{' sparse' if data is sparse else ''}: "
               f"cpu {cpu['score']:.6f}, cuda {gpu['score']:.6f}")
         assert gpu["score"] == pytest.approx(cpu["score"], abs=1e-4), meta
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = cross_val_score(model, data, reference_y, groups=extra.get("groups"), cv=cv, scoring=scoring)
+        assert gpu["diagnostics"]["fold_scores"] == pytest.approx(expected.tolist(), abs=1e-4), meta

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import gaussian_classes
+from tests.references import direct_oi, per_class_rows
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, ContinuousOverlapScoringConfig,
                        DatasetIdentity, MemoryConfig, OverlapScoringConfig, PrecomputedExtractor, SeparatixConfig,
                        StabilityConfig)
@@ -20,8 +21,8 @@ IDENTITY = DatasetIdentity.declared("memory", "1")
 NO_SEPARATIX = SeparatixConfig(enabled=False)
 
 
-def blobs(n_per_class=60):
-    X, y = gaussian_classes(n_per_class=n_per_class, n_classes=3, dim=8)
+def blobs(n_per_class=60, spread=3.0):
+    X, y = gaussian_classes(n_per_class=n_per_class, n_classes=3, dim=8, spread=spread)
     return X, y, BenchmarkDataset.from_embeddings(X, y, identity=IDENTITY)
 
 
@@ -49,7 +50,7 @@ def test_under_budget_nothing_changes_but_the_record():
 
 
 def test_over_budget_scores_a_target_preserving_subsample_and_records_it():
-    X, y, data = blobs()
+    X, y, data = blobs(spread=0.3)  # overlapping classes: a score strictly between 0 and 1
     config = MemoryConfig(max_scoring_bytes=60_000, random_state=3)
     with pytest.warns(UserWarning, match="memory budget"):
         result = Benchmark(data, [PrecomputedExtractor("raw")], separatix_config=NO_SEPARATIX,
@@ -64,14 +65,14 @@ def test_over_budget_scores_a_target_preserving_subsample_and_records_it():
     assert result["raw"].overlap.class_counts == record["class_counts"]
     assert result["raw"].stability.n_samples == 3 * per_class
     assert any("memory budget" in w for w in result["raw"].warnings)
-    # The score is a direct scorer call on those rows: rows drawn per class with the recorded seed.
-    from vertebrae.scoring.stability import draw_subsample
-
-    targets = build_targets(y)
-    rows = draw_subsample(targets, record["subsample_fraction"], 3)
-    assert np.array_equal(np.bincount(y[rows]), [per_class] * 3)
-    direct = OverlapIndexScorer().score(X[rows], targets.subset(rows))
-    assert result["raw"].overlap.score == direct.score
+    # The score is OverlapIndex called directly on those rows: per_class rows of each class drawn with
+    # default_rng(random_state=3), scored with seed 0 and the auto k of a 14-row class (capacity max(2, 14 // 5) = 2,
+    # below min_k, so 2).
+    assert per_class == 14
+    rows = per_class_rows(y, [per_class] * 3, seed=3)
+    assert result["raw"].overlap.k_per_class == {key: 2 for key in record["class_counts"]}
+    direct = direct_oi(X[rows], y[rows], 2, seed=0).index
+    assert result["raw"].overlap.score == direct and 0 < direct < 1
 
 
 def test_regression_and_multi_label_subsamples_keep_their_minimum_rows():

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 from threadpoolctl import threadpool_limits
 import pytest
-from overlapindex import ContinuousOverlapIndex, OverlapIndex
+from overlapindex import ContinuousOverlapIndex
 from scipy import sparse
 from sklearn.preprocessing import normalize
 
@@ -22,15 +22,7 @@ from vertebrae.scoring import OverlapIndexScorer
 from vertebrae.errors import ScoringWarning
 
 from .conftest import gaussian_classes
-
-
-def direct_oi(X, y, k, seed=0, exclude=None, normalize_rows=True):
-    """Reference: the dependency called directly on the same data with the same settings."""
-    oi = OverlapIndex(model_type="MiniBatchKMeans", kmeans_k=k, kmeans_kwargs={"random_state": seed},
-                      offline_chunk_size=10_000, exclude_classes=exclude,
-                      feature_normalization="l2" if normalize_rows else None)
-    oi.fit_offline(X, y)
-    return oi
+from .references import direct_oi
 
 
 def test_single_label_matches_direct_overlapindex_exactly():

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.linear_model import RidgeClassifierCV
+from sklearn.model_selection import StratifiedKFold, cross_validate
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from vertebrae import (Benchmark, CallableMetric, ConfigError, KNNMetric, LDAProbeMetric, MetricError,
-                       OverlapScoringConfig, RidgeProbeMetric, ScreeningConfig)
+                       RidgeProbeMetric, ScreeningConfig)
 from vertebrae.cli.run_config import benchmark_kwargs
 from vertebrae.inputs.targets import build_targets
-from vertebrae.scoring.metrics import metric_inputs
-from vertebrae.scoring.stability import plan_repeats
 from vertebrae.selection.screening import plan_rungs
 
+from .references import per_class_rows
 from .test_screening import QUIET, _candidates, _dataset, _features
 
 PROBE = RidgeProbeMetric(n_splits=3, alphas=(0.1, 10.0, 1000.0))
@@ -25,16 +28,25 @@ def screened():
 
 
 def _direct_repeat_scores(candidate, rung) -> list[float]:
-    """The metric called directly on the candidate's embedding of the rung's rows, repeat by repeat."""
+    """scikit-learn on the rung's repeats, with the repeat rows and seeds derived here (docs/stability.md rule):
+    ``SeedSequence(rung seed).spawn(2)`` gives the scoring stream (repeat 0: the scorer's seed 0) and the sampling
+    stream; ``default_rng(sampling seed)`` draws floor(0.8 x n_c) of each class's rung rows.  Each repeat is
+    ``cross_validate(StandardScaler + RidgeClassifierCV(alphas))`` on StratifiedKFold(3, shuffled with the
+    scoring seed), mean balanced accuracy.  The rung's own rows (nested draws) are taken from ``plan_rungs``."""
     X, y = _features()
     embedding = (X[:, 1:] @ candidate.weights)[rung.rows]
-    targets = build_targets(y[rung.rows].astype(str))
-    repeats, _ = plan_repeats(targets, rung.repeats, primary_seed=OverlapScoringConfig().random_state)
-    scores = []
-    for repeat in repeats:
-        labels, metadata, _ = metric_inputs(targets.subset(repeat.rows))
-        scores.append(PROBE(embedding[repeat.rows], labels, target_metadata=metadata, seed=repeat.scoring_seed)["score"])
-    return scores
+    labels = y[rung.rows]
+    config = rung.repeats
+    assert config.subsample_fraction == 0.8
+    scoring, sampling = np.random.SeedSequence(config.random_state).spawn(2)
+    scoring_seeds = [0, *scoring.generate_state(config.repeats - 1).tolist()]
+    sizes = [int(np.floor(np.sum(labels == c) * 0.8)) for c in np.unique(labels)]
+    rows = [per_class_rows(labels, sizes, seed) for seed in sampling.generate_state(config.repeats).tolist()]
+    assert all(not np.array_equal(rows[0], r) for r in rows[1:])  # every repeat scores other rows
+    model = make_pipeline(StandardScaler(), RidgeClassifierCV(alphas=PROBE.alphas))
+    return [cross_validate(model, embedding[r], labels[r], scoring="balanced_accuracy",
+                           cv=StratifiedKFold(3, shuffle=True, random_state=seed))["test_score"].mean()
+            for r, seed in zip(rows, scoring_seeds)]
 
 
 def test_a_screened_run_ranks_the_rungs_by_the_metric(screened):

@@ -19,6 +19,8 @@ from vertebrae.scoring.stability import (StabilityConfig, StabilityResult, Stabi
                                              run_stability_analysis, subsample_size)
 from vertebrae.inputs.targets import build_targets
 
+from .references import direct_oi, label_codes, per_class_rows
+
 
 class RecordingScorer(OverlapIndexScorer):
     """A real scorer that remembers what reached it (not a mock: it still calls OverlapIndex)."""
@@ -119,9 +121,10 @@ def test_prototype_mode_varies_only_the_seed(three_blobs) -> None:
     assert result.effective_sample_counts == [90] * 4 and result.effective_subsample_fractions == [1.0] * 4
     assert len(set(result.scoring_seeds)) == 4
     assert len(scorer.calls) == 4 and all(targets is scorer.calls[0][1] for _, targets in scorer.calls)
-    # Every repeat is reproducible from its recorded seed with a bare scoring call.
-    direct = [OverlapIndexScorer(OverlapScoringConfig(k=3)).score(X, y, seed=s).score for s in result.scoring_seeds]
+    # Every repeat equals OverlapIndex called directly with its recorded seed on all rows, and the seed matters.
+    direct = [direct_oi(X, label_codes(y), 3, seed=s).index for s in result.scoring_seeds]
     assert result.repeat_scores["score"] == direct
+    assert len(set(direct)) > 1
 
 
 def test_seed_streams_are_documented_and_deterministic(three_blobs) -> None:
@@ -163,6 +166,27 @@ def test_single_label_samples_floor_per_class(three_blobs) -> None:
     assert result.repeat_class_counts == [expected] * 3
     assert result.effective_sample_counts == [44] * 3
     assert result.effective_subsample_fractions == [44 / 90] * 3
+
+
+def test_subsample_repeats_score_the_documented_rows_with_a_direct_overlapindex_call(three_blobs) -> None:
+    """Each subsample repeat equals OverlapIndex called directly on rows derived here from the documented rule
+    (docs/stability.md): sampling seed i is ``SeedSequence(random_state).spawn(2)[1].generate_state(repeats)[i]``,
+    and ``default_rng(seed)`` draws floor(n_c x fraction) rows of each class in sorted class order without
+    replacement; scoring seeds are the scorer's own (0), then ``spawn(2)[0]``'s first ones."""
+    X, y = three_blobs
+    y = y.copy()
+    y[:7] = "d"  # classes a, b, c, d of 23, 30, 30, 7 rows: 11, 15, 15, 3 are kept
+    result = run_stability_analysis(X, y, config=StabilityConfig(mode="subsample", repeats=4, subsample_fraction=0.5,
+                                                                 random_state=5), scorer=_scorer())
+    scoring, sampling = np.random.SeedSequence(5).spawn(2)
+    scoring_seeds, sampling_seeds = [0, *scoring.generate_state(3).tolist()], sampling.generate_state(4).tolist()
+    rows = [per_class_rows(y, [11, 15, 15, 3], seed) for seed in sampling_seeds]
+    assert all(not np.array_equal(rows[0], r) for r in rows[1:])  # every repeat draws other rows
+    codes = label_codes(y)
+    k = {0: 2, 1: 3, 2: 3, 3: 2}  # k=3 capped at each kept class's capacity max(2, n_c // 5): 2, 3, 3, 2
+    expected = [direct_oi(X[r], codes[r], k, seed=s).index for r, s in zip(rows, scoring_seeds)]
+    assert (result.scoring_seeds, result.sampling_seeds) == (scoring_seeds, sampling_seeds)
+    assert result.repeat_scores["score"] == expected and all(0 < v < 1 for v in expected)
 
 
 def test_single_label_boundary() -> None:

@@ -9,12 +9,12 @@ import pytest
 from scipy import sparse
 
 from vertebrae import (Benchmark, BenchmarkDataset, BenchmarkResult, CallableExtractor, ConfigError, DatasetIdentity,
-                       OverlapScoringConfig, PrecomputedExtractor, StabilityConfig, run_stability_analysis)
-from vertebrae.scoring import OverlapIndexScorer
+                       OverlapScoringConfig, PrecomputedExtractor, StabilityConfig)
 from vertebrae._base import json_codec
 from vertebrae.scoring.stability import ranking_stability
 
 from .conftest import gaussian_classes
+from .references import direct_oi, per_class_rows
 
 IDENTITY = DatasetIdentity.declared("stability-test", "1")
 STABILITY_COLUMNS = ["stability_mode", "stability_repeats", "stability_interval_level", "stability_mean",
@@ -42,11 +42,19 @@ def test_stage_runs_after_scoring_on_the_evaluated_embeddings(run) -> None:
     assert stages.index("stability") == stages.index("score") + 1 and stages[-1] == "assemble"
     half_result = result["half"]
     assert "stability" in half_result.runtime
-    direct = run_stability_analysis(half(X), y, config=benchmark.settings.stability_config,
-                                    scorer=OverlapIndexScorer(OverlapScoringConfig(k=3)))
-    assert half_result.stability == direct
+    # Reference: the documented plan restated (SeedSequence(random_state=0).spawn(2): scoring seeds 0 then the first
+    # stream's, sampling seeds the second's; floor(30 x 0.8) = 24 rows per class from default_rng(sampling seed)),
+    # each repeat scored by OverlapIndex called directly on the evaluated (half) embeddings of those rows.
+    scoring, sampling = np.random.SeedSequence(0).spawn(2)
+    scoring_seeds, sampling_seeds = [0, *scoring.generate_state(2).tolist()], sampling.generate_state(3).tolist()
+    rows = [per_class_rows(y, [24] * 3, seed) for seed in sampling_seeds]
+    expected = [direct_oi(half(X)[r], y[r], 3, seed=s).index for r, s in zip(rows, scoring_seeds)]
+    stability = half_result.stability
+    assert (stability.scoring_seeds, stability.sampling_seeds) == (scoring_seeds, sampling_seeds)
+    assert stability.repeat_scores["score"] == expected and len(set(expected)) == 3
+    assert stability.effective_sample_counts == [72] * 3
     raw = result["raw"].stability
-    assert (raw.scoring_seeds, raw.sampling_seeds) == (direct.scoring_seeds, direct.sampling_seeds)
+    assert (raw.scoring_seeds, raw.sampling_seeds) == (scoring_seeds, sampling_seeds)
 
 
 def test_n_jobs_does_not_change_the_stability_artifact_key(run) -> None:
@@ -185,15 +193,18 @@ def test_ranked_score_is_the_first_repeat_of_its_stability_set(wine_run) -> None
     result, X, y = wine_run
     pca = result["pca_4"]
     repeats = pca.stability.repeat_scores["score"]
-    # Independent reference for the ranked number: sklearn's PCA output scored with the default seed 0.
-    direct = OverlapIndexScorer().score(PCA(4, random_state=0).fit_transform(X), y, seed=0).score
+    # Independent reference for the ranked number: OverlapIndex called directly on sklearn's PCA output with the
+    # default seed 0 and the documented auto k (class sizes 59, 71, 48: capacity n // 5 = 11, 14, 9; k = 11, 14, 9).
+    assert np.bincount(y).tolist() == [59, 71, 48]
+    reduced, k = PCA(4, random_state=0).fit_transform(X), {0: 11, 1: 14, 2: 9}
+    direct = direct_oi(reduced, y, k, seed=0).index
     assert pca.overlap.score == direct == repeats[0] and pca.stability.scoring_seeds[0] == 0
     assert pca.overlap.score == pytest.approx(0.6746, abs=1e-4)  # the number the issue reported
     assert pca.stability.includes_primary_draw and min(repeats) <= pca.overlap.score <= max(repeats)
     # Repeats 1.. are the stability stream's first 19 seeds, each reproducible by a bare call.
     stream = np.random.SeedSequence(0).spawn(2)[0].generate_state(20).tolist()
     assert pca.stability.scoring_seeds[1:] == stream[:19]
-    assert repeats[5] == OverlapIndexScorer().score(PCA(4, random_state=0).fit_transform(X), y, seed=stream[4]).score
+    assert repeats[5] == direct_oi(reduced, y, k, seed=stream[4]).index != repeats[0]
     for name in ("raw", "pca_4"):
         r = result[name]
         values = r.stability.repeat_scores["score"]

@@ -27,6 +27,7 @@ from vertebrae.scoring.overlap import OverlapScoreResult
 from vertebrae.scoring.stability import StabilityResult
 from vertebrae.cli.staged_workflow import PlanFile
 
+from .references import direct_oi
 from .store_servers import moto_endpoint, s3_bucket, s3_options  # noqa: F401  (fixtures)
 
 CONFIG = """
@@ -153,13 +154,14 @@ def test_collected_result_is_typed(project, monkeypatch):
     first = result["wide"]
     assert isinstance(first.overlap, OverlapScoreResult) and isinstance(first.stability, StabilityResult)
     assert len(first.stability.repeat_scores["score"]) == 3
-    # The scores are the scorer's own on the same matrix (the independent reference: a direct call).
-    from vertebrae.scoring.overlap import OverlapIndexScorer, OverlapScoringConfig
-    from vertebrae.inputs.targets import build_targets
-
-    direct = OverlapIndexScorer(OverlapScoringConfig(k=4)).score(np.load(project / "wide.npy"),
-                                                                 build_targets(np.load(project / "labels.npy")))
-    assert first.overlap.score == direct.score
+    # The scores are OverlapIndex called directly on the same matrix (k=4 from the config): the overlap score with
+    # the default seed 0, stability repeat i with the documented seed (0, then the first seeds of the scoring stream
+    # SeedSequence(random_state=0).spawn(2)[0]).
+    X, labels = np.load(project / "wide.npy"), np.load(project / "labels.npy")
+    direct = direct_oi(X, labels, 4, seed=0).index
+    assert first.overlap.score == direct and 0 < direct < 1
+    seeds = [0, *np.random.SeedSequence(0).spawn(2)[0].generate_state(2).tolist()]
+    assert first.stability.repeat_scores["score"] == [direct_oi(X, labels, 4, seed=s).index for s in seeds]
 
 
 def test_staged_run_on_s3(project, monkeypatch, s3_bucket, moto_endpoint):  # noqa: F811

@@ -108,10 +108,11 @@ def test_taps_match_hand_registered_hooks_and_blockwise_features(images):
 
 
 def test_taps_match_torchvision_feature_extraction_when_it_imports(images):
-    try:
-        from torchvision.models.feature_extraction import create_feature_extractor
-    except Exception:  # torchvision from the registry does not import beside torch 2.13.0
-        pytest.skip("torchvision.models.feature_extraction is not importable here")
+    """Taps against torchvision's create_feature_extractor, where torchvision is installed.  It is no test dependency
+    (not in pyproject.toml), so CI skips this; the taps are always checked against hooks and a blockwise forward above."""
+    pytest.importorskip("torchvision", reason="torchvision is not installed; it is not a test dependency of vertebrae")
+    from torchvision.models.feature_extraction import create_feature_extractor  # an import error here fails the test
+
     model = small_cnn().eval()
     with torch.no_grad():
         maps = create_feature_extractor(model, return_nodes=["features.1", "features.4"])(torch.from_numpy(images))

@@ -16,12 +16,13 @@ from sklearn.pipeline import make_pipeline
 
 from vertebrae import (BenchmarkDataset, DatasetIdentity, OverlapScoringConfig, TextEncoder, ZeroShotBenchmark,
                        ZeroShotBenchmarkResult, ZeroShotConfig, ZeroShotDataset)
-from vertebrae.scoring import OverlapIndexScorer
 from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTypeError, InputValidationError,
                                   ScoringWarning, SerializationError)
 from vertebrae.execution.local import LocalRunner
 from vertebrae.extractors import SklearnExtractor
 from vertebrae.families.zero_shot import ExtractorEncoder
+
+from .references import direct_oi, label_codes
 
 IDENTITY = DatasetIdentity.declared("zero-shot-benchmark", "1")
 WORDS = {"sport": ["goal", "match", "team", "score", "league"], "food": ["pasta", "bread", "cheese", "soup", "salad"],
@@ -68,6 +69,14 @@ class Shuffled:
 
     def recipe(self):
         return {"type": "scrambled_test", "name": self.name}
+
+
+class Noisy:
+    """Word counts plus fixed Gaussian noise (the same for the same texts): classes that overlap."""
+
+    def encode(self, texts):
+        counts = WordCounter().encode(texts)
+        return counts + np.random.default_rng(0).normal(0.0, 1.5, counts.shape).astype(np.float32)
 
 
 class TwoBranch:
@@ -140,10 +149,15 @@ def test_ranking_follows_the_configured_metric_and_overlap_is_context_only():
     result = run(data, {"bad": Shuffled(), "good": WordCounter()})
     assert [r.name for r in result.ranked_results()] == ["good", "bad"]
     good = result["good"]
-    with pytest.warns(ScoringWarning, match="k reduced"):
-        direct = OverlapIndexScorer(OverlapScoringConfig()).score(WordCounter().encode(data.sample_input), data.targets)
-    assert good.overlap.to_dict() == direct.to_dict()
     assert good.primary_score == good.scores["top1_accuracy"]
+    # The overlap context is OverlapIndex called directly on the sample embeddings: auto k of a 12-row class is
+    # min(12, max(2, 12 // 5)) = 2 (below min_k 10), seed 0.  Word counts separate the classes (1.0), so the
+    # same is checked on noisy counts, whose score lies strictly between 0 and 1.
+    _, labels = texts_and_labels()
+    assert good.overlap.k_per_class == {"str:food": 2, "str:sport": 2, "str:tech": 2}
+    assert good.overlap.score == direct_oi(WordCounter().encode(data.sample_input), label_codes(labels), 2).index
+    noisy = run(data, {"noisy": Noisy()})["noisy"].overlap.score
+    assert noisy == direct_oi(Noisy().encode(data.sample_input), label_codes(labels), 2).index and 0 < noisy < 1
     macro = run(data, {"bad": Shuffled(), "good": WordCounter()}, config=ZeroShotConfig(metric="macro_f1"))
     assert macro["good"].primary_score == macro["good"].scores["macro_f1"]
     assert macro.primary_metric_name == "macro_f1"

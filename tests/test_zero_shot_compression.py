@@ -12,11 +12,11 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score, confusion_m
 
 from vertebrae import (EmbeddingCompressionConfig, OverlapScoringConfig, PrecomputedZeroShotEncoder, TextEncoder,
                        ZeroShotBenchmark, ZeroShotBenchmarkResult, ZeroShotConfig)
-from vertebrae.scoring import OverlapIndexScorer
 from vertebrae.artifacts.cache import CacheConfig
 from vertebrae.errors import (CompressionWarning, ConfigError, ConfigTypeError, DataWarning, ExtractorError,
                                   ScoringWarning)
 
+from .references import direct_oi
 from .test_zero_shot_benchmark import WordCounter, text_dataset
 from .test_zero_shot_scoring import problem, reference_similarities, zero_shot_dataset
 
@@ -91,10 +91,13 @@ def test_compressed_scores_equal_sklearn_pca_fitted_on_the_samples(variants_resu
     assert result.top_k_accuracies["top3_accuracy"] == pytest.approx(
         top_k_accuracy_score(y, scores, k=3, labels=labels), abs=1e-12)
     assert result.compression["explained_variance_ratio"] == pytest.approx(pca.explained_variance_ratio_.sum())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ScoringWarning)
-        direct = OverlapIndexScorer(OverlapScoringConfig()).score(reduced_samples, data.targets)
-    assert result.overlap.score == direct.score  # the context is scored on the compressed samples too
+    # The overlap context is OverlapIndex called directly on the compressed samples, seed 0, with the documented
+    # auto k per class: capacity = min(n_c, max(2, n_c // 5)); k = min(clip(capacity, 10, 50), capacity).
+    counts = np.bincount(y)
+    capacity = np.minimum(counts, np.maximum(2, counts // 5))
+    k = {c: int(min(np.clip(capacity[c], 10, 50), capacity[c])) for c in range(N_CLASSES)}
+    direct = direct_oi(reduced_samples, y, k, seed=0).index
+    assert result.overlap.score == direct and 0 < direct < 1  # the context is scored on the compressed samples too
 
     # A PCA fitted on samples and prompts together gives other scores: the fit really is on the samples only.
     joint = PCA(n_components=5, random_state=0).fit(np.vstack([samples, prompts]))
