@@ -116,6 +116,61 @@ def test_group_folds_and_the_referee_are_checked_too():
         Benchmark(dataset(), [CallableExtractor("slow", slow_identity)], referee=LinearProbeMetric(n_splits=30))
 
 
+# ---------------------------------------------------------------- C="auto": the inner folds inside each training fold
+def small_class(n_small: int) -> tuple[BenchmarkDataset, np.ndarray, np.ndarray]:
+    labels = np.repeat([0, 1], [20, n_small])
+    rows = np.random.default_rng(1).normal(size=(labels.size, 3)) + labels[:, None]
+    return (BenchmarkDataset.from_embeddings(rows, labels,
+                                             identity=DatasetIdentity.declared(f"small{n_small}", "1")), rows, labels)
+
+
+def test_C_auto_with_a_class_too_small_for_the_inner_folds_is_refused_before_any_extractor_runs():
+    # 2 rows with n_splits=5: a training fold keeps 1, so an inner fold trains on class 0 alone (it failed mid-run)
+    data, _, _ = small_class(2)
+    with pytest.raises(ConfigError, match=r"metric 'linear_probe': C='auto' chooses C by 3-fold cross-validation "
+                                          r"inside each of the n_splits=5 training folds, but class 'vk:int:1' has 2 row\(s\), "
+                                          r"so a training fold keeps 1 of them.*it needs 3 rows with n_splits=5.*"
+                                          r"lower n_splits.*pass a fixed C \(e.g. C=1.0\) or add rows.*checked before"):
+        Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(C="auto")])
+    Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(C=1.0)])  # no inner folds
+
+
+def test_C_auto_on_the_boundary_class_size_runs():
+    data, rows, labels = small_class(3)  # every training fold keeps 2 rows of class 1: each inner fold trains on both
+    Benchmark(data, [PrecomputedExtractor("p", rows)], metrics=[LinearProbeMetric(C="auto")])
+    for seed in range(3):
+        result = LinearProbeMetric(C="auto")(rows, labels, seed=seed)
+        assert len(result["diagnostics"]["chosen_C"]) == 5
+
+
+@pytest.mark.parametrize("n, refused", [(4, True), (5, False)])
+def test_C_auto_needs_a_class_with_3_rows_in_every_training_fold(n, refused):
+    labels = np.repeat([0, 1], n)
+    rows = np.random.default_rng(2).normal(size=(2 * n, 3)) + labels[:, None]
+    metric = LinearProbeMetric(n_splits=2, C="auto")
+    if refused:  # 2 + 2 rows in a training fold: sklearn's inner StratifiedKFold raised a ValueError mid-run
+        with pytest.raises(ConfigError, match=r"a training fold keeps at most 2 rows of any class and the inner "
+                                              r"stratified folds need a class with 3"):
+            Benchmark(BenchmarkDataset.from_embeddings(rows, labels, identity=DatasetIdentity.declared("b", "1")),
+                      [CallableExtractor("slow", slow_identity)], metrics=[metric])
+    else:  # folds of 3 + 2 and 2 + 3 rows: the class with 3 makes the inner folds
+        assert len(metric(rows, labels, seed=0)["diagnostics"]["chosen_C"]) == 2
+
+
+@pytest.mark.parametrize("n_groups, refused", [(5, True), (6, False)])
+def test_C_auto_needs_3_groups_in_every_group_training_fold(n_groups, refused):
+    groups, rows, labels = np.arange(60) % n_groups, X, y
+    data = BenchmarkDataset.from_embeddings(rows, labels, groups=groups,
+                                            identity=DatasetIdentity.declared(f"g{n_groups}", "1"))
+    metric = LinearProbeMetric(n_splits=2, C="auto")
+    if refused:
+        with pytest.raises(ConfigError, match=r"a training fold keeps 2 of the 5 groups and the inner group folds "
+                                              r"need 3; lower n_splits.*add groups"):
+            Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[metric])
+    else:
+        Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[metric])
+        assert len(metric(rows, labels, groups=groups, seed=0)["diagnostics"]["chosen_C"]) == 2
+
 def test_a_cuda_probe_without_a_cuda_device_is_refused_before_any_extractor_runs():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -11,6 +11,7 @@ docs/metrics.md ("Reference metrics").
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -230,19 +231,77 @@ class LinearProbeMetric(Config):
             if n_groups < self.n_splits:
                 raise MetricError(f"metric {self.name!r}: {n_groups} groups cannot make n_splits={self.n_splits} "
                                   "group folds; lower n_splits or drop the dataset's groups")
+            self._check_inner_folds(targets, codes, n)
             return []
         if n < self.n_splits:
             raise MetricError(f"metric {self.name!r}: {n} rows cannot make n_splits={self.n_splits} folds; lower "
                               "n_splits or add rows")
         if targets.target_type != "single_label":
+            self._check_inner_folds(targets, codes, n)
             return []
         counts = np.bincount(targets.y)
         if counts.max() < self.n_splits:
             raise MetricError(f"metric {self.name!r}: every class has fewer rows than n_splits={self.n_splits} (the "
                               f"largest has {counts.max()}); lower n_splits to at most {counts.max()}")
+        self._check_inner_folds(targets, codes, n)
         small = [targets.names[j] for j in np.flatnonzero(counts < self.n_splits)]
         return [] if not small else [f"class(es) {small[:5]} have fewer rows than n_splits={self.n_splits}, so some "
                                      "test folds lack them"]
+
+    def _check_inner_folds(self, targets: MetricTargets, codes: np.ndarray | None, n: int) -> None:
+        """``C="auto"``: fail when some outer training fold cannot make the inner ``INNER_SPLITS`` folds, or when
+        an inner training fold can hold one class only, whatever the seed.
+
+        How many rows of each class (or groups, or rows) an outer training fold holds does not depend on the
+        shuffle (``StratifiedKFold`` deals each class round-robin over the folds in a fixed order; shuffled
+        ``GroupKFold`` deals ``ceil`` or ``floor`` of ``n_groups / n_splits`` groups to each test fold; ``KFold``
+        ``ceil`` or ``floor`` of the rows), so the outer folds are made once with any seed and counted.  The inner
+        ``StratifiedKFold`` needs a class with ``INNER_SPLITS`` rows in the training fold, and each inner training
+        fold holds every class with at least 2 rows there (one with 1 row sits in some inner test fold), so two
+        such classes make every inner fit possible; with fewer, some inner fold can train on one class (for
+        certain with at most one class of 1 row; with several, on the seeds that deal them to one inner fold),
+        so this refuses it.  Group folds: only the inner group count is checked (which classes a group fold holds
+        depends on the seed)."""
+        if self.C != "auto" or targets.target_type == "regression":
+            return
+        fix = (f"lower n_splits (each training fold keeps (n_splits - 1) / n_splits of the rows), pass a fixed C "
+               f"(e.g. C=1.0) or add rows")
+        head = f"metric {self.name!r}: C='auto' chooses C by {INNER_SPLITS}-fold cross-validation inside each of " \
+               f"the n_splits={self.n_splits} training folds, but "
+        if codes is not None:
+            n_groups = int(codes.max()) + 1
+            kept = n_groups - -(-n_groups // self.n_splits)
+            if kept < INNER_SPLITS:
+                raise MetricError(head + f"a training fold keeps {kept} of the {n_groups} groups and the inner "
+                                  f"group folds need {INNER_SPLITS}; " + fix.replace("rows", "groups"))
+            return
+        if targets.target_type != "single_label":
+            kept = n - -(-n // self.n_splits)
+            if kept < INNER_SPLITS:
+                raise MetricError(head + f"a training fold keeps {kept} of the {n} rows and the inner folds need "
+                                  f"{INNER_SPLITS}; " + fix)
+            return
+        n_classes = len(targets.names)
+        with warnings.catch_warnings():  # a class below n_splits: fold_notes says so
+            warnings.simplefilter("ignore", UserWarning)
+            outer = [train for train, _ in self.folds("single_label", 0, False).split(np.zeros((n, 1)), targets.y)]
+        for train in outer:
+            kept = np.bincount(targets.y[train], minlength=n_classes)
+            if kept.max() < INNER_SPLITS:
+                raise MetricError(head + f"a training fold keeps at most {kept.max()} rows of any class and the "
+                                  f"inner stratified folds need a class with {INNER_SPLITS}; " + fix)
+            enough = np.flatnonzero(kept >= 2)
+            if enough.size < 2:
+                counts = np.bincount(targets.y, minlength=n_classes)
+                short = min((k for k in range(n_classes) if k not in enough and counts[k]),
+                            key=lambda k: counts[k], default=None)
+                if short is None:  # one class in all: the outer fit refuses it (fit_fold)
+                    return
+                needed = next(c for c in range(2, n + 2) if c - -(-c // self.n_splits) >= 2)
+                raise MetricError(head + f"class {targets.names[short]!r} has {counts[short]} row(s), so a training "
+                                  f"fold keeps {kept[short]} of them and an inner fold can train on one class "
+                                  f"only; it needs {needed} rows with n_splits={self.n_splits} (2 in every "
+                                  "training fold); " + fix)
 
 
 def repeat_seed(seed: int | None, repeat: int) -> int | None:
