@@ -135,3 +135,15 @@ def test_a_built_in_screening_metric_may_be_named_in_python_too():
     assert ScreeningConfig(metric="ridge_probe") == ScreeningConfig(metric=RidgeProbeMetric())
     with pytest.raises(ConfigError, match="'ridge' is not a built-in screening metric; use one of"):
         ScreeningConfig(metric="ridge")
+
+
+def test_a_screening_metric_the_first_rung_cannot_score_is_refused_before_any_extraction():
+    """Rung 0 holds 75 rows (25 a class) and its repeats 20 a class (plan_rungs): n_splits=21 fails on them only
+    (it failed after the first rung's extraction), n_splits=20 is the boundary that runs."""
+    screen = ScreeningConfig(eta=2, seed=1, repeats=3, metric=RidgeProbeMetric(n_splits=21))
+    with pytest.raises(ConfigError, match=r"screening.metric on rung 0 \(75 of 600 rows\), repeat 0: metric "
+                                          r"'ridge_probe': every class has fewer rows than n_splits=21 \(the largest "
+                                          r"has 20\).*raise ScreeningConfig.start_rows"):
+        Benchmark(_dataset(), _candidates(), **QUIET, screening=screen)
+    Benchmark(_dataset(), _candidates(), **QUIET,
+              screening=ScreeningConfig(eta=2, seed=1, repeats=3, metric=RidgeProbeMetric(n_splits=20)))

@@ -40,7 +40,7 @@ from ..execution.plan import Plan, StageJob, build_plan
 from ..families.front_door import RunScope
 from ..families.labeled.results import ExtractorResult
 from ..scoring.metric_result import OVERLAP_METRIC
-from ..scoring.metrics import Metric, check_metric, metrics_from_config
+from ..scoring.metrics import Metric, check_metric, check_metrics_feasible, metrics_from_config
 from ..scoring.paired_verdicts import Interval, against_best, t_interval
 from ..scoring.stability import MAX_REPEATS, StabilityConfig, SubsampleInfeasible, draw_subsample, plan_repeats
 from .screening_spill import IncrementStore
@@ -242,7 +242,8 @@ def _reason(exc: ConfigError) -> str:
     return str(exc).split(": ", 1)[-1].split(". The subset", 1)[0]
 
 
-def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Chain], targets: Targets) -> None:
+def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Chain], targets: Targets,
+                    groups: Any = None) -> None:
     """Everything screening needs, checked before any extraction (ConfigError naming the fix)."""
     ranked_by = OVERLAP_METRIC if config.metric is None else config.metric.name
     if settings.primary_metric not in (OVERLAP_METRIC, ranked_by):
@@ -261,7 +262,23 @@ def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Cha
     if len(chains) < 2:
         raise ConfigError(f"screening needs at least 2 candidates (extractors x outputs x compression variants), got "
                           f"{len(chains)}; add candidates or run without screening")
-    first = plan_rungs(targets, config)[0].rows.size
+    rungs = plan_rungs(targets, config)
+    if config.metric is not None:  # the rows each rung repeat scores are drawn here already: ask the metric on them
+        for rung in rungs:
+            rung_targets = targets.subset(rung.rows)
+            rung_groups = None if groups is None else groups.subset(rung.rows)
+            for index, repeat in enumerate(plan_repeats(rung_targets, rung.repeats)[0]):
+                rows = repeat.rows
+                try:
+                    check_metrics_feasible([config.metric], rung_targets if rows is None else
+                                           rung_targets.subset(rows),
+                                           None if rung_groups is None or rows is None else rung_groups.subset(rows))
+                except ConfigError as exc:
+                    raise ConfigError(f"screening.metric on rung {rung.index} ({rung.rows.size} of "
+                                      f"{targets.n_samples} rows), repeat {index}: {str(exc).split(' (on this')[0]}; "
+                                      "raise ScreeningConfig.start_rows or start_fraction (or subsample_fraction), "
+                                      "screen by another metric, or run without screening") from None
+    first = rungs[0].rows.size
     if first < MIN_FIRST_RUNG_ROWS:
         warnings.warn(f"screening's first rung holds {first} of {targets.n_samples} rows: a cut made on so few rows is "
                       "mostly noise and can drop the best candidate; raise ScreeningConfig.start_rows (e.g. "

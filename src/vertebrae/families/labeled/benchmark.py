@@ -163,7 +163,7 @@ class Benchmark(FrontDoor):
         self.cache = stage_cache(cache_config)  # opens the store now: a bad URL fails before any work
         self._adaptive_record: dict[str, Any] | None = None  # the last run's rounds (refine -> build_result)
         if self.screening is not None:  # rungs, repeats and candidates: before any extraction
-            check_screening(self.screening, self.settings, self.chains(), dataset.targets)
+            check_screening(self.screening, self.settings, self.chains(), dataset.targets, dataset.groups)
 
     def _check_labels_against_config(self) -> None:
         """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
