@@ -446,11 +446,25 @@ def test_a_sections_own_validation_names_the_section(project, capsys):
                         ('\n[benchmark]\nreferee = "probe"\nreferee_finalists = "auto"\nreferee_share = 3\n',
                          "config [benchmark]: Benchmark.referee_share must be in (0.0, 1.0]"),
                         ('\n[benchmark]\nreferee = "probe"\nreferee_share = 0.5\n',
-                         "config [benchmark] referee_share = 0.5 is the budget of the 'auto' finalist policy, but "
-                         "referee_finalists is 'overlap': add --finalists auto")):
+                         "config [benchmark]: Benchmark.referee_share=0.5 is the budget of the 'auto' finalist "
+                         "policy, but referee_finalists is 'overlap': pass referee_finalists='auto' (--finalists "
+                         "auto)")):
         (folder / "bad.toml").write_text(base + extra)
         assert main(["run", str(folder / "bad.toml"), "-o", str(folder / "out"), "-q"]) == 2
         assert says in _one_line_error(capsys, "run")
+
+
+def test_the_finalist_policy_is_benchmarks_own_check_before_any_file(project, capsys):
+    """Before: the CLI restated Benchmark's finalist rules; it left the share's range to Benchmark (after the data
+    files were read) and refused an explicit 'overlap' without a referee that Benchmark accepts."""
+    folder, _ = project
+    entry = '[[extractors]]\nname = "a"\nembeddings = "missing.npy"\n'
+    (folder / "bad.toml").write_text(f'[dataset]\nid = "t"\nrevision = "1"\nlabels = "missing.txt"\n\n{entry}'
+                                     '\n[benchmark]\nreferee = "probe"\nreferee_finalists = "auto"\n'
+                                     'referee_share = 3\n')
+    assert main(["run", str(folder / "bad.toml"), "-o", str(folder / "out"), "-q"]) == 2
+    assert "config [benchmark]: Benchmark.referee_share must be in (0.0, 1.0]" in _one_line_error(capsys, "run")
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q", "--finalists", "overlap"]) == 0
 
 
 def test_row_level_errors_name_the_file_they_come_from(project, capsys):

@@ -13,7 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from vertebrae import ONNXExtractor
-from vertebrae.errors import ConfigError, ExtractorError, InputValidationError
+from vertebrae.errors import ConfigError, ExtractorError, InputTypeError, InputValidationError
 
 X = np.random.default_rng(0).normal(size=(300, 6)).astype(np.float32)
 
@@ -97,6 +97,24 @@ def test_a_file_that_is_not_onnx_and_inputs_of_the_wrong_width_are_named(exporte
     with pytest.raises(InputValidationError, match=r"input 'X' takes arrays of shape \(\?, 6\), but X rows 0\.\.63 give "
                                                    r"\(64, 4\); it takes rows of width 6, not 4"):
         ONNXExtractor("w", path, batch_size=64, progress=False).transform(X[:, :4])
+
+
+def test_rows_that_are_not_numbers_are_named(exported):
+    """Before: NumPy's own ValueError ("could not convert string to float: 'a tweet'"), naming no row; a text in the
+    first row now fails before the model loads."""
+    _, path = exported
+    extractor = ONNXExtractor("t", path, batch_size=64, progress=False)
+    with pytest.raises(InputTypeError, match=r"X\[0\] is 'a tweet' \(str\); without input_fn the model takes "
+                                             "numeric arrays .*ONNXTextExtractor"):
+        extractor.transform(["a tweet", "another"])
+    assert extractor.session_ is None
+    rows = [list(row) for row in X]
+    rows[70] = "late text"
+    with pytest.raises(InputTypeError, match=r"X\[70\] is 'late text'"):
+        extractor.transform(rows)
+    rows[70] = list(X[70, :4])
+    with pytest.raises(InputValidationError, match=r"X rows 64\.\.127 have different shapes"):
+        extractor.transform(rows)
 
 
 def test_providers_are_a_list_this_machine_runs(exported):

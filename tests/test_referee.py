@@ -335,7 +335,8 @@ def test_auto_reruns_warm_from_the_cache(tmp_path):
 
 
 def test_bad_policies_are_refused_before_any_work():
-    with pytest.raises(ConfigError, match=r"referee_finalists must be one of \['overlap', 'all', 'auto'\], got 'some'"):
+    with pytest.raises(ConfigError,
+                       match=r"referee_finalists \(--finalists\) must be one of \['overlap', 'all', 'auto'\], got 'some'"):
         benchmark(referee_finalists="some")
     with pytest.raises(ConfigError, match="no referee is set"):
         benchmark(referee=None, referee_finalists="all")
@@ -411,8 +412,10 @@ def test_a_bad_finalist_policy_is_one_line_and_exit_2(four_spaces, capsys, how):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert ("no referee is set: add --referee probe" if how == "no-referee" else
-            "referee_finalists (--finalists) must be one of ['overlap', 'all', 'auto'], got 'most'") in err
+    assert ("no referee is set: pass referee=LinearProbeMetric() (vertebrae run: add --referee probe)"
+            if how == "no-referee" else
+            "config [benchmark]: Benchmark.referee_finalists (--finalists) must be one of ['overlap', 'all', 'auto'], "
+            "got 'most'") in err
 
 
 def test_the_widened_finalists_add_the_top_quarter():

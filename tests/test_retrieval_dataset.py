@@ -185,6 +185,21 @@ def test_nested_list_is_read_as_records_with_a_hint():
         build(GRADES.tolist())
 
 
+def test_a_dataframe_is_refused_with_how_to_pass_it():
+    """Before: a DataFrame iterated over its column labels and read as records ("relevance[0] is 0; each record
+    must be a ... tuple"); both conversions the message names are accepted."""
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(RECORDS, columns=["query", "gallery", "grade"])
+    with pytest.raises(InputTypeError, match=r"relevance is a pandas DataFrame.*df\.itertuples\(index=False, "
+                                             r"name=None\).*df\.to_numpy\(\)"):
+        build(frame)
+    with pytest.raises(InputTypeError, match=r"exclusions is a pandas DataFrame.*\(query_id, gallery_id\)"):
+        build(exclusions=frame[["query", "gallery"]])
+    expected = build(RECORDS).fingerprint
+    assert build(list(frame.itertuples(index=False, name=None))).fingerprint == expected
+    assert build(pd.DataFrame(GRADES).to_numpy()).fingerprint == build(GRADES).fingerprint
+
+
 @pytest.mark.parametrize("relevance, error, message", [
     ({"q0": {"d0": 1}}, InputTypeError, "mapping into records"),
     ("q0 d0 1", InputTypeError, "must be a NumPy/SciPy"),

@@ -67,7 +67,8 @@ def test_fingerprint_covers_the_complete_ordered_declaration():
     ({"positive": ["a"], "negative": []}, "class 'negative' has no prompt"),
     ({"positive": ["a"], "negative": ["  "]}, "prompt 0 of class 'negative' is '  '"),
     ({"positive": ["a", "a"], "negative": ["b"]}, "class 'positive' lists the prompt 'a' twice"),
-    ({"positive": ["a"], "negative": ["b", "a"]}, "prompt 'a' is declared for classes 'negative' and 'positive'"),
+    ({"positive": ["a"], "negative": ["b", "a"]},
+     r"prompt 'a' is declared for classes 'negative' \(str\) and 'positive' \(str\)"),
     ({"positive": ["a"], "negative": ["b"], "neutral": ["c"]}, "names 'neutral' \\(str\\), which is not a class"),
 ])
 def test_bad_prompt_declarations_are_rejected(prompts, message):
@@ -92,7 +93,7 @@ def test_templates_follow_str_format_for_the_label_field():
 def test_template_that_does_not_name_the_label_gives_one_prompt_to_two_classes():
     with pytest.raises(InputValidationError, match=r"templates\[1\] = 'a tweet' must be a string containing"):
         ZeroShotDataset.from_templates(source(), ["a {label}", "a tweet"])
-    with pytest.raises(InputValidationError, match="'a x tweet' is declared for classes '0' and '1'"):
+    with pytest.raises(InputValidationError, match=r"'a x tweet' is declared for classes 0 \(int\) and 1 \(int\)"):
         ZeroShotDataset.from_templates(source([0, 1] * 3), ["a {label} tweet"], label_text={0: "x", 1: "x"})
     with pytest.raises(InputValidationError, match="cannot be rendered"):
         ZeroShotDataset.from_templates(source(), ["a {label} {other}"])
@@ -100,6 +101,13 @@ def test_template_that_does_not_name_the_label_gives_one_prompt_to_two_classes()
         ZeroShotDataset.from_templates(source(), "a {label}")
     with pytest.raises(InputTypeError, match="non-empty list of strings"):
         ZeroShotDataset.from_templates(source(), [])
+
+
+def test_a_prompt_collision_names_two_classes_with_the_same_display_apart():
+    """Before: 1 displays as '1 (int)' beside '1', as does the label '1 (int)', and the message read
+    "classes '1 (int)' and '1 (int)'"."""
+    with pytest.raises(InputValidationError, match=r"declared for classes 1 \(int\) and '1 \(int\)' \(str\)"):
+        ZeroShotDataset.from_templates(source([1, "1", "1 (int)"] * 2), ["a {label}"])
 
 
 def test_source_must_be_a_single_label_benchmark_dataset():

@@ -76,7 +76,7 @@ from typing import Any
 import numpy as np
 
 from ..selection.agreement import probe_metrics
-from ..selection.referee import FINALIST_POLICIES, referee_metric
+from ..selection.referee import check_finalist_policy, referee_metric
 from ..families.labeled.benchmark import Benchmark
 from ..artifacts.cache import CacheConfig
 from ..extractors.compression import EmbeddingCompressionConfig
@@ -203,18 +203,9 @@ def benchmark_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["metrics"] = [*kwargs.get("metrics", []), *(m for m in probe_metrics() if m.name not in named)]
     if "referee" in kwargs:
         kwargs["referee"] = referee_metric(kwargs["referee"], "config [benchmark] referee")
-    if "referee_finalists" in kwargs and kwargs["referee_finalists"] not in FINALIST_POLICIES:
-        raise ConfigError(f"config [benchmark] referee_finalists (--finalists) must be one of "
-                          f"{list(FINALIST_POLICIES)}, got {kwargs['referee_finalists']!r}")
-    if "referee_share" in kwargs and kwargs.get("referee_finalists") != "auto":
-        raise ConfigError(f"config [benchmark] referee_share = {kwargs['referee_share']!r} is the budget of the 'auto' "
-                          "finalist policy, but referee_finalists is "
-                          f"{kwargs.get('referee_finalists', 'overlap')!r}: add --finalists auto (or "
-                          "referee_finalists = \"auto\") or drop referee_share")
-    if "referee_finalists" in kwargs and "referee" not in kwargs:
-        raise ConfigError(f"config [benchmark] referee_finalists (--finalists) = {kwargs['referee_finalists']!r} "
-                          "chooses whom the referee judges, but no referee is set: add --referee probe (or "
-                          "[benchmark] referee = \"probe\")")
+    with config_section("[benchmark]"):  # Benchmark's own check, before any file is read
+        check_finalist_policy(kwargs.get("referee_finalists", "overlap"), kwargs.get("referee_share"),
+                              kwargs.get("referee"))
     return kwargs
 
 

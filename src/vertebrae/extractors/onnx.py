@@ -67,7 +67,10 @@ class ONNXExtractor(BatchedExtractor):
         return self.session_
 
     def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
-        n_rows = n_inputs(X, where=f"ONNXExtractor {self.name!r}")
+        where = f"ONNXExtractor {self.name!r}"
+        n_rows = n_inputs(X, where=where)
+        if self.input_fn is None:  # a text in the first row fails here, before the model loads
+            float_rows(take_rows(X, np.arange(1)), np.arange(1), where=where)
         session = self.load()
         inputs = [i.name for i in session.get_inputs()]
         shapes = {i.name: i.shape for i in session.get_inputs()}
@@ -83,8 +86,8 @@ class ONNXExtractor(BatchedExtractor):
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             batch = take_rows(X, rows)
-            feeds = self.input_fn(batch) if self.input_fn else {inputs[0]: np.asarray(batch, dtype=np.float32)}
-            check_feeds(feeds, shapes, rows, where=f"ONNXExtractor {self.name!r}")
+            feeds = self.input_fn(batch) if self.input_fn else {inputs[0]: float_rows(batch, rows, where=where)}
+            check_feeds(feeds, shapes, rows, where=where)
             produced = dict(zip(fetch, session.run(fetch, dict(feeds))))
             if self.output_fn is not None:
                 out = self.output_fn(produced)
@@ -92,6 +95,24 @@ class ONNXExtractor(BatchedExtractor):
             return produced if self.outputs is not None else {SINGLE_OUTPUT: produced[fetch[0]]}
 
         return self._stream(n_rows, embed)
+
+
+def float_rows(batch: Any, rows: np.ndarray, *, where: str) -> np.ndarray:
+    """The rows as one float32 array (the default feed).  NumPy's refusal ("could not convert string to float")
+    names neither the row nor the fix, so the first row that is not numbers is named here."""
+    try:
+        return np.asarray(batch, dtype=np.float32)
+    except (TypeError, ValueError):
+        pass
+    for row, item in zip(rows, batch):
+        try:
+            np.asarray(item, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InputTypeError(f"{where}: X[{row}] is {item!r:.60} ({type(item).__name__}); without input_fn the "
+                                 "model takes numeric arrays (fed as float32): embed texts with ONNXTextExtractor, "
+                                 "or pass input_fn=... that builds the feeds") from None
+    raise InputValidationError(f"{where}: X rows {rows[0]}..{rows[-1]} have different shapes; pass rows of one "
+                               "shape (or an input_fn=... that builds the feeds)")
 
 
 def check_providers(providers: Any, *, where: str) -> list[str]:

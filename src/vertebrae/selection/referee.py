@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._base.config import check_choice, check_float
+from .._base.config import check_float
 from ..errors import ConfigError
 from .._base.result_schema import ANY, NUMBER, Choice, MapOf, nullable
 from ..scoring import metric_result
@@ -82,18 +82,22 @@ def label_of(metric: Metric) -> str:
 def check_finalist_policy(policy: Any, share: Any, referee: Metric | None) -> tuple[str, float]:
     """``Benchmark(referee_finalists=..., referee_share=...)``: a policy of :data:`FINALIST_POLICIES` (other than
     ``"overlap"`` only with a referee), a share in (0, 1] that only ``"auto"`` reads (``None``: the default), so any
-    other policy refuses a share given at all rather than ignore it."""
-    policy = check_choice("Benchmark", "referee_finalists", policy, FINALIST_POLICIES)
+    other policy refuses a share given at all rather than ignore it.  The one check of the API and of
+    ``vertebrae run`` (which calls it before reading any file), so each message names the keyword and the flag."""
+    if policy not in FINALIST_POLICIES:
+        raise ConfigError(f"Benchmark.referee_finalists (--finalists) must be one of {list(FINALIST_POLICIES)}, got "
+                          f"{policy!r}")
     if policy != "overlap" and referee is None:
-        raise ConfigError(f"Benchmark referee_finalists={policy!r} chooses whom a referee judges, but no referee is "
-                          "set: pass referee=LinearProbeMetric() (vertebrae run --referee probe)")
+        raise ConfigError(f"Benchmark.referee_finalists={policy!r} (--finalists {policy}) chooses whom a referee "
+                          "judges, but no referee is set: pass referee=LinearProbeMetric() (vertebrae run: add "
+                          "--referee probe)")
     if share is None:
         return policy, DEFAULT_REFEREE_SHARE
     share = check_float("Benchmark", "referee_share", share, low=0.0, high=1.0, low_open=True)
     if policy != "auto":
-        raise ConfigError(f"Benchmark referee_share={share!r} is the budget of the 'auto' finalist policy, but "
-                          f"referee_finalists is {policy!r}: pass referee=LinearProbeMetric(), "
-                          "referee_finalists='auto', or drop referee_share")
+        raise ConfigError(f"Benchmark.referee_share={share!r} is the budget of the 'auto' finalist policy, but "
+                          f"referee_finalists is {policy!r}: pass referee_finalists='auto' (--finalists auto) with a "
+                          "referee, or drop referee_share")
     return policy, share
 
 

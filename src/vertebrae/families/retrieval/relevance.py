@@ -148,10 +148,20 @@ def _to_csr(coordinates: Coordinates, shape: tuple[int, int], what: str) -> Any:
     return matrix
 
 
+def _refuse_dataframe(value: Any, argument: str, form: str) -> None:
+    """A DataFrame iterates over its column labels, which would be read as malformed records; say how to pass it."""
+    if hasattr(value, "columns") and hasattr(value, "iloc"):
+        raise InputTypeError(f"{argument} is a pandas DataFrame, which is read neither as records nor as a matrix: "
+                             f"pass list(df.itertuples(index=False, name=None)) when its columns are {form}, or "
+                             "df.to_numpy() when it is a queries x gallery grid (rows in query_ids order, columns "
+                             "in gallery_ids order)")
+
+
 def read_relevance(relevance: Any, query_index: Mapping[Any, int], gallery_index: Mapping[Any, int],
                    query_ids: Sequence[Any], gallery_ids: Sequence[Any], *, argument: str = "relevance") -> Any:
     """Relevance as a float64 CSR matrix of the positive grades (grade 0 means judged non-relevant)."""
     shape = (len(query_ids), len(gallery_ids))
+    _refuse_dataframe(relevance, argument, "(query_id, gallery_id, grade)")
     if isinstance(relevance, np.ndarray) or is_sparse(relevance):
         coordinates = _read_matrix(relevance, query_ids, gallery_ids, argument)
     elif isinstance(relevance, (str, bytes, Mapping)) or not hasattr(relevance, "__iter__"):
@@ -176,6 +186,7 @@ def read_exclusions(exclusions: Any, query_index: Mapping[Any, int], gallery_ind
         return sparse_module().csr_matrix(shape, dtype=np.float64)
     if isinstance(exclusions, str) and exclusions == "same_id":
         exclusions = [(q, q) for q in query_ids if q in gallery_index]
+    _refuse_dataframe(exclusions, argument, "(query_id, gallery_id)")
     if isinstance(exclusions, np.ndarray) or is_sparse(exclusions):
         rows, cols, values, describe = _read_matrix(exclusions, query_ids, gallery_ids, argument)
         marked = np.where(np.isfinite(values), values != 0, values)  # nonzero -> excluded; NaN stays an error

@@ -174,8 +174,8 @@ class ZeroShotDataset:
                                                "duplicate (it would silently weight the prompt ensemble)")
                 if prompt in owner and owner[prompt] != key:
                     raise InputValidationError(f"the prompt {prompt!r} is declared for classes "
-                                               f"{catalog.display(owner[prompt])!r} and {name!r}; a prompt must name "
-                                               "one class (check label_text or the templates)")
+                                               f"{_typed(catalog, owner[prompt])} and {_typed(catalog, key)}; a "
+                                               "prompt must name one class (check label_text or the templates)")
                 seen.add(prompt)
                 owner[prompt] = key
             groups.append(tuple(values))
@@ -214,6 +214,12 @@ def _check_template(template: Any, where: str) -> None:
     if "label" not in fields:
         raise InputValidationError(f"{where} = {template!r} must be a string containing the placeholder {{label}}, "
                                    "e.g. 'a {label} tweet'")
+
+
+def _typed(catalog: Any, key: str) -> str:
+    """A class as its typed value, e.g. ``1 (int)`` or ``'1 (int)' (str)``: two classes' displays can coincide
+    (1 shows as '1 (int)' beside '1'), their typed values never do."""
+    return f"{catalog.value(key)!r} ({key.partition(':')[0]})"
 
 
 def _single_label_source(source: Any) -> BenchmarkDataset:
