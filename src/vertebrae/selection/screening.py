@@ -268,11 +268,12 @@ def check_screening(config: ScreeningConfig, settings: Any, chains: Sequence[Cha
             rung_targets = targets.subset(rung.rows)
             rung_groups = None if groups is None else groups.subset(rung.rows)
             for index, repeat in enumerate(plan_repeats(rung_targets, rung.repeats)[0]):
-                rows = repeat.rows
+                rows = repeat.rows  # None: the repeat scores the whole rung
                 try:
                     check_metrics_feasible([config.metric], rung_targets if rows is None else
                                            rung_targets.subset(rows),
-                                           None if rung_groups is None or rows is None else rung_groups.subset(rows))
+                                           rung_groups if rung_groups is None or rows is None else
+                                           rung_groups.subset(rows))
                 except ConfigError as exc:
                     raise ConfigError(f"screening.metric on rung {rung.index} ({rung.rows.size} of "
                                       f"{targets.n_samples} rows), repeat {index}: {str(exc).split(' (on this')[0]}; "
