@@ -25,7 +25,8 @@ PROTOCOL_FIELDS = ("name", "primary_metric_name", "primary_score", "higher_is_be
 #: Columns every family's DataFrame row has (runtime follows as ``runtime.<stage>``).
 PROTOCOL_COLUMNS = ("rank", "extractor", "primary_metric", "primary_score", "aggregate_valid", "warnings",
                     "compression_variant", "compression_method", "compression_requested_dim",
-                    "compression_output_dim", "compression_applied", "compression_not_applied_reason", "raw_bytes_per_row", "evaluated_bytes_per_row")
+                    "compression_output_dim", "compression_applied", "compression_not_applied_reason",
+                    "raw_bytes_per_row", "evaluated_bytes_per_row")
 
 
 #: What every report reads of a serialized dataset identity (checked on load; see vertebrae._base.result_schema).

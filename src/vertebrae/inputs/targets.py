@@ -367,8 +367,9 @@ def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str | Targe
         names, keys = [catalog.value(k) for k in catalog.keys], list(catalog.keys)
     empty = np.flatnonzero(np.diff(indicator.indptr) == 0)
     if empty.size:
-        raise InputValidationError(f"{argument}: rows {_rows_text(empty, argument)} have no label; every multi-label row needs at "
-                                   f"least one label (drop the rows, or add an explicit 'none' label and exclude it){hint}")
+        raise InputValidationError(f"{argument}: rows {_rows_text(empty, argument)} have no label; every multi-label "
+                                   "row needs at least one label (drop the rows, or add an explicit 'none' label and "
+                                   f"exclude it){hint}")
     # Reorder columns into catalog order so column j is always catalog.keys[j].
     catalog = LabelCatalog(names)
     order = [keys.index(k) for k in catalog.keys]

@@ -144,7 +144,8 @@ def compression_text(compression: Mapping[str, Any] | None) -> str | None:
     if compression["applied"]:
         return text
     reason = not_applied_reason(compression)
-    return text + (f" (not applied: {reason}; scored uncompressed)" if reason else " (not applied, scored uncompressed)")
+    return text + (f" (not applied: {reason}; scored uncompressed)" if reason
+                   else " (not applied, scored uncompressed)")
 
 
 def benchmark_ranking(data: Mapping[str, Any]) -> dict[str, Any]:

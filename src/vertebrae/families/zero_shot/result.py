@@ -107,7 +107,8 @@ _BRANCH_SCHEMA = {"embedding_dim": ANY, "dtype": ANY, "sparse": ANY, "modality":
 _RESULT_SCHEMA = both(
     {**CHAIN_SCHEMA, "extractor_type": ANY, "primary_metric_name": str, "scores": dict, "top_k_accuracies": dict,
      "per_class": MapOf({"support": ANY, "predicted": ANY, "precision": ANY, "recall": ANY, "f1": ANY}),
-     "confusion_matrix": [[Number(integer=True, low=0)]], "margins": dict, "overlap": nullable(overlap.SCHEMA), "prototypes": dict,
+     "confusion_matrix": [[Number(integer=True, low=0)]], "margins": dict, "overlap": nullable(overlap.SCHEMA),
+     "prototypes": dict,
      "embedding": {"samples?": _BRANCH_SCHEMA, "prompts?": _BRANCH_SCHEMA},
      "compression?": compression_schema({"samples": FOOTPRINT_SCHEMA})},
     rule(lambda r: r.get("error") is not None or set(REPORTED_MARGINS) <= set(r["margins"]),
