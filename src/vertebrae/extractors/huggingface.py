@@ -17,7 +17,6 @@ below the tokenizer's limit), as sentence-transformers does.  The model is ident
 from __future__ import annotations
 
 import contextlib
-
 import itertools
 import json
 import os

@@ -35,11 +35,11 @@ def inputs_modality(inputs: Any) -> str | None:
     return None
 
 
-def check_input_modality(who: str, want: str | None, inputs: Any, holder: str, kind: str,
+def check_input_modality(who: str, want: str | None, have: str | None, holder: str, kind: str,
                          remedy: str | None = None) -> None:
-    """Refuse a model that declares it embeds ``want`` when ``inputs`` hold another kind, so the mismatch fails
-    before any model runs; undeclared (``None``, ``"unknown"``) and other kinds are not checked."""
-    have = inputs_modality(inputs)
+    """Refuse a model that declares it embeds ``want`` when its inputs hold ``have`` (their
+    :func:`inputs_modality`, read once per collection, not once per model), so the mismatch fails before any model
+    runs; undeclared (``None``, ``"unknown"``) and other kinds are not checked."""
     if want not in BUILDERS or have is None or want == have:
         return
     alternative = f", or {remedy}" if remedy else ""
@@ -50,8 +50,9 @@ def check_input_modality(who: str, want: str | None, inputs: Any, holder: str, k
 def check_extractor_modalities(dataset: Any, extractors: Any) -> None:
     """Every extractor that declares an ``input_modality`` gets a dataset of that kind (checked before any model
     loads)."""
+    have = inputs_modality(getattr(dataset, "inputs", None))
     for i, extractor in enumerate(extractors):
         want = getattr(extractor, "input_modality", None)
-        check_input_modality(f"extractors[{i}] ({extractor.name!r}, {type(extractor).__name__})", want,
-                             getattr(dataset, "inputs", None), "the dataset", "extractor",
+        check_input_modality(f"extractors[{i}] ({extractor.name!r}, {type(extractor).__name__})", want, have,
+                             "the dataset", "extractor",
                              f"build the dataset from {want} with {BUILDERS.get(want, 'the matching constructor')}")

@@ -23,7 +23,7 @@ from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...inputs.modalities import check_input_modality
+from ...inputs.modalities import check_input_modality, inputs_modality
 from ..front_door import (EmbeddingSource, FrontDoor, check_unique_names, plain_recipe, validate_extractor_list,
                           variant_chains)
 from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
@@ -166,11 +166,12 @@ def _validate_extractors(extractors: Any, dataset: RetrievalDataset) -> list[Ret
     extractors = validate_extractor_list(extractors, hint=", e.g. [PrecomputedExtractor('candidate')]")
     adapted = [as_retrieval_extractor(extractor, i, dataset.has_embeddings) for i, extractor in enumerate(extractors)]
     check_unique_names(adapted, [f"extractors[{i}]" for i in range(len(adapted))], given=extractors)
+    sides = (("query", inputs_modality(dataset.query_inputs)), ("gallery", inputs_modality(dataset.gallery_inputs)))
     for i, extractor in enumerate(adapted):  # a model given the wrong kind fails here, before any extractor runs
         inner = getattr(extractor, "extractor", extractor)
         want = getattr(inner, "input_modality", None)
-        for side, inputs in (("query", dataset.query_inputs), ("gallery", dataset.gallery_inputs)):
-            check_input_modality(f"extractors[{i}] ({inner.name!r}, {type(inner).__name__})", want, inputs,
+        for side, have in sides:
+            check_input_modality(f"extractors[{i}] ({inner.name!r}, {type(inner).__name__})", want, have,
                                  f"{side}_inputs", "extractor",
                                  f"give {want} {side}_inputs to RetrievalDataset.from_inputs")
     return adapted

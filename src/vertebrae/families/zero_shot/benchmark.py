@@ -25,7 +25,7 @@ from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...inputs.modalities import BUILDERS, check_input_modality
+from ...inputs.modalities import BUILDERS, check_input_modality, inputs_modality
 from ..front_door import EmbeddingSource, FrontDoor, plain_recipe, variant_chains
 from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ..._base.profile_records import PROFILE_KEY
@@ -151,13 +151,14 @@ def _check_encoder_modalities(dataset: ZeroShotDataset, encoders: Sequence[Any])
 
     Precomputed encoders read nothing, so they are not checked; an adapted extractor reads what it declares.
     """
+    samples, prompts = inputs_modality(dataset.sample_input), inputs_modality(dataset.flat_prompts)
     for i, encoder in enumerate(encoders):
         if isinstance(encoder, PrecomputedZeroShotEncoder):
             continue
         declared = getattr(getattr(encoder, "extractor", None), "input_modality", None)
         who = f"encoders[{i}] ({encoder.name!r}, {type(encoder).__name__})"
         want = declared or modalities(encoder)["samples"]
-        check_input_modality(f"{who} samples branch", want, dataset.sample_input, "the source dataset", "encoder",
+        check_input_modality(f"{who} samples branch", want, samples, "the source dataset", "encoder",
                              f"build the source dataset from {want} with {BUILDERS.get(want, 'its constructor')}")
         check_input_modality(f"{who} prompts branch", declared or modalities(encoder)["prompts"],
-                             dataset.flat_prompts, "dataset.flat_prompts", "encoder")
+                             prompts, "dataset.flat_prompts", "encoder")
