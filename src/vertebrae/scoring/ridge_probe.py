@@ -1,13 +1,21 @@
-"""RidgeProbeMetric: a ridge classifier probe whose regularization is chosen by exact leave-one-out, in closed form.
+"""RidgeProbeMetric: a ridge classifier probe whose regularization is chosen in closed form, by exact leave-one-out
+or by generalized cross-validation.
 
 Per training fold (standardized by ``StandardScaler``), one symmetric eigendecomposition gives the ridge
 fit for every ``alpha`` of the grid: with the fold's centered, scaled rows ``X`` and ``P = X V`` (``X^T X =
-V diag(w) V^T``; with no more rows than columns, ``X X^T = U diag(w) U^T`` and ``P = U diag(sqrt(w))``), the
-fitted targets are ``P diag(1 / (w + alpha)) P^T Y`` and the leverages ``h = 1/n + rowsum(P**2 / (w + alpha))``
-(the ``1/n`` is the unpenalized intercept), so the leave-one-out residuals are ``(Y - fitted) / (1 - h)``
-exactly, for each alpha at the cost of one product.  The alpha of smallest mean squared leave-one-out
-residual is kept (the first on ties) and scores the test fold: what ``RidgeClassifierCV(alphas)``
-(``RidgeCV`` for regression) does inside ``make_pipeline(StandardScaler(), ...)``, on the same folds as
+V diag(w) V^T``; with no more rows than columns, ``X X^T = U diag(w) U^T`` and ``P = U diag(sqrt(w))``), and the
+centered targets' coordinates ``Q = P^T Y``, the fitted targets are ``P diag(1 / (w + alpha)) Q``.
+
+* ``selection="loo"`` (the default): the leverages ``h = 1/n + rowsum(P**2 / (w + alpha))`` (the ``1/n`` is the
+  unpenalized intercept) make the leave-one-out residuals ``(Y - fitted) / (1 - h)`` exact, for each alpha at the
+  cost of one product with ``P``.  What ``RidgeClassifierCV(alphas)`` (``RidgeCV`` for regression) does inside
+  ``make_pipeline(StandardScaler(), ...)``.
+* ``selection="gcv"``: generalized cross-validation (Golub, Heath and Wahba 1979), ``|Y - fitted|^2 / (n (1 -
+  tr(H) / n)^2)`` with ``tr(H) = 1 + sum(w / (w + alpha))``: leave-one-out with every leverage replaced by their
+  mean.  It needs no row's coordinates, only ``w`` and ``Q`` (``|Y - fitted|^2 = |Y|^2 - sum_j |Q_j|^2 (w_j +
+  2 alpha) / (w_j + alpha)^2``), so with more rows than columns a fold costs its decomposition and little else.
+
+The alpha of the smallest criterion is kept (the first on ties) and scores the test fold, on the same folds as
 :class:`~vertebrae.LinearProbeMetric`.  Measured speed: docs/metrics.md ("Closed-form probes").
 """
 
@@ -19,9 +27,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._base.config import Config, check_float, check_int
+from .._base.config import Config, check_choice, check_float, check_int
 from .._base.sparse import is_sparse
-from .._base.threads import limited_threads, map_single_threaded, thread_workers
+from .._base.threads import map_single_threaded, thread_workers
 from ..errors import ConfigError, ConfigTypeError
 from ..inputs.targets import TARGET_TYPES
 from .closed_form import (SameFoldsPreflight, StandardizedFold, check_dense_budget, fold_score, probe_folds,
@@ -46,19 +54,23 @@ GRAM_COPIES = 3
 @dataclasses.dataclass(frozen=True)
 class RidgeProbeMetric(SameFoldsPreflight, Config):
     """Held-out quality of a ridge classifier on standardized embeddings, its ``alpha`` chosen inside each
-    training fold by exact leave-one-out over ``alphas``, averaged over ``n_splits`` folds.
+    training fold over ``alphas`` (``selection``: exact leave-one-out, or generalized cross-validation),
+    averaged over ``n_splits`` folds.
 
     Estimates what a regularized linear probe reaches on the embedding, at the cost of one eigendecomposition
     per fold: balanced accuracy of a one-vs-rest ridge regression on ±1 targets (``RidgeClassifierCV``),
     macro-F1 for multi-label targets, R² of ``RidgeCV`` for regression.  Use it to *screen* a grid toward the
     probe a user will train (``ScreeningConfig(metric=RidgeProbeMetric())``) or as a cheap reference: it
     orders candidates much like the logistic probe, but it is a least-squares fit, not the logistic one, so
-    confirm the pick with :class:`~vertebrae.LinearProbeMetric`.  Folds are LinearProbeMetric's (seeded,
-    stratified, grouped); sparse input stays sparse (scaled without centering, the intercept absorbs the mean).
+    confirm the pick with :class:`~vertebrae.LinearProbeMetric`.  ``selection="gcv"`` skips the per-row
+    leverages that leave-one-out needs, the dearest step on tall folds (docs/metrics.md).  Folds are
+    LinearProbeMetric's (seeded, stratified, grouped); sparse input stays sparse (scaled without centering, the
+    intercept absorbs the mean).
     """
 
     n_splits: int = 5
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
+    selection: str = "loo"
     max_dense_bytes: int = 2**30
     n_jobs: int | None = None
     name: str = "ridge_probe"
@@ -72,13 +84,15 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
     #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
     speed_only = ("n_jobs",)
     #: Bumped when the same settings give other scores: 2 = StandardScaler's rule for constant columns reads each
-    #: fold's raw column mean (a near-constant column with a large offset was scaled by 1e8).
-    version: ClassVar[int] = 2
+    #: fold's raw column mean (a near-constant column with a large offset was scaled by 1e8); 3 = dense folds'
+    #: Gram matrices are sums of the test folds' (rounding differs) and ``Q`` comes from the class sums.
+    version: ClassVar[int] = 3
 
     def _validate(self) -> None:
         owner = type(self).__name__
         self._set("name", check_metric_name(self.name, owner))
         self._set("n_splits", check_int(owner, "n_splits", self.n_splits, minimum=2))
+        self._set("selection", check_choice(owner, "selection", self.selection, tuple(SELECTIONS)))
         self._set("max_dense_bytes", check_int(owner, "max_dense_bytes", self.max_dense_bytes, minimum=1))
         self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
         if isinstance(self.alphas, (str, bytes)) or not hasattr(self.alphas, "__iter__"):
@@ -103,20 +117,26 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
         check_dense_budget(self.name, side, GRAM_COPIES * workers, self.max_dense_bytes,
                            "RidgeProbeMetric.max_dense_bytes")
         alphas = np.asarray(self.alphas)
-        if not is_sparse(embeddings) and side == dim:
-            with limited_threads(1):  # the shared Gram matrix too: the same bytes on any number of BLAS threads
-                spectrum_of = FeatureSpectra(embeddings).fold
+        indicator = folds.targets.columns()
+        shared = not is_sparse(embeddings) and side == dim
+        if shared:
+            spectra = FeatureSpectra(embeddings, folds.splits, indicator, workers)
+            spectrum_of = spectra.fold
         else:
-            def spectrum_of(train: np.ndarray, test: np.ndarray) -> Spectrum:
+            def spectrum_of(index: int) -> Spectrum:
+                train, test = folds.splits[index]
                 return _spectrum(standardized_fold(embeddings, train, test))
 
-        def fit_split(split: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]:
-            train, test = split
-            Y, decode = _encoded(folds.targets, train)
-            best, decision = _ridge_path(spectrum_of(train, test), Y, alphas)
-            return float(alphas[best]), fold_score(folds.targets, test, decode(decision))
+        criterion = SELECTIONS[self.selection]
 
-        outcomes = map_single_threaded(fit_split, folds.splits, workers=workers)
+        def fit_split(index: int) -> tuple[float, float]:
+            train, test = folds.splits[index]
+            encoding = _encoding(folds.targets, train)
+            Y = encoding.targets(indicator[train])
+            best, decision = _ridge_path(spectrum_of(index), Y, encoding, alphas, criterion)
+            return float(alphas[best]), fold_score(folds.targets, test, encoding.decode(decision))
+
+        outcomes = map_single_threaded(fit_split, range(len(folds.splits)), workers=workers)
         chosen, scores = [alpha for alpha, _ in outcomes], [score for _, score in outcomes]
         edge = sorted({a for a in chosen if a in (alphas.min(), alphas.max())})
         if edge and alphas.size > 1:
@@ -124,8 +144,8 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
                                "the choice is made inside it")
         return probe_payload(folds, scores, {"chosen_alphas": chosen}, {
             "model": _MODELS[folds.targets.target_type], "alphas": list(self.alphas),
-            "selection": "exact leave-one-out mean squared error inside each training fold",
-            "decomposition": _decompositions(folds.splits, dim, shared=not is_sparse(embeddings) and side == dim),
+            "selection": criterion.__doc__.split("\n")[0].rstrip("."),
+            "decomposition": _decompositions(folds.splits, dim, shared=shared),
             "scaling": "StandardScaler(with_mean=False) (sparse input stays sparse)" if is_sparse(embeddings)
             else "StandardScaler()"}, seed, self.n_splits)
 
@@ -141,87 +161,178 @@ _MODELS = {"single_label": "RidgeClassifierCV", "multi_label": "RidgeClassifierC
            "regression": "RidgeCV"}
 
 
-def _encoded(targets: MetricTargets, train: np.ndarray) -> tuple[np.ndarray, Any]:
-    """The training fold's regression targets (±1 per class as ``RidgeClassifier`` encodes them: one column for two
-    classes, one per class otherwise; ±1 per label; regression values as given) and how a test fold's decision
-    values become predictions."""
-    y = targets.y[train]
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+    """A training fold's regression targets as an affine map of the target columns (``MetricTargets.columns()``):
+    ``Y = columns[train] @ weights + offset``, so the dense path can read ``X^T Y`` off per-fold sums of
+    ``X^T columns`` instead of a pass over the training rows; ``decode`` turns test decision values into
+    predictions."""
+
+    weights: np.ndarray
+    offset: np.ndarray
+    decode: Callable[[np.ndarray], np.ndarray]
+
+    def targets(self, columns: np.ndarray) -> np.ndarray:
+        return columns @ self.weights + self.offset
+
+
+def _encoding(targets: MetricTargets, train: np.ndarray) -> Encoding:
+    """How ``RidgeClassifier`` encodes a training fold's targets: ±1 per class (one column for two classes, one per
+    class otherwise), ±1 per label, regression values as given."""
+    width = targets.y.shape[1] if targets.y.ndim == 2 else len(targets.names)
     if targets.target_type == "regression":
-        return y.astype(np.float64), lambda decision: decision
+        return Encoding(np.eye(width), np.zeros(width), lambda decision: decision)
     if targets.target_type == "multi_label":
-        return 2.0 * y - 1.0, lambda decision: (decision > 0).astype(np.int8)
-    classes, codes = training_classes(y)
+        return Encoding(2.0 * np.eye(width), -np.ones(width), lambda decision: (decision > 0).astype(np.int8))
+    classes, _ = training_classes(targets.y[train])
     if classes.size == 2:
-        return np.where(codes == 1, 1.0, -1.0)[:, None], lambda decision: classes[(decision[:, 0] > 0).astype(int)]
-    return 2.0 * np.eye(classes.size)[codes] - 1.0, lambda decision: classes[decision.argmax(axis=1)]
+        weights = np.zeros((width, 1))
+        weights[classes, 0] = (-1.0, 1.0)
+        return Encoding(weights, np.zeros(1), lambda decision: classes[(decision[:, 0] > 0).astype(int)])
+    return Encoding(2.0 * np.eye(width)[:, classes], -np.ones(classes.size),
+                    lambda decision: classes[decision.argmax(axis=1)])
 
 
-def _ridge_path(spectrum: Spectrum, Y: np.ndarray, alphas: np.ndarray) -> tuple[int, np.ndarray]:
-    """The index of the alpha with the smallest mean squared leave-one-out residual, and the test fold's decision
-    values of the ridge fitted on the whole training fold with it."""
-    w, P, test_factor = spectrum
+def leave_one_out(spectrum: Spectrum, Yc: np.ndarray, Q: np.ndarray, alphas: np.ndarray,
+                  inverse: np.ndarray) -> np.ndarray:
+    """exact leave-one-out mean squared error inside each training fold.
+
+    Per alpha: mean of ``((Y - fitted) / (1 - h))**2`` over rows and target columns."""
+    P = spectrum.coordinates()
     n = P.shape[0]
-    mean = Y.mean(axis=0)
-    Yc = Y - mean
-    Q = P.T @ Yc
-    inverse = 1.0 / (w[:, None] + alphas[None, :])
-    leverage = np.empty((n, alphas.size))
+    leverage = np.empty((n, inverse.shape[1]))
     for start in range(0, n, LEVERAGE_ROWS):  # the squares of P a block of rows at a time (a small temporary)
         leverage[start:start + LEVERAGE_ROWS] = np.square(P[start:start + LEVERAGE_ROWS]) @ inverse
     leverage += 1.0 / n
-    errors = np.empty(alphas.size)
+    errors = np.empty(inverse.shape[1])
     block = max(1, PATH_BLOCK_BYTES // (8 * n * Yc.shape[1]))
-    for start in range(0, alphas.size, block):
-        stop = min(start + block, alphas.size)
+    for start in range(0, inverse.shape[1], block):
+        stop = min(start + block, inverse.shape[1])
         weights = inverse[:, start:stop, None] * Q[:, None, :]
         residual = (P @ weights.reshape(P.shape[1], -1)).reshape(n, stop - start, Yc.shape[1])  # fitted, then
         np.subtract(residual, Yc[:, None, :], out=residual)  # the residual (its sign does not matter)
         residual /= 1.0 - leverage[:, start:stop, None]
         np.square(residual, out=residual)
         errors[start:stop] = residual.sum(axis=(0, 2)) / (n * Yc.shape[1])
-    best = int(np.argmin(errors))
-    return best, test_factor(inverse[:, best, None] * Q) + mean
+    return errors
 
 
-#: ``(w, P, test_factor)`` of a training fold (see :func:`_spectrum`).
-Spectrum = tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]
+def generalized_cross_validation(spectrum: Spectrum, Yc: np.ndarray, Q: np.ndarray, alphas: np.ndarray,
+                                 inverse: np.ndarray) -> np.ndarray:
+    """generalized cross-validation (GCV) mean squared error inside each training fold.
+
+    Per alpha: ``|Y - fitted|^2 / (n k (1 - tr(H) / n)^2)`` over ``n`` rows and ``k`` target columns, ``tr(H) =
+    1 + sum(w / (w + alpha))`` over the decomposition's nonzero axes (the intercept counts one).  The residual is
+    the alpha-free least-squares residual plus ``sum_j |Q_j|^2 alpha^2 / (w_j (w_j + alpha)^2)``: every term exact,
+    where ``|Y|^2`` less the explained part would be all rounding once the fit nearly interpolates (rows <= width).
+    """
+    n, kept = Yc.shape[0], spectrum.kept
+    w = spectrum.w[kept]
+    shrunk = np.square(Q[kept]).sum(axis=1) / w
+    residual = spectrum.unexplained(Yc, Q) + shrunk @ np.square(alphas[None, :] * inverse[kept])
+    slack = 1.0 - (1.0 + w @ inverse[kept]) / n
+    with np.errstate(divide="ignore", invalid="ignore"):  # tr(H) < n for every alpha > 0; the guard is for rounding
+        return np.where(slack > 0, residual / (n * Yc.shape[1] * np.square(slack)), np.inf)
+
+
+#: ``selection`` -> its criterion (the docstring's first line is ``metadata.selection``).
+SELECTIONS = {"loo": leave_one_out, "gcv": generalized_cross_validation}
+
+
+def _ridge_path(spectrum: Spectrum, Y: np.ndarray, encoding: Encoding, alphas: np.ndarray,
+                criterion: Callable[..., np.ndarray]) -> tuple[int, np.ndarray]:
+    """The index of the alpha with the smallest ``criterion``, and the test fold's decision values of the ridge
+    fitted on the whole training fold with it."""
+    mean = Y.mean(axis=0)
+    Yc = Y - mean
+    Q = spectrum.project(Yc, encoding, mean)
+    inverse = 1.0 / (spectrum.w[:, None] + alphas[None, :])
+    best = int(np.argmin(criterion(spectrum, Yc, Q, alphas, inverse)))
+    return best, spectrum.test_factor(inverse[:, best, None] * Q) + mean
+
+
+@dataclasses.dataclass(frozen=True)
+class Spectrum:
+    """A training fold's eigendecomposition: ``w``, the eigenvalues; ``coordinates()``, ``P`` (its rows on the
+    principal axes, ``P^T P = diag(w)``, made only when leave-one-out asks); ``project(Yc, encoding, mean)``,
+    ``Q = P^T Yc``; ``unexplained(Yc, Q)``, the least-squares residual ``|Yc - P diag(1 / w) Q|^2`` over the
+    nonzero axes; ``test_factor(B)``, the test rows' decision values for coordinates ``B``."""
+
+    w: np.ndarray
+    coordinates: Callable[[], np.ndarray]
+    project: Callable[[np.ndarray, Encoding, np.ndarray], np.ndarray]
+    unexplained: Callable[[np.ndarray, np.ndarray], float]
+    test_factor: Callable[[np.ndarray], np.ndarray]
+
+    @property
+    def kept(self) -> np.ndarray:
+        return nonzero_axes(self.w)
+
+
+def nonzero_axes(w: np.ndarray) -> np.ndarray:
+    """The axes above the eigensolver's rounding (``max(w) * size * eps``): the rest carry nothing."""
+    return w > max(w.max(initial=0.0), 0.0) * w.size * np.finfo(np.float64).eps
 
 
 class FeatureSpectra:
-    """:func:`_spectrum` of any fold of dense rows with more training rows than columns, at the cost of one Gram
-    matrix of all rows: each fold's is that minus its test rows' (the folds' test rows partition the rows).
+    """The :class:`Spectrum` of any fold of dense rows with more training rows than columns, at the cost of one Gram
+    matrix of all rows, made of the test folds' (which partition the rows): a fold's is the sum less its own.
 
     The rows are centered once by their overall mean in float64 (so the subtraction loses nothing to a large
     mean); each fold is then centered and scaled by its own statistics (``StandardScaler``'s, read off the Gram
-    matrix) inside the Gram matrix and the products, so no standardized copy of a fold is made.
+    matrix) inside the Gram matrix and the products, so no standardized copy of a fold is made.  The test folds'
+    sums of ``rows^T columns`` give each fold's ``X^T Y`` without a pass over its training rows.
     """
 
-    def __init__(self, embeddings: np.ndarray) -> None:
+    def __init__(self, embeddings: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]], columns: np.ndarray,
+                 workers: int) -> None:
+        self.splits = splits
         self.offset = embeddings.mean(axis=0, dtype=np.float64)
         self.rows = np.subtract(embeddings, self.offset, dtype=np.float64)
-        self.gram, self.total = self.rows.T @ self.rows, self.rows.sum(axis=0)
 
-    def fold(self, train: np.ndarray, test: np.ndarray) -> Spectrum:
-        held = self.rows[test]
-        scatter = self.gram - held.T @ held
-        mean = (self.total - held.sum(axis=0)) / train.size
+        def cell(split: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            held = self.rows[split[1]]
+            return held.T @ held, held.sum(axis=0), held.T @ columns[split[1]]
+
+        self.cells = map_single_threaded(cell, splits, workers=workers)  # one BLAS thread each: the same bytes
+        self.gram, self.total, self.cross = (sum(parts[1:], parts[0]) for parts in zip(*self.cells))
+
+    def fold(self, index: int) -> Spectrum:
+        train, test = self.splits[index]
+        held_gram, held_total, held_cross = self.cells[index]
+        scatter = self.gram - held_gram
+        total = self.total - held_total
+        mean = total / train.size
         scatter -= train.size * np.outer(mean, mean)
         scale = standard_scale(np.diagonal(scatter) / train.size, self.offset + mean, train.size)
         w, V = np.linalg.eigh(scatter / np.outer(scale, scale))
         V /= scale[:, None]  # coefficients on the unscaled, centered rows
         shift = mean @ V
-        P = self.rows[train] @ V
-        P -= shift
+        cross = self.cross - held_cross
+
+        def coordinates() -> np.ndarray:
+            P = self.rows[train] @ V
+            P -= shift
+            return P
+
+        def project(Yc: np.ndarray, encoding: Encoding, target_mean: np.ndarray) -> np.ndarray:
+            # X_train^T Yc = rows_train^T Y - total mean_Y^T, and rows_train^T Y = cross W + total offset^T
+            return V.T @ (cross @ encoding.weights + np.outer(total, encoding.offset - target_mean))
+
+        def unexplained(Yc: np.ndarray, Q: np.ndarray) -> float:
+            # more rows than columns: the residual is of the order of |Yc|^2, so the difference loses nothing
+            kept = nonzero_axes(w)
+            return max(float(np.square(Yc).sum() - np.square(Q[kept]).sum(axis=1) @ (1.0 / w[kept])), 0.0)
 
         def through_features(B: np.ndarray) -> np.ndarray:
-            return held @ (V @ B) - shift @ B
+            return self.rows[test] @ (V @ B) - shift @ B
 
-        return w, P, through_features
+        return Spectrum(w, coordinates, project, unexplained, through_features)
 
 
 def _spectrum(fold: StandardizedFold) -> Spectrum:
-    """``(w, P, test_factor)`` of a training fold: ``P P^T`` is the centered rows' Gram matrix ``X X^T`` with
-    ``P^T P = diag(w)``, and ``test_factor(B)`` is ``T V B``: the test rows' decision values for coefficients ``V B``.
+    """The :class:`Spectrum` of a training fold that :class:`FeatureSpectra` does not take: ``P P^T`` is the
+    centered rows' Gram matrix ``X X^T``.
 
     Sparse rows with more rows than columns: ``X^T X = V diag(w) V^T`` and ``P = X V`` (RidgeCV's "cov" mode;
     dense rows take :class:`FeatureSpectra`).  Otherwise ``X X^T = U diag(w) U^T`` and ``P = U diag(sqrt(w))``
@@ -239,7 +350,7 @@ def _spectrum(fold: StandardizedFold) -> Spectrum:
         def through_features(B: np.ndarray) -> np.ndarray:
             return _dense(T @ (V @ B)) - shift @ B
 
-        return w, P, through_features
+        return _explicit(w, P, through_features)
     kernel, cross = _dense(X @ X.T), _dense(T @ X.T)
     if offset is not None:  # the kernels of the centered rows, from those of the scaled rows
         row_means, total = kernel.mean(axis=1), kernel.mean()
@@ -253,7 +364,19 @@ def _spectrum(fold: StandardizedFold) -> Spectrum:
     def through_rows(B: np.ndarray) -> np.ndarray:
         return cross @ (U @ (B / root[:, None]))
 
-    return w, U * root, through_rows
+    return _explicit(w, U * root, through_rows)
+
+
+def _explicit(w: np.ndarray, P: np.ndarray, test_factor: Callable[[np.ndarray], np.ndarray]) -> Spectrum:
+    """A :class:`Spectrum` whose coordinates ``P`` are already made (the decomposition needed them), so its
+    least-squares residual is computed row by row, exact even where the fit nearly interpolates."""
+
+    def unexplained(Yc: np.ndarray, Q: np.ndarray) -> float:
+        kept = spectrum.kept
+        return float(np.square(Yc - P[:, kept] @ (Q[kept] / w[kept, None])).sum())
+
+    spectrum = Spectrum(w, lambda: P, lambda Yc, encoding, mean: P.T @ Yc, unexplained, test_factor)
+    return spectrum
 
 
 def _dense(matrix: Any) -> np.ndarray:
