@@ -273,6 +273,69 @@ def test_model_type_and_output_rejections(tmp_path):
         TorchExtractor("t", small_model(), outputs=("a", "b"), device="cpu", progress=False).transform_many(X)
 
 
+TEXT_FIX = (r"without collate_fn the model takes numeric arrays \(fed as float32\): embed texts with HFTextExtractor "
+            r"or SentenceTransformerExtractor, or pass collate_fn=\.\.\. that builds the model input")
+
+
+def built_model() -> nn.Module:
+    """A factory that records each build: the model loads on first use."""
+    BUILT.append(small_model())
+    return BUILT[-1]
+
+
+BUILT: list[nn.Module] = []
+
+
+@pytest.mark.parametrize("layers", [None, ["0"]])
+def test_rows_that_are_not_numbers_are_named_before_the_model_loads(layers):
+    """Before: NumPy's own ValueError ("could not convert string to float: 'a tweet'", or "inhomogeneous shape"),
+    naming neither the extractor, the row nor the fix; with layers=[...] too (rows of one 4-wide token each there,
+    so the tapped Linear returns tokens to pool)."""
+    BUILT.clear()
+    extractor = TorchExtractor("t", built_model, cache_identity="built", layers=layers, batch_size=16, device="cpu",
+                               progress=False)
+    with pytest.raises(InputTypeError, match=r"TorchExtractor 't': X\[0\] is 'a tweet' \(str\); " + TEXT_FIX):
+        extractor.transform(["a tweet", "another"])
+    with pytest.raises(InputTypeError, match=r"X\[0\] is np\.str_\('a tweet'\) \(str_\); without collate_fn"):
+        extractor.transform(np.array(["a tweet", "another"]))
+    assert BUILT == []  # refused before the factory ran
+    data = X if layers is None else X[:, None, :]
+    rows = [row.tolist() for row in data]
+    rows[20] = "late text"
+    with pytest.raises(InputTypeError, match=r"TorchExtractor 't': X\[20\] is 'late text' \(str\); " + TEXT_FIX):
+        extractor.transform(rows)
+    rows[20] = data[20][..., :3].tolist()
+    with pytest.raises(InputValidationError, match=r"X rows 16\.\.31 have different shapes; pass rows of one shape "
+                                                   r"\(or collate_fn=\.\.\. that builds the model input\)"):
+        extractor.transform(rows)
+    rows[20] = data[20].tolist()
+    model = BUILT[0]
+    if layers is None:
+        np.testing.assert_allclose(extractor.transform(rows), reference(model, X), rtol=1e-5, atol=1e-6)
+    else:
+        first = X @ model[0].weight.detach().numpy().T + model[0].bias.detach().numpy()
+        np.testing.assert_allclose(extractor.transform(rows), first, rtol=1e-5, atol=1e-6)
+
+
+def test_a_text_dataset_given_to_a_torch_model_is_named_not_numpys_error():
+    """TorchExtractor declares no input kind (a collate_fn may tokenize texts), so Benchmark(...) accepts a text
+    dataset; its default collate used to fail in run() as "extractor 't' failed during fit/transform: ValueError:
+    could not convert string to float", blaming user code.  A collate_fn that reads texts still works."""
+    texts = BenchmarkDataset.from_arrays(["a red car", "a green tree"] * 20, Y,
+                                         identity=DatasetIdentity.declared("texts", "1"))
+    model = small_model()
+    with pytest.raises(InputTypeError, match=r"TorchExtractor 't': X\[0\] is 'a red car' \(str\); " + TEXT_FIX):
+        Benchmark(texts, [TorchExtractor("t", model, device="cpu", progress=False)], progress=False).run()
+    extractor = TorchExtractor("t", model, collate_fn=word_lengths, device="cpu", progress=False)
+    np.testing.assert_allclose(extractor.transform(texts.inputs),
+                               reference(model, word_lengths(list(texts.inputs)).numpy()), rtol=1e-5, atol=1e-6)
+
+
+def word_lengths(texts: list[str]) -> torch.Tensor:
+    """Four numbers per text: the lengths of its first words (0 past the last)."""
+    return torch.tensor([[float(len(w)) for w in (t.split() + [""] * 4)[:4]] for t in texts])
+
+
 def test_a_path_that_is_not_torchscript_is_named_at_construction(tmp_path):
     """A state dict (torch.save) given as the model path failed at the first batch with torch.jit.load's
     "PytorchStreamReader failed locating file constants.pkl ... corrupted" essay; a non-zip file likewise."""

@@ -94,13 +94,14 @@ def image_dataset(tmp_path_factory):
                                              identity=DatasetIdentity.content_hash("pictures"))
 
 
-def direct_states(path, images):
+def direct_states(path, images, **processor_kwargs):
     """``transformers`` itself: the processor on every image at once, one forward pass with hidden states."""
     from transformers import AutoImageProcessor, AutoModel
 
     model = AutoModel.from_pretrained(str(path)).eval()
     tower = getattr(model, "vision_model", model)
-    pixels = AutoImageProcessor.from_pretrained(str(path), backend="pil")(images=images, return_tensors="pt")
+    pixels = AutoImageProcessor.from_pretrained(str(path), backend="pil")(images=images, return_tensors="pt",
+                                                                          **processor_kwargs)
     with torch.no_grad():
         return tower(pixel_values=pixels["pixel_values"], output_hidden_states=True)
 
@@ -262,6 +263,41 @@ def test_arrays_passed_straight_follow_the_datasets_pixel_rule(vision_models):
     assert fresh.model_ is None  # refused before the model loads
 
 
+@pytest.mark.parametrize("model", ["vit", "convnext"])
+def test_images_one_or_three_pixels_high_are_read_channels_last(vision_models, model):
+    """The processor guesses the channel axis from the shape: a (3, width, 3) RGB array, 3 pixels high, embedded as
+    a width-high, 3-wide image read channels first, and a (1, width, 3) one failed inside the processor ("mean must
+    have 1 elements").  The reference is the processor called directly with input_data_format="channels_last"; an
+    image of ordinary height embeds as the processor's own guess did, as before."""
+    rng = np.random.default_rng(1)
+    strip3, strip1 = (rng.integers(0, 256, (height, 20, 3), dtype=np.uint8) for height in (3, 1))
+    normal = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+    extractor = HFVisionExtractor(model, vision_models[model], poolings=["mean", "max"], batch_size=2, device="cpu",
+                                  progress=False)
+    got = extractor.transform_many([strip3, normal, strip1])
+    explicit = direct_states(vision_models[model], [strip3, normal, strip1], input_data_format="channels_last")
+    guessed = direct_states(vision_models[model], [strip3, normal])  # the old reading
+    n_special = CASES[model][1] or 0
+    for pooling in ("mean", "max"):
+        name = f"layer{extractor.n_layers}_{pooling}"
+        np.testing.assert_allclose(got[name], pooled(explicit.hidden_states[-1], pooling, n_special), atol=1e-5,
+                                   rtol=1e-4)
+        old = pooled(guessed.hidden_states[-1], pooling, n_special)
+        np.testing.assert_allclose(got[name][1], old[1], atol=1e-5, rtol=1e-4)  # a normal image: unchanged
+        assert not np.allclose(got[name][0], old[0], atol=1e-3)  # the 3-high strip: no longer read channels first
+    # the same pixels from a dataset (PIL images, which the processor always reads channels last) agree
+    dataset = BenchmarkDataset.from_images([strip3, normal, strip1, normal], [0, 1, 0, 1],
+                                           identity=DatasetIdentity.declared("strips", "1"))
+    for name, values in extractor.transform_many(dataset.inputs).items():
+        np.testing.assert_allclose(values[:3], got[name], atol=1e-5, rtol=1e-4)
+
+
+def pooled(states: torch.Tensor, pooling: str, n_special: int) -> np.ndarray:
+    """Mean or max over the patch tokens (after the CLS and register tokens), or over a feature map's positions."""
+    patches = states.flatten(2).transpose(1, 2) if states.ndim == 4 else states[:, n_special:]
+    return (patches.mean(1) if pooling == "mean" else patches.amax(1)).numpy()
+
+
 def test_benchmark_profiles_and_cache_statuses(vision_models, image_dataset, tmp_path):
     """Cold run measures and stores every output from one extraction; the warm run is served from the store."""
     cache = CacheConfig(store=str(tmp_path / "cache"))
@@ -323,6 +359,21 @@ def test_image_text_zero_shot_top1_equals_the_projected_cosine_argmax(vision_mod
     assert result.confusion_matrix == confusion.tolist()
     assert result.scores["top1_accuracy"] == pytest.approx(float((predicted == truth).mean()))
     assert result.embedding["samples"]["modality"] == "image" and result.embedding["prompts"]["modality"] == "text"
+
+
+def test_image_text_encoder_reads_a_three_pixel_high_image_channels_last(vision_models):
+    """Its samples go through the same pixel_values as HFVisionExtractor's (read channels first before)."""
+    from transformers import AutoImageProcessor, AutoModel
+
+    strip = np.random.default_rng(2).integers(0, 256, (3, 20, 3), dtype=np.uint8)
+    path = str(vision_models["clip"])
+    pixels = AutoImageProcessor.from_pretrained(path, backend="pil")(images=[strip], return_tensors="pt",
+                                                                     input_data_format="channels_last")
+    with torch.no_grad():
+        image = AutoModel.from_pretrained(path).eval().get_image_features(pixel_values=pixels["pixel_values"])
+    encoder = ImageTextEncoder("clip", path, device="cpu", progress=False)
+    np.testing.assert_allclose(encoder.encode_samples([strip]), getattr(image, "pooler_output", image).numpy(),
+                               atol=1e-5, rtol=1e-4)
 
 
 def test_image_text_encoder_rejects_a_single_tower_checkpoint(vision_models):

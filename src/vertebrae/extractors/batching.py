@@ -63,6 +63,26 @@ def take_rows(X: Any, rows: np.ndarray) -> Any:
     return X[rows] if hasattr(X, "shape") else [X[int(i)] for i in rows]
 
 
+def float_rows(batch: Any, rows: np.ndarray, *, where: str, argument: str, builds: str, texts: str) -> np.ndarray:
+    """The rows as one float32 array: the default input of the ONNX and torch extractors.  NumPy's refusal ("could
+    not convert string to float", "inhomogeneous shape") names neither the row nor the fix, so the first row that is
+    not numbers is named here, with the extractors that embed ``texts`` and the ``argument`` (a function that
+    ``builds`` the model input) that replaces this default."""
+    try:
+        return np.asarray(batch, dtype=np.float32)
+    except (TypeError, ValueError):
+        pass
+    for row, item in zip(rows, batch):
+        try:
+            np.asarray(item, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InputTypeError(f"{where}: X[{row}] is {item!r:.60} ({type(item).__name__}); without {argument} the "
+                                 f"model takes numeric arrays (fed as float32): embed texts with {texts}, or pass "
+                                 f"{argument}=... that builds {builds}") from None
+    raise InputValidationError(f"{where}: X rows {rows[0]}..{rows[-1]} have different shapes; pass rows of one "
+                               f"shape (or {argument}=... that builds {builds})")
+
+
 def check_texts(X: Any, *, where: str) -> list[str]:
     """Text extractors take a sequence of ``str``; anything else fails before the model loads."""
     n_inputs(X, where=where)

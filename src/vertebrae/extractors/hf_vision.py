@@ -99,9 +99,14 @@ def load_processor(model_dir: Path, backend: str, *, where: str) -> Any:
 
 def pixel_values(processor: Any, X: Any, rows: np.ndarray, device: Any) -> Any:
     """The processor's ``pixel_values`` for the images at ``rows`` (loaded now: one batch in memory); a PIL image
-    passed directly is turned upright and made RGB by the datasets' loading rule (``LOADER``)."""
+    passed directly is turned upright and made RGB by the datasets' loading rule (``LOADER``).
+
+    Every image is channels-last RGB by now (a PIL image, or an array through :func:`check_images`), and the
+    processor is told so: left to guess from the shape, it reads an array only 1 or 3 pixels high, ``(1|3, width,
+    3)``, as channels first (a 3-high image became a ``width``-high, 3-wide one; a 1-high one failed in it)."""
     images = [upright(image).convert("RGB") if hasattr(image, "convert") else image for image in take_rows(X, rows)]
-    return to_device(dict(processor(images=images, return_tensors="pt")), device)["pixel_values"]
+    processed = processor(images=images, return_tensors="pt", input_data_format="channels_last")
+    return to_device(dict(processed), device)["pixel_values"]
 
 
 def check_processor_backend(backend: Any, *, where: str) -> str:
@@ -168,7 +173,8 @@ class HFVisionExtractor(LayerPoolingExtractor):
     SigLIP checkpoint contributes its vision tower.  ``processor_backend`` fixes how the image processor resizes (``"pil"`` by default).
     """
 
-    version = 1
+    #: 2: arrays 1 or 3 pixels high are read channels-last (they were read as channels first).
+    version = 2
     computes_with = ("torch", "transformers", "pillow")
     #: The raw inputs it reads: ``Benchmark`` refuses a dataset of another kind before any model loads.
     input_modality = "image"

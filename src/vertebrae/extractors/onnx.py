@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ConfigError, DependencyError, ExtractorError, InputTypeError, InputValidationError
 from .._base.extras import install_hint
 from .base import check_cache_identity
-from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
+from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, float_rows, n_inputs, take_rows
 from .model_identity import check_paths, files_sha256, function_identity, onnx_model_files, trusted_function
 
 
@@ -70,7 +70,7 @@ class ONNXExtractor(BatchedExtractor):
         where = f"ONNXExtractor {self.name!r}"
         n_rows = n_inputs(X, where=where)
         if self.input_fn is None:  # a text in the first row fails here, before the model loads
-            float_rows(take_rows(X, np.arange(1)), np.arange(1), where=where)
+            self._feed(take_rows(X, np.arange(1)), np.arange(1))
         session = self.load()
         inputs = [i.name for i in session.get_inputs()]
         shapes = {i.name: i.shape for i in session.get_inputs()}
@@ -86,7 +86,7 @@ class ONNXExtractor(BatchedExtractor):
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
             batch = take_rows(X, rows)
-            feeds = self.input_fn(batch) if self.input_fn else {inputs[0]: float_rows(batch, rows, where=where)}
+            feeds = self.input_fn(batch) if self.input_fn else {inputs[0]: self._feed(batch, rows)}
             check_feeds(feeds, shapes, rows, where=where)
             produced = dict(zip(fetch, session.run(fetch, dict(feeds))))
             if self.output_fn is not None:
@@ -96,23 +96,10 @@ class ONNXExtractor(BatchedExtractor):
 
         return self._stream(n_rows, embed)
 
-
-def float_rows(batch: Any, rows: np.ndarray, *, where: str) -> np.ndarray:
-    """The rows as one float32 array (the default feed).  NumPy's refusal ("could not convert string to float")
-    names neither the row nor the fix, so the first row that is not numbers is named here."""
-    try:
-        return np.asarray(batch, dtype=np.float32)
-    except (TypeError, ValueError):
-        pass
-    for row, item in zip(rows, batch):
-        try:
-            np.asarray(item, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise InputTypeError(f"{where}: X[{row}] is {item!r:.60} ({type(item).__name__}); without input_fn the "
-                                 "model takes numeric arrays (fed as float32): embed texts with ONNXTextExtractor, "
-                                 "or pass input_fn=... that builds the feeds") from None
-    raise InputValidationError(f"{where}: X rows {rows[0]}..{rows[-1]} have different shapes; pass rows of one "
-                               "shape (or an input_fn=... that builds the feeds)")
+    def _feed(self, batch: Any, rows: np.ndarray) -> np.ndarray:
+        """The default feed: the rows as float32, with a row that is not numbers named (:func:`float_rows`)."""
+        return float_rows(batch, rows, where=f"ONNXExtractor {self.name!r}", argument="input_fn",
+                          builds="the feeds", texts="ONNXTextExtractor")
 
 
 def check_providers(providers: Any, *, where: str) -> list[str]:

@@ -12,6 +12,7 @@ without importing torch so that a cache hit never loads the model.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import itertools
@@ -30,7 +31,7 @@ from .._base.config import check_bool
 from .._base.extras import install_hint
 from .._base.fingerprint import callable_name
 from .base import check_cache_identity
-from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, n_inputs, take_rows
+from .batching import SINGLE_OUTPUT, BatchedExtractor, check_outputs, float_rows, n_inputs, take_rows
 from .model_identity import check_paths, files_sha256, function_identity, trusted_function
 from .module_taps import check_layer_names, check_layers_exist, check_tap_poolings, pool_tap, tap_tensor, tapped
 
@@ -152,14 +153,16 @@ def to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def default_collate(batch: Any) -> Any:
-    """Rows as one float32 tensor: a tensor slice stays, a list of tensors is stacked, arrays are converted."""
+def default_collate(batch: Any, floats: Callable[[Any], np.ndarray] | None = None) -> Any:
+    """Rows as one float32 tensor: a tensor slice stays, a list of tensors is stacked, anything else becomes
+    ``floats(batch)`` (default: ``np.asarray(batch, dtype=np.float32)``), so that a caller can name a row that is
+    not numbers (``TorchExtractor`` does, with :func:`~vertebrae.extractors.batching.float_rows`)."""
     torch = import_torch()
     if isinstance(batch, torch.Tensor):
         return batch
     if isinstance(batch, list) and batch and isinstance(batch[0], torch.Tensor):
         return torch.stack(batch)
-    return torch.as_tensor(np.asarray(batch, dtype=np.float32))
+    return torch.as_tensor(np.asarray(batch, dtype=np.float32) if floats is None else floats(batch))
 
 
 def call_model(model: Any, inputs: Any) -> Any:
@@ -309,22 +312,22 @@ class TorchExtractor(BatchedExtractor):
     def _embed_all(self, X: Any) -> dict[str, np.ndarray]:
         where = f"TorchExtractor {self.name!r}"
         n_rows = n_inputs(X, where=where)
+        if self.collate_fn is None:  # a text in the first row fails here, before the model loads
+            self._collate(take_rows(X, np.arange(1)), np.arange(1))
         model = self.load()
         device = resolve_device(self.device, where=where)
-        collate = self.collate_fn or default_collate
 
         if self.layers is not None:
-            return self._embed_taps(X, n_rows, model, device, collate)
+            return self._embed_taps(X, n_rows, model, device)
 
         def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
-            raw = call_model(model, to_device(collate(take_rows(X, rows)), device))
+            raw = call_model(model, to_device(self._collate(take_rows(X, rows), rows), device))
             return self._named_outputs(raw if self.output_fn is None else self.output_fn(raw))
 
         with frozen(model, device, inference_mode=self.inference_mode):
             return self._stream(n_rows, embed)
 
-    def _embed_taps(self, X: Any, n_rows: int, model: Any, device: Any, collate: Callable[[Any], Any]
-                    ) -> dict[str, np.ndarray]:
+    def _embed_taps(self, X: Any, n_rows: int, model: Any, device: Any) -> dict[str, np.ndarray]:
         """One forward pass per batch; each tapped module's output pooled into its outputs."""
         where = f"TorchExtractor {self.name!r}"
         layers = self.layers or ()
@@ -333,13 +336,23 @@ class TorchExtractor(BatchedExtractor):
             def embed(rows: np.ndarray) -> dict[str, np.ndarray]:
                 for captured in seen.values():
                     captured.clear()
-                inputs = to_device(collate(take_rows(X, rows)), device)
+                inputs = to_device(self._collate(take_rows(X, rows), rows), device)
                 call_model(model, inputs)
                 tensors = {layer: tap_tensor(layer, seen[layer], where=where) for layer in layers}
                 return {name: to_numpy(pool_tap(layer, tensors[layer], pooling, inputs, where=where).float())
                         for name, (layer, pooling) in zip(self.outputs or (), self.pairs)}
 
             return self._stream(n_rows, embed)
+
+    def _collate(self, batch: Any, rows: np.ndarray) -> Any:
+        """The model input for the dataset rows ``rows``: ``collate_fn(batch)``, or the default collate, which names
+        a row that is not numbers (a text, say) and the fix, where NumPy's "could not convert string to float"
+        names neither."""
+        if self.collate_fn is not None:
+            return self.collate_fn(batch)
+        return default_collate(batch, functools.partial(
+            float_rows, rows=rows, where=f"TorchExtractor {self.name!r}", argument="collate_fn",
+            builds="the model input", texts="HFTextExtractor or SentenceTransformerExtractor"))
 
     def _output_metadata(self) -> dict[str, dict[str, Any]]:
         """A tapped output's module (the ``hidden_layer`` field) and pooling."""

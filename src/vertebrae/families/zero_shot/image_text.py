@@ -40,7 +40,9 @@ class ImageTextEncoder:
     """Images through the vision tower, prompts through the text tower, both projected into the shared space."""
 
     modalities = {"samples": "image", "prompts": "text"}
-    version = 1
+    #: 2: sample arrays 1 or 3 pixels high are read channels-last (:func:`pixel_values`; they were read as channels
+    #: first).
+    version = 2
     computes_with = ("torch", "transformers", "tokenizers", "pillow")
     #: Only the progress bar: bitwise-identical embeddings either way (tests/test_key_completeness.py).
     speed_only = ("progress",)
