@@ -275,7 +275,7 @@ def test_probes_plug_into_the_metric_protocol():
         assert metric.higher_is_better and metric.aggregate_valid and metric.supported_target_types == target_types
         for target_type in target_types:
             check_metric(metric, "metrics[0]", target_type)
-    assert ridge.identity() == {"type": "ridge_probe", "version": 2, "n_splits": 5, "alphas": [1.0, 10.0],
+    assert ridge.identity() == {"type": "ridge_probe", "version": 3, "n_splits": 5, "alphas": [1.0, 10.0],
                                 "max_dense_bytes": 2**30, "name": "ridge_probe"}
     assert LDAProbeMetric().identity()["type"] == "lda_probe"
     assert RidgeProbeMetric().reference == "ridge classifier probe"

@@ -132,7 +132,7 @@ def test_C_auto_with_a_class_too_small_for_the_inner_folds_is_refused_before_any
     # 2 rows with n_splits=5: a training fold keeps 1, so an inner fold trains on class 0 alone (it failed mid-run)
     data, rows, _ = small_class(2)
     message = (r"C='auto' chooses C by 3-fold cross-validation inside each of the n_splits=5 training folds, but class "
-               r"'vk:int:1' has 2 row\(s\), so a training fold keeps 1 of them.*it needs 3 rows with n_splits=5.*lower "
+               r"1 has 2 row\(s\), so a training fold keeps 1 of them.*it needs 3 rows with n_splits=5.*lower "
                r"n_splits.*pass a fixed C \(e.g. C=1.0\) or add rows")
     with pytest.raises(ConfigError, match=r"^metrics\[0\] \(linear_probe\): " + message + ".*checked before"):
         Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(C="auto")])
@@ -151,6 +151,20 @@ def test_a_preflight_error_names_the_position_the_metric_was_given_at():
                   metrics=[OverlapMetric(), KNNMetric(k=3), LinearProbeMetric(C="auto", name="strict")])
     with pytest.raises(ConfigError, match=r"^referee \(linear_probe\): C='auto' chooses C by 3-fold"):
         Benchmark(data, [CallableExtractor("slow", slow_identity)], referee=LinearProbeMetric(C="auto"))
+
+
+@pytest.mark.parametrize("small, shown", [(1, "1"), ("dog", "'dog'"), ("1", "'1'")])
+def test_probe_messages_name_classes_by_the_users_label_not_the_internal_key(small, shown):
+    # a run hands metrics marked keys ('vk:int:1'); the messages show the label as the user gave it
+    labels = np.array([0 if isinstance(small, int) else "cat"] * 20 + [small] * 2, dtype=object)
+    rows = np.random.default_rng(1).normal(size=(22, 3)) + (labels == small)[:, None]
+    data = BenchmarkDataset.from_embeddings(rows, labels, identity=DatasetIdentity.declared("pets", "1"))
+    with pytest.raises(ConfigError, match=rf"but class {shown} has 2 row\(s\), so a training fold keeps 1"):
+        Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(C="auto")])
+    marked, metadata, _ = metric_inputs(data.targets)
+    assert "vk:" in marked[0]
+    payload = LinearProbeMetric()(rows, marked, target_metadata=metadata, seed=0)
+    assert f"class(es) [{shown}] have fewer rows than n_splits=5, so some test folds lack them" in payload["warnings"]
 
 
 def test_C_auto_on_the_boundary_class_size_runs():

@@ -97,7 +97,7 @@ class LinearProbeMetric(Config):
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
 
-    #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py);
+    #: Bumped when the same settings give other bytes: 2 = solved to the exact optimum (probe_solver.py);
     #: 3 = one BLAS thread per fold, the last Newton step's conjugate gradients stopped at the tolerance and
     #: Hessian-vector products in float32 (the optimum is the same to the tolerance; the bytes are not);
     #: 4 = ``C="auto"``'s inner paths start each ``C`` from the previous optimum moved along the path's tangent, and
@@ -106,8 +106,9 @@ class LinearProbeMetric(Config):
     #: ``[Z, 1]`` (the intercept's row included) and CG's inner products are BLAS dot products, updated in place
     #: (the same optima to the tolerance; a few CG steps differ), and ``C="auto"`` records ``inner_scores``; 6 = a
     #: sparse column's variance is StandardScaler's corrected two-pass sum (a dense constant column of a CSR matrix
-    #: was scaled by its rounding noise) and a scale below 10 eps is kept, as StandardScaler keeps it.
-    version: ClassVar[int] = 6
+    #: was scaled by its rounding noise) and a scale below 10 eps is kept, as StandardScaler keeps it; 7 = the fold
+    #: notes name classes by the user's label (``1``, not ``'vk:int:1'``; the scores are version 6's).
+    version: ClassVar[int] = 7
 
     def fold_workers(self, n_folds: int) -> int:
         """Threads fitting folds at once (:func:`~vertebrae._base.threads.thread_workers`); one on a GPU."""
@@ -244,7 +245,7 @@ class LinearProbeMetric(Config):
             raise MetricError(f"metric {self.name!r}: every class has fewer rows than n_splits={self.n_splits} (the "
                               f"largest has {counts.max()}); lower n_splits to at most {counts.max()}")
         self._check_inner_folds(targets, codes, n)
-        small = [targets.names[j] for j in np.flatnonzero(counts < self.n_splits)]
+        small = [targets.labels[j] for j in np.flatnonzero(counts < self.n_splits)]
         return [] if not small else [f"class(es) {small[:5]} have fewer rows than n_splits={self.n_splits}, so some "
                                      "test folds lack them"]
 
@@ -264,8 +265,8 @@ class LinearProbeMetric(Config):
         depends on the seed)."""
         if self.C != "auto" or targets.target_type == "regression":
             return
-        fix = (f"lower n_splits (each training fold keeps (n_splits - 1) / n_splits of the rows), pass a fixed C "
-               f"(e.g. C=1.0) or add rows")
+        fix = ("lower n_splits (each training fold keeps (n_splits - 1) / n_splits of the rows), pass a fixed C "
+               "(e.g. C=1.0) or add rows")
         head = f"metric {self.name!r}: C='auto' chooses C by {INNER_SPLITS}-fold cross-validation inside each of " \
                f"the n_splits={self.n_splits} training folds, but "
         if codes is not None:
@@ -298,7 +299,7 @@ class LinearProbeMetric(Config):
                 if short is None:  # one class in all: the outer fit refuses it (fit_fold)
                     return
                 needed = next(c for c in range(2, n + 2) if c - -(-c // self.n_splits) >= 2)
-                raise MetricError(head + f"class {targets.names[short]!r} has {counts[short]} row(s), so a training "
+                raise MetricError(head + f"class {targets.labels[short]!r} has {counts[short]} row(s), so a training "
                                   f"fold keeps {kept[short]} of them and an inner fold can train on one class "
                                   f"only; it needs {needed} rows with n_splits={self.n_splits} (2 in every "
                                   "training fold); " + fix)
