@@ -62,7 +62,8 @@ class LDAProbeMetric(SameFoldsPreflight, Config):
     #: (equal to scikit-learn's to rounding; the bytes differ from version 2's); 4 = StandardScaler's rule for
     #: constant columns reads each column's mean where the scaler sees it (a near-constant column with a large offset
     #: was scaled by 1e8), and a column holding one value in a class's training rows has variance 0 exactly; 5 =
-    #: LinearProbeMetric's fold notes (its version 7: classes by the user's label; the same scores).
+    #: LinearProbeMetric's fold notes (its version 7: classes by the user's label, classes of one row noted; the
+    #: same scores).
     version: ClassVar[int] = 5
 
     def _validate(self) -> None:

@@ -73,7 +73,7 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
     speed_only = ("n_jobs",)
     #: Bumped when the same settings give other bytes: 2 = StandardScaler's rule for constant columns reads each
     #: fold's raw column mean (a near-constant column with a large offset was scaled by 1e8); 3 = LinearProbeMetric's
-    #: fold notes (its version 7: classes by the user's label; the same scores).
+    #: fold notes (its version 7: classes by the user's label, classes of one row noted; the same scores).
     version: ClassVar[int] = 3
 
     def _validate(self) -> None:
