@@ -299,6 +299,25 @@ def test_lda_with_groups_uses_group_folds():
     assert sorted(len(shrinkages) for shrinkages in got["diagnostics"]["shrinkage"]) == [2, 3, 3, 3, 3]
 
 
+# ------------------------------------------------------------------------------------- a class of one row
+def test_a_class_of_one_row_is_scored_or_refused_as_the_linear_probe_does():
+    """The closed-form probes share LinearProbeMetric's fold checks: a class of one row beside two other classes is
+    scored (equal to scikit-learn on the same folds) with the same note; beside one class it is refused up front."""
+    y = np.repeat([0, 1, 2], [20, 20, 1])
+    X, _ = _classes(41, 4, 1, seed=5)
+    X += y[:, None]
+    note = ("class(es) [2] have one row each, so the probe tested on such a row was trained without its class and "
+            "cannot predict it")
+    got, _ = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=1)
+    assert note in got["warnings"]
+    got, _ = _check_lda(X, y, seed=1)
+    assert note in got["warnings"]
+    for metric in (RidgeProbeMetric(), LDAProbeMetric()):
+        with pytest.raises(MetricError, match=rf"^metric '{metric.name}': class\(es\) 1 \(1 row\(s\)\) sit in one "
+                                              r"test fold, so its training fold holds class 0 alone"):
+            metric(X[:21], _labels(y[:21]), target_metadata=SINGLE, seed=0)
+
+
 # ------------------------------------------------------------------------------------------ rejections
 def test_lda_rejects_other_target_types_and_sparse_input_naming_the_fix():
     X, y = _classes(60, 5, 2, seed=0)

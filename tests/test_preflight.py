@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from vertebrae import (Benchmark, BenchmarkDataset, CallableExtractor, DatasetIdentity, KNNMetric, LDAProbeMetric,
-                       LinearProbeMetric, PrecomputedExtractor, RidgeProbeMetric, SklearnExtractor)
-from vertebrae.errors import ConfigError, ConfigTypeError, InputTypeError, InputValidationError
+                       LinearProbeMetric, OverlapMetric, PrecomputedExtractor, RidgeProbeMetric, SklearnExtractor)
+from vertebrae.errors import ConfigError, ConfigTypeError, InputTypeError, InputValidationError, MetricError
 from vertebrae.extractors.compression import EmbeddingCompressionConfig
+from vertebrae.scoring.metrics import metric_inputs
 
 X = np.random.default_rng(0).normal(size=(60, 5)) + np.repeat(np.arange(3), 20)[:, None]
 y = np.repeat([0, 1, 2], 20)
@@ -91,17 +92,20 @@ def test_a_precomputed_extractor_without_a_matrix_on_a_text_dataset_is_refused()
 
 # ---------------------------------------------------------------- item 3: metric settings that fit no embedding
 @pytest.mark.parametrize("metric, message", [
-    (LinearProbeMetric(n_splits=30), r"metric 'linear_probe': every class has fewer rows than n_splits=30 \(the "
-                                     r"largest has 20\); lower n_splits to at most 20"),
-    (RidgeProbeMetric(n_splits=30), r"metric 'ridge_probe': every class has fewer rows than n_splits=30"),
-    (LDAProbeMetric(n_splits=1000), r"metric 'lda_probe': 60 rows cannot make n_splits=1000 folds; lower n_splits"),
-    (KNNMetric(k=500), r"metric 'knn': k=500 reaches every candidate neighbour of every row \(at most 59 of the 60 "
-                       r"rows\).*lower k below 59"),
-    (KNNMetric(k=59), r"metric 'knn': k=59 reaches every candidate"),
+    (LinearProbeMetric(n_splits=30), r"every class has fewer rows than n_splits=30 \(the largest has 20\); lower "
+                                     r"n_splits to at most 20"),
+    (RidgeProbeMetric(n_splits=30), r"every class has fewer rows than n_splits=30"),
+    (LDAProbeMetric(n_splits=1000), r"60 rows cannot make n_splits=1000 folds; lower n_splits"),
+    (KNNMetric(k=500), r"k=500 reaches every candidate neighbour of every row \(at most 59 of the 60 rows\).*lower k "
+                       r"below 59"),
+    (KNNMetric(k=59), r"k=59 reaches every candidate"),
 ])
 def test_metric_settings_no_embedding_could_satisfy_are_refused_before_any_extractor_runs(metric, message):
-    with pytest.raises(ConfigError, match=message + r".*checked before any ran"):
+    # named by the argument to change, as Benchmark's other checks name it; a direct call names the metric
+    with pytest.raises(ConfigError, match=rf"^metrics\[0\] \({metric.name}\): {message}.*checked before any ran"):
         Benchmark(dataset(), [CallableExtractor("slow", slow_identity)], metrics=[metric])
+    with pytest.raises(MetricError, match=rf"^metric '{metric.name}': {message}"):
+        metric.preflight(y)
 
 
 def test_group_folds_and_the_referee_are_checked_too():
@@ -112,7 +116,7 @@ def test_group_folds_and_the_referee_are_checked_too():
     with pytest.raises(ConfigError, match=r"k=40 reaches every candidate neighbour of every row \(at most 40 of the "
                                           r"60 rows in other groups\)"):
         Benchmark(grouped, [CallableExtractor("slow", slow_identity)], metrics=[KNNMetric(k=40)])
-    with pytest.raises(ConfigError, match=r"every class has fewer rows than n_splits=30"):
+    with pytest.raises(ConfigError, match=r"^referee \(linear_probe\): every class has fewer rows than n_splits=30"):
         Benchmark(dataset(), [CallableExtractor("slow", slow_identity)], referee=LinearProbeMetric(n_splits=30))
 
 
@@ -126,13 +130,41 @@ def small_class(n_small: int) -> tuple[BenchmarkDataset, np.ndarray, np.ndarray]
 
 def test_C_auto_with_a_class_too_small_for_the_inner_folds_is_refused_before_any_extractor_runs():
     # 2 rows with n_splits=5: a training fold keeps 1, so an inner fold trains on class 0 alone (it failed mid-run)
-    data, _, _ = small_class(2)
-    with pytest.raises(ConfigError, match=r"metric 'linear_probe': C='auto' chooses C by 3-fold cross-validation "
-                                          r"inside each of the n_splits=5 training folds, but class 'vk:int:1' has 2 row\(s\), "
-                                          r"so a training fold keeps 1 of them.*it needs 3 rows with n_splits=5.*"
-                                          r"lower n_splits.*pass a fixed C \(e.g. C=1.0\) or add rows.*checked before"):
+    data, rows, _ = small_class(2)
+    message = (r"C='auto' chooses C by 3-fold cross-validation inside each of the n_splits=5 training folds, but class "
+               r"1 has 2 row\(s\), so a training fold keeps 1 of them.*it needs 3 rows with n_splits=5.*lower "
+               r"n_splits.*pass a fixed C \(e.g. C=1.0\) or add rows")
+    with pytest.raises(ConfigError, match=r"^metrics\[0\] \(linear_probe\): " + message + ".*checked before"):
         Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(C="auto")])
+    marked, metadata, _ = metric_inputs(data.targets)
+    with pytest.raises(MetricError, match=r"^metric 'linear_probe': " + message):  # a direct call: no argument to name
+        LinearProbeMetric(C="auto")(rows, marked, target_metadata=metadata)
     Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(C=1.0)])  # no inner folds
+
+
+def test_a_preflight_error_names_the_position_the_metric_was_given_at():
+    # an OverlapMetric listed before it counts (the user's list, not the custom metrics left after it); the referee
+    # is named as the referee
+    data, _, _ = small_class(2)
+    with pytest.raises(ConfigError, match=r"^metrics\[2\] \(strict\): C='auto' chooses C by 3-fold"):
+        Benchmark(data, [CallableExtractor("slow", slow_identity)],
+                  metrics=[OverlapMetric(), KNNMetric(k=3), LinearProbeMetric(C="auto", name="strict")])
+    with pytest.raises(ConfigError, match=r"^referee \(linear_probe\): C='auto' chooses C by 3-fold"):
+        Benchmark(data, [CallableExtractor("slow", slow_identity)], referee=LinearProbeMetric(C="auto"))
+
+
+@pytest.mark.parametrize("small, shown", [(1, "1"), ("dog", "'dog'"), ("1", "'1'")])
+def test_probe_messages_name_classes_by_the_users_label_not_the_internal_key(small, shown):
+    # a run hands metrics marked keys ('vk:int:1'); the messages show the label as the user gave it
+    labels = np.array([0 if isinstance(small, int) else "cat"] * 20 + [small] * 2, dtype=object)
+    rows = np.random.default_rng(1).normal(size=(22, 3)) + (labels == small)[:, None]
+    data = BenchmarkDataset.from_embeddings(rows, labels, identity=DatasetIdentity.declared("pets", "1"))
+    with pytest.raises(ConfigError, match=rf"but class {shown} has 2 row\(s\), so a training fold keeps 1"):
+        Benchmark(data, [CallableExtractor("slow", slow_identity)], metrics=[LinearProbeMetric(C="auto")])
+    marked, metadata, _ = metric_inputs(data.targets)
+    assert "vk:" in marked[0]
+    payload = LinearProbeMetric()(rows, marked, target_metadata=metadata, seed=0)
+    assert f"class(es) [{shown}] have fewer rows than n_splits=5, so some test folds lack them" in payload["warnings"]
 
 
 def test_C_auto_on_the_boundary_class_size_runs():

@@ -196,6 +196,38 @@ def test_metric_fold_scores_equal_cross_val_score_of_the_converged_pipeline():
     assert payload["diagnostics"]["fold_scores"] == pytest.approx(expected, abs=1e-12)
 
 
+ONE_ROW_NOTE = ("class(es) [2] have one row each, so the probe tested on such a row was trained without its class and "
+                "cannot predict it")
+
+
+def test_a_class_of_one_row_scores_as_cross_val_score_does_or_is_refused_before_any_fit():
+    """A class of one row sits in one test fold, so the training fold beside it lacks the class.  With two other
+    classes every training fold still holds two: scikit-learn scores it, and so does the probe, with a note.  With
+    one other class that training fold holds a single class: cross_val_score fails on it mid-run, the probe refuses
+    it up front (its preflight too), naming the class, its rows and the fix, with a fixed C and with C="auto"."""
+    y = np.repeat([0, 1, 2], [20, 20, 1])
+    X = np.random.default_rng(3).normal(size=(y.size, 4)) + y[:, None]
+    payload = LinearProbeMetric()(X, _labels(y), target_metadata=SINGLE, seed=1)
+    expected = _reference_scores(make_pipeline(StandardScaler(), _tight()), X, y,
+                                 StratifiedKFold(5, shuffle=True, random_state=1), "balanced_accuracy")
+    assert payload["diagnostics"]["fold_scores"] == pytest.approx(expected, abs=1e-12)
+    assert ONE_ROW_NOTE in payload["warnings"]
+
+    X, y = X[:21], y[:21]  # class 0 (20 rows) and class 1 (1 row)
+    with pytest.raises(ValueError, match="only one class"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cross_val_score(make_pipeline(StandardScaler(), LogisticRegression()), X, y,
+                        cv=StratifiedKFold(5, shuffle=True, random_state=0), error_score="raise")
+    refusal = (r"^metric 'linear_probe': class\(es\) 1 \(1 row\(s\)\) sit in one test fold, so its training fold "
+               r"holds class 0 alone, and a probe needs two classes to train; drop those classes' rows or add rows to "
+               r"them")
+    for metric in (LinearProbeMetric(), LinearProbeMetric(n_splits=2), LinearProbeMetric(C="auto")):
+        with pytest.raises(MetricError, match=refusal):
+            metric(X, _labels(y), target_metadata=SINGLE, seed=0)
+        with pytest.raises(MetricError, match=refusal):
+            metric.preflight(_labels(y), target_metadata=SINGLE)
+
+
 def test_repeats_keep_the_first_repeat_and_reshuffle_the_rest():
     X, y = _classes(150, 6, 3, seed=9)
     once = LinearProbeMetric(n_splits=3)(X, _labels(y), target_metadata=SINGLE, seed=5)

@@ -232,3 +232,15 @@ def unmark(marked: str) -> str:
     if not marked.startswith(KEY_MARKER):
         raise InputValidationError(f"{marked!r} is not a marked semantic label key (expected prefix {KEY_MARKER!r})")
     return marked[len(KEY_MARKER):]
+
+
+def label_value(label: Any) -> Any:
+    """The user's own label behind a label a metric receives, for messages: a marked key decoded (``'vk:int:1'``
+    -> ``1``), so a message names the class as the user wrote it; anything else (a raw label of a direct metric
+    call, or text that only looks marked) as it is."""
+    if not isinstance(label, str) or not label.startswith(KEY_MARKER):
+        return label
+    try:
+        return decode_key(unmark(label))
+    except (ValueError, ArithmeticError):  # not a key of any kind (decimal.InvalidOperation is an ArithmeticError)
+        return label

@@ -56,13 +56,15 @@ class LDAProbeMetric(SameFoldsPreflight, Config):
     #: Folds are fitted on ``n_jobs`` threads, each on one BLAS thread, so the bytes are the same whatever the worker
     #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
     speed_only = ("n_jobs",)
-    #: Bumped when the same settings give other scores: 2 = each fold's StandardScaler statistics and class
+    #: Bumped when the same settings give other bytes: 2 = each fold's StandardScaler statistics and class
     #: covariances read off the per-class Gram matrices, no standardized copy of the fold; 3 = those Gram matrices
     #: summed from the held-out rows' (one per fold) and each fold's covariance accumulated before its scaling
     #: (equal to scikit-learn's to rounding; the bytes differ from version 2's); 4 = StandardScaler's rule for
     #: constant columns reads each column's mean where the scaler sees it (a near-constant column with a large offset
-    #: was scaled by 1e8), and a column holding one value in a class's training rows has variance 0 exactly.
-    version: ClassVar[int] = 4
+    #: was scaled by 1e8), and a column holding one value in a class's training rows has variance 0 exactly; 5 =
+    #: LinearProbeMetric's fold notes (its version 7: classes by the user's label, classes of one row noted; the
+    #: same scores).
+    version: ClassVar[int] = 5
 
     def _validate(self) -> None:
         owner = type(self).__name__

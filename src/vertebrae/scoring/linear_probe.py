@@ -97,7 +97,7 @@ class LinearProbeMetric(Config):
         if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError(f"{owner}.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
 
-    #: Bumped when the same settings give other scores: 2 = solved to the exact optimum (probe_solver.py);
+    #: Bumped when the same settings give other bytes: 2 = solved to the exact optimum (probe_solver.py);
     #: 3 = one BLAS thread per fold, the last Newton step's conjugate gradients stopped at the tolerance and
     #: Hessian-vector products in float32 (the optimum is the same to the tolerance; the bytes are not);
     #: 4 = ``C="auto"``'s inner paths start each ``C`` from the previous optimum moved along the path's tangent, and
@@ -106,8 +106,10 @@ class LinearProbeMetric(Config):
     #: ``[Z, 1]`` (the intercept's row included) and CG's inner products are BLAS dot products, updated in place
     #: (the same optima to the tolerance; a few CG steps differ), and ``C="auto"`` records ``inner_scores``; 6 = a
     #: sparse column's variance is StandardScaler's corrected two-pass sum (a dense constant column of a CSR matrix
-    #: was scaled by its rounding noise) and a scale below 10 eps is kept, as StandardScaler keeps it.
-    version: ClassVar[int] = 6
+    #: was scaled by its rounding noise) and a scale below 10 eps is kept, as StandardScaler keeps it; 7 = the fold
+    #: notes name classes by the user's label (``1``, not ``'vk:int:1'``) and note classes of one row (the scores
+    #: are version 6's).
+    version: ClassVar[int] = 7
 
     def fold_workers(self, n_folds: int) -> int:
         """Threads fitting folds at once (:func:`~vertebrae._base.threads.thread_workers`); one on a GPU."""
@@ -225,7 +227,8 @@ class LinearProbeMetric(Config):
                              "fold_train_sizes": [int(train.size) for train, _ in splits]}}
 
     def fold_notes(self, targets: MetricTargets, codes: np.ndarray | None, n: int) -> list[str]:
-        """Fail when the folds cannot be made; note classes too small to appear in every test fold."""
+        """Fail when the folds cannot be made or cannot be trained on; note classes too small to appear in every
+        test fold, and classes of one row (the probe tested on that row never saw its class)."""
         if codes is not None:
             n_groups = int(codes.max()) + 1
             if n_groups < self.n_splits:
@@ -243,64 +246,85 @@ class LinearProbeMetric(Config):
         if counts.max() < self.n_splits:
             raise MetricError(f"metric {self.name!r}: every class has fewer rows than n_splits={self.n_splits} (the "
                               f"largest has {counts.max()}); lower n_splits to at most {counts.max()}")
-        self._check_inner_folds(targets, codes, n)
-        small = [targets.names[j] for j in np.flatnonzero(counts < self.n_splits)]
-        return [] if not small else [f"class(es) {small[:5]} have fewer rows than n_splits={self.n_splits}, so some "
-                                     "test folds lack them"]
+        kept = self._training_counts(targets, n)
+        self._check_training_classes(targets, counts, kept)
+        self._check_inner_folds(targets, codes, n, kept)
+        small = [targets.labels[j] for j in np.flatnonzero(counts < self.n_splits)]
+        single = [targets.labels[j] for j in np.flatnonzero(counts == 1)]
+        return ([] if not small else [f"class(es) {small[:5]} have fewer rows than n_splits={self.n_splits}, so "
+                                      "some test folds lack them"]) + (
+            [] if not single else [f"class(es) {single[:5]} have one row each, so the probe tested on such a row "
+                                   "was trained without its class and cannot predict it"])
 
-    def _check_inner_folds(self, targets: MetricTargets, codes: np.ndarray | None, n: int) -> None:
+    def _training_counts(self, targets: MetricTargets, n: int) -> np.ndarray:
+        """The rows of each class in each outer training fold, ``(n_splits, n_classes)``, single-label targets
+        without groups.  They do not depend on the seed: ``StratifiedKFold`` deals each class to the test folds
+        round-robin in a fixed order and the shuffle only picks which of its rows go where, so the folds are made
+        once with any seed and counted."""
+        with warnings.catch_warnings():  # a class below n_splits: fold_notes says so
+            warnings.simplefilter("ignore", UserWarning)
+            outer = self.folds("single_label", 0, False).split(np.zeros((n, 1)), targets.y)
+            return np.array([np.bincount(targets.y[train], minlength=len(targets.names)) for train, _ in outer])
+
+    def _check_training_classes(self, targets: MetricTargets, counts: np.ndarray, kept: np.ndarray) -> None:
+        """Fail before any fit when some training fold ``kept`` would hold one class (a classifier needs two, so
+        scikit-learn's ``cross_val_score`` fails on that fold mid-run): its test fold holds every row of every
+        other class, which only a class of one row allows (one of 2 rows or more is dealt to 2 test folds)."""
+        for fold in kept:
+            present = np.flatnonzero(fold)
+            if present.size < 2:
+                lacking = ", ".join(f"{targets.labels[k]!r} ({counts[k]} row(s))"
+                                    for k in np.flatnonzero(fold == 0)[:5])
+                raise MetricError(f"metric {self.name!r}: class(es) {lacking} sit in one test fold, so its training "
+                                  f"fold holds class {targets.labels[present[0]]!r} alone, and a probe needs two "
+                                  "classes to train; drop those classes' rows or add rows to them (a class of 2 rows "
+                                  "or more is in every training fold)")
+
+    def _check_inner_folds(self, targets: MetricTargets, codes: np.ndarray | None, n: int,
+                           kept: np.ndarray | None = None) -> None:
         """``C="auto"``: fail when some outer training fold cannot make the inner ``INNER_SPLITS`` folds, or when
         an inner training fold can hold one class only, whatever the seed.
 
-        How many rows of each class (or groups, or rows) an outer training fold holds does not depend on the
-        shuffle (``StratifiedKFold`` deals each class round-robin over the folds in a fixed order; shuffled
-        ``GroupKFold`` deals ``ceil`` or ``floor`` of ``n_groups / n_splits`` groups to each test fold; ``KFold``
-        ``ceil`` or ``floor`` of the rows), so the outer folds are made once with any seed and counted.  The inner
-        ``StratifiedKFold`` needs a class with ``INNER_SPLITS`` rows in the training fold, and each inner training
-        fold holds every class with at least 2 rows there (one with 1 row sits in some inner test fold), so two
-        such classes make every inner fit possible; with fewer, some inner fold can train on one class (for
-        certain with at most one class of 1 row; with several, on the seeds that deal them to one inner fold),
-        so this refuses it.  Group folds: only the inner group count is checked (which classes a group fold holds
-        depends on the seed)."""
+        How many rows of each class (``kept``: :meth:`_training_counts`, single-label), groups or rows an outer
+        training fold holds does not depend on the shuffle (shuffled ``GroupKFold`` deals ``ceil`` or ``floor``
+        of ``n_groups / n_splits`` groups to each test fold; ``KFold`` ``ceil`` or ``floor`` of the rows).  The
+        inner ``StratifiedKFold`` needs a class with ``INNER_SPLITS`` rows in the training fold, and each inner
+        training fold holds every class with at least 2 rows there (one with 1 row sits in some inner test fold),
+        so two such classes make every inner fit possible; with fewer, some inner fold can train on one class
+        (for certain with at most one class of 1 row; with several, on the seeds that deal them to one inner
+        fold), so this refuses it.  Group folds: only the inner group count is checked (which classes a group
+        fold holds depends on the seed)."""
         if self.C != "auto" or targets.target_type == "regression":
             return
-        fix = (f"lower n_splits (each training fold keeps (n_splits - 1) / n_splits of the rows), pass a fixed C "
-               f"(e.g. C=1.0) or add rows")
+        fix = ("lower n_splits (each training fold keeps (n_splits - 1) / n_splits of the rows), pass a fixed C "
+               "(e.g. C=1.0) or add rows")
         head = f"metric {self.name!r}: C='auto' chooses C by {INNER_SPLITS}-fold cross-validation inside each of " \
                f"the n_splits={self.n_splits} training folds, but "
         if codes is not None:
             n_groups = int(codes.max()) + 1
-            kept = n_groups - -(-n_groups // self.n_splits)
-            if kept < INNER_SPLITS:
-                raise MetricError(head + f"a training fold keeps {kept} of the {n_groups} groups and the inner "
-                                  f"group folds need {INNER_SPLITS}; " + fix.replace("rows", "groups"))
+            kept_groups = n_groups - -(-n_groups // self.n_splits)
+            if kept_groups < INNER_SPLITS:
+                raise MetricError(head + f"a training fold keeps {kept_groups} of the {n_groups} groups and the "
+                                  f"inner group folds need {INNER_SPLITS}; " + fix.replace("rows", "groups"))
             return
-        if targets.target_type != "single_label":
-            kept = n - -(-n // self.n_splits)
-            if kept < INNER_SPLITS:
-                raise MetricError(head + f"a training fold keeps {kept} of the {n} rows and the inner folds need "
-                                  f"{INNER_SPLITS}; " + fix)
+        if targets.target_type != "single_label" or kept is None:  # multi-label: plain KFold
+            kept_rows = n - -(-n // self.n_splits)
+            if kept_rows < INNER_SPLITS:
+                raise MetricError(head + f"a training fold keeps {kept_rows} of the {n} rows and the inner folds "
+                                  f"need {INNER_SPLITS}; " + fix)
             return
-        n_classes = len(targets.names)
-        with warnings.catch_warnings():  # a class below n_splits: fold_notes says so
-            warnings.simplefilter("ignore", UserWarning)
-            outer = [train for train, _ in self.folds("single_label", 0, False).split(np.zeros((n, 1)), targets.y)]
-        for train in outer:
-            kept = np.bincount(targets.y[train], minlength=n_classes)
-            if kept.max() < INNER_SPLITS:
-                raise MetricError(head + f"a training fold keeps at most {kept.max()} rows of any class and the "
+        counts = np.bincount(targets.y, minlength=len(targets.names))
+        for fold in kept:
+            if fold.max() < INNER_SPLITS:
+                raise MetricError(head + f"a training fold keeps at most {fold.max()} rows of any class and the "
                                   f"inner stratified folds need a class with {INNER_SPLITS}; " + fix)
-            enough = np.flatnonzero(kept >= 2)
-            if enough.size < 2:
-                counts = np.bincount(targets.y, minlength=n_classes)
-                short = min((k for k in range(n_classes) if k not in enough and counts[k]),
-                            key=lambda k: counts[k], default=None)
-                if short is None:  # one class in all: the outer fit refuses it (fit_fold)
-                    return
+            enough = np.flatnonzero(fold >= 2)
+            if enough.size < 2:  # a class short of 2 exists: the fold holds two classes (_check_training_classes)
+                short = min((k for k in range(counts.size) if k not in enough), key=lambda k: counts[k])
                 needed = next(c for c in range(2, n + 2) if c - -(-c // self.n_splits) >= 2)
-                raise MetricError(head + f"class {targets.names[short]!r} has {counts[short]} row(s), so a training "
-                                  f"fold keeps {kept[short]} of them and an inner fold can train on one class "
-                                  f"only; it needs {needed} rows with n_splits={self.n_splits} (2 in every "
+                raise MetricError(head + f"class {targets.labels[short]!r} has {counts[short]} row(s), so a "
+                                  f"training fold keeps {fold[short]} of them and an inner fold can train on one "
+                                  f"class only; it needs {needed} rows with n_splits={self.n_splits} (2 in every "
                                   "training fold); " + fix)
 
 

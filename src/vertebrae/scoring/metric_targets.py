@@ -18,6 +18,7 @@ import numpy as np
 
 from .._base.sparse import is_sparse
 from ..errors import MetricError
+from ..inputs.labels import label_value
 
 #: The prediction score of each target type, as scikit-learn's scorer names it.
 SCORERS = {"single_label": "balanced_accuracy", "multi_label": "f1_macro", "regression": "r2"}
@@ -26,12 +27,15 @@ SCORERS = {"single_label": "balanced_accuracy", "multi_label": "f1_macro", "regr
 @dataclasses.dataclass(frozen=True)
 class MetricTargets:
     """``y`` as numbers: class codes ``(n,)`` (code j is ``names[j]``), a dense 0/1 ``int8`` indicator ``(n, L)``,
-    or ``float64`` regression values ``(n, T)`` without constant targets.  ``warnings`` say what was left out."""
+    or ``float64`` regression values ``(n, T)`` without constant targets.  ``warnings`` say what was left out.
+    ``labels`` (single-label): the user's own label of each code (:func:`~vertebrae.inputs.labels.label_value`),
+    so that messages name ``1``, not the marked key ``'vk:int:1'`` the metric received."""
 
     target_type: str
     y: np.ndarray
     names: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    labels: tuple[Any, ...] = ()
 
     @property
     def scorer(self) -> str:
@@ -59,7 +63,8 @@ def metric_targets(metric: str, labels: Any, target_metadata: Mapping[str, Any] 
         classes, codes = np.unique(labels, return_inverse=True)
         if classes.size < 2:
             raise MetricError(f"metric {metric!r}: a single class; the score needs at least two")
-        return MetricTargets(target_type, codes.astype(np.intp), tuple(map(str, classes)))
+        return MetricTargets(target_type, codes.astype(np.intp), tuple(map(str, classes)),
+                             labels=tuple(map(label_value, classes.tolist())))
     if target_type == "multi_label":
         indicator = labels.toarray() if is_sparse(labels) else np.asarray(labels)
         names = tuple((target_metadata or {}).get("label_names") or map(str, range(indicator.shape[1])))

@@ -426,18 +426,35 @@ def metric_inputs(targets: Targets, groups: Any = None) -> tuple[Any, dict[str, 
     return _read_only(labels), metadata, group_keys
 
 
-def check_metrics_feasible(metrics: Sequence[Metric], targets: Targets, groups: Any) -> None:
+def check_metrics_feasible(metrics: Sequence[Metric], targets: Targets, groups: Any,
+                           arguments: Sequence[str] | None = None) -> None:
     """Settings that no embedding could satisfy on these targets (more folds than rows, a missing GPU, a k that
     reaches every row) fail before any extractor runs, not on every candidate in turn: each metric that declares
     ``preflight(labels, *, target_metadata, groups)`` is asked with the inputs it would be called with, and its
-    MetricError becomes a ConfigError."""
+    MetricError becomes a ConfigError.  ``arguments``: where each metric was given (``metrics[0]``, ``referee``),
+    so the error names the argument to change, as the other checks of ``Benchmark(...)`` do."""
     labels, target_metadata, group_keys = metric_inputs(targets, groups)
-    for metric in metrics:
+    for i, metric in enumerate(metrics):
         if hasattr(metric, "preflight"):
             try:
                 metric.preflight(labels, target_metadata=copy.deepcopy(target_metadata), groups=group_keys)
             except MetricError as exc:
-                raise ConfigError(f"{exc} (on this dataset, for every extractor; checked before any ran)") from None
+                message = str(exc) if arguments is None else argument_message(str(exc), metric, arguments[i])
+                raise ConfigError(f"{message} (on this dataset, for every extractor; checked before any ran)") from None
+
+
+def argument_message(message: str, metric: Metric, argument: str) -> str:
+    """A metric's own message (``metric 'linear_probe': ...``, as a direct call says it) headed by the argument
+    that configured the metric instead: ``metrics[0] (linear_probe): ...``."""
+    own = f"metric {metric.name!r}: "
+    return f"{argument} ({metric.name}): {message[len(own):] if message.startswith(own) else message}"
+
+
+def metric_arguments(metrics: Sequence[Any] | None, resolved: Sequence[Metric]) -> tuple[str, ...]:
+    """Where each of the ``resolved`` metrics (:func:`resolve_metrics`) stands in the ``metrics`` argument:
+    ``metrics[i]`` with ``i`` the user's position (an OverlapMetric before it counts too)."""
+    position = {id(metric): i for i, metric in enumerate(metrics or ())}
+    return tuple(f"metrics[{position[id(metric)]}]" for metric in resolved)
 
 
 # -------------------------------------------------------------------- metrics stage

@@ -83,9 +83,10 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
     #: Folds are fitted on ``n_jobs`` threads, each on one BLAS thread, so the bytes are the same whatever the worker
     #: count (tests/test_closed_form_probes.py), hence not hashed; the dense budget counts every fold in flight.
     speed_only = ("n_jobs",)
-    #: Bumped when the same settings give other scores: 2 = StandardScaler's rule for constant columns reads each
+    #: Bumped when the same settings give other bytes: 2 = StandardScaler's rule for constant columns reads each
     #: fold's raw column mean (a near-constant column with a large offset was scaled by 1e8); 3 = dense folds'
-    #: Gram matrices are sums of the test folds' (rounding differs) and ``Q`` comes from the class sums.
+    #: Gram matrices are sums of the test folds' (rounding differs), ``Q`` comes from the per-fold sums, and
+    #: LinearProbeMetric's fold notes (its version 7: classes by the user's label, classes of one row noted).
     version: ClassVar[int] = 3
 
     def _validate(self) -> None:

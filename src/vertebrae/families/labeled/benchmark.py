@@ -40,8 +40,8 @@ from ..._base.progress import check_progress
 from .results import BenchmarkResult, ExtractorResult
 from ...scoring.memory import MemoryConfig, check_budget_feasible
 from ...scoring.metric_result import OVERLAP_METRIC, MetricResult
-from ...scoring.metrics import (Metric, check_metrics_feasible, check_primary_metric, metrics_fingerprint,
-                                resolve_metrics)
+from ...scoring.metrics import (Metric, check_metrics_feasible, check_primary_metric, metric_arguments,
+                                metrics_fingerprint, resolve_metrics)
 from ...scoring.probe_verdicts import capitalized, tied_sentence
 from ...scoring.overlap import ContinuousOverlapScoringConfig, OverlapScoringConfig, check_class_settings
 from ...scoring.separatix import SeparatixConfig
@@ -154,7 +154,7 @@ class Benchmark(FrontDoor):
         self.target_view_config, self.label_view_config = target_view_config, label_view_config
         self._views = plan_views(target_view_config, label_view_config, dataset, self._outputs())
         self._check_unique_results()
-        self._check_labels_against_config()
+        self._check_labels_against_config(metric_arguments(metrics, custom_metrics))
         self.on_error = check_on_error("Benchmark", on_error)
         self.progress = check_progress("Benchmark", progress)
         #: Successive halving before the full evaluation (docs/screening.md); None: every candidate in full.
@@ -165,8 +165,9 @@ class Benchmark(FrontDoor):
         if self.screening is not None:  # rungs, repeats and candidates: before any extraction
             check_screening(self.screening, self.settings, self.chains(), dataset.targets, dataset.groups)
 
-    def _check_labels_against_config(self) -> None:
-        """Label-dependent settings must fit every scored target (view): fail before any extractor runs."""
+    def _check_labels_against_config(self, arguments: tuple[str, ...]) -> None:
+        """Label-dependent settings must fit every scored target (view): fail before any extractor runs.
+        ``arguments``: where each of ``settings.metrics`` was given (``metrics[i]``), for the messages."""
         views = {view for chosen in self._views.values() for view in (chosen or [None])}
         for view in sorted(views, key=str):
             targets = self.dataset.view_targets(view)
@@ -181,7 +182,8 @@ class Benchmark(FrontDoor):
                     check_budget_feasible(targets, self.settings.memory_config, self.settings.scoring_config,
                                           self.settings.continuous_config)
                 referee = () if self.settings.referee is None else (self.settings.referee,)
-                check_metrics_feasible([*self.settings.metrics, *referee], targets, self.dataset.groups)
+                check_metrics_feasible([*self.settings.metrics, *referee], targets, self.dataset.groups,
+                                       [*arguments, *("referee" for _ in referee)])
             except VertebraeError as exc:
                 raise type(exc)(f"{exc}{where}") from None
 
