@@ -26,6 +26,7 @@ from vertebrae.errors import ConfigTypeError, SerializationError
 from vertebrae.execution import DaskRunner
 from vertebrae.extractors import SklearnExtractor
 from vertebrae.extractors.profiling import ENCODE_CALL
+from vertebrae.inputs.images import in_memory_images
 from vertebrae._base.profile_records import CACHE_HIT
 from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
                                               RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
@@ -162,13 +163,17 @@ def _queries(texts):
     return 2.0 * WordCounter().encode(texts)
 
 
-def _gallery(texts):
-    return WordCounter().encode(texts)
+def _gallery(images):
+    """Each image's pixels, one row of 15 values (5 RGB pixels) like a query's 15 word counts."""
+    return np.stack([np.asarray(image, dtype=np.float32).ravel() for image in images])
 
 
 def retrieval_inputs() -> RetrievalDataset:
+    """Text queries against a gallery of images (1 x 5 RGB pixels each), as the declared modalities say."""
     texts, _ = texts_and_labels()
-    return RetrievalDataset.from_inputs(texts[:8], texts, relevance=[(i, i, 1) for i in range(8)],
+    pixels = np.random.default_rng(3).integers(1, 256, size=(N_SAMPLES, 1, 5, 3), dtype=np.uint8)
+    images = in_memory_images(list(pixels))
+    return RetrievalDataset.from_inputs(texts[:8], images, relevance=[(i, i, 1) for i in range(8)],
                                         identity=DatasetIdentity.declared("endpoint-profiles", "1"))
 
 

@@ -17,6 +17,7 @@ from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTyp
 from vertebrae.extractors import CallableExtractor, PrecomputedExtractor, SklearnExtractor
 from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
                                               RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
+from vertebrae.inputs.images import in_memory_images
 
 IDENTITY = DatasetIdentity.declared("retrieval-benchmark", "1")
 
@@ -262,6 +263,113 @@ def test_an_extractor_of_the_wrong_kind_is_refused_before_any_extractor_runs():
                                                    r"image query_inputs to RetrievalDataset.from_inputs"):
         RetrievalBenchmark(texts, [TwoBranchExtractor("cheap", encode, encode), ImageModel("vit", encode)]).run()
     assert calls == []
+
+
+#: Three color names; each names its RGB direction.
+COLORS = {"red": (220, 20, 20), "green": (20, 220, 20), "blue": (20, 20, 220)}
+
+
+def color_words(texts):
+    """A real (tiny) text model: each color name as its RGB direction."""
+    return np.array([COLORS[text] for text in texts], dtype=np.float32)
+
+
+def mean_colors(images):
+    """A real (tiny) image model: each image's mean RGB."""
+    return np.stack([np.asarray(image, dtype=np.float32).mean(axis=(0, 1)) for image in images])
+
+
+def colors_dataset() -> RetrievalDataset:
+    """Text queries (color names) against a gallery of images: each query's two images of its color are relevant."""
+    rng = np.random.default_rng(4)
+    pixels = [np.clip(np.array(COLORS[name]) + rng.integers(-15, 16, size=(4, 4, 3)), 0, 255).astype(np.uint8)
+              for name in list(COLORS) * 2]
+    return RetrievalDataset.from_inputs(list(COLORS), in_memory_images(pixels),
+                                        relevance=[(q, g, 1) for q in range(3) for g in (q, q + 3)],
+                                        identity=IDENTITY)
+
+
+class ColorMatcher:
+    """A user's own cross-modal extractor (the two-endpoint protocol): color names and images in one RGB space,
+    with its endpoints' ``modalities`` declared as the test says."""
+
+    def __init__(self, name, modalities=None):
+        self.name, self.calls = name, []
+        if modalities is not None:
+            self.modalities = modalities
+
+    def fit(self, gallery_inputs):
+        self.calls.append("fit")
+        return self
+
+    def encode_queries(self, inputs):
+        self.calls.append("queries")
+        return color_words(inputs)
+
+    def encode_gallery(self, inputs):
+        self.calls.append("gallery")
+        return mean_colors(inputs)
+
+    def recipe(self):
+        return {"type": "color_matcher_test", "name": self.name}
+
+
+@pytest.mark.parametrize("declared, says", [
+    ({"query": "image", "gallery": "image"}, "query endpoint embeds image, but query_inputs holds text; pass an "
+                                             "extractor that reads text, or give image query_inputs to "
+                                             "RetrievalDataset.from_inputs"),
+    ({"query": "text", "gallery": "text"}, "gallery endpoint embeds text, but gallery_inputs holds image; pass an "
+                                           "extractor that reads image, or give text gallery_inputs to "
+                                           "RetrievalDataset.from_inputs"),
+    ({"query": "unknown", "gallery": "audio"}, "gallery endpoint embeds audio, but gallery_inputs holds image"),
+    ({"gallery": "text"}, "gallery endpoint embeds text, but gallery_inputs holds image"),
+])
+def test_an_endpoint_declared_of_the_wrong_kind_is_refused_before_any_extractor_runs(declared, says):
+    """Before: ``modalities`` was only written into resource profiles, so a gallery declared text ran on images.
+    Now each declared endpoint is checked against its own inputs (``unknown`` or absent: not checked)."""
+    first, declaring = ColorMatcher("first"), ColorMatcher("clip", declared)
+    with pytest.raises(InputValidationError, match=rf"^extractors\[1\] \('clip', ColorMatcher\) {says}"):
+        RetrievalBenchmark(colors_dataset(), [first, declaring]).run()
+    assert first.calls == declaring.calls == []
+
+
+def test_a_matching_declaration_scores_as_an_undeclared_one_and_swapped_it_is_refused():
+    """Declaring what the endpoints hold changes no score; ``unknown`` is not checked; precomputed embeddings read
+    no inputs, so their declaration is not checked against them; the same model declared the other way round is."""
+    data = colors_dataset()
+    pair = PrecomputedPairExtractor("pair", color_words(data.query_inputs), mean_colors(data.gallery_inputs))
+    pair.modalities = {"query": "image", "gallery": "text"}
+    result = run(data, [ColorMatcher("declared", {"query": "text", "gallery": "image"}), ColorMatcher("plain"),
+                        ColorMatcher("unknown", {"query": "unknown", "gallery": "unknown"}), pair])
+    assert result["declared"].forward.metrics["ndcg@5"] == 1.0
+    for name in ("plain", "unknown", "pair"):
+        assert result[name].forward == result["declared"].forward
+    with pytest.raises(InputValidationError, match=r"^extractors\[0\] \('swapped', ColorMatcher\) query endpoint "
+                                                   r"embeds image, but query_inputs holds text"):
+        RetrievalBenchmark(data, [ColorMatcher("swapped", {"query": "image", "gallery": "text"})])
+
+
+@pytest.mark.parametrize("declared, error, says", [
+    ({"query": "txt"}, InputValidationError, r"modalities\['query'\] is 'txt', not a modality vertebrae knows; "
+                                             r"declare one of \['text', 'image', 'audio', 'unknown'\]$"),
+    ({"query": "text", "gallery": "Image"}, InputValidationError, r"modalities\['gallery'\] is 'Image', not a "
+                                                                  r"modality vertebrae knows"),
+    ({"gallery": None}, InputValidationError, r"modalities\['gallery'\] is None, not a modality vertebrae knows"),
+    ({"queries": "text"}, InputValidationError, r"modalities names endpoint 'queries'; a retrieval extractor's "
+                                                r"endpoints are \['query', 'gallery'\]$"),
+    ("text", InputTypeError, r"modalities must be a dict such as \{'query': 'text', 'gallery': 'image'\}, got str$"),
+])
+def test_a_declaration_outside_the_known_modalities_and_endpoints_is_refused(declared, error, says):
+    """Before: a typo (``"txt"``, ``"queries"``) left that endpoint unchecked and was written into resource profiles
+    as is; now it is refused naming the allowed values, also for precomputed embeddings (whose kind is not checked
+    against the inputs, but still declared)."""
+    data = colors_dataset()
+    pair = PrecomputedPairExtractor("pair", color_words(data.query_inputs), mean_colors(data.gallery_inputs))
+    pair.modalities = declared
+    for extractor, who in ((ColorMatcher("clip", declared), r"\('clip', ColorMatcher\)"),
+                           (pair, r"\('pair', PrecomputedPairExtractor\)")):
+        with pytest.raises(error, match=rf"^extractors\[0\] {who} {says}"):
+            RetrievalBenchmark(data, [extractor])
 
 
 def test_single_matrix_precomputed_extractor_is_rejected():

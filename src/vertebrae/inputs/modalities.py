@@ -21,6 +21,8 @@ from .images import ImageInputs
 BUILDERS = {"text": "BenchmarkDataset.from_arrays(texts, labels)",
             "image": "BenchmarkDataset.from_images(...) or from_image_paths(...)",
             "audio": "BenchmarkDataset.from_audio_arrays(...)"}
+#: What a model may declare it embeds: a kind the check knows, or ``unknown`` (declared, but not checked).
+DECLARABLE = (*BUILDERS, "unknown")
 
 
 def inputs_modality(inputs: Any) -> str | None:
@@ -45,6 +47,14 @@ def check_input_modality(who: str, want: str | None, have: str | None, holder: s
     alternative = f", or {remedy}" if remedy else ""
     raise InputValidationError(f"{who} embeds {want}, but {holder} holds {have}; pass an {kind} that reads "
                                f"{have}{alternative}")
+
+
+def check_declared_modality(who: str, declared: Any) -> None:
+    """Refuse a declared kind outside :data:`DECLARABLE`: a typo such as ``"txt"`` would otherwise leave the
+    inputs it names unchecked."""
+    if not isinstance(declared, str) or declared not in DECLARABLE:
+        raise InputValidationError(f"{who} is {declared!r}, not a modality vertebrae knows; declare one of "
+                                   f"{list(DECLARABLE)}")
 
 
 def check_extractor_modalities(dataset: Any, extractors: Any) -> None:

@@ -4,8 +4,8 @@ It embeds both endpoints with each extractor, ranks every relevant item exactly
 (:mod:`vertebrae.families.retrieval.ranking`) and reports trec_eval-style metrics
 (:mod:`vertebrae.families.retrieval.metrics`).  It fits no head, builds no ANN index and
 mines no negatives.  Everything that can be checked without running an extractor
-(types, names, recipes, the memory plan, precomputed embeddings) is checked in the
-constructor.
+(types, names, recipes, the declared input kinds, the memory plan, precomputed embeddings) is
+checked in the constructor.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from ...extractors.profiling import ResourceProfilingConfig, check_profiling, en
 from ..._base.profile_records import PROFILE_KEY
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
-from .extractors import PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor, endpoint_modalities
+from .extractors import (PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor,
+                         check_endpoint_modalities, endpoint_modalities)
 from .ranking import BlockPlan, plan_blocks, prepare_endpoints
 from .result import RetrievalBenchmarkResult, RetrievalEntry
 from .stages import RetrievalSettings, encode_endpoints
@@ -169,11 +170,15 @@ def _validate_extractors(extractors: Any, dataset: RetrievalDataset) -> list[Ret
     sides = (("query", inputs_modality(dataset.query_inputs)), ("gallery", inputs_modality(dataset.gallery_inputs)))
     for i, extractor in enumerate(adapted):  # a model given the wrong kind fails here, before any extractor runs
         inner = getattr(extractor, "extractor", extractor)
-        want = getattr(inner, "input_modality", None)
-        for side, have in sides:
-            check_input_modality(f"extractors[{i}] ({inner.name!r}, {type(inner).__name__})", want, have,
-                                 f"{side}_inputs", "extractor",
-                                 f"give {want} {side}_inputs to RetrievalDataset.from_inputs")
+        who = f"extractors[{i}] ({inner.name!r}, {type(inner).__name__})"
+        declared = check_endpoint_modalities(who, extractor)
+        if _precomputed(extractor):  # embeddings that exist already read no inputs
+            continue
+        model = getattr(inner, "input_modality", None)
+        for side, have in sides:  # the model's own kind is checked on both endpoints, a declared one on its own
+            for speaker, want in ((who, model), (f"{who} {side} endpoint", declared[side])):
+                check_input_modality(speaker, want, have, f"{side}_inputs", "extractor",
+                                     f"give {want} {side}_inputs to RetrievalDataset.from_inputs")
     return adapted
 
 
