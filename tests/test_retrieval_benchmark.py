@@ -351,7 +351,7 @@ def test_a_matching_declaration_scores_as_an_undeclared_one_and_swapped_it_is_re
 
 @pytest.mark.parametrize("declared, error, says", [
     ({"query": "txt"}, InputValidationError, r"modalities\['query'\] is 'txt', not a modality vertebrae knows; "
-                                             r"declare one of \['text', 'image', 'audio', 'unknown'\]$"),
+                                             r"declare one of \['text', 'image', 'audio', 'tabular', 'unknown'\]$"),
     ({"query": "text", "gallery": "Image"}, InputValidationError, r"modalities\['gallery'\] is 'Image', not a "
                                                                   r"modality vertebrae knows"),
     ({"gallery": None}, InputValidationError, r"modalities\['gallery'\] is None, not a modality vertebrae knows"),

@@ -21,8 +21,9 @@ from .images import ImageInputs
 BUILDERS = {"text": "BenchmarkDataset.from_arrays(texts, labels)",
             "image": "BenchmarkDataset.from_images(...) or from_image_paths(...)",
             "audio": "BenchmarkDataset.from_audio_arrays(...)"}
-#: What a model may declare it embeds: a kind the check knows, or ``unknown`` (declared, but not checked).
-DECLARABLE = (*BUILDERS, "unknown")
+#: What a model may declare it embeds: a kind the check knows, or one it records but does not check: ``tabular``
+#: (numeric columns, ``BenchmarkDataset.from_dataframe``'s name for them) and ``unknown``.
+DECLARABLE = (*BUILDERS, "tabular", "unknown")
 
 
 def inputs_modality(inputs: Any) -> str | None:
