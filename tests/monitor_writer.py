@@ -86,3 +86,21 @@ def try_to_open(history: str, report: str) -> None:
         outcome = f"{type(exc).__name__}: {exc}"
     with open(report, "w") as handle:
         handle.write(outcome)
+
+
+def open_then_start_a_slow_child(history: str, started: str, hold: float) -> None:
+    """Open ``history``, then start a subprocess that stays ``hold`` seconds between its fork and its exec.
+
+    That child holds a copy of the locked descriptor (``O_CLOEXEC`` closes it only at exec), as
+    ``lscpu`` and ``uname -p`` do for a moment when the first evaluation starts them: the test
+    kills this writer meanwhile. ``started`` is created once the child runs.
+    """
+    import subprocess
+    import time
+
+    def between_fork_and_exec() -> None:
+        open(started, "w").close()
+        time.sleep(hold)
+
+    with open_monitor(history):
+        subprocess.run(["true"], preexec_fn=between_fork_and_exec, check=False)

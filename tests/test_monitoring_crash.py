@@ -100,6 +100,26 @@ def test_sigkill_at_random_points_loses_nothing_evaluate_returned(forkserver, tm
         assert row["evaluation_index"] == n >= len(returned)
 
 
+def test_a_killed_writer_s_lock_held_by_a_child_it_was_starting_does_not_refuse_the_reopen(forkserver, tmp_path):
+    """The cause of a rare failure of the test above under load: the writer was killed while joblib's ``lscpu``
+    (or ``platform``'s ``uname -p``) was between fork and exec, so that orphan still held the flocked descriptor
+    when the history reopened. Here the child stays there 0.5 s on purpose; the reopen must wait for it."""
+    history, started = tmp_path / "history.jsonl", tmp_path / "started"
+    process = forkserver.Process(target=monitor_writer.open_then_start_a_slow_child,
+                                 args=(str(history), str(started), 0.5))
+    process.start()
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and process.is_alive():
+        time.sleep(0.005)
+    assert started.exists(), f"the writer's child never started (writer exit code {process.exitcode})"
+    process.kill()
+    process.join()
+    assert process.exitcode == -signal.SIGKILL
+    monitor, caught = reopen(history)  # HistoryLockedError while the orphan holds the descriptor, without the wait
+    with monitor:
+        assert (caught, monitor.history) == ([], [])
+
+
 def test_a_real_partial_write_is_cut_off_and_the_history_stays_clean(forkserver, tmp_path):
     """RLIMIT_FSIZE makes the kernel accept only part of a line (then EFBIG): the writer must not leave it torn."""
     history, report = tmp_path / "history.jsonl", tmp_path / "report.txt"

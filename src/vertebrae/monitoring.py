@@ -19,6 +19,7 @@ import numbers
 import os
 import pathlib
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,9 @@ from .scoring.metric_result import OVERLAP_METRIC
 HISTORY_FORMAT = "vertebrae-monitor-history"
 HISTORY_SCHEMA_VERSION = 1
 ERROR_POLICIES = ("raise", "continue")
+#: How long opening a history waits for its lock before ``HistoryLockedError``: long enough for a
+#: killed writer's lock to go (see ``_lock``), short next to a real conflict's cost.
+LOCK_WAIT_SECONDS = 2.0
 #: Columns every monitor row starts with, before the benchmark row's columns.
 #: The largest count or integer context value a history holds (its DataFrame columns are Int64).
 INT64_MAX = 2**63 - 1
@@ -239,14 +243,13 @@ class JsonlHistory:
 
         self.path = _check_history_path(path)
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _lock(self._fd, fcntl):
             os.close(self._fd)
             self._fd = None
             raise HistoryLockedError(f"history={str(self.path)!r} is locked by another writer (a monitor in this or "
-                                     "another process); one writer at a time: close the other monitor, or give "
-                                     "this one its own history path") from None
+                                     "another process, or a process such a writer started that still has the file "
+                                     f"open), still after {LOCK_WAIT_SECONDS:g} s; one writer at a time: close the "
+                                     "other monitor, or give this one its own history path")
         try:
             #: The manifest in force and the rows the file held when opened (the monitor keeps the rest).
             self.manifest, self.rows = self._load(manifest)
@@ -318,6 +321,28 @@ class JsonlHistory:
             warnings.warn(f"unclosed monitor history {self.path}: close the RepresentationMonitor or use it in a "
                           "`with` block", ResourceWarning, source=self)
             self.close()
+
+
+def _lock(fd: int, fcntl: Any) -> bool:
+    """Take the exclusive ``flock`` on ``fd``, waiting up to ``LOCK_WAIT_SECONDS`` for a writer that is going.
+
+    A killed writer's lock can outlive it: ``flock`` belongs to the open file description, and a
+    process the writer was starting when it died (joblib's ``lscpu``, ``platform``'s ``uname -p``:
+    any fork then exec) holds a copy of the descriptor until its exec - ``O_CLOEXEC`` closes it
+    only then.  That child is an orphan waiting for a CPU, for milliseconds or, on a loaded
+    machine, longer, so a run restarted right after the writer was reaped would be refused.  A live
+    writer still holds the lock after the wait, and ``False`` says so.
+    """
+    deadline, pause = time.monotonic() + LOCK_WAIT_SECONDS, 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.1)
 
 
 def read_history(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
