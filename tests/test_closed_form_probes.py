@@ -103,12 +103,17 @@ def test_ridge_with_groups_uses_group_folds():
     assert got["metadata"]["folds"] == "GroupKFold"
 
 
-@pytest.mark.parametrize("shape", [(300, 40), (60, 150)])
-def test_ridge_sparse_input_stays_sparse_and_equals_the_sparse_pipeline(shape):
+def _sparse_counts(shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Poisson counts (mostly zeros) in three classes, every third column raised by the class: sparse input."""
     rng = np.random.default_rng(shape[0])
     n, dim = shape
     y = rng.integers(0, 3, n)
-    dense = rng.poisson(0.3, (n, dim)).astype(float) * (1 + y[:, None] * (np.arange(dim) % 3 == 0))
+    return rng.poisson(0.3, (n, dim)).astype(float) * (1 + y[:, None] * (np.arange(dim) % 3 == 0)), y
+
+
+@pytest.mark.parametrize("shape", [(300, 40), (60, 150)])
+def test_ridge_sparse_input_stays_sparse_and_equals_the_sparse_pipeline(shape):
+    dense, y = _sparse_counts(shape)
     X = sparse.csr_matrix(dense)
     got, _ = _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=3)
     assert "sparse input stays sparse" in got["metadata"]["scaling"]
@@ -225,11 +230,8 @@ def test_ridge_gcv_near_interpolation_on_the_row_side():
 
 @pytest.mark.parametrize("shape", [(300, 40), (60, 150)])
 def test_ridge_gcv_sparse_input(shape):
-    rng = np.random.default_rng(shape[0])
-    n, dim = shape
-    y = rng.integers(0, 3, n)
-    X = sparse.csr_matrix(rng.poisson(0.3, (n, dim)).astype(float) * (1 + y[:, None] * (np.arange(dim) % 3 == 0)))
-    _check_gcv(X, y, _labels(y), SINGLE, "single_label", seed=3)
+    dense, y = _sparse_counts(shape)
+    _check_gcv(sparse.csr_matrix(dense), y, _labels(y), SINGLE, "single_label", seed=3)
 
 
 def test_ridge_gcv_groups_multi_label_and_regression():
