@@ -174,12 +174,31 @@ def models(tmp_path_factory):
     for kind, files in (("text", text), ("vision", vision), ("audio", audio), ("clip", clip)):
         made[kind] = _folder(root, kind, files)
         made[f"{kind}2"] = _folder(root, f"{kind}2", {**files, "extra.json": {"changed": True}})
-    for name, content in (("onnx", b"graph-a"), ("onnx2", b"graph-b"), ("ckpt", b"weights"),
-                          ("tokenizer", b'{"model": {"type": "WordPiece"}}'),
-                          ("tokenizer2", b'{"model": {"type": "WordPiece"}, "added_tokens": []}')):
+    for name, content in (("onnx", _onnx_model("a", text=False)), ("onnx2", _onnx_model("b", text=False)),
+                          ("onnx_text", _onnx_model("a", text=True)), ("onnx_text2", _onnx_model("b", text=True)),
+                          ("ckpt", b"weights"), ("tokenizer", b'{"model": {"type": "WordPiece", "vocab": {"[PAD]": 0}}}'),
+                          ("tokenizer2", b'{"model": {"type": "WordPiece", "vocab": {"[PAD]": 0}}, "added_tokens": []}')):
         (root / name).write_bytes(content)
         made[name] = root / name
     return made
+
+
+def _onnx_model(graph_name: str, *, text: bool) -> bytes:
+    """A graph the ONNX extractors accept at construction (they read its inputs and outputs; it never runs): a float
+    input for ONNXExtractor (outputs y and a), token ids and mask for ONNXTextExtractor (last_hidden_state, hidden)."""
+    from onnx import TensorProto, helper
+
+    if text:
+        inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
+                  for n in ("input_ids", "attention_mask")]
+        nodes = [helper.make_node("Cast", [i], [o], to=TensorProto.FLOAT)
+                 for i, o in (("input_ids", "last_hidden_state"), ("attention_mask", "hidden"))]
+    else:
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])]
+        nodes = [helper.make_node("Identity", ["x"], [o]) for o in ("y", "a")]
+    outputs = [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None) for node in nodes]
+    graph = helper.make_graph(nodes, graph_name, inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
 def _torch_module(seed: int):
@@ -237,8 +256,8 @@ def extractor_cases(models) -> dict[str, tuple[dict, dict]]:
                              "cache_identity": "v2", "inference_mode": False}),
                            ({"name": "e", "model": _torch_sequential(), "layers": ["0"]},
                             {"layers": ["1"], "poolings": ["max"]})],
-        "ONNXTextExtractor": ({"name": "e", "model_path": models["onnx"], "tokenizer": models["tokenizer"]},
-                              {"model_path": models["onnx2"], "tokenizer": models["tokenizer2"],
+        "ONNXTextExtractor": ({"name": "e", "model_path": models["onnx_text"], "tokenizer": models["tokenizer"]},
+                              {"model_path": models["onnx_text2"], "tokenizer": models["tokenizer2"],
                                "layers": "hidden", "poolings": "cls", "max_length": 8, "batch_size": 2,
                                "providers": ["CUDAExecutionProvider"], "cache_identity": "v2"}),
         "KerasExtractor": ({"name": "e", "model": _keras_model(0)},

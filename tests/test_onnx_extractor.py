@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -82,18 +84,105 @@ def test_rejections(exported, two_outputs, tmp_path):
     _, path = exported
     with pytest.raises(InputValidationError, match="model_path .* does not exist"):
         ONNXExtractor("m", tmp_path / "missing.onnx")
-    with pytest.raises(ExtractorError, match=r"outputs \['nope'\] are not model outputs \['double', 'plus_one'\]"):
-        ONNXExtractor("m", two_outputs, outputs=("nope",), progress=False).transform_many(X)
 
 
-def test_a_file_that_is_not_onnx_and_inputs_of_the_wrong_width_are_named(exported, tmp_path):
-    """Both used to surface onnxruntime's own words: "INVALID_PROTOBUF : Load model from ... failed: Protobuf parsing
-    failed" and "Got invalid dimensions for input: X for the following indices index: 1 Got: 4 Expected: 6"."""
+def test_a_file_that_is_not_an_onnx_model_is_named_at_construction(exported, tmp_path):
+    """A folder, an empty file, a text, a torch checkpoint or a .ort file were accepted, and failed when the session
+    started, after the candidates before it had been embedded (onnxruntime's words for an empty file: "No graph was
+    found in the protobuf")."""
     _, path = exported
-    garbage = tmp_path / "model.onnx"
-    garbage.write_bytes(b"not a model")
-    with pytest.raises(InputValidationError, match=r"model_path '.*model\.onnx' is not an ONNX model"):
-        ONNXExtractor("g", garbage, progress=False).transform(X)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "pca.onnx").write_bytes(path.read_bytes())
+    with pytest.raises(InputValidationError, match=r"model_path '.*folder' is a folder; pass the \.onnx file in it "
+                                                   r"\(\['pca\.onnx'\]\)"):
+        ONNXExtractor("f", tmp_path / "folder")
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "weights.onnx")
+    for name, content, why in (("empty.onnx", b"", "the file is empty"),
+                               ("model.onnx", b"not a model", "its bytes are not ONNX's protobuf encoding"),
+                               ("config.onnx", b'{"layers": 2}', "its bytes are not ONNX's protobuf encoding"),
+                               ("truncated.onnx", path.read_bytes()[:-7], "its bytes are not ONNX's protobuf"),
+                               ("weights.onnx", None, "its bytes are not ONNX's protobuf encoding")):
+        if content is not None:
+            (tmp_path / name).write_bytes(content)
+        with pytest.raises(InputValidationError, match=rf"ONNXExtractor 'g': model_path '.*{name}' is not an ONNX "
+                                                       rf"model \({why}.*; pass the \.onnx file that torch\.onnx\.export"):
+            ONNXExtractor("g", tmp_path / name)
+    (tmp_path / "mobile.ort").write_bytes(path.read_bytes())
+    with pytest.raises(InputValidationError, match=r"'.*mobile\.ort' is an ORT-format model; pass the \.onnx file"):
+        ONNXExtractor("o", tmp_path / "mobile.ort")
+
+
+def test_a_file_that_cannot_be_read_is_named_at_construction(exported, tmp_path):
+    """Open failed mid-run in onnxruntime (or, for the external-data scan, as a bare OSError at construction).  A unix
+    socket cannot be opened even by root; a file without read permission can, by root only."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "socket.onnx"))
+    try:
+        with pytest.raises(InputValidationError, match=r"model_path '.*socket\.onnx' cannot be read \(.*\); make it "
+                                                       "readable"):
+            ONNXExtractor("s", tmp_path / "socket.onnx")
+    finally:
+        server.close()
+    if os.geteuid() == 0:
+        pytest.skip("root reads a file without read permission")
+    locked = tmp_path / "locked.onnx"
+    locked.write_bytes(exported[1].read_bytes())
+    locked.chmod(0)
+    with pytest.raises(InputValidationError, match=r"'.*locked\.onnx' cannot be read \(Permission denied\)"):
+        ONNXExtractor("l", locked)
+
+
+def test_arguments_the_graph_does_not_fit_are_named_at_construction(exported, two_outputs, tmp_path):
+    """An output the graph lacks, a second input without input_fn, and a double input fed float32 rows were named
+    (or, for the last, came as onnxruntime's "Unexpected input data type") only once the session started."""
+    from onnx import TensorProto, helper
+
+    with pytest.raises(ConfigError, match=r"outputs \['doubled'\] are not outputs of two\.onnx \('doubled': closest "
+                                          r"\['double'.*its outputs are \['double', 'plus_one'\]; name outputs"):
+        ONNXExtractor("m", two_outputs, outputs=("double", "doubled"))
+    assert ONNXExtractor("m", two_outputs, outputs=("doubled",), output_fn=difference).outputs == ("doubled",)
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["s"])], "add",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 6]) for n in ("a", "b")],
+                              [helper.make_tensor_value_info("s", TensorProto.FLOAT, [None, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (tmp_path / "add.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ConfigError, match=r"the model has inputs \['a', 'b'\]; pass input_fn=\.\.\. returning a dict"):
+        ONNXExtractor("m", tmp_path / "add.onnx")
+    from skl2onnx import to_onnx
+
+    doubles = tmp_path / "pca64.onnx"
+    doubles.write_bytes(to_onnx(exported[0], X[:1].astype(np.float64), target_opset=17).SerializeToString())
+    with pytest.raises(ConfigError, match=r"input 'X' takes tensor\(double\), and without input_fn the rows are fed "
+                                          r"as tensor\(float\); pass input_fn=\.\.\. returning \{'X': array\}"):
+        ONNXExtractor("m", doubles)
+    out = ONNXExtractor("m", doubles, input_fn=as_double, progress=False).transform(X)
+    np.testing.assert_allclose(out, exported[0].transform(X), rtol=1e-6, atol=1e-6)
+
+
+def as_double(rows):
+    return {"X": np.asarray(rows, dtype=np.float64)}
+
+
+def wrong_feed(rows):
+    return {"x ": np.asarray(rows, dtype=np.float32)}
+
+
+def test_an_input_fn_feed_the_graph_lacks_is_named_before_the_session_starts(two_outputs):
+    """onnxruntime's "Required inputs (['x']) are missing from input feed (['x '])" came after the session started,
+    as a failure of user code."""
+    extractor = ONNXExtractor("m", two_outputs, input_fn=wrong_feed, progress=False)
+    with pytest.raises(ExtractorError, match=r"input_fn returned feeds \['x '\], but the model takes inputs \['x'\] "
+                                             r"\(not model inputs: \['x '\]; missing: \['x'\]\); return a dict"):
+        extractor.transform(X)
+    assert extractor.session_ is None
+
+
+def test_inputs_of_the_wrong_width_are_named(exported):
+    """It used to surface onnxruntime's own words: "Got invalid dimensions for input: X for the following indices
+    index: 1 Got: 4 Expected: 6"."""
+    _, path = exported
     with pytest.raises(InputValidationError, match=r"input 'X' takes arrays of shape \(\?, 6\), but X rows 0\.\.63 give "
                                                    r"\(64, 4\); it takes rows of width 6, not 4"):
         ONNXExtractor("w", path, batch_size=64, progress=False).transform(X[:, :4])

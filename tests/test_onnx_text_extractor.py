@@ -7,6 +7,7 @@ export outputs the last hidden state and hidden state 1, so two "layers" are com
 
 from __future__ import annotations
 
+import json
 import shutil
 import warnings
 
@@ -20,7 +21,7 @@ pytest.importorskip("onnx")
 
 from vertebrae import HFTextExtractor, ONNXTextExtractor  # noqa: E402
 from vertebrae.cli.model_config import build_extractors, check_extractors  # noqa: E402
-from vertebrae.errors import ConfigError, ExtractorError, InputValidationError  # noqa: E402
+from vertebrae.errors import ConfigError, InputValidationError  # noqa: E402
 
 POOLINGS = ["mean", "cls", "max", "last_token"]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
@@ -105,11 +106,45 @@ def test_max_length_truncates_like_hf(tiny_bert):
     assert np.abs(untruncated[1] - got["last_hidden_state_mean"][1]).max() > 1e-3
 
 
-def test_an_output_that_is_not_in_the_graph_is_named_with_the_closest_before_running(tiny_bert):
-    extractor = ONNXTextExtractor("o", tiny_bert / "model.onnx", tiny_bert / "hf", layers=["last_hidden_states"])
+def test_an_output_that_is_not_in_the_graph_is_named_with_the_closest_at_construction(tiny_bert):
+    """It was named when the session started, after the candidates before it had been embedded."""
     with pytest.raises(ConfigError, match=r"layers \['last_hidden_states'\] are not outputs of model.onnx "
-                                          r"\('last_hidden_states': closest \['last_hidden_state'"):
-        extractor.transform(TEXTS)
+                                          r"\('last_hidden_states': closest \['last_hidden_state'.*; name layers from"):
+        ONNXTextExtractor("o", tiny_bert / "model.onnx", tiny_bert / "hf", layers=["last_hidden_states"])
+
+
+def test_a_file_that_is_not_an_onnx_model_is_named_at_construction(tiny_bert, tmp_path):
+    (tmp_path / "model.onnx").write_bytes(b"not a model")
+    with pytest.raises(InputValidationError, match=r"ONNXTextExtractor 'o': model_path '.*model\.onnx' is not an ONNX "
+                                                   r"model \(its bytes are not ONNX's protobuf encoding"):
+        ONNXTextExtractor("o", tmp_path / "model.onnx", tiny_bert / "hf")
+
+
+def test_texts_past_the_position_table_are_cut_there_like_hf(tiny_bert, tmp_path):
+    """The tiny BERT embeds 64 positions; the tokenizer.json cuts at 128 (and, edited, not at all), and max_length=100
+    asks for more: a text past 64 tokens failed inside onnxruntime mid-run ("Attempting to broadcast an axis by a
+    dimension other than 1. 64 by 128").  HFTextExtractor cuts at the model's 64 positions too."""
+    texts = [*TEXTS, " ".join(["word"] * 150)]
+    uncut = tmp_path / "tokenizer.json"
+    uncut.write_text(json.dumps({**json.loads((tiny_bert / "hf" / "tokenizer.json").read_text()), "truncation": None}))
+    hf = HFTextExtractor("h", tiny_bert / "hf", device="cpu", progress=False).transform(texts)
+    for tokenizer, max_length in ((tiny_bert / "hf", None), (uncut, None), (tiny_bert / "hf", 100)):
+        onnx = ONNXTextExtractor("o", tiny_bert / "model.onnx", tokenizer, max_length=max_length, progress=False)
+        assert onnx.max_length_ == 64 and onnx.session_ is None  # settled at construction
+        np.testing.assert_allclose(onnx.transform(texts), hf, rtol=1e-4, atol=1e-5)
+    short = ONNXTextExtractor("o", tiny_bert / "model.onnx", tiny_bert / "hf", max_length=5, progress=False)
+    assert short.max_length_ == 5
+
+
+def test_a_tokenizer_without_a_padding_token_is_named_at_construction(tiny_bert, tmp_path):
+    config = json.loads((tiny_bert / "hf" / "tokenizer.json").read_text())
+    config["padding"] = None
+    config["added_tokens"] = [t for t in config["added_tokens"] if t["content"] != "[PAD]"]
+    del config["model"]["vocab"]["[PAD]"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    with pytest.raises(InputValidationError, match=r"tokenizer\.json sets no padding token and has neither \[PAD\] "
+                                                   "nor <pad>; save the tokenizer with its pad token set"):
+        ONNXTextExtractor("o", tiny_bert / "model.onnx", tmp_path)
 
 
 def test_identity_holds_the_model_and_tokenizer_files(tiny_bert, tmp_path):
@@ -120,11 +155,31 @@ def test_identity_holds_the_model_and_tokenizer_files(tiny_bert, tmp_path):
     assert ONNXTextExtractor("renamed", tiny_bert / "model.onnx", tiny_bert / "hf").identity() == base.identity()
 
 
-def test_a_graph_without_token_inputs_is_refused(tmp_path, tiny_bert):
+def test_a_graph_that_is_not_a_text_encoder_is_refused_at_construction(tmp_path, tiny_bert):
+    """Inputs other than token ids, float token ids, and token ids of a fixed size (an export without dynamic axes,
+    which failed at the first batch with "Got invalid dimensions for input: input_ids") were named, if at all, only
+    when the session started."""
     linear = torch.nn.Linear(3, 2)
     export(linear, (torch.zeros(1, 3),), tmp_path / "linear.onnx", input_names=["x"], output_names=["y"])
-    with pytest.raises(ExtractorError, match=r"the model takes inputs \['x'\]; a text encoder takes input_ids"):
-        ONNXTextExtractor("o", tmp_path / "linear.onnx", tiny_bert / "hf", layers="y").transform(TEXTS)
+    with pytest.raises(InputValidationError, match=r"the model takes inputs \['x'\]; a text encoder takes input_ids"):
+        ONNXTextExtractor("o", tmp_path / "linear.onnx", tiny_bert / "hf", layers="y")
+    ids = torch.tensor([[101, 2023, 2003, 102, 0], [101, 2023, 2003, 1037, 102]])
+    export(States(transformers.BertModel.from_pretrained(tiny_bert / "hf")).eval(), (ids, (ids != 0).long(),
+           torch.zeros_like(ids)), tmp_path / "fixed.onnx", input_names=["input_ids", "attention_mask", "token_type_ids"],
+           output_names=["last_hidden_state", "hidden_state_1"])
+    with pytest.raises(InputValidationError, match=r"inputs \['input_ids', 'attention_mask', 'token_type_ids'\] have "
+                                                   r"shapes \{'input_ids': \(2, 5\), .*export them with dynamic axes"):
+        ONNXTextExtractor("o", tmp_path / "fixed.onnx", tiny_bert / "hf")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Mul", ["input_ids", "attention_mask"], ["last_hidden_state"])], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "tokens"])
+                               for n in ("input_ids", "attention_mask")],
+                              [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, None)])
+    (tmp_path / "float.onnx").write_bytes(helper.make_model(graph).SerializeToString())
+    with pytest.raises(InputValidationError, match=r"inputs \['input_ids', 'attention_mask'\] are not int64 or int32 "
+                                                   r"tensors \(\{'input_ids': 'tensor\(float\)'.*; export them as int64"):
+        ONNXTextExtractor("o", tmp_path / "float.onnx", tiny_bert / "hf")
 
 
 def test_a_run_config_names_the_onnx_text_kind(tiny_bert):
