@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import multiprocessing
+import os
 import pathlib
 import random
 import signal
@@ -18,6 +19,7 @@ import warnings
 import pytest
 
 from vertebrae import HistoryWarning, PrecomputedExtractor
+from vertebrae.monitoring import LOCK_WAIT_SECONDS
 
 from . import monitor_writer
 
@@ -118,6 +120,32 @@ def test_a_killed_writer_s_lock_held_by_a_child_it_was_starting_does_not_refuse_
     monitor, caught = reopen(history)  # HistoryLockedError while the orphan holds the descriptor, without the wait
     with monitor:
         assert (caught, monitor.history) == ([], [])
+
+
+def test_a_child_forked_without_exec_does_not_keep_the_parents_lock(tmp_path):
+    """A worker forked while a monitor is open (a ``fork`` pool, a DataLoader worker) inherits the locked descriptor;
+    it closes its copy at the fork, so the parent's ``close()`` releases the lock while the worker still runs and the
+    next monitor opens at once (before: refused after the lock wait).  The worker's history reads as closed."""
+    history = tmp_path / "history.jsonl"
+    monitor = monitor_writer.open_monitor(str(history))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: report whether its copy of the history is closed, then outlive the parent's monitor
+        os.write(write_end, b"closed" if monitor._file.closed else b"open")
+        time.sleep(30)
+        os._exit(0)
+    try:
+        os.close(write_end)
+        assert os.read(read_end, 16) == b"closed"
+        monitor.close()
+        start = time.monotonic()
+        reopened, caught = reopen(history)
+        with reopened:
+            assert caught == [] and time.monotonic() - start < LOCK_WAIT_SECONDS / 2
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_end)
 
 
 def test_a_real_partial_write_is_cut_off_and_the_history_stays_clean(forkserver, tmp_path):

@@ -22,6 +22,7 @@ import sys
 import time
 import traceback
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn, Protocol, TextIO
 
@@ -235,6 +236,25 @@ def history_dataframe(rows: Sequence[Mapping[str, Any]]) -> Any:
 
 
 # ----------------------------------------------------------------------------- history file
+#: The histories this process holds open, closed in a forked child (:func:`_close_in_forked_child`).
+_OPEN_HISTORIES: weakref.WeakSet[JsonlHistory] = weakref.WeakSet()
+
+
+def _close_in_forked_child() -> None:
+    """A child forked without exec (a ``fork`` worker, a DataLoader worker) inherits every open history's descriptor,
+    and with it the parent's ``flock``: the lock would outlive the parent's ``close()`` for as long as the child
+    lives and refuse the next monitor on that file.  The child closes its copies at once (the parent's lock stays:
+    it goes only when every descriptor of the open file is closed); its history objects read as closed."""
+    for history in list(_OPEN_HISTORIES):
+        if history._fd is not None:
+            os.close(history._fd)
+            history._fd = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_forked_child)
+
+
 class JsonlHistory:
     """An exclusively locked, append-only JSONL file: the manifest line, then one line per evaluation."""
 
@@ -250,6 +270,7 @@ class JsonlHistory:
                                      "another process, or a process such a writer started that still has the file "
                                      f"open), still after {LOCK_WAIT_SECONDS:g} s; one writer at a time: close the "
                                      "other monitor, or give this one its own history path")
+        _OPEN_HISTORIES.add(self)
         try:
             #: The manifest in force and the rows the file held when opened (the monitor keeps the rest).
             self.manifest, self.rows = self._load(manifest)
