@@ -68,7 +68,8 @@ from vertebrae import (Benchmark, BenchmarkDataset, DatasetIdentity, KNNMetric, 
 PROBE_SEED, CEILING_SEED = 0, 1
 #: The finalist policies of ``Benchmark(referee_finalists=...)``, one "referee: POLICY" row each.
 POLICIES = ("overlap", "auto", "all")
-SCORERS = ("overlap", "5-NN", "LogME", "ridge probe", "ridge, GCV", "LDA probe", "dimension", "size prior", "probe, C=auto",
+SCORERS = ("overlap", "5-NN", "LogME", "ridge probe", "ridge, GCV", "LDA probe", "dimension", "size prior",
+           "probe, C=auto",
            *(f"referee: {policy}" for policy in POLICIES), "probe, seed 1")
 #: Rankings (with a tau), as opposed to the referee's picks.
 RANKINGS = tuple(s for s in SCORERS if not s.startswith("referee"))

@@ -102,8 +102,8 @@ def closed_form_rows(name: str, X: np.ndarray, y: np.ndarray, rounds: int) -> No
         single_time = measure(lambda: bare_probe(X, y), rounds, trace=False)[0]
     print(f"{name}: bare cross_val_score(StandardScaler + LogisticRegression(max_iter=1000)) {b_time:.3f} s "
           f"(one BLAS thread: {single_time:.3f} s), score {b_value:.4f}")
-    for label, metric in (("RidgeProbeMetric()", RidgeProbeMetric()),
-                          ("  selection='gcv'", RidgeProbeMetric(selection="gcv")), ("LDAProbeMetric()", LDAProbeMetric())):
+    for label, metric in (("RidgeProbeMetric()", RidgeProbeMetric()), ("  selection='gcv'", RidgeProbeMetric(selection="gcv")),
+                          ("LDAProbeMetric()", LDAProbeMetric())):
         m_time, _, result = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), rounds, trace=False)
         m_peak = measure(lambda: metric(X, labels, target_metadata=meta, seed=0), 1)[1]  # one more call, traced
         alphas = result["diagnostics"].get("chosen_alphas")

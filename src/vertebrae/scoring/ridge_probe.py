@@ -128,7 +128,7 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
                 train, test = folds.splits[index]
                 return _spectrum(standardized_fold(embeddings, train, test))
 
-        criterion = SELECTIONS[self.selection]
+        criterion, described = SELECTIONS[self.selection]
 
         def fit_split(index: int) -> tuple[float, float]:
             train, test = folds.splits[index]
@@ -145,7 +145,7 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
                                "the choice is made inside it")
         return probe_payload(folds, scores, {"chosen_alphas": chosen}, {
             "model": _MODELS[folds.targets.target_type], "alphas": list(self.alphas),
-            "selection": criterion.__doc__.split("\n")[0].rstrip("."),
+            "selection": described,
             "decomposition": _decompositions(folds.splits, dim, shared=shared),
             "scaling": "StandardScaler(with_mean=False) (sparse input stays sparse)" if is_sparse(embeddings)
             else "StandardScaler()"}, seed, self.n_splits)
@@ -196,9 +196,8 @@ def _encoding(targets: MetricTargets, train: np.ndarray) -> Encoding:
 
 def leave_one_out(spectrum: Spectrum, Yc: np.ndarray, Q: np.ndarray, alphas: np.ndarray,
                   inverse: np.ndarray) -> np.ndarray:
-    """exact leave-one-out mean squared error inside each training fold.
-
-    Per alpha: mean of ``((Y - fitted) / (1 - h))**2`` over rows and target columns."""
+    """Per alpha: the mean of ``((Y - fitted) / (1 - h))**2`` over rows and target columns, ``h`` each row's
+    leverage: exact leave-one-out, at the cost of the training rows' coordinates ``P``."""
     P = spectrum.coordinates()
     n = P.shape[0]
     leverage = np.empty((n, inverse.shape[1]))
@@ -220,10 +219,9 @@ def leave_one_out(spectrum: Spectrum, Yc: np.ndarray, Q: np.ndarray, alphas: np.
 
 def generalized_cross_validation(spectrum: Spectrum, Yc: np.ndarray, Q: np.ndarray, alphas: np.ndarray,
                                  inverse: np.ndarray) -> np.ndarray:
-    """generalized cross-validation (GCV) mean squared error inside each training fold.
-
-    Per alpha: ``|Y - fitted|^2 / (n k (1 - tr(H) / n)^2)`` over ``n`` rows and ``k`` target columns, ``tr(H) =
-    1 + sum(w / (w + alpha))`` over the decomposition's nonzero axes (the intercept counts one).  The residual is
+    """Generalized cross-validation, per alpha: ``|Y - fitted|^2 / (n k (1 - tr(H) / n)^2)`` over ``n`` rows and
+    ``k`` target columns, ``tr(H) = 1 + sum(w / (w + alpha))`` over the decomposition's nonzero axes (the intercept
+    counts one): leave-one-out with every leverage replaced by their mean, so no row's coordinates.  The residual is
     the alpha-free least-squares residual plus ``sum_j |Q_j|^2 alpha^2 / (w_j (w_j + alpha)^2)``: every term exact,
     where ``|Y|^2`` less the explained part would be all rounding once the fit nearly interpolates (rows <= width).
     """
@@ -236,8 +234,10 @@ def generalized_cross_validation(spectrum: Spectrum, Yc: np.ndarray, Q: np.ndarr
         return np.where(slack > 0, residual / (n * Yc.shape[1] * np.square(slack)), np.inf)
 
 
-#: ``selection`` -> its criterion (the docstring's first line is ``metadata.selection``).
-SELECTIONS = {"loo": leave_one_out, "gcv": generalized_cross_validation}
+#: ``selection`` -> its criterion and how ``metadata.selection`` names it.
+SELECTIONS = {"loo": (leave_one_out, "exact leave-one-out mean squared error inside each training fold"),
+              "gcv": (generalized_cross_validation,
+                      "generalized cross-validation (GCV) mean squared error inside each training fold")}
 
 
 def _ridge_path(spectrum: Spectrum, Y: np.ndarray, encoding: Encoding, alphas: np.ndarray,
@@ -306,7 +306,7 @@ class FeatureSpectra:
 
         self.cells = map_single_threaded(cell, splits, workers=workers)  # one BLAS thread each: the same bytes
         self.gram, self.total, self.cross = (sum(parts[1:], parts[0]) for parts in list(zip(*self.cells))[1:])
-        self.position = np.empty(embeddings.shape[0], dtype=np.intp)  # a row's place among its fold's training rows
+        self.n_rows = embeddings.shape[0]
 
     def fold(self, index: int) -> Spectrum:
         train, test = self.splits[index]
@@ -322,7 +322,7 @@ class FeatureSpectra:
         cross = self.cross - held.cross
 
         def coordinates() -> np.ndarray:
-            position = np.empty_like(self.position)
+            position = np.empty(self.n_rows, dtype=np.intp)  # a row's place among the fold's training rows
             position[train] = np.arange(train.size)
             P = np.empty((train.size, V.shape[1]))
             for other, (_, rows) in zip(self.cells, self.splits):
