@@ -17,6 +17,7 @@ from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTyp
 from vertebrae.extractors import CallableExtractor, PrecomputedExtractor, SklearnExtractor
 from vertebrae.families.retrieval import (PrecomputedPairExtractor, RetrievalBenchmark, RetrievalBenchmarkResult,
                                               RetrievalConfig, RetrievalDataset, TwoBranchExtractor)
+from vertebrae.families.retrieval.extractors import check_endpoint_modalities
 from vertebrae.inputs.images import in_memory_images
 
 IDENTITY = DatasetIdentity.declared("retrieval-benchmark", "1")
@@ -350,11 +351,13 @@ def test_a_matching_declaration_scores_as_an_undeclared_one_and_swapped_it_is_re
 
 
 @pytest.mark.parametrize("declared, error, says", [
-    ({"query": "txt"}, InputValidationError, r"modalities\['query'\] is 'txt', not a modality vertebrae knows; "
-                                             r"declare one of \['text', 'image', 'audio', 'tabular', 'unknown'\]$"),
-    ({"query": "text", "gallery": "Image"}, InputValidationError, r"modalities\['gallery'\] is 'Image', not a "
-                                                                  r"modality vertebrae knows"),
-    ({"gallery": None}, InputValidationError, r"modalities\['gallery'\] is None, not a modality vertebrae knows"),
+    ({"query": "txt"}, InputValidationError, r"modalities\['query'\] is 'txt', which reads like 'text' but is not it, "
+                                             r"so the inputs would go unchecked; declare 'text' \(checked kinds: "
+                                             r"\['text', 'image', 'audio'\]\)$"),
+    ({"query": "text", "gallery": "Image"}, InputValidationError, r"modalities\['gallery'\] is 'Image', which reads "
+                                                                  r"like 'image'"),
+    ({"gallery": "img"}, InputValidationError, r"modalities\['gallery'\] is 'img', which reads like 'image'"),
+    ({"gallery": None}, InputValidationError, r"modalities\['gallery'\] is None; declare a kind as a non-empty string"),
     ({"queries": "text"}, InputValidationError, r"modalities names endpoint 'queries'; a retrieval extractor's "
                                                 r"endpoints are \['query', 'gallery'\]$"),
     ("text", InputTypeError, r"modalities must be a dict such as \{'query': 'text', 'gallery': 'image'\}, got str$"),
@@ -370,6 +373,16 @@ def test_a_declaration_outside_the_known_modalities_and_endpoints_is_refused(dec
                            (pair, r"\('pair', PrecomputedPairExtractor\)")):
         with pytest.raises(error, match=rf"^extractors\[0\] {who} {says}"):
             RetrievalBenchmark(data, [extractor])
+
+
+def test_a_kind_of_the_users_own_is_recorded_not_checked():
+    """Kinds outside the checked three that are not near-misses of them (``video``, ``tabular``, ``fused``) are the
+    user's vocabulary, as multimodal field modalities are: accepted, not checked against the inputs, and kept."""
+    data = colors_dataset()
+    for kind in ("video", "tabular", "fused"):
+        extractor = ColorMatcher("own", {"query": kind, "gallery": "image"})
+        RetrievalBenchmark(data, [extractor])
+        assert check_endpoint_modalities("x", extractor) == {"query": kind, "gallery": "image"}
 
 
 def test_single_matrix_precomputed_extractor_is_rejected():

@@ -20,7 +20,7 @@ from vertebrae.errors import (ConfigError, DataWarning, ExtractorError, InputTyp
                                   ScoringWarning, SerializationError)
 from vertebrae.execution.local import LocalRunner
 from vertebrae.extractors import SklearnExtractor
-from vertebrae.families.zero_shot import ExtractorEncoder
+from vertebrae.families.zero_shot import ExtractorEncoder, PrecomputedZeroShotEncoder
 
 from .references import direct_oi, label_codes
 
@@ -316,6 +316,25 @@ def test_an_encoder_of_the_wrong_kind_is_refused_before_any_encoder_runs():
                                                    r"dataset.flat_prompts holds text; pass an encoder that reads text$"):
         ZeroShotBenchmark(data, [first, Declared("odd", "text", "audio")]).run()
     assert first.calls == []
+
+
+def test_a_declaration_typo_is_refused_and_a_kind_of_ones_own_is_kept():
+    """Before: ``{"samples": "img"}`` or a branch named ``"sample"`` was accepted, so that branch went unchecked.
+    A near-miss of a checked kind or an unknown branch is refused (precomputed encoders too); other kinds
+    (``video``) are the user's vocabulary, recorded and not checked."""
+    data = text_dataset()
+    with pytest.raises(InputValidationError, match=r"^encoders\[0\] \('typo', Declared\) modalities\['samples'\] is "
+                                                   r"'img', which reads like 'image'"):
+        ZeroShotBenchmark(data, [Declared("typo", "img", "text")])
+    branch = Declared("branch", "text", "text")
+    branch.modalities = {"sample": "text"}
+    with pytest.raises(InputValidationError, match=r"modalities names branch 'sample'; a zero-shot encoder's branches "
+                                                   r"are \['samples', 'prompts'\]$"):
+        ZeroShotBenchmark(data, [branch])
+    frozen = PrecomputedZeroShotEncoder("frozen", np.ones((36, 4)), np.ones((4, 4)), modalities={"samples": "Text"})
+    with pytest.raises(InputValidationError, match=r"modalities\['samples'\] is 'Text', which reads like 'text'"):
+        ZeroShotBenchmark(data, [frozen])
+    ZeroShotBenchmark(data, [Declared("own", "video", "text")])  # accepted: not a near-miss, not checked
 
 
 def test_bad_encoder_output_names_the_encoder_and_branch():

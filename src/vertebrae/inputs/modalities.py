@@ -9,11 +9,13 @@ extractors before it have run; the mismatch is known when the benchmark is built
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputValidationError
+from ..errors import InputTypeError, InputValidationError
 from .audio import AudioInputs
 from .images import ImageInputs
 
@@ -21,9 +23,9 @@ from .images import ImageInputs
 BUILDERS = {"text": "BenchmarkDataset.from_arrays(texts, labels)",
             "image": "BenchmarkDataset.from_images(...) or from_image_paths(...)",
             "audio": "BenchmarkDataset.from_audio_arrays(...)"}
-#: What a model may declare it embeds: a kind the check knows, or one it records but does not check: ``tabular``
-#: (numeric columns, ``BenchmarkDataset.from_dataframe``'s name for them) and ``unknown``.
-DECLARABLE = (*BUILDERS, "tabular", "unknown")
+#: How close a declared kind must be to a checked one (``difflib`` ratio) to read as its typo: ``txt``, ``img``,
+#: ``images`` and ``Image`` do, ``video``, ``tabular`` and ``fused`` do not.
+NEAR_MISS = 0.75
 
 
 def inputs_modality(inputs: Any) -> str | None:
@@ -51,11 +53,34 @@ def check_input_modality(who: str, want: str | None, have: str | None, holder: s
 
 
 def check_declared_modality(who: str, declared: Any) -> None:
-    """Refuse a declared kind outside :data:`DECLARABLE`: a typo such as ``"txt"`` would otherwise leave the
-    inputs it names unchecked."""
-    if not isinstance(declared, str) or declared not in DECLARABLE:
-        raise InputValidationError(f"{who} is {declared!r}, not a modality vertebrae knows; declare one of "
-                                   f"{list(DECLARABLE)}")
+    """Refuse a declared kind that is not a non-empty string, or that reads like a kind the checks know without being
+    it (``"txt"``, ``"Image"``): such a typo would leave the inputs it names unchecked.  Any other kind (``tabular``,
+    ``video``, ``fused``, ``unknown``) is the user's own vocabulary, as multimodal field modalities are: recorded in
+    profiles, not checked."""
+    if not isinstance(declared, str) or not declared.strip():
+        raise InputValidationError(f"{who} is {declared!r}; declare a kind as a non-empty string, one of "
+                                   f"{list(BUILDERS)} to have the inputs checked, or 'unknown'")
+    if declared in BUILDERS:
+        return
+    close = difflib.get_close_matches(declared.lower(), BUILDERS, n=1, cutoff=NEAR_MISS)
+    if close:
+        raise InputValidationError(f"{who} is {declared!r}, which reads like {close[0]!r} but is not it, so the inputs "
+                                   f"would go unchecked; declare {close[0]!r} (checked kinds: {list(BUILDERS)})")
+
+
+def declared_modalities(who: str, model: Any, defaults: Mapping[str, str], part: str, owner: str,
+                        example: str) -> dict[str, str]:
+    """A model's ``modalities`` declaration over its family's ``defaults`` (one kind per endpoint or branch),
+    refused where it is not a dict, names a ``part`` the family lacks, or a kind no check knows: each typo would
+    otherwise leave that part unchecked."""
+    declared = getattr(model, "modalities", None) or {}
+    if not isinstance(declared, Mapping):
+        raise InputTypeError(f"{who} modalities must be a dict such as {example}, got {type(declared).__name__}")
+    for name, modality in declared.items():
+        if name not in defaults:
+            raise InputValidationError(f"{who} modalities names {part} {name!r}; {owner} are {list(defaults)}")
+        check_declared_modality(f"{who} modalities[{name!r}]", modality)
+    return {**defaults, **declared}
 
 
 def check_extractor_modalities(dataset: Any, extractors: Any) -> None:

@@ -13,19 +13,19 @@ A :class:`RetrievalExtractor` has ``name``, ``fit(gallery_inputs)``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from ...inputs.embeddings import validate_embeddings
-from ...inputs.modalities import check_declared_modality
+from ...inputs.modalities import declared_modalities
 from ...errors import InputTypeError, InputValidationError
 from ...extractors.base import PrecomputedExtractor, check_extractor_name
 from ..._base.fingerprint import (callable_identity, callable_name, canonical, check_cache_identity, content_sha256,
                                   declared_identity, identified)
 
 
-#: The endpoints a retrieval extractor embeds, each of which may declare its modality.
-ENDPOINTS = ("query", "gallery")
+#: The endpoints a retrieval extractor embeds, each ``unknown`` until its ``modalities`` declares a kind.
+UNDECLARED = {"query": "unknown", "gallery": "unknown"}
 
 
 @runtime_checkable
@@ -154,22 +154,14 @@ class PrecomputedPairExtractor:
 def endpoint_modalities(extractor: Any) -> dict[str, str]:
     """The modality an extractor declares per endpoint (``modalities = {"query": "text", "gallery": "image"}``),
     ``unknown`` where it declares none (resource profiles' context)."""
-    return {"query": "unknown", "gallery": "unknown", **dict(getattr(extractor, "modalities", None) or {})}
+    return {**UNDECLARED, **dict(getattr(extractor, "modalities", None) or {})}
 
 
 def check_endpoint_modalities(who: str, extractor: Any) -> dict[str, str]:
     """:func:`endpoint_modalities`, refused where the declaration names an endpoint retrieval lacks or a kind no
-    check knows: either typo would otherwise leave that endpoint unchecked."""
-    declared = getattr(extractor, "modalities", None) or {}
-    if not isinstance(declared, Mapping):
-        raise InputTypeError(f"{who} modalities must be a dict such as {{'query': 'text', 'gallery': 'image'}}, "
-                             f"got {type(declared).__name__}")
-    for side, modality in declared.items():
-        if side not in ENDPOINTS:
-            raise InputValidationError(f"{who} modalities names endpoint {side!r}; a retrieval extractor's endpoints "
-                                       f"are {list(ENDPOINTS)}")
-        check_declared_modality(f"{who} modalities[{side!r}]", modality)
-    return endpoint_modalities(extractor)
+    check knows (:func:`~vertebrae.inputs.modalities.declared_modalities`)."""
+    return declared_modalities(who, extractor, UNDECLARED, "endpoint",
+                               "a retrieval extractor's endpoints", "{'query': 'text', 'gallery': 'image'}")
 
 
 def as_retrieval_extractor(extractor: Any, position: int, has_embeddings: bool) -> RetrievalExtractor:

@@ -25,7 +25,7 @@ from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...inputs.modalities import BUILDERS, check_input_modality, inputs_modality
+from ...inputs.modalities import BUILDERS, check_input_modality, declared_modalities, inputs_modality
 from ..front_door import EmbeddingSource, FrontDoor, plain_recipe, variant_chains
 from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ..._base.profile_records import PROFILE_KEY
@@ -33,7 +33,7 @@ from ...scoring.overlap import OverlapScoringConfig, check_class_settings
 from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
 from .config import ZeroShotConfig
 from .dataset import ZeroShotDataset
-from .encoders import PrecomputedZeroShotEncoder, as_encoders, modalities
+from .encoders import DEFAULT_MODALITIES, PrecomputedZeroShotEncoder, as_encoders, modalities
 from .result import ZeroShotBenchmarkResult, ZeroShotExtractorResult
 from .stages import PIPELINE, ZeroShotSettings, encode_branch
 
@@ -149,16 +149,19 @@ class ZeroShotBenchmark(FrontDoor):
 def _check_encoder_modalities(dataset: ZeroShotDataset, encoders: Sequence[Any]) -> None:
     """Each branch's declared kind matches the samples and the (text) prompts, before any encoder runs.
 
-    Precomputed encoders read nothing, so they are not checked; an adapted extractor reads what it declares.
+    Every declaration is checked for typos; precomputed encoders read nothing, so their kinds are not checked
+    against the data; an adapted extractor reads what it declares.
     """
     samples, prompts = inputs_modality(dataset.sample_input), inputs_modality(dataset.flat_prompts)
     for i, encoder in enumerate(encoders):
+        who = f"encoders[{i}] ({encoder.name!r}, {type(encoder).__name__})"
+        branches = declared_modalities(who, encoder, DEFAULT_MODALITIES, "branch", "a zero-shot encoder's branches",
+                                       "{'samples': 'image', 'prompts': 'text'}")
         if isinstance(encoder, PrecomputedZeroShotEncoder):
             continue
         declared = getattr(getattr(encoder, "extractor", None), "input_modality", None)
-        who = f"encoders[{i}] ({encoder.name!r}, {type(encoder).__name__})"
-        want = declared or modalities(encoder)["samples"]
+        want = declared or branches["samples"]
         check_input_modality(f"{who} samples branch", want, samples, "the source dataset", "encoder",
                              f"build the source dataset from {want} with {BUILDERS.get(want, 'its constructor')}")
-        check_input_modality(f"{who} prompts branch", declared or modalities(encoder)["prompts"],
+        check_input_modality(f"{who} prompts branch", declared or branches["prompts"],
                              prompts, "dataset.flat_prompts", "encoder")
