@@ -169,7 +169,8 @@ def check_feed_names(feeds: Mapping[str, Any], graph: OnnxGraph, *, where: str) 
     if not isinstance(feeds, Mapping):
         raise ExtractorError(f"{where}: input_fn returned a {type(feeds).__name__}; return a dict with one array per "
                              f"model input {list(graph.feeds)}")
-    unknown = [name for name in feeds if name not in {i.name for i in graph.inputs}]
+    inputs = {i.name for i in graph.inputs}
+    unknown = [name for name in feeds if name not in inputs]
     missing = [name for name in graph.feeds if name not in feeds]
     if unknown or missing:
         wrong = "; ".join(f"{what} {names}" for what, names in (("not model inputs:", unknown),

@@ -373,7 +373,7 @@ def _spectrum(fold: StandardizedFold) -> Spectrum:
         kernel += total - row_means[:, None] - row_means[None, :]
         cross += total - cross.mean(axis=1)[:, None] - row_means[None, :]
     w, U = np.linalg.eigh(kernel)
-    keep = w > max(w.max(initial=0.0), 0.0) * n * np.finfo(np.float64).eps
+    keep = nonzero_axes(w)  # the n x n kernel's n eigenvalues
     w, U = w[keep], U[:, keep]
     root = np.sqrt(w)
 
