@@ -257,6 +257,23 @@ def test_ridge_gcv_and_leave_one_out_differ_only_in_the_choice():
         RidgeProbeMetric(selection="cv")
 
 
+def test_ridge_gram_cells_smaller_than_a_test_fold_change_no_result(monkeypatch):
+    """Dense folds sum their Gram matrices from cells of at most ``CELL_ROWS`` test rows (a fixed cut, so the thread
+    count moves no byte); with cells of 7 rows, several per test fold and a last one shorter, both selections still
+    equal their references and 1 or 3 workers give the same bytes."""
+    import json
+
+    from vertebrae.scoring import ridge_probe
+
+    monkeypatch.setattr(ridge_probe, "CELL_ROWS", 7)
+    X, y = _classes(123, 10, 3, seed=12)
+    _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=4)
+    _check_gcv(X, y, _labels(y), SINGLE, "single_label", seed=4)
+    for selection in ("loo", "gcv"):
+        assert len({json.dumps(RidgeProbeMetric(selection=selection, n_jobs=jobs)(X, _labels(y), seed=4),
+                               sort_keys=True) for jobs in (1, 3)}) == 1
+
+
 # ------------------------------------------------------------------------------------------------ LDA
 def _check_lda(X, y, seed=0, groups=None):
     got = LDAProbeMetric()(X, _labels(y), target_metadata=SINGLE, seed=seed,
@@ -400,7 +417,7 @@ def test_probes_plug_into_the_metric_protocol():
         assert metric.higher_is_better and metric.aggregate_valid and metric.supported_target_types == target_types
         for target_type in target_types:
             check_metric(metric, "metrics[0]", target_type)
-    assert ridge.identity() == {"type": "ridge_probe", "version": 3, "n_splits": 5, "alphas": [1.0, 10.0],
+    assert ridge.identity() == {"type": "ridge_probe", "version": 4, "n_splits": 5, "alphas": [1.0, 10.0],
                                 "selection": "loo", "max_dense_bytes": 2**30, "name": "ridge_probe"}
     assert LDAProbeMetric().identity()["type"] == "lda_probe"
     assert RidgeProbeMetric().reference == "ridge classifier probe"
