@@ -80,7 +80,13 @@ def declared_modalities(who: str, model: Any, defaults: Mapping[str, str], part:
         if name not in defaults:
             raise InputValidationError(f"{who} modalities names {part} {name!r}; {owner} are {list(defaults)}")
         check_declared_modality(f"{who} modalities[{name!r}]", modality)
-    return {**defaults, **declared}
+    return model_modalities(model, defaults)
+
+
+def model_modalities(model: Any, defaults: Mapping[str, str]) -> dict[str, str]:
+    """The kind a model declares per endpoint or branch (its ``modalities`` dict), ``defaults`` where it declares
+    none: what profiles and embedding metadata record, once :func:`declared_modalities` has checked it."""
+    return {**defaults, **dict(getattr(model, "modalities", None) or {})}
 
 
 def check_extractor_modalities(dataset: Any, extractors: Any) -> None:

@@ -23,15 +23,15 @@ from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...inputs.modalities import check_input_modality, inputs_modality
+from ...inputs.modalities import check_input_modality, inputs_modality, model_modalities
 from ..front_door import (EmbeddingSource, FrontDoor, check_unique_names, plain_recipe, validate_extractor_list,
                           variant_chains)
 from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ..._base.profile_records import PROFILE_KEY
 from .config import RetrievalConfig
 from .dataset import RetrievalDataset
-from .extractors import (PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor,
-                         check_endpoint_modalities, endpoint_modalities)
+from .extractors import (UNDECLARED, PrecomputedPairExtractor, RetrievalExtractor, as_retrieval_extractor,
+                         check_endpoint_modalities)
 from .ranking import BlockPlan, plan_blocks, prepare_endpoints
 from .result import RetrievalBenchmarkResult, RetrievalEntry
 from .stages import RetrievalSettings, encode_endpoints
@@ -122,7 +122,7 @@ class RetrievalBenchmark(FrontDoor):
             extractor = self._context().extractor_of(chain)
             entry.resource_profile = endpoint_profiles({side: measured.get(side) for side in ("query", "gallery")},
                                                        entry.embedding, entry.compression,
-                                                       endpoint_modalities(extractor))
+                                                       model_modalities(extractor, UNDECLARED))
         return entry
 
     def build_result(self, entries: list[RetrievalEntry], notes: list[str]) -> RetrievalBenchmarkResult:

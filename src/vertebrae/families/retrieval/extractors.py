@@ -151,14 +151,9 @@ class PrecomputedPairExtractor:
         return declared_identity(self, self.recipe())
 
 
-def endpoint_modalities(extractor: Any) -> dict[str, str]:
-    """The modality an extractor declares per endpoint (``modalities = {"query": "text", "gallery": "image"}``),
-    ``unknown`` where it declares none (resource profiles' context)."""
-    return {**UNDECLARED, **dict(getattr(extractor, "modalities", None) or {})}
-
-
 def check_endpoint_modalities(who: str, extractor: Any) -> dict[str, str]:
-    """:func:`endpoint_modalities`, refused where the declaration names an endpoint retrieval lacks or a kind no
+    """The modality an extractor declares per endpoint (``modalities = {"query": "text", "gallery": "image"}``,
+    ``unknown`` where it declares none), refused where the declaration names an endpoint retrieval lacks or a kind no
     check knows (:func:`~vertebrae.inputs.modalities.declared_modalities`)."""
     return declared_modalities(who, extractor, UNDECLARED, "endpoint",
                                "a retrieval extractor's endpoints", "{'query': 'text', 'gallery': 'image'}")

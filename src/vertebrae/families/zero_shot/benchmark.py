@@ -25,7 +25,8 @@ from ...execution.caching import stage_cache
 from ...execution.context import Chain, RunContext
 from ...execution.jobs import RunOutcome, check_on_error
 from ...execution.plan import Plan
-from ...inputs.modalities import BUILDERS, check_input_modality, declared_modalities, inputs_modality
+from ...inputs.modalities import (BUILDERS, check_input_modality, declared_modalities, inputs_modality,
+                                  model_modalities)
 from ..front_door import EmbeddingSource, FrontDoor, plain_recipe, variant_chains
 from ...extractors.profiling import ResourceProfilingConfig, check_profiling, endpoint_profiles
 from ..._base.profile_records import PROFILE_KEY
@@ -33,7 +34,7 @@ from ...scoring.overlap import OverlapScoringConfig, check_class_settings
 from .classify import ENSEMBLE_RULE, TIE_RULE, build_prototypes, plan_blocks
 from .config import ZeroShotConfig
 from .dataset import ZeroShotDataset
-from .encoders import DEFAULT_MODALITIES, PrecomputedZeroShotEncoder, as_encoders, modalities
+from .encoders import DEFAULT_MODALITIES, PrecomputedZeroShotEncoder, as_encoders
 from .result import ZeroShotBenchmarkResult, ZeroShotExtractorResult
 from .stages import PIPELINE, ZeroShotSettings, encode_branch
 
@@ -128,7 +129,7 @@ class ZeroShotBenchmark(FrontDoor):
                         for branch in BRANCHES}
             encoder = self._context().extractor_of(chain)
             result.resource_profile = endpoint_profiles(measured, result.embedding, result.compression,
-                                                        modalities(encoder))
+                                                        model_modalities(encoder, DEFAULT_MODALITIES))
         return result
 
     def build_result(self, results: list[ZeroShotExtractorResult], notes: list[str]) -> ZeroShotBenchmarkResult:

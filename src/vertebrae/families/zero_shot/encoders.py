@@ -44,11 +44,6 @@ class ZeroShotEncoder(Protocol):
     def recipe(self) -> dict[str, Any]: ...
 
 
-def modalities(encoder: Any) -> dict[str, str]:
-    """The declared modality of each branch (``unknown`` samples and ``text`` prompts by default)."""
-    return {**DEFAULT_MODALITIES, **dict(getattr(encoder, "modalities", None) or {})}
-
-
 class TextEncoder:
     """A text model used for both branches: ``model.encode(list_of_texts, **encode_kwargs)``.
 

@@ -25,6 +25,7 @@ from ...extractors.compression import compression_fingerprint
 from ..embedding_set import (EMBEDDINGS_CODEC, Embedding, EmbeddingSet, compress_embeddings, embedding_set_codec,
                              evaluated as evaluated_part, variant_facts)
 from ...inputs.embeddings import embedding_metadata, is_constant, validate_embeddings
+from ...inputs.modalities import model_modalities
 from ...errors import ExtractorError
 from ...execution.registry import EMBED, stage
 from ...extractors.user_code import user_code
@@ -32,7 +33,7 @@ from ..front_door import plain_recipe
 from ...scoring.overlap import OverlapIndexScorer, OverlapScoreResult
 from ..._base.threads import limited_threads
 from .classify import Classification, Prototypes, build_prototypes, classify as classify_samples, plan_blocks
-from .encoders import modalities
+from .encoders import DEFAULT_MODALITIES
 from .metrics import zero_shot_metrics
 
 PIPELINE = "zero_shot"
@@ -82,7 +83,8 @@ def encode_branch(encoder: Any, name: str, branch: str, dataset: Any, timings: d
     if branch == "samples" and is_constant(matrix):
         raise ExtractorError(f"encoder {name!r} returned the same sample embedding for every row, so every sample "
                              "gets the same prediction; check the encoder (a collapsed model, or the inputs?)")
-    metadata = {**embedding_metadata(matrix), "branch": branch, "modality": modalities(encoder)[branch],
+    metadata = {**embedding_metadata(matrix), "branch": branch,
+                "modality": model_modalities(encoder, DEFAULT_MODALITIES)[branch],
                 "source": f"{type(encoder).__name__}.{method}"}
     return EmbeddingSet({branch: Embedding(matrix, metadata)})
 
