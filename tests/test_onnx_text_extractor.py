@@ -3,6 +3,7 @@
 The model is built from a config (random weights, MiniLM's bert-base-uncased vocabulary and tokenizer files),
 saved with ``save_pretrained`` and exported with ``torch.onnx.export`` — offline, nothing downloads.  The
 export outputs the last hidden state and hidden state 1, so two "layers" are compared with HF's layers 2 and 1.
+A tiny random RoBERTa, built and exported the same way, checks where texts are cut when positions start past row 0.
 """
 
 from __future__ import annotations
@@ -134,6 +135,94 @@ def test_texts_past_the_position_table_are_cut_there_like_hf(tiny_bert, tmp_path
         np.testing.assert_allclose(onnx.transform(texts), hf, rtol=1e-4, atol=1e-5)
     short = ONNXTextExtractor("o", tiny_bert / "model.onnx", tiny_bert / "hf", max_length=5, progress=False)
     assert short.max_length_ == 5
+
+
+@pytest.fixture(scope="module", params=[0, 1], ids=["pad0", "pad1"])
+def tiny_roberta(request, tmp_path_factory, minilm_path):
+    """A tiny random RobertaModel of 66 positions, exported as the BERT is.  Its position ids are counted over the
+    tokens that are not ``pad_token_id`` from ``pad_token_id + 1``.  Pad 0 is the tokenizer's [PAD], so padding is as
+    in HFTextExtractor's run (the exporter folds the ``+ 0`` away: Gather <- Cast <- Mul <- CumSum); pad 1 is
+    RoBERTa's own ``padding_idx`` (``Gather <- Add(1) <- Cast <- Mul <- CumSum``; both extractors feed the same
+    [PAD] ids, which the model counts as tokens, masked out of attention and pooling)."""
+    pad = request.param
+    folder = tmp_path_factory.mktemp(f"tiny_roberta_onnx_pad{pad}")
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        intermediate_size=37, max_position_embeddings=66, pad_token_id=pad,
+                                        attn_implementation="eager")
+    model = transformers.RobertaModel(config).eval()
+    model.save_pretrained(folder / "hf")
+    for name in TOKENIZER_FILES:
+        shutil.copy(minilm_path / name, folder / "hf" / name)
+    ids = torch.tensor([[101, 2023, 2003, 102, 0], [101, 2023, 2003, 1037, 102]])
+    dynamic = {0: "batch", 1: "tokens"}
+    export(States(model).eval(), (ids, (ids != 0).long(), torch.zeros_like(ids)), folder / "model.onnx",
+           input_names=["input_ids", "attention_mask", "token_type_ids"],
+           output_names=["last_hidden_state", "hidden_state_1"],
+           dynamic_axes={name: dynamic for name in ("input_ids", "attention_mask", "token_type_ids",
+                                                    "last_hidden_state", "hidden_state_1")})
+    return folder, pad
+
+
+def test_a_roberta_graph_cuts_texts_below_its_first_position_like_hf(tiny_roberta, tmp_path):
+    """RoBERTa-style graphs take positions padding_idx + 1 .. table - 1, so 66 rows hold 66 - (pad + 1) tokens.  The
+    limit was the table's 66 rows: a 150-word text, uncut by the tokenizer.json, was cut at 66 tokens and failed
+    inside onnxruntime (Gather's indices out of bounds); now it is cut where HFTextExtractor cuts, outputs equal."""
+    folder, pad = tiny_roberta
+    texts = [*TEXTS, " ".join(["word"] * 150), " ".join(["word"] * 60)]  # the last one: 62 tokens, within the limit
+    uncut = tmp_path / "tokenizer.json"
+    uncut.write_text(json.dumps({**json.loads((folder / "hf" / "tokenizer.json").read_text()), "truncation": None}))
+    hf = HFTextExtractor("h", folder / "hf", layers=[2, 1], poolings=POOLINGS, batch_size=3, device="cpu",
+                         progress=False)
+    expected = hf.transform_many(texts)
+    assert hf.max_length_ == 66 - (pad + 1)
+    onnx = ONNXTextExtractor("o", folder / "model.onnx", uncut, layers=["last_hidden_state", "hidden_state_1"],
+                             poolings=POOLINGS, batch_size=3, progress=False)
+    limit = onnx.max_length_  # settled at construction
+    got = onnx.transform_many(texts)
+    assert limit == hf.max_length_
+    for layer, hf_layer in (("last_hidden_state", 2), ("hidden_state_1", 1)):
+        for pooling in POOLINGS:
+            np.testing.assert_allclose(got[f"{layer}_{pooling}"], expected[f"layer{hf_layer}_{pooling}"], rtol=1e-4,
+                                       atol=1e-5)
+    assert np.abs(got["last_hidden_state_mean"][-2] - got["last_hidden_state_mean"][-1]).max() > 1e-3
+    # The tokenizer.json's own 128 and a max_length past the table are capped alike; a shorter one stands.
+    assert ONNXTextExtractor("o", folder / "model.onnx", folder / "hf").max_length_ == 66 - (pad + 1)
+    assert ONNXTextExtractor("o", folder / "model.onnx", folder / "hf", max_length=100).max_length_ == 66 - (pad + 1)
+    assert ONNXTextExtractor("o", folder / "model.onnx", folder / "hf", max_length=20).max_length_ == 20
+
+
+def test_the_first_position_is_read_from_the_graph_or_left_at_zero(tiny_roberta, tiny_bert, tmp_path):
+    """The offset is found whether the constant is a Constant node or an initializer; a BERT graph (a sliced arange
+    buffer) and a position path of another shape (an exclusive CumSum here) keep the table's size, as before."""
+    import onnx
+
+    folder, pad = tiny_roberta
+    table = "model.embeddings.position_embeddings.weight"
+    assert ONNXTextExtractor("o", tiny_bert / "model.onnx", tiny_bert / "hf").graph.position_starts == {}
+    model = onnx.load(str(folder / "model.onnx"))
+    ops = {n.output[0]: n for n in model.graph.node}
+    gather = next(n for n in model.graph.node if n.op_type == "Gather" and n.input[0] == table)
+    path, name = [], gather.input[1]
+    while ops[name].op_type != "CumSum":
+        path.append(ops[name].op_type)
+        name = next(i for i in ops[name].input if ops.get(i) is not None and ops[i].op_type != "Constant")
+    assert path == (["Add"] if pad else []) + ["Cast", "Mul"]
+    constants = [n for n in model.graph.node if n.op_type == "Constant"]
+    for node in constants:  # every Constant node an initializer instead
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(node.attribute[0].t)
+        tensor.name = node.output[0]
+        model.graph.initializer.append(tensor)
+        model.graph.node.remove(node)
+    onnx.save(model, str(tmp_path / "initializers.onnx"))
+    moved = ONNXTextExtractor("o", tmp_path / "initializers.onnx", folder / "hf")
+    assert moved.graph.position_starts == {table: pad + 1} and moved.max_length_ == 66 - (pad + 1)
+    cumsum = next(n for n in model.graph.node if n.op_type == "CumSum")
+    cumsum.attribute.append(onnx.helper.make_attribute("exclusive", 1))
+    onnx.save(model, str(tmp_path / "exclusive.onnx"))
+    other = ONNXTextExtractor("o", tmp_path / "exclusive.onnx", folder / "hf")
+    assert other.graph.position_starts == {} and other.max_length_ == 66
 
 
 def test_a_tokenizer_without_a_padding_token_is_named_at_construction(tiny_bert, tmp_path):

@@ -98,12 +98,17 @@ def truncation_length(max_length: int | None, tokenizer_config: dict[str, Any], 
     failed inside onnxruntime, mid-run ("Attempting to broadcast an axis by a dimension other than 1. 64 by 128").
 
     The limit is the size of the graph's ``position_embeddings.weight`` table, as Hugging Face models name it in
-    their exports; a graph without one (relative positions, other names) keeps the length asked for.  A text within
-    the limit is cut as before, so outputs the old code computed do not move.
+    their exports, less the rows a RoBERTa-style graph keeps below its first position
+    (:attr:`~vertebrae.extractors.onnx_graph.OnnxGraph.position_starts`: ``padding_idx + 1`` where position ids
+    count attended tokens from ``padding_idx + 1``), as HFTextExtractor subtracts its embeddings' ``padding_idx +
+    1``: a RoBERTa table of 514 rows embeds 512 tokens.  A graph without such a table (relative positions, other
+    names) keeps the length asked for; one whose positions are not recognized as counted (BERT's ``arange``) is
+    capped at the table's size.  A text within the limit is cut as before, so outputs the old code computed do not
+    move.
     """
     own = (tokenizer_config.get("truncation") or {}).get("max_length")
     asked = max_length if max_length is not None else own if isinstance(own, int) else None
-    tables = [dims[0] for name, dims in graph.initializers.items()
+    tables = [dims[0] - graph.position_starts.get(name, 0) for name, dims in graph.initializers.items()
               if name.endswith("position_embeddings.weight") and len(dims) == 2]
     if not tables:
         return asked
