@@ -174,6 +174,23 @@ def test_a_column_of_0_1_class_ids_is_told_to_pass_it_flat(identity, y, message)
         BenchmarkDataset.from_embeddings(X6, y, identity=identity)
 
 
+@pytest.mark.parametrize("y, shown", [
+    (np.array(["cat", "dog"] * 3).reshape(-1, 1), r"string values such as 'cat'.*; it has a single column: for one "
+                                                  r"class label per row pass it 1-D \(y\.ravel\(\)\)$"),
+    (np.array(["cat", "dog"] * 3, dtype=object).reshape(-1, 1), r"object values such as 'cat'.*y\.ravel"),
+    (np.array([["1", "0"], ["0", "1"]] * 3), r"string values such as '1'; a 2-D y is a multi-label indicator matrix "
+                                             r"of 0/1 numbers, one column per label \(or pass one collection of "
+                                             r"labels per row, e.g\. \[\{'a', 'b'\}, \{'c'\}\]\)$"),
+])
+def test_a_2d_y_of_labels_that_are_not_numbers_is_refused_naming_y_and_the_fix(identity, y, shown):
+    """A 2-D y is read as a 0/1 indicator matrix; a column of class names failed inside scipy.sparse ("does not
+    support dtype <U3"), naming neither y nor the fix.  An object array of 0/1 numbers is still an indicator."""
+    with pytest.raises(InputValidationError, match=r"^y is a 2-D array of " + shown):
+        BenchmarkDataset.from_embeddings(X6, y, identity=identity)
+    numbers = np.array([[0, 1], [1, 1], [1, 0]] * 2, dtype=object)
+    assert BenchmarkDataset.from_embeddings(X6, numbers, identity=identity).summary()["target_type"] == "multi_label"
+
+
 @pytest.mark.parametrize("y", [np.array([[0, 1], [1, 1], [0, 0]] * 2), [{"a"}] * 6])
 def test_no_flatten_hint_where_flattening_is_not_the_fix(identity, y):
     """Two indicator columns, or label sets that name one label, are multi-label data: no y.ravel() hint."""

@@ -312,9 +312,30 @@ def _encode_labels(y: Any, values: list[Any], argument: str | TargetSource) -> t
 _ONE_COLUMN_HINT = "; it has a single column: for one class label per row pass it 1-D (y.ravel())"
 
 
+def _indicator_numbers(y: np.ndarray, argument: str | TargetSource) -> np.ndarray:
+    """A 2-D array read as a 0/1 indicator matrix, refused with the fix when it holds no numbers (labels such as
+    'cat' in a column: scipy's own error named a dtype, not the argument), an object array of numbers as floats."""
+    if y.dtype.kind in "biuf":
+        return y
+    hint = _ONE_COLUMN_HINT if y.ndim == 2 and y.shape[1] == 1 else ""
+    if y.dtype.kind == "O":
+        try:
+            return y.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
+    first = y.flat[0] if y.size else None
+    example = f" such as {getattr(first, 'item', lambda: first)()!r}" if y.size else ""
+    kind = {"U": "string", "S": "bytes", "O": "object"}.get(y.dtype.kind, y.dtype.name)
+    raise InputValidationError(f"{argument} is a 2-D array of {kind} values{example}; a 2-D {argument} is a "
+                               "multi-label indicator matrix of 0/1 numbers, one column per label (or pass one "
+                               "collection of labels per row, e.g. [{'a', 'b'}, {'c'}])" + hint)
+
+
 def _multilabel(y: Any, label_names: Sequence[Any] | None, argument: str | TargetSource) -> MultiLabelTargets:
     hint = ""
     if is_sparse(y) or (isinstance(y, np.ndarray) and y.ndim == 2):
+        if not is_sparse(y):
+            y = _indicator_numbers(y, argument)
         indicator = sparse_module().csr_matrix(y)
         if indicator.shape[0] == 0:
             raise InputValidationError(f"{argument} is empty")
