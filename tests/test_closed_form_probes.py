@@ -387,10 +387,14 @@ def test_sparse_column_statistics_are_standard_scalers():
 
 @pytest.mark.parametrize("alphas, error, match", [
     ((), ConfigError, "non-empty"), ((1.0, 1.0), ConfigError, "distinct"), ((1.0, -2.0), ConfigError, "alphas\\[1\\]"),
-    ("1.0", ConfigTypeError, "sequence"), ((1.0, float("nan")), ConfigError, "finite")])
+    ("1.0", ConfigTypeError, "non-empty list of positive numbers, got '1.0'"), ((1.0, float("nan")), ConfigError, "finite"),
+    # a 0-d array failed in Python's iteration ("iteration over a 0-d array"), a 2-D one named a row as a number
+    (np.array(10.0), ConfigTypeError, r"alphas must be a non-empty list of positive numbers, got array\(10\.\)"),
+    (np.ones((2, 2)), ConfigTypeError, "alphas must be a non-empty list"), ({1.0: 2}, ConfigTypeError, "got \\{1.0: 2\\}")])
 def test_ridge_rejects_bad_alphas(alphas, error, match):
     with pytest.raises(error, match=match):
         RidgeProbeMetric(alphas=alphas)
+    assert RidgeProbeMetric(alphas=np.array([1, 10])).alphas == (1.0, 10.0)  # a 1-D array is a grid
 
 
 def test_probes_reject_what_their_folds_cannot_hold_before_fitting():

@@ -18,7 +18,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from vertebrae import ConfigError, LinearProbeMetric, MetricError
+from vertebrae import ConfigError, ConfigTypeError, LinearProbeMetric, MetricError
 from vertebrae.scoring.linear_probe import repeat_seed
 from vertebrae.scoring.probe_solver import Backend, fit_fold, fit_logistic, fold_basis, path_start, path_warm
 
@@ -331,6 +331,11 @@ def test_C_patience_searches_a_prefix_of_the_grid_and_chooses_its_best(monkeypat
 def test_config_and_device_are_validated_and_keyed():
     with pytest.raises(ConfigError, match="C_grid must be strictly increasing"):
         LinearProbeMetric(C="auto", C_grid=(1.0, 0.1))
+    for grid in (np.array(1.0), 5, "1.0", np.ones((2, 2))):  # a 0-d array failed in len() ("unsized object")
+        with pytest.raises(ConfigTypeError, match="C_grid must be a non-empty list of positive numbers, got "):
+            LinearProbeMetric(C="auto", C_grid=grid)
+    with pytest.raises(ConfigError, match=r"C_grid\[1\] must be in \(0.0, inf\], got -1.0"):
+        LinearProbeMetric(C="auto", C_grid=[0.1, -1])
     with pytest.raises(ConfigError, match="C must be"):
         LinearProbeMetric(C="best")
     with pytest.raises(ConfigError, match="device must be 'cpu' or 'cuda'"):

@@ -192,6 +192,19 @@ def check_float(owner: str, field: str, value: Any, *, low: float | None = None,
     return value
 
 
+def check_positive_floats(owner: str, field: str, value: Any) -> tuple[float, ...]:
+    """A non-empty list, tuple or 1-D array of finite positive numbers (a grid), as a tuple of floats; a string, a
+    mapping, a set (no order) or a 0-d or 2-D array is refused naming the field."""
+    shape = getattr(value, "shape", None)
+    if (isinstance(value, (str, bytes, Mapping, set, frozenset)) or not hasattr(value, "__iter__")
+            or (shape is not None and len(shape) != 1)):
+        raise ConfigTypeError(f"{_where(owner, field)} must be a non-empty list of positive numbers, got {value!r}")
+    numbers_ = tuple(check_float(owner, f"{field}[{i}]", v, low=0.0, low_open=True) for i, v in enumerate(value))
+    if not numbers_:
+        raise ConfigError(f"{_where(owner, field)} must be a non-empty list of positive numbers, got []")
+    return numbers_
+
+
 def check_choice(owner: str, field: str, value: Any, choices: tuple) -> Any:
     if value not in choices:
         raise ConfigError(f"{_where(owner, field)} must be one of {list(choices)}, got {value!r}")

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._base.sparse import is_sparse
 from ..errors import MetricError
+from .metric_embeddings import check_metric_embeddings
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .standard_scaling import check_magnitude
 
@@ -55,8 +56,8 @@ class SameFoldsPreflight:
 def probe_folds(name: str, n_splits: int, embeddings: Any, labels: Any, target_metadata: Mapping[str, Any] | None,
                 groups: Any, seed: int | None, supported: tuple[str, ...]) -> ProbeFolds:
     """Decode the call's targets and groups and draw :class:`~vertebrae.LinearProbeMetric`'s folds for them."""
+    check_magnitude(name, check_metric_embeddings(name, embeddings))
     n = embeddings.shape[0]
-    check_magnitude(name, embeddings)
     targets = metric_targets(name, labels, target_metadata, n, supported)
     codes = group_codes(name, groups, n)
     folds = same_folds(name, n_splits)

@@ -23,6 +23,7 @@ from .._base.sparse import is_sparse, sparse_module
 from ..inputs.embeddings import evaluated_matrix, is_constant
 from ..errors import MetricError
 from ..inputs.targets import TARGET_TYPES
+from .metric_embeddings import check_metric_embeddings
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
 
@@ -86,6 +87,7 @@ class KNNMetric(Config):
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
+        check_metric_embeddings(self.name, embeddings)
         n = embeddings.shape[0]
         targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
         codes = group_codes(self.name, groups, n)

@@ -21,6 +21,7 @@ from .._base.config import Config, check_choice, check_int
 from .._base.sparse import is_sparse
 from ..inputs.embeddings import unit_scaled
 from ..errors import ConfigError, MetricError
+from .metric_embeddings import check_metric_embeddings
 from .metrics import check_metric_name
 
 SIMILARITIES = ("cosine", "dot")
@@ -69,6 +70,7 @@ class LabelRetrievalMetric(Config):
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
         """Score one embedding matrix; ``groups`` and ``seed`` are unused (the metric is exact)."""
+        check_metric_embeddings(self.name, embeddings)
         target_type = (target_metadata or {}).get("target_type", "single_label")
         if target_type != "single_label":
             raise MetricError(f"metric {self.name!r} is only defined for single-label targets, got {target_type}; "

@@ -17,11 +17,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._base.config import Config, check_float, check_int
+from .._base.config import Config, check_float, check_int, check_positive_floats
 from .._base.sparse import is_sparse
 from .._base.threads import map_single_threaded, thread_workers
 from ..errors import ConfigError, MetricError
 from ..inputs.targets import TARGET_TYPES
+from .metric_embeddings import check_metric_embeddings
 from .metric_targets import MetricTargets, group_codes, metric_targets, prediction_score
 from .metrics import check_metric_name
 from .probe_solver import backend_for, choose_C, fold_basis, fit_fold
@@ -82,9 +83,7 @@ class LinearProbeMetric(Config):
         self._set("max_iter", check_int(owner, "max_iter", self.max_iter, minimum=1))
         self._set("alpha", check_float(owner, "alpha", self.alpha, low=0.0))
         self._set("n_repeats", check_int(owner, "n_repeats", self.n_repeats, minimum=1))
-        if isinstance(self.C_grid, (str, bytes)) or not hasattr(self.C_grid, "__iter__") or not len(self.C_grid):
-            raise ConfigError(f"{owner}.C_grid must be a non-empty sequence of positive floats, got {self.C_grid!r}")
-        grid = tuple(check_float(owner, "C_grid", c, low=0.0, low_open=True) for c in self.C_grid)
+        grid = check_positive_floats(owner, "C_grid", self.C_grid)
         if list(grid) != sorted(set(grid)):
             raise ConfigError(f"{owner}.C_grid must be strictly increasing, got {list(grid)}; sort it")
         self._set("C_grid", grid)
@@ -151,8 +150,8 @@ class LinearProbeMetric(Config):
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
+        check_magnitude(self.name, check_metric_embeddings(self.name, embeddings))
         n = embeddings.shape[0]
-        check_magnitude(self.name, embeddings)
         targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
         codes = group_codes(self.name, groups, n)
         notes = [*targets.warnings, *self.fold_notes(targets, codes, n)]

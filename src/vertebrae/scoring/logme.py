@@ -31,6 +31,7 @@ from .._base.config import Config, check_float, check_int
 from .._base.sparse import is_sparse
 from ..inputs.embeddings import evaluated_matrix
 from ..errors import MetricError
+from .metric_embeddings import check_metric_embeddings
 from .metric_targets import metric_targets
 from .metrics import check_metric_name
 
@@ -80,6 +81,7 @@ class LogMEMetric(Config):
 
     def __call__(self, embeddings: Any, labels: Any, *, target_metadata: Mapping[str, Any] | None = None,
                  groups: Any = None, seed: int | None = None) -> dict[str, Any]:
+        check_metric_embeddings(self.name, embeddings)
         n, dim = embeddings.shape
         targets = metric_targets(self.name, labels, target_metadata, n, self.supported_target_types)
         side = min(n, dim)

@@ -27,10 +27,10 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from .._base.config import Config, check_choice, check_float, check_int
+from .._base.config import Config, check_choice, check_int, check_positive_floats
 from .._base.sparse import is_sparse
 from .._base.threads import map_single_threaded, thread_workers
-from ..errors import ConfigError, ConfigTypeError
+from ..errors import ConfigError
 from ..inputs.targets import TARGET_TYPES
 from .closed_form import (SameFoldsPreflight, StandardizedFold, check_dense_budget, fold_score, probe_folds,
                           probe_payload, standardized_fold, training_classes)
@@ -97,10 +97,8 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
         self._set("selection", check_choice(owner, "selection", self.selection, tuple(SELECTIONS)))
         self._set("max_dense_bytes", check_int(owner, "max_dense_bytes", self.max_dense_bytes, minimum=1))
         self._set("n_jobs", check_int(owner, "n_jobs", self.n_jobs, minimum=1, allow_none=True))
-        if isinstance(self.alphas, (str, bytes)) or not hasattr(self.alphas, "__iter__"):
-            raise ConfigTypeError(f"{owner}.alphas must be a sequence of positive numbers, got {self.alphas!r}")
-        alphas = tuple(check_float(owner, f"alphas[{i}]", a, low=0.0, low_open=True) for i, a in enumerate(self.alphas))
-        if not alphas or len(set(alphas)) != len(alphas):
+        alphas = check_positive_floats(owner, "alphas", self.alphas)
+        if len(set(alphas)) != len(alphas):
             raise ConfigError(f"{owner}.alphas must be a non-empty sequence of distinct positive numbers, got "
                               f"{list(alphas)}")
         self._set("alphas", alphas)

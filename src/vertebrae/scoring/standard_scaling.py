@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from .._base.sparse import is_sparse
 from ..errors import MetricError
 
 EPS = np.finfo(np.float64).eps
@@ -24,13 +23,10 @@ EPS = np.finfo(np.float64).eps
 MAGNITUDE_RANGE = (1e-150, 1e70)
 
 
-def check_magnitude(metric: str, X: Any) -> None:
-    """Refuse embeddings a probe cannot standardize in float64, with the fix, instead of a LAPACK failure (1e160:
-    "eigenvalues did not converge") or chance scores (1e-300: every column reads as constant)."""
-    values = X.data if is_sparse(X) else X
-    if values.size == 0:
-        return
-    largest = max(abs(float(values.max())), abs(float(values.min())))
+def check_magnitude(metric: str, largest: float) -> None:
+    """Refuse embeddings a probe cannot standardize in float64 (``largest``: their largest magnitude, from
+    :func:`~vertebrae.scoring.metric_embeddings.check_metric_embeddings`), with the fix, instead of a LAPACK failure
+    (1e160: "eigenvalues did not converge") or chance scores (1e-300: every column reads as constant)."""
     low, high = MAGNITUDE_RANGE
     if largest > high or 0.0 < largest < low:
         raise MetricError(f"metric {metric!r}: the embedding's largest magnitude is {largest:.3g}, outside "

@@ -1,0 +1,57 @@
+"""Every built-in metric, called on its own, refuses embeddings it cannot score before any work, naming itself,
+the argument and the fix (vertebrae/scoring/metric_embeddings.py).
+
+Before the shared check, a 1-D or 3-D array, strings or NaN failed inside NumPy, scikit-learn or LAPACK ("not enough
+values to unpack", "Eigenvalues did not converge", "Input contains NaN"), and ``LDAProbeMetric`` on dense NaN and
+``LinearProbeMetric`` on sparse NaN returned a score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from vertebrae import (InputTypeError, InputValidationError, KNNMetric, LabelRetrievalMetric, LDAProbeMetric,
+                       LinearProbeMetric, LogMEMetric, RidgeProbeMetric)
+
+METRICS = [LinearProbeMetric(), RidgeProbeMetric(), RidgeProbeMetric(selection="gcv", name="gcv"), LDAProbeMetric(),
+           KNNMetric(), LogMEMetric(), LabelRetrievalMetric()]
+X = np.random.default_rng(0).normal(size=(40, 4))
+LABELS = np.array(["a", "b"] * 20)
+NAN = np.where(X > 1.5, np.nan, X)
+
+
+@pytest.mark.parametrize("metric", METRICS, ids=lambda m: m.name)
+@pytest.mark.parametrize("embeddings, error, message", [
+    (X[:, 0], InputValidationError, r"must be 2-D \(rows x features\), got shape \(40,\); reshape a single feature "
+                                    r"with x\.reshape\(-1, 1\)"),
+    (X.reshape(40, 2, 2), InputValidationError, r"must be 2-D \(rows x features\), got shape \(40, 2, 2\)"),
+    (X.astype(str), InputTypeError, r"must be numeric, got dtype <U32; convert it to a float array"),
+    (X.astype(complex), InputTypeError, r"must hold real numbers, got dtype complex128"),
+    (NAN, InputValidationError, r"has NaN or infinite values in rows 10, 11, 12, 15, 16, \.\.\. \(0-based; 8 row\(s\)\); "
+                                r"impute or drop those rows"),
+    (np.where(X > 1.5, -np.inf, X), InputValidationError, r"has NaN or infinite values in rows 10, 11, 12"),
+    (X[:, :0], InputValidationError, r"has zero width \(0 features\)"),
+    (X.tolist(), InputTypeError, r"must be a NumPy array or a SciPy sparse matrix \(rows x features\), got list; pass "
+                                 r"np\.asarray\(embeddings\)"),
+], ids=["1-D", "3-D", "strings", "complex", "NaN", "-inf", "no columns", "a list"])
+def test_a_metric_refuses_embeddings_it_cannot_score_naming_itself_and_the_fix(metric, embeddings, error, message):
+    with pytest.raises(error, match=rf"^metric '{metric.name}': embeddings {message}"):
+        metric(embeddings, LABELS, seed=0)
+
+
+@pytest.mark.parametrize("metric", [m for m in METRICS if m.name != "lda_probe"], ids=lambda m: m.name)
+def test_sparse_nan_is_refused_naming_the_stored_rows(metric):
+    """LDA refuses sparse input as such (its own test); the others named nothing, or scored it."""
+    with pytest.raises(InputValidationError, match=rf"^metric '{metric.name}': embeddings has NaN or infinite stored "
+                                                   r"values in rows 10, 11, 12, 15, 16"):
+        metric(sparse.csr_matrix(NAN), LABELS, seed=0)
+
+
+@pytest.mark.parametrize("metric", METRICS, ids=lambda m: m.name)
+def test_valid_integer_boolean_and_sparse_embeddings_still_score(metric):
+    above_row_minimum = X > X.min(axis=1, keepdims=True)  # no all-zero row (label retrieval's cosine needs none)
+    for embeddings in (np.rint(3 * X).astype(int) + 10, above_row_minimum,
+                       *([] if metric.name == "lda_probe" else [sparse.csr_matrix(X)])):
+        assert np.isfinite(metric(embeddings, LABELS, seed=0)["score"])
