@@ -11,6 +11,7 @@ docs/metrics.md ("Reference metrics").
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -122,6 +123,9 @@ class LinearProbeMetric(Config):
         """The cross-validation splitter (see the class docstring)."""
         from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
 
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+                                 or not 0 <= seed <= 2**32 - 1):  # what a direct call may pass; a run's seeds are checked
+            raise MetricError(f"metric {self.name!r}: seed must be an integer in [0, 2**32 - 1] or None, got {seed!r}")
         n_splits = n_splits or self.n_splits
         if grouped:
             return GroupKFold(n_splits, shuffle=True, random_state=seed)

@@ -54,10 +54,11 @@ def metric_targets(metric: str, labels: Any, target_metadata: Mapping[str, Any] 
     target_type = (target_metadata or {}).get("target_type", "single_label")
     if target_type not in supported:
         raise MetricError(f"metric {metric!r} supports {list(supported)} targets, got {target_type}")
-    if labels.shape[0] != n_rows:
-        raise MetricError(f"metric {metric!r}: labels have {labels.shape[0]} rows but the embeddings have {n_rows}")
+    labels = labels if is_sparse(labels) else np.asarray(labels)  # a direct call may pass a list
+    if labels.ndim == 0 or labels.shape[0] != n_rows:
+        raise MetricError(f"metric {metric!r}: labels must hold one target per embedding row ({n_rows}), got "
+                          + (f"{labels.shape[0]} rows" if labels.ndim else f"{type(labels.item()).__name__}"))
     if target_type == "single_label":
-        labels = np.asarray(labels)
         if labels.ndim != 1:
             raise MetricError(f"metric {metric!r}: single-label labels must be 1-D, got shape {labels.shape}")
         classes, codes = np.unique(labels, return_inverse=True)
@@ -65,12 +66,18 @@ def metric_targets(metric: str, labels: Any, target_metadata: Mapping[str, Any] 
             raise MetricError(f"metric {metric!r}: a single class; the score needs at least two")
         return MetricTargets(target_type, codes.astype(np.intp), tuple(map(str, classes)),
                              labels=tuple(map(label_value, classes.tolist())))
+    if labels.dtype.kind not in "biuf":
+        raise MetricError(f"metric {metric!r}: {target_type.replace('_', '-')} targets must be numbers ("
+                          + ("a 0/1 indicator matrix" if target_type == "multi_label" else "one column per target")
+                          + f"), got dtype {labels.dtype}")
     if target_type == "multi_label":
-        indicator = labels.toarray() if is_sparse(labels) else np.asarray(labels)
+        indicator = labels.toarray() if is_sparse(labels) else labels
         names = tuple((target_metadata or {}).get("label_names") or map(str, range(indicator.shape[1])))
         return MetricTargets(target_type, (indicator != 0).astype(np.int8), names)
     values = np.asarray(labels, dtype=np.float64)
     values = values[:, None] if values.ndim == 1 else values
+    if not np.isfinite(values).all():
+        raise MetricError(f"metric {metric!r}: regression targets hold NaN or infinite values; drop those rows")
     names = tuple((target_metadata or {}).get("target_names") or map(str, range(values.shape[1])))
     constant = [j for j in range(values.shape[1]) if np.ptp(values[:, j]) == 0]
     if len(constant) == values.shape[1]:

@@ -1,5 +1,6 @@
-"""Every built-in metric, called on its own, refuses embeddings it cannot score before any work, naming itself,
-the argument and the fix (vertebrae/scoring/metric_embeddings.py).
+"""Every built-in metric, called on its own, refuses embeddings, labels and seeds it cannot take before any work,
+naming itself, the argument and the fix (vertebrae/scoring/metric_embeddings.py, metric_targets.py and
+LinearProbeMetric.folds, whose folds the closed-form probes share).
 
 Before the shared check, a 1-D or 3-D array, strings or NaN failed inside NumPy, scikit-learn or LAPACK ("not enough
 values to unpack", "Eigenvalues did not converge", "Input contains NaN"), and ``LDAProbeMetric`` on dense NaN and
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from vertebrae import (InputTypeError, InputValidationError, KNNMetric, LabelRetrievalMetric, LDAProbeMetric,
+from vertebrae import (InputTypeError, InputValidationError, KNNMetric, LabelRetrievalMetric, LDAProbeMetric, MetricError,
                        LinearProbeMetric, LogMEMetric, RidgeProbeMetric)
 
 METRICS = [LinearProbeMetric(), RidgeProbeMetric(), RidgeProbeMetric(selection="gcv", name="gcv"), LDAProbeMetric(),
@@ -55,3 +56,40 @@ def test_valid_integer_boolean_and_sparse_embeddings_still_score(metric):
     for embeddings in (np.rint(3 * X).astype(int) + 10, above_row_minimum,
                        *([] if metric.name == "lda_probe" else [sparse.csr_matrix(X)])):
         assert np.isfinite(metric(embeddings, LABELS, seed=0)["score"])
+
+
+@pytest.mark.parametrize("metric", METRICS, ids=lambda m: m.name)
+def test_labels_as_a_list_score_and_labels_that_fit_no_row_are_refused(metric):
+    """A list of labels reached ``labels.shape`` (AttributeError); None did too."""
+    assert metric(X, LABELS.tolist(), seed=0)["score"] == metric(X, LABELS, seed=0)["score"]
+    rule = r"labels must (hold one target|be 1-D with one label) per embedding row \(40\), got "
+    with pytest.raises(MetricError, match=rf"^metric '{metric.name}': {rule}(NoneType|shape \(\))"):
+        metric(X, None, seed=0)
+    with pytest.raises(MetricError, match=rf"{rule}(3 rows|shape \(3,\))"):
+        metric(X, LABELS[:3], seed=0)
+
+
+@pytest.mark.parametrize("metric", [m for m in METRICS if "regression" in m.supported_target_types],
+                         ids=lambda m: m.name)
+def test_regression_and_multi_label_targets_must_be_numbers(metric):
+    """Strings as regression targets failed in NumPy ("could not convert string to float"); NaN reached the fit."""
+    regression = {"target_type": "regression"}
+    with pytest.raises(MetricError, match=rf"^metric '{metric.name}': regression targets must be numbers \(one column "
+                                          r"per target\), got dtype <U1"):
+        metric(X, LABELS, target_metadata=regression, seed=0)
+    with pytest.raises(MetricError, match="regression targets hold NaN or infinite values; drop those rows"):
+        metric(X, np.where(X[:, 0] > 1.5, np.nan, X[:, 0]), target_metadata=regression, seed=0)
+    if "multi_label" in metric.supported_target_types:
+        with pytest.raises(MetricError, match=r"multi-label targets must be numbers \(a 0/1 indicator matrix\), got"):
+            metric(X, np.array([["a", "b"]] * 40), target_metadata={"target_type": "multi_label"}, seed=0)
+
+
+@pytest.mark.parametrize("metric", [m for m in METRICS if m.name in ("linear_probe", "ridge_probe", "lda_probe")],
+                         ids=lambda m: m.name)
+@pytest.mark.parametrize("seed", ["x", -1, 2**32, True, 1.5])
+def test_a_seed_the_folds_cannot_take_is_refused(metric, seed):
+    """scikit-learn's own error named neither the metric nor the range ("'x' cannot be used to seed ...")."""
+    with pytest.raises(MetricError, match=rf"^metric '{metric.name}': seed must be an integer in \[0, 2\*\*32 - 1\] or "
+                                          rf"None, got {seed!r}"):
+        metric(X, LABELS, seed=seed)
+    assert metric(X, LABELS, seed=np.int64(3))["score"] == metric(X, LABELS, seed=3)["score"]
