@@ -174,6 +174,14 @@ def test_a_column_of_0_1_class_ids_is_told_to_pass_it_flat(identity, y, message)
         BenchmarkDataset.from_embeddings(X6, y, identity=identity)
 
 
+@pytest.mark.parametrize("y", [{"a": 1, "b": 2}, {"a", "b"}], ids=["dict", "set"])
+def test_a_mapping_or_a_set_as_y_is_refused_before_its_length_is_read_as_rows(identity, y):
+    """A dict's length was read as a row count ("y has 2 rows but the embeddings/inputs have 6"): not the problem."""
+    with pytest.raises(InputTypeError, match=rf"^y must hold one target per row, in row order \(a list, an array or a "
+                                              rf"Series\), got {type(y).__name__}; e\.g\. \[labels\[row_id\]"):
+        BenchmarkDataset.from_embeddings(X6, y, identity=identity)
+
+
 @pytest.mark.parametrize("y, shown", [
     (np.array(["cat", "dog"] * 3).reshape(-1, 1), r"string values such as 'cat'.*; it has a single column: for one "
                                                   r"class label per row pass it 1-D \(y\.ravel\(\)\)$"),

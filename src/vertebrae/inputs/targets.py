@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -160,6 +160,9 @@ def build_targets(y: Any, *, target_type: str | None = None, label_names: Sequen
     """
     if target_type is not None and target_type not in TARGET_TYPES:
         raise InputValidationError(f"target_type must be one of {list(TARGET_TYPES)} or None, got {target_type!r}")
+    if isinstance(y, (Mapping, Set)):  # its length is not a row count, and a set has no row order
+        raise InputTypeError(f"{argument} must hold one target per row, in row order (a list, an array or a "
+                             f"Series), got {type(y).__name__}; e.g. [labels[row_id] for row_id in row_ids]")
     _check_rows(argument, _row_count(y), n_samples)  # first: a wrong file explains every later complaint
     if target_names is not None and target_type != "regression":
         raise InputValidationError(f"target_names names the columns of a regression target; pass "
