@@ -167,14 +167,20 @@ def _tensor(data: Any, span: tuple[int, int]) -> tuple[str, tuple[int, ...]]:
     for number, value in _fields(data, *span):
         if number == 8:
             name = _text(data, value)
-        elif number == 1 and isinstance(value, int):
-            dims.append(_int64(value))
-        elif number == 1 and isinstance(value, tuple):
-            position, end = value
-            while position < end:
-                dim, position = _varint(data, position, end)
-                dims.append(_int64(dim))
+        elif number == 1:
+            _read_ints(data, value, dims)
     return name, tuple(dims)
+
+
+def _read_ints(data: Any, value: int | tuple[int, int] | None, out: list[int], limit: int | None = None) -> None:
+    """Append a repeated int field's values to ``out`` (one varint, or a packed run of them), up to ``limit``."""
+    if isinstance(value, int):
+        out.append(_int64(value))
+    elif isinstance(value, tuple):
+        position, end = value
+        while position < end and (limit is None or len(out) < limit):
+            item, position = _varint(data, position, end)
+            out.append(_int64(item))
 
 
 def _value_info(data: Any, span: tuple[int, int]) -> GraphInput:
@@ -257,22 +263,12 @@ def _scalar(data: Any, span: tuple[int, int]) -> int | None:
     """The value of a TensorProto holding one int32 or int64 (None: another type, size or an external file)."""
     dims, kind, values, raw = [], 0, [], None
     for number, value in _fields(data, *span):
-        if number == 1 and isinstance(value, int):
-            dims.append(_int64(value))
-        elif number == 1 and isinstance(value, tuple):
-            position, end = value
-            while position < end:
-                dim, position = _varint(data, position, end)
-                dims.append(_int64(dim))
+        if number == 1:
+            _read_ints(data, value, dims)
         elif number == 2 and isinstance(value, int):
             kind = value
-        elif number in (5, 7) and isinstance(value, int):
-            values.append(_int64(value))
-        elif number in (5, 7) and isinstance(value, tuple):
-            position, end = value
-            while position < end and len(values) < 2:
-                item, position = _varint(data, position, end)
-                values.append(_int64(item))
+        elif number in (5, 7):
+            _read_ints(data, value, values, limit=2)  # two are enough to tell it is not a scalar
         elif number == 9 and isinstance(value, tuple):
             raw = value
     if kind not in (6, 7) or any(dim != 1 for dim in dims):
