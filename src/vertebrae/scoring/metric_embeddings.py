@@ -26,12 +26,12 @@ def check_metric_embeddings(metric: str, embeddings: Any) -> float:
     if not (is_sparse(embeddings) or isinstance(embeddings, np.ndarray)):
         raise InputTypeError(f"{where} must be a NumPy array or a SciPy sparse matrix (rows x features), got "
                              f"{type(embeddings).__name__}; pass np.asarray(embeddings)")
-    if embeddings.ndim == 2 and embeddings.dtype.kind in "biuf" and all(embeddings.shape):
-        values = embeddings.data if is_sparse(embeddings) else embeddings
-        if values.size == 0:
-            return 0.0
-        low, high = float(values.min()), float(values.max())
-        if np.isfinite(low) and np.isfinite(high):
-            return max(abs(low), abs(high))
-    validate_embeddings(embeddings, argument=where)  # raises, naming the shape, the dtype or the rows
-    raise AssertionError(f"{where}: refused above, but validate_embeddings accepted it")  # pragma: no cover
+    if embeddings.ndim != 2 or embeddings.dtype.kind not in "biuf" or not all(embeddings.shape):
+        validate_embeddings(embeddings, argument=where)  # raises, naming the shape or the dtype
+    values = embeddings.data if is_sparse(embeddings) else embeddings
+    if values.size == 0:
+        return 0.0
+    low, high = float(values.min()), float(values.max())
+    if not (np.isfinite(low) and np.isfinite(high)):
+        validate_embeddings(embeddings, argument=where)  # raises, naming the rows
+    return max(abs(low), abs(high))
