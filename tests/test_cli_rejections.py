@@ -304,6 +304,17 @@ def test_row_count_error_names_the_labels_file(project, capsys):
             in _one_line_error(capsys, "run"))
 
 
+def test_a_labels_file_holding_a_column_of_class_names_says_to_flatten_it(project, capsys):
+    """An (n, 1) array of class names was read as a multi-label indicator and failed inside scipy.sparse."""
+    folder, _ = project
+    np.save(folder / "labels.npy", np.load(folder / "labels.npy").astype(str).reshape(-1, 1))
+    assert main(["run", str(folder / "run.toml"), "-o", str(folder / "out"), "-q"]) == 2
+    error = _one_line_error(capsys, "run")
+    assert "the labels file 'labels.npy' is a 2-D array of string values such as " in error
+    assert error.endswith("it has a single column: for one class label per row pass it 1-D (y.ravel())")
+    assert not (folder / "out" / "report.json").exists()
+
+
 def test_missing_labels_say_their_rows_are_0_based(tmp_path, capsys):
     pd.DataFrame({"label": ["a", "b", ""] * 4}).to_csv(tmp_path / "y.csv", index=False)
     np.save(tmp_path / "x.npy", np.zeros((12, 2)))

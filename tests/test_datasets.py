@@ -186,9 +186,9 @@ def test_a_mapping_or_a_set_as_y_is_refused_before_its_length_is_read_as_rows(id
     (np.array(["cat", "dog"] * 3).reshape(-1, 1), r"string values such as 'cat'.*; it has a single column: for one "
                                                   r"class label per row pass it 1-D \(y\.ravel\(\)\)$"),
     (np.array(["cat", "dog"] * 3, dtype=object).reshape(-1, 1), r"object values such as 'cat'.*y\.ravel"),
-    (np.array([["1", "0"], ["0", "1"]] * 3), r"string values such as '1'; a 2-D y is a multi-label indicator matrix "
-                                             r"of 0/1 numbers, one column per label \(or pass one collection of "
-                                             r"labels per row, e.g\. \[\{'a', 'b'\}, \{'c'\}\]\)$"),
+    (np.array([["1", "0"], ["0", "1"]] * 3), r"string values such as '1'; 2-D targets are read as a multi-label "
+                                             r"indicator matrix of 0/1 numbers, one column per label \(or pass one "
+                                             r"collection of labels per row, e.g\. \[\{'a', 'b'\}, \{'c'\}\]\)$"),
 ])
 def test_a_2d_y_of_labels_that_are_not_numbers_is_refused_naming_y_and_the_fix(identity, y, shown):
     """A 2-D y is read as a 0/1 indicator matrix; a column of class names failed inside scipy.sparse ("does not

@@ -329,7 +329,7 @@ def _indicator_numbers(y: np.ndarray, argument: str | TargetSource) -> np.ndarra
     first = y.flat[0] if y.size else None
     example = f" such as {first.item() if isinstance(first, np.generic) else first!r}" if y.size else ""
     kind = {"U": "string", "S": "bytes", "O": "object"}.get(y.dtype.kind, y.dtype.name)
-    raise InputValidationError(f"{argument} is a 2-D array of {kind} values{example}; a 2-D {argument} is a "
+    raise InputValidationError(f"{argument} is a 2-D array of {kind} values{example}; 2-D targets are read as a "
                                "multi-label indicator matrix of 0/1 numbers, one column per label (or pass one "
                                "collection of labels per row, e.g. [{'a', 'b'}, {'c'}])" + hint)
 
