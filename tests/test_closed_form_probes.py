@@ -257,15 +257,16 @@ def test_ridge_gcv_and_leave_one_out_differ_only_in_the_choice():
         RidgeProbeMetric(selection="cv")
 
 
-def test_ridge_gram_cells_smaller_than_a_test_fold_change_no_result(monkeypatch):
-    """Dense folds sum their Gram matrices from cells of at most ``CELL_ROWS`` test rows (a fixed cut, so the thread
-    count moves no byte); with cells of 7 rows, several per test fold and a last one shorter, both selections still
-    equal their references and 1 or 3 workers give the same bytes."""
+@pytest.mark.parametrize("cells", [5, 30])
+def test_ridge_gram_cells_smaller_than_a_test_fold_change_no_result(monkeypatch, cells):
+    """Dense folds sum their Gram matrices from ``CELLS_PER_FOLD`` cells of each test fold's rows (a fixed cut, so
+    the thread count moves no byte); with 5 cells of about 5 rows, or 30 cells of one row or none (a test fold
+    holds about 25 rows), both selections still equal their references and 1 or 3 workers give the same bytes."""
     import json
 
     from vertebrae.scoring import ridge_probe
 
-    monkeypatch.setattr(ridge_probe, "CELL_ROWS", 7)
+    monkeypatch.setattr(ridge_probe, "CELLS_PER_FOLD", cells)
     X, y = _classes(123, 10, 3, seed=12)
     _check_ridge(X, y, _labels(y), SINGLE, "single_label", seed=4)
     _check_gcv(X, y, _labels(y), SINGLE, "single_label", seed=4)

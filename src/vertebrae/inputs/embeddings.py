@@ -70,8 +70,10 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
         if np.issubdtype(array.dtype, np.complexfloating):
             raise InputTypeError(f"{where} must hold real numbers, got dtype {array.dtype}")
         if array.ndim != 2:
-            raise InputValidationError(f"{where} must be 2-D (rows x features), got shape {array.shape}; "
-                                       "reshape a single feature with x.reshape(-1, 1)")
+            fix = ("reshape a single feature with x.reshape(-1, 1)" if array.ndim == 1 else
+                   "flatten or pool each row's other axes, e.g. x.reshape(len(x), -1)" if array.ndim > 2 else
+                   "pass one row of features per sample")
+            raise InputValidationError(f"{where} must be 2-D (rows x features), got shape {array.shape}; {fix}")
         if np.issubdtype(array.dtype, np.floating):
             finite = np.isfinite(array)
             if not finite.all():
@@ -81,7 +83,8 @@ def validate_embeddings(matrix: Any, *, argument: str = "embeddings", n_rows: in
     if result.shape[0] == 0:
         raise InputValidationError(f"{where} is empty (0 rows); there is nothing to evaluate")
     if result.shape[1] == 0:
-        raise InputValidationError(f"{where} has zero width (0 features); the extractor produced no features")
+        raise InputValidationError(f"{where} has zero width (0 features); "
+                                   + ("the extractor produced no features" if source else "give at least one column"))
     if n_rows is not None and result.shape[0] != n_rows:
         if rows is None:
             raise InputValidationError(f"{where} has {result.shape[0]} rows but the dataset has {n_rows}; "

@@ -315,17 +315,26 @@ def _encode_labels(y: Any, values: list[Any], argument: str | TargetSource) -> t
 _ONE_COLUMN_HINT = "; it has a single column: for one class label per row pass it 1-D (y.ravel())"
 
 
+def numeric_targets(values: np.ndarray) -> np.ndarray | None:
+    """``values`` as numbers: itself when its dtype is numeric, an object array of numbers (pandas' nullable types
+    arrive so) as float64, None when it holds anything else (strings, even '1', are labels, not numbers)."""
+    if values.dtype.kind in "biuf":
+        return values
+    if values.dtype.kind != "O" or any(isinstance(v, (str, bytes)) for v in values.flat):
+        return None
+    try:
+        return values.astype(np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
 def _indicator_numbers(y: np.ndarray, argument: str | TargetSource) -> np.ndarray:
     """A 2-D array read as a 0/1 indicator matrix, refused with the fix when it holds no numbers (labels such as
-    'cat' in a column: scipy's own error named a dtype, not the argument), an object array of numbers as floats."""
-    if y.dtype.kind in "biuf":
-        return y
+    'cat' in a column: scipy's own error named a dtype, not the argument)."""
+    numbers = numeric_targets(y)
+    if numbers is not None:
+        return numbers
     hint = _ONE_COLUMN_HINT if y.ndim == 2 and y.shape[1] == 1 else ""
-    if y.dtype.kind == "O":
-        try:
-            return y.astype(np.float64)
-        except (TypeError, ValueError):
-            pass
     first = y.flat[0] if y.size else None
     example = f" such as {first.item() if isinstance(first, np.generic) else first!r}" if y.size else ""
     kind = {"U": "string", "S": "bytes", "O": "object"}.get(y.dtype.kind, y.dtype.name)

@@ -18,6 +18,11 @@ from ..errors import InputTypeError
 from ..inputs.embeddings import validate_embeddings
 
 
+#: The sparse formats whose rows the metrics index and whose ``.data`` holds exactly the stored values (COO, DIA,
+#: LIL and DOK failed inside scipy, or read a DIA's padding as values).
+SPARSE_FORMATS = ("csr", "csc")
+
+
 def check_metric_embeddings(metric: str, embeddings: Any) -> float:
     """Refuse what metric ``metric`` cannot score (not a NumPy array or SciPy sparse matrix, not 2-D, not real
     numbers, no rows or columns, NaN or infinite values) with the argument, the rows and the fix; return the
@@ -26,6 +31,9 @@ def check_metric_embeddings(metric: str, embeddings: Any) -> float:
     if not (is_sparse(embeddings) or isinstance(embeddings, np.ndarray)):
         raise InputTypeError(f"{where} must be a NumPy array or a SciPy sparse matrix (rows x features), got "
                              f"{type(embeddings).__name__}; pass np.asarray(embeddings)")
+    if is_sparse(embeddings) and embeddings.format not in SPARSE_FORMATS:  # rows are indexed, .data is read
+        raise InputTypeError(f"{where} is a SciPy sparse {type(embeddings).__name__}; metrics read CSR (or CSC) "
+                             "rows: pass embeddings.tocsr()")
     if embeddings.ndim != 2 or embeddings.dtype.kind not in "biuf" or not all(embeddings.shape):
         validate_embeddings(embeddings, argument=where)  # raises, naming the shape or the dtype
     values = embeddings.data if is_sparse(embeddings) else embeddings

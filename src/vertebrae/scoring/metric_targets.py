@@ -19,6 +19,7 @@ import numpy as np
 from .._base.sparse import is_sparse
 from ..errors import MetricError
 from ..inputs.labels import label_value
+from ..inputs.targets import numeric_targets
 
 #: The prediction score of each target type, as scikit-learn's scorer names it.
 SCORERS = {"single_label": "balanced_accuracy", "multi_label": "f1_macro", "regression": "r2"}
@@ -66,10 +67,12 @@ def metric_targets(metric: str, labels: Any, target_metadata: Mapping[str, Any] 
             raise MetricError(f"metric {metric!r}: a single class; the score needs at least two")
         return MetricTargets(target_type, codes.astype(np.intp), tuple(map(str, classes)),
                              labels=tuple(map(label_value, classes.tolist())))
-    if labels.dtype.kind not in "biuf":
+    numbers = labels if is_sparse(labels) else numeric_targets(labels)
+    if numbers is None or numbers.dtype.kind not in "biuf":
         raise MetricError(f"metric {metric!r}: {target_type.replace('_', '-')} targets must be numbers ("
                           + ("a 0/1 indicator matrix" if target_type == "multi_label" else "one column per target")
                           + f"), got dtype {labels.dtype}")
+    labels = numbers
     if target_type == "multi_label":
         indicator = labels.toarray() if is_sparse(labels) else labels
         names = tuple((target_metadata or {}).get("label_names") or map(str, range(indicator.shape[1])))

@@ -87,7 +87,7 @@ class RidgeProbeMetric(SameFoldsPreflight, Config):
     #: fold's raw column mean (a near-constant column with a large offset was scaled by 1e8); 3 = dense folds'
     #: Gram matrices are sums of the test folds' (rounding differs), ``Q`` comes from the per-fold sums, and
     #: LinearProbeMetric's fold notes (its version 7: classes by the user's label, classes of one row noted); 4 = the
-    #: Gram matrices are sums of cells of at most ``CELL_ROWS`` test rows (rounding differs).
+    #: Gram matrices are sums of ``CELLS_PER_FOLD`` cells per test fold (rounding differs).
     version: ClassVar[int] = 4
 
     def _validate(self) -> None:
@@ -274,10 +274,11 @@ def nonzero_axes(w: np.ndarray) -> np.ndarray:
     return w > max(w.max(initial=0.0), 0.0) * w.size * np.finfo(np.float64).eps
 
 
-#: Rows per Gram-matrix cell: each test fold is cut into cells of at most this many rows, a cut that does not depend
-#: on the thread count (so the bytes do not either) and keeps two threads busy to the end, where five fold-sized cells
-#: on two threads left one idle for a fifth of the time (20,000 rows: 81 ms -> 62 ms on two cores).
-CELL_ROWS = 2048
+#: Cells per test fold: each test fold's rows are cut in two, a cut that does not depend on the thread count (so the
+#: bytes do not either) and keeps two threads busy to the end, where five fold-sized cells on two threads left one
+#: idle for a fifth of the time (20,000 rows: 81 ms -> 62 ms on two cores).  A fixed count, not a row size, so the
+#: cells' Gram matrices held at once stay ``2 x n_splits`` however many rows there are.
+CELLS_PER_FOLD = 2
 
 
 class FoldCell(NamedTuple):
@@ -310,11 +311,12 @@ class FeatureSpectra:
             held = np.subtract(embeddings[index], self.offset, dtype=np.float64)
             return FoldCell(index, held, held.T @ held, held.sum(axis=0), held.T @ columns[index])
 
-        pieces = [np.array_split(test, -(-test.size // CELL_ROWS)) for _, test in splits]
-        made = iter(map_single_threaded(cell, [index for fold in pieces for index in fold], workers=workers))
-        self.cells = [[next(made) for _ in fold] for fold in pieces]  # one BLAS thread each: the same bytes
-        self.held = [_sums([(cell.gram, cell.total, cell.cross) for cell in cells]) for cells in self.cells]
+        pieces = [index for _, test in splits for index in np.array_split(test, CELLS_PER_FOLD)]
+        made = map_single_threaded(cell, pieces, workers=workers)  # one BLAS thread each: the same bytes
+        cells = [made[start:start + CELLS_PER_FOLD] for start in range(0, len(made), CELLS_PER_FOLD)]
+        self.held = [_sums([(cell.gram, cell.total, cell.cross) for cell in fold]) for fold in cells]
         self.gram, self.total, self.cross = _sums(self.held)  # each test fold's (gram, total, cross), then all rows'
+        self.rows = [[(cell.index, cell.rows) for cell in fold] for fold in cells]  # the cells' sums are dropped
         self.n_rows = embeddings.shape[0]
 
     def fold(self, index: int) -> Spectrum:
@@ -334,9 +336,9 @@ class FeatureSpectra:
             position = np.empty(self.n_rows, dtype=np.intp)  # a row's place among the fold's training rows
             position[train] = np.arange(train.size)
             P = np.empty((train.size, V.shape[1]))
-            for cells in self.cells[:index] + self.cells[index + 1:]:
-                for other in cells:
-                    P[position[other.index]] = other.rows @ V
+            for fold in self.rows[:index] + self.rows[index + 1:]:
+                for rows_index, rows in fold:
+                    P[position[rows_index]] = rows @ V
             P -= shift
             return P
 
@@ -351,7 +353,7 @@ class FeatureSpectra:
 
         def through_features(B: np.ndarray) -> np.ndarray:
             VB = V @ B
-            return np.concatenate([cell.rows @ VB for cell in self.cells[index]]) - shift @ B
+            return np.concatenate([rows @ VB for _, rows in self.rows[index]]) - shift @ B
 
         return Spectrum(w, coordinates, project, unexplained, through_features)
 
