@@ -104,3 +104,14 @@ def test_sparse_formats_other_than_csr_and_csc_are_refused_with_the_fix(metric, 
     with pytest.raises(InputTypeError, match=rf"^metric '{metric.name}': embeddings is a SciPy sparse {fmt}; metrics "
                                              r"read CSR \(or CSC\) rows: pass embeddings\.tocsr\(\)$"):
         metric(getattr(sparse, fmt)(X), LABELS, seed=0)
+
+
+def test_object_arrays_of_numbers_are_targets_as_their_numbers():
+    """pandas' nullable types reach a metric as object arrays; a first version of the numeric check refused them."""
+    values = X[:, 0] * 3
+    indicator = (X[:, :2] > 0).astype(int)
+    for metric, target_type, numbers in ((KNNMetric(), "regression", values), (KNNMetric(), "multi_label", indicator),
+                                         (RidgeProbeMetric(), "regression", values)):
+        meta = {"target_type": target_type}
+        assert (metric(X, numbers.astype(object), target_metadata=meta, seed=0)["score"]
+                == metric(X, numbers, target_metadata=meta, seed=0)["score"])
