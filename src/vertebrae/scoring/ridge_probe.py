@@ -12,8 +12,9 @@ centered targets' coordinates ``Q = P^T Y``, the fitted targets are ``P diag(1 /
   ``make_pipeline(StandardScaler(), ...)``.
 * ``selection="gcv"``: generalized cross-validation (Golub, Heath and Wahba 1979), ``|Y - fitted|^2 / (n (1 -
   tr(H) / n)^2)`` with ``tr(H) = 1 + sum(w / (w + alpha))``: leave-one-out with every leverage replaced by their
-  mean.  It needs no row's coordinates, only ``w`` and ``Q`` (``|Y - fitted|^2 = |Y|^2 - sum_j |Q_j|^2 (w_j +
-  2 alpha) / (w_j + alpha)^2``), so with more rows than columns a fold costs its decomposition and little else.
+  mean.  It needs no row's coordinates, only ``w`` and ``Q`` (``|Y - fitted|^2`` is the alpha-free least-squares
+  residual plus ``sum_j |Q_j|^2 alpha^2 / (w_j (w_j + alpha)^2)``, :func:`generalized_cross_validation`), so with
+  more rows than columns a fold costs its decomposition and little else.
 
 The alpha of the smallest criterion is kept (the first on ties) and scores the test fold, on the same folds as
 :class:`~vertebrae.LinearProbeMetric`.  Measured speed: docs/metrics.md ("Closed-form probes").
